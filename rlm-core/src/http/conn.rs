@@ -1,0 +1,665 @@
+//! One connection's HTTP/1.x: request and response streams, paired into transactions.
+//!
+//! Requests are parsed from the client's byte stream and queued; responses
+//! from the server's stream pair with them first-in first-out, which covers
+//! keep-alive and pipelining. Only head bytes are buffered; bodies are
+//! counted as their framing dictates, and HTML/CSS bodies are fed through
+//! the embed scanner on the way.
+
+use std::collections::VecDeque;
+
+use super::chunked::{ChunkStep, ChunkedDecoder};
+use super::embed::{EmbedRef, EmbedScanner};
+use super::head::{self, Anomalies, Framing, RequestHead, ResponseHead, Version};
+use crate::time::Timestamp;
+
+/// Largest head we buffer before giving up on it.
+pub const MAX_HEAD: usize = 32 * 1024;
+/// Most transactions in flight on one connection (pipelined requests awaiting responses).
+pub const MAX_PENDING: usize = 64;
+
+/// One request and its response.
+#[derive(Debug)]
+pub struct Txn {
+    /// 1-based position on the connection (Zeek's trans_depth).
+    pub depth: u32,
+    /// None for a response that arrived with no request to pair with.
+    pub request: Option<RequestHead>,
+    pub request_ts: Timestamp,
+    pub request_body_len: u64,
+    pub request_done: bool,
+    pub response: Option<ResponseHead>,
+    /// Interim (1xx) status seen before the final response.
+    pub interim: Option<u16>,
+    pub response_first_ts: Option<Timestamp>,
+    pub response_last_ts: Option<Timestamp>,
+    pub response_body_len: u64,
+    pub response_done: bool,
+    pub anomalies: Anomalies,
+    scanner: Option<Box<EmbedScanner>>,
+}
+
+impl Txn {
+    fn new(depth: u32, request: Option<RequestHead>, ts: Timestamp) -> Txn {
+        Txn {
+            depth,
+            anomalies: request.as_ref().map(|r| r.anomalies).unwrap_or_default(),
+            request,
+            request_ts: ts,
+            request_body_len: 0,
+            request_done: false,
+            response: None,
+            interim: None,
+            response_first_ts: None,
+            response_last_ts: None,
+            response_body_len: 0,
+            response_done: false,
+            scanner: None,
+        }
+    }
+
+    pub fn method(&self) -> Option<&str> {
+        self.request.as_ref().map(|r| r.method.as_str())
+    }
+
+    /// Whether the response is an HTML document (a container candidate).
+    pub fn is_html(&self) -> bool {
+        self.response
+            .as_ref()
+            .and_then(|r| r.content_type.as_deref())
+            .is_some_and(|c| c.to_ascii_lowercase().starts_with("text/html") || c.to_ascii_lowercase().starts_with("application/xhtml"))
+    }
+}
+
+/// What the HTTP layer tells the engine.
+#[derive(Debug)]
+pub enum HttpEvent {
+    /// A request head was parsed; look it up with [`HttpConn::txn`].
+    Request { depth: u32 },
+    /// The final response head of a transaction was parsed.
+    ResponseHead { depth: u32 },
+    /// The response body revealed embedded object references.
+    Embeds { depth: u32, refs: Vec<EmbedRef> },
+    /// A transaction finished (both sides complete, or the connection ended).
+    Done(Box<Txn>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    Head,
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    UntilClose,
+    /// Discarding bytes until something that looks like the start of a message at a line start.
+    Resync { at_line_start: bool },
+    Tunnel,
+}
+
+/// HTTP state of one TCP connection.
+#[derive(Debug)]
+pub struct HttpConn {
+    req: Stream,
+    resp: Stream,
+    /// Head bytes of the message being received on each side (empty almost always).
+    req_buf: Vec<u8>,
+    resp_buf: Vec<u8>,
+    req_head_ts: Timestamp,
+    resp_head_ts: Timestamp,
+    pending: VecDeque<Txn>,
+    /// Index in `pending` of the transaction the next response belongs to.
+    resp_idx: usize,
+    depth: u32,
+    scan: bool,
+}
+
+fn is_ws_line_end(b: u8) -> bool {
+    b == b'\r' || b == b'\n'
+}
+
+impl HttpConn {
+    /// `midstream`: the capture joined the connection after it started, so both streams must
+    /// first find a message boundary. `scan`: feed HTML/CSS bodies to the embed scanner.
+    pub fn new(midstream: bool, scan: bool) -> HttpConn {
+        let start = if midstream { Stream::Resync { at_line_start: false } } else { Stream::Head };
+        HttpConn {
+            req: start,
+            resp: start,
+            req_buf: Vec::new(),
+            resp_buf: Vec::new(),
+            req_head_ts: Timestamp::ZERO,
+            resp_head_ts: Timestamp::ZERO,
+            pending: VecDeque::new(),
+            resp_idx: 0,
+            depth: 0,
+            scan,
+        }
+    }
+
+    /// A transaction still in flight, by depth.
+    pub fn txn(&self, depth: u32) -> Option<&Txn> {
+        self.pending.iter().find(|t| t.depth == depth)
+    }
+
+    /// Transactions in flight.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// True once either side stopped speaking HTTP (CONNECT tunnel, upgrade).
+    pub fn is_tunnel(&self) -> bool {
+        self.resp == Stream::Tunnel
+    }
+
+    /// Bytes sent by the client, in order.
+    pub fn on_client_data(&mut self, now: Timestamp, mut d: &[u8], out: &mut Vec<HttpEvent>) {
+        while !d.is_empty() {
+            match self.req {
+                Stream::Head => {
+                    if self.req_buf.is_empty() {
+                        let skip = d.iter().take_while(|b| is_ws_line_end(**b)).count();
+                        d = &d[skip..];
+                        if d.is_empty() {
+                            break;
+                        }
+                        self.req_head_ts = now;
+                    }
+                    match take_head(&mut self.req_buf, d, true) {
+                        HeadTake::NeedMore => d = &[],
+                        HeadTake::TooLarge => {
+                            self.flag_last(Anomalies::HEAD_TOO_LARGE);
+                            self.req = Stream::Resync { at_line_start: false };
+                            d = &[];
+                        }
+                        HeadTake::Complete { head, consumed } => {
+                            d = &d[consumed..];
+                            self.request_head(head, out);
+                        }
+                        HeadTake::SimpleRequest { method, uri, consumed } => {
+                            // An HTTP/0.9 simple request is a single line with no version.
+                            d = &d[consumed..];
+                            let req = RequestHead {
+                                method,
+                                uri,
+                                version: Version::Http09,
+                                host: None,
+                                referrer: None,
+                                framing: Framing::None,
+                                destination: head::Destination::Unknown,
+                                anomalies: Anomalies::default(),
+                            };
+                            self.push_request(req, out);
+                        }
+                    }
+                }
+                Stream::Length(rem) => {
+                    let take = rem.min(d.len() as u64);
+                    self.add_request_body(take);
+                    d = &d[take as usize..];
+                    if take == rem {
+                        self.request_done(out);
+                    } else {
+                        self.req = Stream::Length(rem - take);
+                    }
+                }
+                Stream::Chunked(mut dec) => {
+                    let step = dec.feed(d);
+                    self.req = Stream::Chunked(dec);
+                    match step {
+                        ChunkStep::Progress { consumed, data } => {
+                            if let Some((_, n)) = data {
+                                self.add_request_body(n as u64);
+                            }
+                            d = &d[consumed..];
+                        }
+                        ChunkStep::Done { consumed } => {
+                            d = &d[consumed..];
+                            self.request_done(out);
+                        }
+                        ChunkStep::Error { consumed, .. } => {
+                            d = &d[consumed..];
+                            self.flag_last(Anomalies::BAD_CHUNKING);
+                            self.request_done(out);
+                            self.req = Stream::Resync { at_line_start: false };
+                        }
+                    }
+                }
+                Stream::Resync { at_line_start } => match resync(d, at_line_start, |s| looks_like_request(s)) {
+                    (Some(p), _) => {
+                        d = &d[p..];
+                        self.req = Stream::Head;
+                    }
+                    (None, ends_line) => {
+                        self.req = Stream::Resync { at_line_start: ends_line };
+                        d = &[];
+                    }
+                },
+                Stream::UntilClose | Stream::Tunnel => d = &[],
+            }
+        }
+    }
+
+    /// Bytes sent by the server, in order.
+    pub fn on_server_data(&mut self, now: Timestamp, mut d: &[u8], out: &mut Vec<HttpEvent>) {
+        while !d.is_empty() {
+            match self.resp {
+                Stream::Head => {
+                    if self.resp_buf.is_empty() {
+                        let skip = d.iter().take_while(|b| is_ws_line_end(**b)).count();
+                        d = &d[skip..];
+                        if d.is_empty() {
+                            break;
+                        }
+                        self.resp_head_ts = now;
+                    }
+                    // A response that does not start with a status line is HTTP/0.9: the body is all there is.
+                    let prefix: Vec<u8> = self.resp_buf.iter().chain(d.iter()).take(5).copied().collect();
+                    if !prefix.eq_ignore_ascii_case(&b"HTTP/"[..prefix.len()]) {
+                        let buffered = std::mem::take(&mut self.resp_buf);
+                        self.start_http09_response(now);
+                        self.response_body(now, &buffered, out);
+                        continue;
+                    }
+                    match take_head(&mut self.resp_buf, d, false) {
+                        HeadTake::NeedMore | HeadTake::SimpleRequest { .. } => d = &[],
+                        HeadTake::TooLarge => {
+                            self.note_response_anomaly(Anomalies::HEAD_TOO_LARGE);
+                            self.resp = Stream::Resync { at_line_start: false };
+                            d = &[];
+                        }
+                        HeadTake::Complete { head, consumed } => {
+                            d = &d[consumed..];
+                            self.response_head(now, &head, out);
+                        }
+                    }
+                }
+                Stream::Length(rem) => {
+                    let take = rem.min(d.len() as u64) as usize;
+                    self.response_body(now, &d[..take], out);
+                    d = &d[take..];
+                    if take as u64 == rem {
+                        self.response_done(now, out);
+                    } else {
+                        self.resp = Stream::Length(rem - take as u64);
+                    }
+                }
+                Stream::Chunked(mut dec) => {
+                    let step = dec.feed(d);
+                    self.resp = Stream::Chunked(dec);
+                    self.touch_response(now);
+                    match step {
+                        ChunkStep::Progress { consumed, data } => {
+                            if let Some((s, n)) = data {
+                                self.response_body(now, &d[s..s + n], out);
+                            }
+                            d = &d[consumed..];
+                        }
+                        ChunkStep::Done { consumed } => {
+                            d = &d[consumed..];
+                            self.response_done(now, out);
+                        }
+                        ChunkStep::Error { consumed, .. } => {
+                            d = &d[consumed..];
+                            self.note_response_anomaly(Anomalies::BAD_CHUNKING);
+                            self.response_done(now, out);
+                            self.resp = Stream::Resync { at_line_start: false };
+                        }
+                    }
+                }
+                Stream::UntilClose => {
+                    self.response_body(now, d, out);
+                    d = &[];
+                }
+                Stream::Resync { at_line_start } => match resync(d, at_line_start, |s| s.len() >= 5 && s[..5].eq_ignore_ascii_case(b"HTTP/")) {
+                    (Some(p), _) => {
+                        d = &d[p..];
+                        self.resp = Stream::Head;
+                    }
+                    (None, ends_line) => {
+                        self.resp = Stream::Resync { at_line_start: ends_line };
+                        d = &[];
+                    }
+                },
+                Stream::Tunnel => d = &[],
+            }
+        }
+    }
+
+    /// The client will send no more (FIN).
+    pub fn on_client_end(&mut self, out: &mut Vec<HttpEvent>) {
+        if let Some(t) = self.pending.back_mut() {
+            if !t.request_done {
+                t.anomalies.insert(Anomalies::TRUNCATED_BODY);
+                t.request_done = true;
+            }
+        }
+        self.req = Stream::Tunnel;
+        self.drain(out);
+    }
+
+    /// The server will send no more (FIN): close-delimited bodies end here.
+    pub fn on_server_end(&mut self, now: Timestamp, out: &mut Vec<HttpEvent>) {
+        if self.resp == Stream::UntilClose {
+            self.response_done(now, out);
+        }
+        self.resp = Stream::Tunnel;
+    }
+
+    /// `len` bytes of the client's stream were never seen (capture loss).
+    pub fn on_client_gap(&mut self, len: u64) {
+        match &mut self.req {
+            Stream::Length(rem) if len < *rem => {
+                *rem -= len;
+                self.add_request_body(len);
+            }
+            Stream::Chunked(dec) if dec.data_remaining().is_some_and(|r| len <= r) => {
+                dec.skip_data(len);
+                self.add_request_body(len);
+            }
+            Stream::Tunnel | Stream::UntilClose => {}
+            _ => {
+                self.flag_last(Anomalies::CAPTURE_GAP);
+                self.req_buf.clear();
+                self.req = Stream::Resync { at_line_start: false };
+            }
+        }
+        if let Some(t) = self.pending.back_mut() {
+            t.anomalies.insert(Anomalies::CAPTURE_GAP);
+        }
+    }
+
+    /// `len` bytes of the server's stream were never seen (capture loss).
+    pub fn on_server_gap(&mut self, now: Timestamp, len: u64, out: &mut Vec<HttpEvent>) {
+        self.note_response_anomaly(Anomalies::CAPTURE_GAP);
+        match &mut self.resp {
+            Stream::Length(rem) if len <= *rem => {
+                *rem -= len;
+                let done = *rem == 0;
+                self.count_response_body(len);
+                if done {
+                    self.response_done(now, out);
+                }
+            }
+            Stream::Chunked(dec) if dec.data_remaining().is_some_and(|r| len <= r) => {
+                dec.skip_data(len);
+                self.count_response_body(len);
+            }
+            Stream::UntilClose => self.count_response_body(len),
+            Stream::Tunnel => {}
+            _ => {
+                self.resp_buf.clear();
+                self.resp = Stream::Resync { at_line_start: false };
+            }
+        }
+    }
+
+    /// The connection is over (RST, both FINs, idle timeout, eviction, end of capture):
+    /// every transaction still in flight is reported with what it has.
+    pub fn close(&mut self, now: Timestamp, out: &mut Vec<HttpEvent>) {
+        if self.resp == Stream::UntilClose {
+            self.response_done(now, out);
+        }
+        for mut t in self.pending.drain(..) {
+            if t.response.is_some() && !t.response_done {
+                t.anomalies.insert(Anomalies::TRUNCATED_BODY);
+            }
+            if t.response.is_none() && t.interim.is_none() && t.response_first_ts.is_none() {
+                t.anomalies.insert(Anomalies::NO_RESPONSE);
+            }
+            t.scanner = None;
+            out.push(HttpEvent::Done(Box::new(t)));
+        }
+        self.resp_idx = 0;
+        self.req = Stream::Tunnel;
+        self.resp = Stream::Tunnel;
+        self.req_buf = Vec::new();
+        self.resp_buf = Vec::new();
+    }
+
+    // --- requests ---
+
+    fn request_head(&mut self, head: Vec<u8>, out: &mut Vec<HttpEvent>) {
+        match head::parse_request(&head) {
+            Ok(req) => self.push_request(req, out),
+            Err(_) => {
+                self.flag_last(Anomalies::BAD_REQUEST_HEAD);
+                self.req = Stream::Resync { at_line_start: true };
+            }
+        }
+    }
+
+    fn push_request(&mut self, req: RequestHead, out: &mut Vec<HttpEvent>) {
+        if self.pending.len() >= MAX_PENDING {
+            // Far more pipelined requests than any browser sends: report the oldest unanswered.
+            if let Some(mut t) = self.pending.pop_front() {
+                t.anomalies.insert(Anomalies::NO_RESPONSE);
+                t.scanner = None;
+                self.resp_idx = self.resp_idx.saturating_sub(1);
+                out.push(HttpEvent::Done(Box::new(t)));
+            }
+        }
+        self.depth += 1;
+        let framing = req.framing;
+        let connect = req.method.eq_ignore_ascii_case("CONNECT");
+        let mut t = Txn::new(self.depth, Some(req), self.req_head_ts);
+        self.req = match framing {
+            Framing::Length(n) => Stream::Length(n),
+            Framing::Chunked => Stream::Chunked(ChunkedDecoder::default()),
+            _ => {
+                t.request_done = true;
+                Stream::Head
+            }
+        };
+        if connect {
+            // Whatever follows a CONNECT is the tunnel's, not HTTP.
+            t.request_done = true;
+            self.req = Stream::Tunnel;
+        }
+        self.pending.push_back(t);
+        out.push(HttpEvent::Request { depth: self.depth });
+    }
+
+    fn add_request_body(&mut self, n: u64) {
+        if let Some(t) = self.pending.back_mut() {
+            t.request_body_len += n;
+        }
+    }
+
+    fn request_done(&mut self, out: &mut Vec<HttpEvent>) {
+        if let Some(t) = self.pending.back_mut() {
+            t.request_done = true;
+        }
+        self.req = Stream::Head;
+        self.drain(out);
+    }
+
+    fn flag_last(&mut self, a: Anomalies) {
+        if let Some(t) = self.pending.back_mut() {
+            t.anomalies.insert(a);
+        }
+    }
+
+    // --- responses ---
+
+    /// The transaction the server is answering now; an orphan is created when there is none.
+    fn current_response_txn(&mut self, ts: Timestamp) -> &mut Txn {
+        if self.resp_idx >= self.pending.len() {
+            self.depth += 1;
+            let mut t = Txn::new(self.depth, None, ts);
+            t.request_done = true;
+            t.anomalies.insert(Anomalies::ORPHAN_RESPONSE);
+            self.pending.push_back(t);
+            self.resp_idx = self.pending.len() - 1;
+        }
+        &mut self.pending[self.resp_idx]
+    }
+
+    fn note_response_anomaly(&mut self, a: Anomalies) {
+        if let Some(t) = self.pending.get_mut(self.resp_idx) {
+            t.anomalies.insert(a);
+        }
+    }
+
+    fn touch_response(&mut self, now: Timestamp) {
+        if let Some(t) = self.pending.get_mut(self.resp_idx) {
+            t.response_last_ts = Some(now);
+        }
+    }
+
+    fn start_http09_response(&mut self, now: Timestamp) {
+        let ts = self.resp_head_ts;
+        let t = self.current_response_txn(ts);
+        if t.request.as_ref().is_none_or(|r| r.version != Version::Http09) {
+            t.anomalies.insert(Anomalies::HTTP09_RESPONSE);
+        }
+        t.response_first_ts = Some(ts);
+        t.response_last_ts = Some(now);
+        self.resp = Stream::UntilClose;
+    }
+
+    fn response_head(&mut self, now: Timestamp, head: &[u8], out: &mut Vec<HttpEvent>) {
+        let (resp, inputs) = match head::parse_response(head) {
+            Ok(x) => x,
+            Err(_) => {
+                self.note_response_anomaly(Anomalies::BAD_RESPONSE_HEAD);
+                self.resp = Stream::Resync { at_line_start: true };
+                return;
+            }
+        };
+        let ts = self.resp_head_ts;
+        let scan = self.scan;
+        let t = self.current_response_txn(ts);
+        if t.response_first_ts.is_none() {
+            t.response_first_ts = Some(ts);
+        }
+        t.response_last_ts = Some(now);
+        if (100..200).contains(&resp.status) && resp.status != 101 {
+            t.interim = Some(resp.status);
+            self.resp = Stream::Head;
+            return;
+        }
+        let framing = head::response_framing(t.method(), &resp, inputs);
+        t.anomalies.insert(resp.anomalies);
+        let ct = resp.content_type.as_deref().unwrap_or("").to_ascii_lowercase();
+        let html = ct.starts_with("text/html") || ct.starts_with("application/xhtml");
+        let css = ct.starts_with("text/css");
+        if scan && (html || css) && !matches!(framing, Framing::None | Framing::Tunnel) {
+            if resp.encoded {
+                t.anomalies.insert(Anomalies::ENCODED_CONTAINER);
+            } else {
+                t.scanner = Some(Box::new(if html { EmbedScanner::html() } else { EmbedScanner::css() }));
+            }
+        }
+        t.response = Some(resp);
+        let depth = t.depth;
+        out.push(HttpEvent::ResponseHead { depth });
+        match framing {
+            Framing::None => self.response_done(now, out),
+            Framing::Length(n) => self.resp = Stream::Length(n),
+            Framing::Chunked => self.resp = Stream::Chunked(ChunkedDecoder::default()),
+            Framing::UntilClose => self.resp = Stream::UntilClose,
+            Framing::Tunnel => {
+                self.response_done(now, out);
+                self.resp = Stream::Tunnel;
+                self.req = Stream::Tunnel;
+            }
+        }
+    }
+
+    fn count_response_body(&mut self, n: u64) {
+        if let Some(t) = self.pending.get_mut(self.resp_idx) {
+            t.response_body_len += n;
+        }
+    }
+
+    fn response_body(&mut self, now: Timestamp, data: &[u8], out: &mut Vec<HttpEvent>) {
+        let Some(t) = self.pending.get_mut(self.resp_idx) else { return };
+        t.response_body_len += data.len() as u64;
+        t.response_last_ts = Some(now);
+        if let Some(sc) = t.scanner.as_mut() {
+            let mut refs = Vec::new();
+            sc.feed(data, &mut refs);
+            if !refs.is_empty() {
+                out.push(HttpEvent::Embeds { depth: t.depth, refs });
+            }
+        }
+    }
+
+    fn response_done(&mut self, now: Timestamp, out: &mut Vec<HttpEvent>) {
+        if let Some(t) = self.pending.get_mut(self.resp_idx) {
+            t.response_done = true;
+            t.scanner = None;
+            if t.response_last_ts.is_none() {
+                t.response_last_ts = Some(now);
+            }
+            self.resp_idx += 1;
+        }
+        self.resp = Stream::Head;
+        self.drain(out);
+    }
+
+    /// Report the transactions at the front that are complete on both sides.
+    fn drain(&mut self, out: &mut Vec<HttpEvent>) {
+        while self.pending.front().is_some_and(|t| t.request_done && t.response_done) {
+            let t = self.pending.pop_front().expect("front checked");
+            self.resp_idx = self.resp_idx.saturating_sub(1);
+            out.push(HttpEvent::Done(Box::new(t)));
+        }
+    }
+}
+
+enum HeadTake {
+    NeedMore,
+    TooLarge,
+    /// The complete head, and how many bytes of the new input it used.
+    Complete { head: Vec<u8>, consumed: usize },
+    /// An HTTP/0.9 simple request line, and the input bytes it used.
+    SimpleRequest { method: String, uri: String, consumed: usize },
+}
+
+/// Add input to a head buffer; say whether the head is complete.
+fn take_head(buf: &mut Vec<u8>, d: &[u8], allow_simple: bool) -> HeadTake {
+    let prev = buf.len();
+    let window = &d[..d.len().min((MAX_HEAD + 4).saturating_sub(prev))];
+    buf.extend_from_slice(window);
+    if let Some(end) = head::find_head_end(buf, prev) {
+        buf.truncate(end);
+        return HeadTake::Complete { head: std::mem::take(buf), consumed: end - prev };
+    }
+    // The first line just completed but no blank line yet: maybe an HTTP/0.9 request.
+    if allow_simple && !buf[..prev].contains(&b'\n') {
+        if let Some((method, uri, line_len)) = head::simple_request(buf) {
+            buf.clear();
+            return HeadTake::SimpleRequest { method, uri, consumed: line_len - prev };
+        }
+    }
+    if buf.len() > MAX_HEAD {
+        buf.clear();
+        return HeadTake::TooLarge;
+    }
+    HeadTake::NeedMore
+}
+
+fn looks_like_request(s: &[u8]) -> bool {
+    let sp = s.iter().take(17).position(|b| *b == b' ');
+    matches!(sp, Some(n) if head::is_method_token(&s[..n]))
+}
+
+/// Find the first line start in `d` at which `matches` holds. Returns its position, and
+/// (when none) whether `d` ends at a line start.
+fn resync(d: &[u8], at_line_start: bool, matches: impl Fn(&[u8]) -> bool) -> (Option<usize>, bool) {
+    if at_line_start && matches(d) {
+        return (Some(0), false);
+    }
+    let mut i = 0;
+    while let Some(p) = memchr::memchr(b'\n', &d[i..]) {
+        let start = i + p + 1;
+        if start < d.len() && matches(&d[start..]) {
+            return (Some(start), false);
+        }
+        i = start;
+        if i >= d.len() {
+            return (None, true);
+        }
+    }
+    (None, false)
+}

@@ -1,0 +1,10 @@
+//! HTTP/1.x over a tracked connection: heads, body framing, pairing, embed scanning.
+
+pub mod chunked;
+pub mod conn;
+pub mod embed;
+pub mod head;
+
+pub use conn::{HttpConn, HttpEvent, Txn};
+pub use embed::{EmbedKind, EmbedRef, EmbedScanner};
+pub use head::{Anomalies, Destination, Framing, RequestHead, ResponseHead, Version};

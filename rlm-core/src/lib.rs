@@ -1,0 +1,11 @@
+//! rlm-core: the sans-IO engine of the rlm appliance.
+//!
+//! Data flows wire → flow → http → pageview: frames are decoded
+//! ([`wire`]), tracked as TCP connections ([`flow`]), read as HTTP
+//! transactions ([`http`]) and correlated into pageviews ([`pageview`]).
+//! [`engine::Engine`] ties them together behind a sans-IO interface; the
+//! drivers ([`capture`]) and commands ([`analyze`]) sit around it.
+
+pub mod http;
+pub mod time;
+pub mod wire;

@@ -1,0 +1,75 @@
+//! Time as the engine sees it: whatever the driver says it is.
+//!
+//! The engine never reads a clock. Drivers pass a [`Timestamp`] with every
+//! frame and timer tick: the capture's own timestamps when replaying a file,
+//! a monotonic clock when running live.
+
+use std::fmt;
+use std::ops::{Add, Sub};
+use std::time::Duration;
+
+/// A point in time, in nanoseconds since an epoch chosen by the driver
+/// (the Unix epoch for captures).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    pub const ZERO: Timestamp = Timestamp(0);
+
+    pub fn from_secs_f64(s: f64) -> Self {
+        Timestamp((s.max(0.0) * 1e9) as u64)
+    }
+    pub fn from_micros(us: u64) -> Self {
+        Timestamp(us.saturating_mul(1_000))
+    }
+    pub fn from_millis(ms: u64) -> Self {
+        Timestamp(ms.saturating_mul(1_000_000))
+    }
+    pub fn as_nanos(self) -> u64 {
+        self.0
+    }
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+    /// `self - earlier`, or zero when `earlier` is later (clocks in captures can step back).
+    pub fn saturating_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+    pub fn saturating_sub(self, d: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_sub(d.as_nanos() as u64))
+    }
+}
+
+impl Add<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn add(self, d: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_add(d.as_nanos() as u64))
+    }
+}
+
+impl Sub<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn sub(self, d: Duration) -> Timestamp {
+        self.saturating_sub(d)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:09}", self.0 / 1_000_000_000, self.0 % 1_000_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_saturates_instead_of_panicking() {
+        let t = Timestamp::from_millis(5);
+        assert_eq!(t.saturating_since(Timestamp::from_millis(9)), Duration::ZERO);
+        assert_eq!(t - Duration::from_secs(1), Timestamp::ZERO);
+        assert_eq!((t + Duration::from_millis(995)).as_secs_f64(), 1.0);
+        assert_eq!(Timestamp::from_micros(1_500_000).to_string(), "1.500000000");
+    }
+}

@@ -1,0 +1,296 @@
+//! Wire: frames in, TCP segments out.
+//!
+//! Decoding is etherparse's. This module only turns its result into the one
+//! view the rest of the engine needs ([`Segment`]) and every failure into a
+//! [`Malformed`] reason that is counted, never panicked on.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use etherparse::err::packet::SliceError;
+use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+
+/// How a frame starts: the link types of the captures and ports we read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkType {
+    /// Ethernet II, with any 802.1Q/802.1ad VLAN tags.
+    Ethernet,
+    /// A bare IPv4 or IPv6 packet (DLT_RAW).
+    RawIp,
+    /// Linux "cooked" capture v1 (DLT_LINUX_SLL).
+    LinuxSll,
+    /// BSD loopback: a 4-byte address family in host order, then IP (DLT_NULL / DLT_LOOP).
+    Null,
+}
+
+impl LinkType {
+    /// The link type for a pcap DLT / LINKTYPE number, if we can read it.
+    pub fn from_dlt(dlt: i32) -> Option<LinkType> {
+        match dlt {
+            1 => Some(LinkType::Ethernet),
+            12 | 14 | 101 | 228 | 229 => Some(LinkType::RawIp),
+            113 => Some(LinkType::LinuxSll),
+            0 | 108 => Some(LinkType::Null),
+            _ => None,
+        }
+    }
+}
+
+/// One end of a TCP connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub ip: IpAddr,
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ip {
+            IpAddr::V4(a) => write!(f, "{}:{}", a, self.port),
+            IpAddr::V6(a) => write!(f, "[{}]:{}", a, self.port),
+        }
+    }
+}
+
+/// TCP flags we act on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpFlags {
+    pub syn: bool,
+    pub ack: bool,
+    pub fin: bool,
+    pub rst: bool,
+}
+
+/// A decoded TCP segment, borrowing the frame.
+#[derive(Clone, Debug)]
+pub struct Segment<'a> {
+    pub src: Endpoint,
+    pub dst: Endpoint,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: TcpFlags,
+    pub window: u16,
+    pub payload: &'a [u8],
+    /// Offset of the TCP payload in the frame (for in-place rewrites).
+    pub payload_offset: usize,
+}
+
+/// Why a frame was not decoded into a TCP segment although it claimed to carry one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Malformed {
+    /// Shorter than the headers it announces (link, VLAN, IP or TCP), or cut by the snap length.
+    Truncated,
+    /// A bad Linux SLL or loopback header.
+    BadLinkHeader,
+    /// A bad 802.1AE MACsec header.
+    BadMacsec,
+    /// Not IPv4 or IPv6 where IP was expected.
+    BadIpVersion,
+    /// An IPv4 header that does not add up (length, IHL, total length).
+    BadIpv4Header,
+    /// An IPv6 header that does not add up.
+    BadIpv6Header,
+    /// A broken IP extension header.
+    BadIpExtension,
+    /// A TCP header with a data offset below 5 or past the segment.
+    BadTcpHeader,
+}
+
+impl Malformed {
+    pub const ALL: [Malformed; 8] = [
+        Malformed::Truncated,
+        Malformed::BadLinkHeader,
+        Malformed::BadMacsec,
+        Malformed::BadIpVersion,
+        Malformed::BadIpv4Header,
+        Malformed::BadIpv6Header,
+        Malformed::BadIpExtension,
+        Malformed::BadTcpHeader,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Malformed::Truncated => "truncated",
+            Malformed::BadLinkHeader => "bad_link_header",
+            Malformed::BadMacsec => "bad_macsec",
+            Malformed::BadIpVersion => "bad_ip_version",
+            Malformed::BadIpv4Header => "bad_ipv4_header",
+            Malformed::BadIpv6Header => "bad_ipv6_header",
+            Malformed::BadIpExtension => "bad_ip_extension",
+            Malformed::BadTcpHeader => "bad_tcp_header",
+        }
+    }
+}
+
+/// Frames that parse but are not ours to track.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ignored {
+    /// Not IP at all (ARP, LLDP, ...).
+    NotIp,
+    /// IP, but not TCP (UDP, ICMP, ...).
+    NotTcp,
+    /// An IP fragment: not reassembled (web traffic with PMTU discovery does not fragment).
+    IpFragment,
+}
+
+impl Ignored {
+    pub const ALL: [Ignored; 3] = [Ignored::NotIp, Ignored::NotTcp, Ignored::IpFragment];
+    pub fn name(self) -> &'static str {
+        match self {
+            Ignored::NotIp => "not_ip",
+            Ignored::NotTcp => "not_tcp",
+            Ignored::IpFragment => "ip_fragment",
+        }
+    }
+}
+
+/// What a frame turned out to be.
+#[derive(Debug)]
+pub enum Decoded<'a> {
+    Tcp(Segment<'a>),
+    Ignored(Ignored),
+    Malformed(Malformed),
+}
+
+fn classify(err: &SliceError) -> Malformed {
+    match err {
+        SliceError::Len(_) => Malformed::Truncated,
+        SliceError::LinuxSll(_) => Malformed::BadLinkHeader,
+        SliceError::Macsec(_) => Malformed::BadMacsec,
+        SliceError::Ip(_) => Malformed::BadIpVersion,
+        SliceError::Ipv4(_) => Malformed::BadIpv4Header,
+        SliceError::Ipv6(_) => Malformed::BadIpv6Header,
+        SliceError::Ipv4Exts(_) | SliceError::Ipv6Exts(_) => Malformed::BadIpExtension,
+        SliceError::Tcp(_) => Malformed::BadTcpHeader,
+    }
+}
+
+/// Decode one frame of the given link type.
+pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
+    let (sliced, base) = match link {
+        LinkType::Ethernet => (SlicedPacket::from_ethernet(frame), 0),
+        LinkType::LinuxSll => (SlicedPacket::from_linux_sll(frame), 0),
+        LinkType::RawIp => (SlicedPacket::from_ip(frame), 0),
+        LinkType::Null => {
+            if frame.len() < 4 {
+                return Decoded::Malformed(Malformed::BadLinkHeader);
+            }
+            (SlicedPacket::from_ip(&frame[4..]), 4)
+        }
+    };
+    let sliced = match sliced {
+        Ok(s) => s,
+        Err(e) => return Decoded::Malformed(classify(&e)),
+    };
+    let (src_ip, dst_ip, fragmented) = match &sliced.net {
+        Some(NetSlice::Ipv4(v4)) => (
+            IpAddr::V4(v4.header().source_addr()),
+            IpAddr::V4(v4.header().destination_addr()),
+            v4.is_payload_fragmented(),
+        ),
+        Some(NetSlice::Ipv6(v6)) => (
+            IpAddr::V6(v6.header().source_addr()),
+            IpAddr::V6(v6.header().destination_addr()),
+            v6.is_payload_fragmented(),
+        ),
+        _ => return Decoded::Ignored(Ignored::NotIp),
+    };
+    if fragmented {
+        return Decoded::Ignored(Ignored::IpFragment);
+    }
+    let tcp = match &sliced.transport {
+        Some(TransportSlice::Tcp(t)) => t,
+        _ => return Decoded::Ignored(Ignored::NotTcp),
+    };
+    let payload = tcp.payload();
+    // The payload is a sub-slice of `frame` (or of frame[4..]); its offset lets actions rewrite in place.
+    let payload_offset = base + (payload.as_ptr() as usize - frame[base..].as_ptr() as usize);
+    Decoded::Tcp(Segment {
+        src: Endpoint { ip: src_ip, port: tcp.source_port() },
+        dst: Endpoint { ip: dst_ip, port: tcp.destination_port() },
+        seq: tcp.sequence_number(),
+        ack: tcp.acknowledgment_number(),
+        flags: TcpFlags { syn: tcp.syn(), ack: tcp.ack(), fin: tcp.fin(), rst: tcp.rst() },
+        window: tcp.window_size(),
+        payload,
+        payload_offset,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+
+    fn tcp_frame(payload: &[u8]) -> Vec<u8> {
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .single_vlan(etherparse::VlanId::try_new(10).unwrap())
+            .ipv4([10, 4, 0, 1], [10, 9, 0, 1], 64)
+            .tcp(40000, 80, 1000, 65535)
+            .ack(7);
+        let mut v = Vec::new();
+        b.write(&mut v, payload).unwrap();
+        v
+    }
+
+    #[test]
+    fn decodes_vlan_tagged_ipv4_tcp_with_payload_offset() {
+        let f = tcp_frame(b"GET / HTTP/1.1\r\n\r\n");
+        let Decoded::Tcp(s) = decode(LinkType::Ethernet, &f) else { panic!("not tcp") };
+        assert_eq!(s.src.to_string(), "10.4.0.1:40000");
+        assert_eq!(s.dst.port, 80);
+        assert_eq!(s.seq, 1000);
+        assert_eq!(s.ack, 7);
+        assert!(s.flags.ack && !s.flags.syn);
+        assert_eq!(&f[s.payload_offset..], b"GET / HTTP/1.1\r\n\r\n");
+    }
+
+    #[test]
+    fn decodes_ipv6() {
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv6([1; 16], [2; 16], 64)
+            .tcp(1, 443, 5, 100)
+            .syn();
+        let mut v = Vec::new();
+        b.write(&mut v, &[]).unwrap();
+        let Decoded::Tcp(s) = decode(LinkType::Ethernet, &v) else { panic!() };
+        assert!(s.flags.syn);
+        assert!(s.src.to_string().starts_with("[101:"));
+    }
+
+    #[test]
+    fn every_truncation_is_counted_not_panicked() {
+        let f = tcp_frame(b"hello");
+        let mut reasons = std::collections::BTreeSet::new();
+        for n in 0..f.len() {
+            match decode(LinkType::Ethernet, &f[..n]) {
+                Decoded::Malformed(m) => {
+                    reasons.insert(m);
+                }
+                Decoded::Tcp(_) | Decoded::Ignored(_) => panic!("prefix of {n} bytes decoded"),
+            }
+        }
+        assert!(reasons.contains(&Malformed::Truncated));
+    }
+
+    #[test]
+    fn udp_and_arp_are_ignored() {
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4([1, 1, 1, 1], [2, 2, 2, 2], 9).udp(53, 53);
+        let mut v = Vec::new();
+        b.write(&mut v, b"x").unwrap();
+        assert!(matches!(decode(LinkType::Ethernet, &v), Decoded::Ignored(Ignored::NotTcp)));
+        let mut arp = vec![0xff; 12];
+        arp.extend_from_slice(&[0x08, 0x06]);
+        arp.extend_from_slice(&[0; 28]);
+        assert!(matches!(decode(LinkType::Ethernet, &arp), Decoded::Ignored(Ignored::NotIp)));
+    }
+
+    #[test]
+    fn null_link_skips_family_word() {
+        let b = PacketBuilder::ipv4([127, 0, 0, 1], [127, 0, 0, 1], 64).tcp(5, 80, 1, 1);
+        let mut v = vec![2, 0, 0, 0];
+        b.write(&mut v, b"abc").unwrap();
+        let Decoded::Tcp(s) = decode(LinkType::Null, &v) else { panic!() };
+        assert_eq!(&v[s.payload_offset..], b"abc");
+        assert!(matches!(decode(LinkType::Null, &v[..2]), Decoded::Malformed(Malformed::BadLinkHeader)));
+    }
+}
