@@ -6,6 +6,16 @@
 //! [`engine::Engine`] ties them together behind a sans-IO interface; the
 //! drivers ([`capture`]) and commands ([`analyze`]) sit around it.
 
+pub mod analyze;
+pub mod capture;
+pub mod engine;
+pub mod flow;
 pub mod http;
+pub mod pageview;
+pub mod testkit;
 pub mod time;
 pub mod wire;
+
+pub use engine::{Config, Engine, Event, Port, Stats, TransactionRecord, Verdict};
+pub use pageview::{PageviewConfig, PageviewRecord};
+pub use time::Timestamp;

@@ -1,1 +1,65 @@
-fn main(){}
+//! `rlm`: the appliance's command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use rlm_core::analyze::{self, AnalyzeOptions};
+use rlm_core::Config;
+
+#[derive(Parser)]
+#[command(name = "rlm", version, about = "Remote latency-based management of a web server farm, from packets")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Rebuild transactions and pageviews from a capture file (pcap or pcapng).
+    Analyze {
+        /// The capture file.
+        capture: PathBuf,
+        /// Write one JSON object per transaction to this file.
+        #[arg(long)]
+        transactions: Option<PathBuf>,
+        /// Write one JSON object per pageview to this file.
+        #[arg(long)]
+        pageviews: Option<PathBuf>,
+        /// A port the web servers listen on (repeatable). Default: any port, HTTP detected from its first bytes.
+        #[arg(long = "server-port")]
+        server_ports: Vec<u16>,
+        /// The clients' connect timeout charged to a failed connection, in seconds (004: 21 s, Windows XP).
+        #[arg(long, default_value_t = 21.0)]
+        connect_timeout: f64,
+        /// Do not show a progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Analyze { capture, transactions, pageviews, server_ports, connect_timeout, quiet } => {
+            let mut config = Config { server_ports, ..Config::default() };
+            if !(connect_timeout.is_finite() && connect_timeout > 0.0) {
+                eprintln!("rlm: --connect-timeout must be a positive number of seconds");
+                return ExitCode::from(2);
+            }
+            config.pageview.connect_timeout = Duration::from_secs_f64(connect_timeout);
+            match analyze::run(AnalyzeOptions { capture, transactions, pageviews, config, progress: !quiet }) {
+                Ok(summary) => {
+                    print!("{summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("rlm: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}

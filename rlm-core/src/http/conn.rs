@@ -110,6 +110,10 @@ pub struct HttpConn {
     resp_idx: usize,
     depth: u32,
     scan: bool,
+    /// Set when the connection turned out not to carry HTTP (only when any port may be HTTP).
+    pub not_http: bool,
+    /// Drop the connection from HTTP parsing if its first bytes are not HTTP.
+    detect: bool,
 }
 
 fn is_ws_line_end(b: u8) -> bool {
@@ -119,7 +123,7 @@ fn is_ws_line_end(b: u8) -> bool {
 impl HttpConn {
     /// `midstream`: the capture joined the connection after it started, so both streams must
     /// first find a message boundary. `scan`: feed HTML/CSS bodies to the embed scanner.
-    pub fn new(midstream: bool, scan: bool) -> HttpConn {
+    pub fn new(midstream: bool, scan: bool, detect: bool) -> HttpConn {
         let start = if midstream { Stream::Resync { at_line_start: false } } else { Stream::Head };
         HttpConn {
             req: start,
@@ -132,6 +136,8 @@ impl HttpConn {
             resp_idx: 0,
             depth: 0,
             scan,
+            not_http: false,
+            detect,
         }
     }
 
@@ -150,8 +156,24 @@ impl HttpConn {
         self.resp == Stream::Tunnel
     }
 
+    fn give_up(&mut self) {
+        self.not_http = true;
+        self.req = Stream::Tunnel;
+        self.resp = Stream::Tunnel;
+        self.req_buf = Vec::new();
+        self.resp_buf = Vec::new();
+    }
+
     /// Bytes sent by the client, in order.
     pub fn on_client_data(&mut self, now: Timestamp, mut d: &[u8], out: &mut Vec<HttpEvent>) {
+        if self.detect && self.depth == 0 && self.req == Stream::Head && self.req_buf.is_empty() {
+            let first = d.iter().position(|b| !is_ws_line_end(*b)).map(|i| &d[i..]).unwrap_or(&[]);
+            if !first.is_empty() && !(looks_like_request(first) || first.len() < 17 && first.iter().all(|b| b.is_ascii_uppercase()))
+            {
+                self.give_up();
+                return;
+            }
+        }
         while !d.is_empty() {
             match self.req {
                 Stream::Head => {
@@ -240,6 +262,11 @@ impl HttpConn {
 
     /// Bytes sent by the server, in order.
     pub fn on_server_data(&mut self, now: Timestamp, mut d: &[u8], out: &mut Vec<HttpEvent>) {
+        if self.detect && self.depth == 0 && self.resp == Stream::Head && self.resp_buf.is_empty() {
+            // The server spoke first, before any request: not HTTP (SMTP, SSH, ...).
+            self.give_up();
+            return;
+        }
         while !d.is_empty() {
             match self.resp {
                 Stream::Head => {

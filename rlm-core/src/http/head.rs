@@ -266,8 +266,28 @@ fn lenient_parser() -> httparse::ParserConfig {
 }
 
 /// Parse a complete request head (through its empty line).
+///
+/// A request target with spaces in it (seen in the wild, and in Zeek's traces) is taken as
+/// everything between the method and the last ` HTTP/x.y`, as servers that accept it do.
 pub fn parse_request(head: &[u8]) -> Result<RequestHead, HeadError> {
-    parse_request_inner(head)
+    parse_request_inner(head).or_else(|e| {
+        let nl = memchr::memchr(b'\n', head).ok_or(e)?;
+        let line = head[..nl].strip_suffix(b"\r").unwrap_or(&head[..nl]);
+        let first = memchr::memchr(b' ', line).ok_or(e)?;
+        let last = memchr::memrchr(b' ', line).ok_or(e)?;
+        let (method, target, version) = (&line[..first], line[first + 1..last].trim_ascii(), &line[last + 1..]);
+        if last <= first || target.is_empty() || !is_method_token(method) || !version.starts_with(b"HTTP/") {
+            return Err(e);
+        }
+        let mut fixed = Vec::with_capacity(head.len());
+        fixed.extend_from_slice(method);
+        fixed.extend_from_slice(b" / ");
+        fixed.extend_from_slice(version);
+        fixed.extend_from_slice(&head[nl.saturating_sub(usize::from(head[..nl].ends_with(b"\r")))..]);
+        let mut req = parse_request_inner(&fixed)?;
+        req.uri = String::from_utf8_lossy(target).into_owned();
+        Ok(req)
+    })
 }
 
 fn parse_request_inner(head: &[u8]) -> Result<RequestHead, HeadError> {
@@ -379,6 +399,14 @@ mod tests {
         assert_eq!(r.referrer.as_deref(), Some("http://shop/"));
         assert_eq!(r.framing, Framing::Length(50));
         assert_eq!(r.destination, Destination::Subresource);
+    }
+
+    #[test]
+    fn request_target_with_spaces() {
+        let r = parse_request(b"GET /a b?c=\"d e\" HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+        assert_eq!(r.uri, "/a b?c=\"d e\"");
+        assert_eq!(r.host.as_deref(), Some("h"));
+        assert!(parse_request(b"GET /a b\r\n\r\n").is_err());
     }
 
     #[test]

@@ -1,0 +1,519 @@
+//! The sans-IO engine: frames and timer ticks in; verdicts, events and deadlines out.
+//!
+//! ```text
+//! driver ──(now, port, frame)──▶ Engine::handle ──▶ Verdict
+//!        ◀──────────────────────  Engine::poll_event   (transactions, pageviews)
+//!        ◀──────────────────────  Engine::poll_timeout (next deadline)
+//!        ──(now)───────────────▶ Engine::handle_timeout
+//! ```
+//! The engine reads no clock and does no I/O; every behaviour is testable by
+//! feeding it frames with chosen timestamps.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::flow::{CloseReason, ConnId, ConnState, FlowNote, FlowTable, HttpOptions};
+use crate::http::{HttpEvent, Txn};
+use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
+use crate::time::Timestamp;
+use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed, Segment};
+
+/// Which side of the bridge a frame came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// The port facing the clients (the Internet).
+    Client,
+    /// The port facing the server farm.
+    Server,
+    /// Not known (a capture file): direction is inferred from the handshake and ports.
+    Unknown,
+}
+
+/// What to do with the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward it unchanged.
+    Accept,
+}
+
+/// Engine configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// TCP ports the servers listen on. Empty: any port, with HTTP detected from the first bytes.
+    pub server_ports: Vec<u16>,
+    /// Most connections tracked at once; the least recently seen are evicted beyond it.
+    pub max_connections: usize,
+    /// An established connection with no traffic for this long is forgotten.
+    pub idle_timeout: Duration,
+    /// A closed connection is kept this long to absorb stragglers (final ACKs, retransmitted FINs).
+    pub closed_linger: Duration,
+    /// Scan HTML and CSS bodies for embedded objects.
+    pub scan_embeds: bool,
+    pub pageview: PageviewConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server_ports: Vec::new(),
+            max_connections: 262_144,
+            idle_timeout: Duration::from_secs(300),
+            closed_linger: Duration::from_secs(4),
+            scan_embeds: true,
+            pageview: PageviewConfig::default(),
+        }
+    }
+}
+
+/// A finished HTTP transaction, as reported.
+#[derive(Clone, Debug, Serialize)]
+pub struct TransactionRecord {
+    /// When the request started (first byte of its head).
+    pub ts: f64,
+    pub client: String,
+    pub server: String,
+    /// Position on its connection, from 1.
+    pub depth: u32,
+    pub method: Option<String>,
+    pub host: Option<String>,
+    pub uri: Option<String>,
+    pub referrer: Option<String>,
+    pub version: Option<String>,
+    pub status: Option<u16>,
+    /// Interim (1xx) status before the final one.
+    pub info_status: Option<u16>,
+    pub request_body_len: u64,
+    pub response_body_len: u64,
+    pub content_type: Option<String>,
+    pub request_ts: f64,
+    pub response_first_ts: Option<f64>,
+    pub response_last_ts: Option<f64>,
+    pub pageview: Option<u64>,
+    /// What was odd about it (bad_content_length, bad_chunking, capture_gap, ...).
+    pub anomalies: Vec<&'static str>,
+}
+
+/// What the engine reports.
+#[derive(Clone, Debug)]
+pub enum Event {
+    Transaction(TransactionRecord),
+    Pageview(PageviewRecord),
+}
+
+/// Counters, all monotonic.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    pub frames: u64,
+    pub bytes: u64,
+    pub tcp_segments: u64,
+    /// Frames that did not decode, by reason.
+    pub malformed: std::collections::BTreeMap<&'static str, u64>,
+    /// Frames that are not ours (not IP, not TCP, fragments), by reason.
+    pub ignored: std::collections::BTreeMap<&'static str, u64>,
+    /// TCP segments to ports we were told not to watch.
+    pub other_port_segments: u64,
+    /// Segments of no tracked connection that could not start one (bare ACKs, FINs, RSTs).
+    pub untracked_segments: u64,
+    pub connections: u64,
+    pub connections_midstream: u64,
+    pub connections_failed: u64,
+    pub connections_evicted: u64,
+    pub connections_not_http: u64,
+    pub syn_retransmissions: u64,
+    pub synack_retransmissions: u64,
+    pub retransmitted_segments: u64,
+    pub gap_bytes: u64,
+    pub transactions: u64,
+    pub transactions_with_anomalies: u64,
+    pub pageviews: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    /// The client's connect timeout after the first SYN.
+    Connect,
+    /// Idle (or closed-linger) expiry; re-armed lazily.
+    Idle,
+}
+
+/// The engine.
+pub struct Engine {
+    cfg: Config,
+    flows: FlowTable,
+    pageviews: Pageviews,
+    timers: BinaryHeap<Reverse<(Timestamp, ConnId, TimerKind)>>,
+    events: VecDeque<Event>,
+    stats: Stats,
+    notes: Vec<FlowNote>,
+    http_events: Vec<HttpEvent>,
+    last_now: Timestamp,
+}
+
+impl Engine {
+    pub fn new(cfg: Config) -> Engine {
+        let mut stats = Stats::default();
+        for m in Malformed::ALL {
+            stats.malformed.insert(m.name(), 0);
+        }
+        for i in Ignored::ALL {
+            stats.ignored.insert(i.name(), 0);
+        }
+        Engine {
+            flows: FlowTable::new(cfg.max_connections),
+            pageviews: Pageviews::new(cfg.pageview.clone()),
+            cfg,
+            timers: BinaryHeap::new(),
+            events: VecDeque::new(),
+            stats,
+            notes: Vec::new(),
+            http_events: Vec::new(),
+            last_now: Timestamp::ZERO,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Connections tracked now.
+    pub fn connections(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Pageviews open now.
+    pub fn open_pageviews(&self) -> usize {
+        self.pageviews.open_count()
+    }
+
+    /// An Ethernet frame arrived on `port` at `now`.
+    pub fn handle(&mut self, now: Timestamp, port: Port, frame: &[u8]) -> Verdict {
+        self.handle_link(now, port, LinkType::Ethernet, frame)
+    }
+
+    /// A frame of the given link type arrived on `port` at `now`.
+    pub fn handle_link(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8]) -> Verdict {
+        self.stats.frames += 1;
+        self.stats.bytes += frame.len() as u64;
+        // Time never runs backwards for the engine, whatever the capture says.
+        let now = now.max(self.last_now);
+        self.last_now = now;
+        match wire::decode(link, frame) {
+            Decoded::Tcp(seg) => {
+                self.stats.tcp_segments += 1;
+                self.on_segment(now, port, &seg);
+            }
+            Decoded::Ignored(i) => *self.stats.ignored.entry(i.name()).or_default() += 1,
+            Decoded::Malformed(m) => *self.stats.malformed.entry(m.name()).or_default() += 1,
+        }
+        Verdict::Accept
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When the engine next needs [`Engine::handle_timeout`].
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let t = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        match (t, self.pageviews.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Time passed: fire every deadline up to `now`.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let now = now.max(self.last_now);
+        self.last_now = now;
+        while let Some(Reverse((t, id, kind))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(c) = self.flows.get(id) else { continue };
+            match kind {
+                TimerKind::Connect => {
+                    if matches!(c.state, ConnState::SynSent | ConnState::SynReceived) {
+                        self.close_conn(t, id, CloseReason::ConnectTimeout);
+                        self.flows.remove(id);
+                    }
+                }
+                TimerKind::Idle => {
+                    let limit = if c.state == ConnState::Closed { self.cfg.closed_linger } else { self.cfg.idle_timeout };
+                    let due = c.last_seen + limit;
+                    if due <= now {
+                        self.close_conn(now, id, CloseReason::Idle);
+                        self.flows.remove(id);
+                    } else {
+                        self.timers.push(Reverse((due, id, TimerKind::Idle)));
+                    }
+                }
+            }
+        }
+        self.pageviews.on_timeout(now);
+        self.collect_pageviews();
+    }
+
+    /// Shut down: close every connection and pageview, reporting what they have.
+    pub fn shutdown(&mut self, now: Timestamp) {
+        let now = now.max(self.last_now);
+        self.handle_timeout(now);
+        for id in self.flows.ids() {
+            self.close_conn(now, id, CloseReason::Shutdown);
+            self.flows.remove(id);
+        }
+        self.timers.clear();
+        self.pageviews.finish_all();
+        self.collect_pageviews();
+    }
+
+    fn is_server_port(&self, p: u16) -> bool {
+        self.cfg.server_ports.contains(&p)
+    }
+
+    /// Which endpoint of a segment of an unknown connection is the client.
+    fn client_of(&self, port: Port, seg: &Segment<'_>) -> (Endpoint, Endpoint) {
+        let (s, d) = (seg.src, seg.dst);
+        match port {
+            Port::Client => return (s, d),
+            Port::Server => return (d, s),
+            Port::Unknown => {}
+        }
+        if seg.flags.syn {
+            return if seg.flags.ack { (d, s) } else { (s, d) };
+        }
+        match (self.is_server_port(s.port), self.is_server_port(d.port)) {
+            (true, false) => (d, s),
+            (false, true) => (s, d),
+            _ => {
+                if s.port < d.port {
+                    (d, s)
+                } else {
+                    (s, d)
+                }
+            }
+        }
+    }
+
+    fn on_segment(&mut self, now: Timestamp, port: Port, seg: &Segment<'_>) {
+        let f = seg.flags;
+        let mut id = self.flows.lookup(seg.src, seg.dst);
+        // A new SYN on a finished connection's ports starts a new connection.
+        if let (Some(old), true) = (id, f.syn && !f.ack) {
+            let c = self.flows.get(old).expect("looked up");
+            let same_attempt = seg.src == c.client && c.c2s.next_seq() == Some(seg.seq.wrapping_add(1)) && c.state != ConnState::Closed;
+            if !same_attempt && (c.state == ConnState::Closed || c.state == ConnState::Established || seg.src != c.client) {
+                self.close_conn(now, old, CloseReason::Reused);
+                self.flows.remove(old);
+                id = None;
+            }
+        }
+        let id = match id {
+            Some(id) => id,
+            None => {
+                if !(f.syn || !seg.payload.is_empty()) || f.rst {
+                    self.stats.untracked_segments += 1;
+                    return;
+                }
+                let (client, server) = self.client_of(port, seg);
+                if !self.cfg.server_ports.is_empty() && !self.is_server_port(server.port) {
+                    self.stats.other_port_segments += 1;
+                    return;
+                }
+                let midstream = !f.syn;
+                if self.flows.is_full() {
+                    if let Some(victim) = self.flows.eviction_candidate() {
+                        self.close_conn(now, victim, CloseReason::Evicted);
+                        self.flows.remove(victim);
+                        self.stats.connections_evicted += 1;
+                    }
+                }
+                let http = HttpOptions { scan_embeds: self.cfg.scan_embeds, detect: self.cfg.server_ports.is_empty() };
+                let id = self.flows.insert(now, client, server, midstream, Some(http));
+                self.stats.connections += 1;
+                if midstream {
+                    self.stats.connections_midstream += 1;
+                }
+                self.timers.push(Reverse((now + self.cfg.idle_timeout, id, TimerKind::Idle)));
+                id
+            }
+        };
+        let mut notes = std::mem::take(&mut self.notes);
+        let mut http_events = std::mem::take(&mut self.http_events);
+        let c = self.flows.get_mut(id).expect("live id");
+        let before_retx = c.c2s.retransmits + c.s2c.retransmits;
+        let before_gap = c.c2s.gap_bytes + c.s2c.gap_bytes;
+        c.on_segment(now, seg, &mut notes, &mut http_events);
+        self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
+        self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
+        let mut close: Option<CloseReason> = None;
+        for note in notes.drain(..) {
+            match note {
+                FlowNote::Syn { retransmission } => {
+                    if retransmission {
+                        self.stats.syn_retransmissions += 1;
+                    } else {
+                        self.timers.push(Reverse((now + self.cfg.pageview.connect_timeout, id, TimerKind::Connect)));
+                    }
+                    let client = self.flows.get(id).expect("live").client.ip;
+                    self.pageviews.on_syn(now, id, client, retransmission);
+                }
+                FlowNote::SynAck { retransmission } => {
+                    if retransmission {
+                        self.stats.synack_retransmissions += 1;
+                    }
+                    self.pageviews.on_synack(now, id);
+                }
+                FlowNote::Established => {
+                    let c = self.flows.get(id).expect("live");
+                    let (client, rtt) = (c.client.ip, c.rtt());
+                    self.pageviews.on_established(now, id, client, rtt);
+                }
+                FlowNote::Refused => close = Some(CloseReason::Refused),
+                FlowNote::Rst => close = Some(CloseReason::Rst),
+                FlowNote::Fin(_) => {
+                    if self.flows.get(id).expect("live").both_fins() {
+                        close = Some(CloseReason::Fin);
+                    }
+                }
+            }
+        }
+        self.notes = notes;
+        self.process_http(now, id, &mut http_events);
+        self.http_events = http_events;
+        if let Some(reason) = close {
+            self.close_conn(now, id, reason);
+            if reason == CloseReason::Refused {
+                self.flows.remove(id);
+            }
+        }
+        self.collect_pageviews();
+    }
+
+    fn process_http(&mut self, now: Timestamp, id: ConnId, evs: &mut Vec<HttpEvent>) {
+        for ev in evs.drain(..) {
+            match ev {
+                HttpEvent::Request { depth } => {
+                    let c = self.flows.get(id).expect("live");
+                    let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else { continue };
+                    let Some(head) = txn.request.as_ref() else { continue };
+                    let info = RequestInfo {
+                        conn: id,
+                        client: c.client.ip,
+                        server: c.server.to_string(),
+                        depth,
+                        head,
+                        ts: txn.request_ts,
+                        conn_first_syn: c.hs.first_syn,
+                        conn_established: c.hs.established,
+                        conn_syns: c.hs.syns,
+                        conn_synacks: c.hs.synacks,
+                        conn_first_synack: c.hs.first_synack,
+                        rtt: c.rtt(),
+                    };
+                    self.pageviews.on_request(now, &info);
+                }
+                HttpEvent::ResponseHead { depth } => {
+                    let c = self.flows.get(id).expect("live");
+                    let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else { continue };
+                    let encoded = txn.response.as_ref().is_some_and(|r| r.encoded);
+                    let first = txn.response_first_ts.unwrap_or(now);
+                    let html = txn.is_html();
+                    self.pageviews.on_response_head(first, id, depth, html, encoded);
+                }
+                HttpEvent::Embeds { depth, refs } => self.pageviews.on_embeds(now, id, depth, &refs),
+                HttpEvent::Done(txn) => self.txn_done(now, id, txn),
+            }
+        }
+        if let Some(c) = self.flows.get(id) {
+            if c.http.as_ref().is_some_and(|h| h.not_http) {
+                // Counted once: the parser is dropped.
+                self.stats.connections_not_http += 1;
+                if let Some(c) = self.flows.get_mut(id) {
+                    c.http = None;
+                }
+            }
+        }
+    }
+
+    fn txn_done(&mut self, now: Timestamp, id: ConnId, txn: Box<Txn>) {
+        let c = self.flows.get(id).expect("live");
+        let (client, server) = (c.client, c.server);
+        let pv = self.pageviews.on_txn_done(now, id, txn.depth, txn.response_first_ts, txn.response_last_ts);
+        self.stats.transactions += 1;
+        if !txn.anomalies.is_empty() {
+            self.stats.transactions_with_anomalies += 1;
+        }
+        let req = txn.request.as_ref();
+        let resp = txn.response.as_ref();
+        self.events.push_back(Event::Transaction(TransactionRecord {
+            ts: txn.request_ts.as_secs_f64(),
+            client: client.to_string(),
+            server: server.to_string(),
+            depth: txn.depth,
+            method: req.map(|r| r.method.clone()),
+            host: req.and_then(|r| r.host.clone()),
+            uri: req.map(|r| r.uri.clone()),
+            referrer: req.and_then(|r| r.referrer.clone()),
+            version: req.map(|r| r.version.as_str().to_string()),
+            status: resp.map(|r| r.status),
+            info_status: txn.interim,
+            request_body_len: txn.request_body_len,
+            response_body_len: txn.response_body_len,
+            content_type: resp.and_then(|r| r.content_type.clone()),
+            request_ts: txn.request_ts.as_secs_f64(),
+            response_first_ts: txn.response_first_ts.map(|t| t.as_secs_f64()),
+            response_last_ts: txn.response_last_ts.map(|t| t.as_secs_f64()),
+            pageview: pv,
+            anomalies: txn.anomalies.labels().collect(),
+        }));
+    }
+
+    /// Close a connection: flush HTTP, tell the pageviews. It stays in the table (Closed) until
+    /// its linger expires, unless the caller removes it.
+    fn close_conn(&mut self, now: Timestamp, id: ConnId, reason: CloseReason) {
+        let mut evs = std::mem::take(&mut self.http_events);
+        let Some(c) = self.flows.get_mut(id) else { return };
+        if c.state == ConnState::Closed {
+            return;
+        }
+        let never_established = !c.was_established();
+        c.close(now, &mut evs);
+        let client = c.client.ip;
+        let first_syn = c.hs.first_syn;
+        let syns = c.hs.syns;
+        self.process_http(now, id, &mut evs);
+        self.http_events = evs;
+        let failed = match (reason, never_established, first_syn) {
+            (CloseReason::ConnectTimeout, _, Some(s)) => Some((s, s + self.cfg.pageview.connect_timeout, syns)),
+            (CloseReason::Refused, _, Some(s)) => Some((s, now, syns)),
+            _ => None,
+        };
+        if failed.is_some() {
+            self.stats.connections_failed += 1;
+        }
+        self.pageviews.on_conn_closed(now, id, client, failed);
+        self.collect_pageviews();
+    }
+
+    fn collect_pageviews(&mut self) {
+        for pv in self.pageviews.take_done() {
+            self.stats.pageviews += 1;
+            self.events.push_back(Event::Pageview(pv));
+        }
+    }
+
+    /// The client address of a tracked connection (for drivers and tests).
+    pub fn client_of_conn(&self, a: Endpoint, b: Endpoint) -> Option<IpAddr> {
+        self.flows.lookup(a, b).and_then(|id| self.flows.get(id)).map(|c| c.client.ip)
+    }
+}

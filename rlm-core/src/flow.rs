@@ -1,0 +1,695 @@
+//! Flow: TCP connections tracked in both directions from the segments seen.
+//!
+//! Tolerant by design: it follows handshakes (counting and timing SYN and
+//! SYN/ACK retransmissions), puts segments back in order through a small
+//! bounded out-of-order buffer, skips retransmitted bytes, declares a gap
+//! when a hole is never filled (capture loss) and copes with connections
+//! that started before the capture did. The table is bounded; the
+//! least-recently-seen connections are evicted when it is full.
+
+use std::time::Duration;
+
+use ahash::AHashMap;
+
+use crate::http::{HttpConn, HttpEvent};
+use crate::time::Timestamp;
+use crate::wire::{Endpoint, Segment};
+
+/// Out-of-order data held per direction before a hole is declared a gap.
+pub const MAX_OOO_BYTES: usize = 256 * 1024;
+pub const MAX_OOO_SEGMENTS: usize = 64;
+/// Segments further ahead than this are not plausible for this connection.
+const MAX_AHEAD: u32 = 64 * 1024 * 1024;
+
+/// Which way a segment travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    ToServer,
+    ToClient,
+}
+
+/// Sequence comparison modulo 2^32.
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// One direction's byte stream.
+#[derive(Debug, Default)]
+pub struct HalfStream {
+    started: bool,
+    /// Next sequence number expected in order.
+    next: u32,
+    fin_seen: bool,
+    /// Payload bytes delivered in order (excluding gaps).
+    pub bytes: u64,
+    /// Bytes declared missing.
+    pub gap_bytes: u64,
+    /// Segments that repeated data already delivered.
+    pub retransmits: u32,
+    /// Time of the last segment that carried new data.
+    pub last_data: Option<Timestamp>,
+    ooo: Option<Box<OooBuf>>,
+}
+
+#[derive(Debug, Default)]
+struct OooBuf {
+    /// (seq, data), sorted by seq.
+    segs: Vec<(u32, Vec<u8>)>,
+    bytes: usize,
+}
+
+/// A piece of a direction's stream, in order.
+pub enum Chunk<'a> {
+    Data(&'a [u8]),
+    Gap(u64),
+}
+
+impl HalfStream {
+    fn start_at(&mut self, next: u32) {
+        self.started = true;
+        self.next = next;
+    }
+
+    /// Next expected sequence number, once started.
+    pub fn next_seq(&self) -> Option<u32> {
+        self.started.then_some(self.next)
+    }
+
+    /// Take a segment's payload; call `sink` with what is now in order.
+    fn accept(&mut self, now: Timestamp, seq: u32, payload: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) {
+        if payload.is_empty() {
+            return;
+        }
+        if !self.started {
+            self.start_at(seq);
+        }
+        let ahead = seq.wrapping_sub(self.next);
+        if ahead == 0 || seq_lt(seq, self.next) {
+            let skip = self.next.wrapping_sub(seq) as usize;
+            if skip >= payload.len() {
+                self.retransmits += 1;
+                return;
+            }
+            if skip > 0 {
+                self.retransmits += 1;
+            }
+            self.deliver(now, &payload[skip..], sink);
+            self.flush_ooo(now, sink);
+        } else if ahead < MAX_AHEAD {
+            let ooo = self.ooo.get_or_insert_with(Default::default);
+            if ooo.segs.len() >= MAX_OOO_SEGMENTS || ooo.bytes + payload.len() > MAX_OOO_BYTES {
+                // Too much waiting on one hole: the hole is a capture gap.
+                let first = ooo.segs.first().map(|s| s.0).unwrap_or(seq);
+                let to = if seq_lt(seq, first) { seq } else { first };
+                self.gap_to(to, sink);
+                self.flush_ooo(now, sink);
+                self.accept(now, seq, payload, sink);
+                return;
+            }
+            match ooo.segs.binary_search_by(|(s, _)| if seq_lt(*s, seq) { std::cmp::Ordering::Less } else if *s == seq { std::cmp::Ordering::Equal } else { std::cmp::Ordering::Greater }) {
+                Ok(i) => {
+                    if ooo.segs[i].1.len() < payload.len() {
+                        ooo.bytes += payload.len() - ooo.segs[i].1.len();
+                        ooo.segs[i].1 = payload.to_vec();
+                    } else {
+                        self.retransmits += 1;
+                    }
+                }
+                Err(i) => {
+                    ooo.bytes += payload.len();
+                    ooo.segs.insert(i, (seq, payload.to_vec()));
+                }
+            }
+        }
+        // else: far outside any window we could be in; ignored.
+    }
+
+    fn deliver(&mut self, now: Timestamp, data: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) {
+        self.next = self.next.wrapping_add(data.len() as u32);
+        self.bytes += data.len() as u64;
+        self.last_data = Some(now);
+        sink(Chunk::Data(data));
+    }
+
+    fn gap_to(&mut self, to: u32, sink: &mut dyn FnMut(Chunk<'_>)) {
+        let len = to.wrapping_sub(self.next);
+        if len > 0 && len < MAX_AHEAD {
+            self.next = to;
+            self.gap_bytes += len as u64;
+            sink(Chunk::Gap(len as u64));
+        }
+    }
+
+    fn flush_ooo(&mut self, now: Timestamp, sink: &mut dyn FnMut(Chunk<'_>)) {
+        loop {
+            let Some(ooo) = self.ooo.as_mut() else { return };
+            let Some((seq, _)) = ooo.segs.first() else {
+                self.ooo = None;
+                return;
+            };
+            if seq_lt(self.next, *seq) {
+                return;
+            }
+            let (seq, data) = ooo.segs.remove(0);
+            ooo.bytes -= data.len();
+            let skip = self.next.wrapping_sub(seq) as usize;
+            if skip < data.len() {
+                self.deliver(now, &data[skip..], sink);
+            }
+        }
+    }
+
+    /// The peer acknowledged up to `ack`: bytes before it that we never saw were lost by the capture.
+    fn on_peer_ack(&mut self, now: Timestamp, ack: u32, sink: &mut dyn FnMut(Chunk<'_>)) {
+        if !self.started || self.fin_seen {
+            return;
+        }
+        let ahead = ack.wrapping_sub(self.next);
+        // More than one byte (one could be a FIN we did not see), within reason.
+        if ahead > 1 && ahead < MAX_AHEAD {
+            while let Some(first) = self.ooo.as_ref().and_then(|o| o.segs.first().map(|s| s.0)) {
+                if seq_lt(first, ack) {
+                    self.gap_to(first, sink);
+                    self.flush_ooo(now, sink);
+                } else {
+                    break;
+                }
+            }
+            if seq_lt(self.next, ack.wrapping_sub(1)) {
+                self.gap_to(ack, sink);
+                self.flush_ooo(now, sink);
+            }
+        }
+    }
+
+    /// Anything still waiting in the out-of-order buffer is delivered after a gap (end of connection).
+    fn flush_all(&mut self, now: Timestamp, sink: &mut dyn FnMut(Chunk<'_>)) {
+        while let Some(first) = self.ooo.as_ref().and_then(|o| o.segs.first().map(|s| s.0)) {
+            self.gap_to(first, sink);
+            self.flush_ooo(now, sink);
+        }
+        self.ooo = None;
+    }
+}
+
+/// Handshake timing, as seen at the appliance.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Handshake {
+    pub first_syn: Option<Timestamp>,
+    pub last_syn: Option<Timestamp>,
+    pub syns: u16,
+    pub first_synack: Option<Timestamp>,
+    pub last_synack: Option<Timestamp>,
+    pub synacks: u16,
+    /// The client's ACK that completed the handshake (or the first data, if that ACK was not seen).
+    pub established: Option<Timestamp>,
+}
+
+impl Handshake {
+    /// SYN retransmissions (SYNs after the first).
+    pub fn syn_retransmissions(&self) -> u16 {
+        self.syns.saturating_sub(1)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnState {
+    SynSent,
+    SynReceived,
+    Established,
+    /// Closed by FINs or RST; kept briefly to absorb stragglers.
+    Closed,
+}
+
+/// Why a connection left the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    Fin,
+    Rst,
+    /// The server answered the SYN with a RST (connection refused).
+    Refused,
+    /// The handshake never completed within the client's connect timeout.
+    ConnectTimeout,
+    Idle,
+    Evicted,
+    /// The driver is shutting down (end of capture).
+    Shutdown,
+    /// The port was reused by a new connection (a new SYN).
+    Reused,
+}
+
+impl CloseReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            CloseReason::Fin => "fin",
+            CloseReason::Rst => "rst",
+            CloseReason::Refused => "refused",
+            CloseReason::ConnectTimeout => "connect_timeout",
+            CloseReason::Idle => "idle",
+            CloseReason::Evicted => "evicted",
+            CloseReason::Shutdown => "shutdown",
+            CloseReason::Reused => "reused",
+        }
+    }
+    /// Whether the connection never got established from the client's point of view.
+    pub fn is_failure(self) -> bool {
+        matches!(self, CloseReason::Refused | CloseReason::ConnectTimeout)
+    }
+}
+
+/// What a segment did to a connection, for the layers above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowNote {
+    Syn { retransmission: bool },
+    SynAck { retransmission: bool },
+    Established,
+    Refused,
+    Fin(Dir),
+    Rst,
+}
+
+/// How a connection's bytes are read as HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// Scan HTML/CSS bodies for embedded objects.
+    pub scan_embeds: bool,
+    /// Stop parsing if the first bytes are not HTTP (when any port may carry HTTP).
+    pub detect: bool,
+}
+
+/// One tracked TCP connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub client: Endpoint,
+    pub server: Endpoint,
+    pub state: ConnState,
+    pub hs: Handshake,
+    pub c2s: HalfStream,
+    pub s2c: HalfStream,
+    pub first_seen: Timestamp,
+    pub last_seen: Timestamp,
+    /// The capture joined after the connection started.
+    pub midstream: bool,
+    /// Round-trip time client↔appliance, from the handshake (SYN/ACK → ACK), in microseconds.
+    pub rtt_us: Option<u32>,
+    pub http: Option<HttpConn>,
+    /// Set by the engine: the pageview this connection is attached to and its index there.
+    pub pageview: Option<(u64, u16)>,
+    /// Timer generation, so stale timers are recognised.
+    pub gen: u32,
+}
+
+impl Conn {
+    fn new(now: Timestamp, client: Endpoint, server: Endpoint, midstream: bool, http: Option<HttpOptions>) -> Conn {
+        Conn {
+            client,
+            server,
+            state: if midstream { ConnState::Established } else { ConnState::SynSent },
+            hs: Handshake::default(),
+            c2s: HalfStream::default(),
+            s2c: HalfStream::default(),
+            first_seen: now,
+            last_seen: now,
+            midstream,
+            rtt_us: None,
+            http: http.map(|o| HttpConn::new(midstream, o.scan_embeds, o.detect)),
+            pageview: None,
+            gen: 0,
+        }
+    }
+
+    pub fn rtt(&self) -> Option<Duration> {
+        self.rtt_us.map(|us| Duration::from_micros(us as u64))
+    }
+
+    pub fn dir_of(&self, seg: &Segment<'_>) -> Dir {
+        if seg.src == self.client {
+            Dir::ToServer
+        } else {
+            Dir::ToClient
+        }
+    }
+
+    /// Whether this connection ever completed its handshake (or was joined established).
+    pub fn was_established(&self) -> bool {
+        self.hs.established.is_some() || self.midstream
+    }
+
+    /// Process one segment of this connection.
+    pub fn on_segment(&mut self, now: Timestamp, seg: &Segment<'_>, notes: &mut Vec<FlowNote>, http_out: &mut Vec<HttpEvent>) {
+        self.last_seen = now;
+        let dir = self.dir_of(seg);
+        let f = seg.flags;
+        if self.state == ConnState::Closed {
+            return;
+        }
+        if f.rst {
+            if self.state == ConnState::SynSent && dir == Dir::ToClient {
+                notes.push(FlowNote::Refused);
+            } else {
+                notes.push(FlowNote::Rst);
+            }
+            return;
+        }
+        match dir {
+            Dir::ToServer => {
+                if f.syn && !f.ack {
+                    let retransmission = self.hs.syns > 0;
+                    self.hs.syns = self.hs.syns.saturating_add(1);
+                    self.hs.first_syn.get_or_insert(now);
+                    self.hs.last_syn = Some(now);
+                    if !self.c2s.started {
+                        self.c2s.start_at(seg.seq.wrapping_add(1));
+                    }
+                    notes.push(FlowNote::Syn { retransmission });
+                    return;
+                }
+                if self.state == ConnState::SynReceived && f.ack && self.s2c.next_seq() == Some(seg.ack) {
+                    self.establish(now, true);
+                    notes.push(FlowNote::Established);
+                }
+            }
+            Dir::ToClient => {
+                if f.syn && f.ack {
+                    let retransmission = self.hs.synacks > 0;
+                    self.hs.synacks = self.hs.synacks.saturating_add(1);
+                    self.hs.first_synack.get_or_insert(now);
+                    self.hs.last_synack = Some(now);
+                    if !self.s2c.started {
+                        self.s2c.start_at(seg.seq.wrapping_add(1));
+                    }
+                    if self.state == ConnState::SynSent {
+                        self.state = ConnState::SynReceived;
+                    }
+                    notes.push(FlowNote::SynAck { retransmission });
+                    return;
+                }
+            }
+        }
+        if !seg.payload.is_empty() && matches!(self.state, ConnState::SynSent | ConnState::SynReceived) {
+            // Data before we saw the handshake finish: the ACK was not captured.
+            self.establish(now, false);
+            notes.push(FlowNote::Established);
+        }
+        let (this, other) = match dir {
+            Dir::ToServer => (&mut self.c2s, &mut self.s2c),
+            Dir::ToClient => (&mut self.s2c, &mut self.c2s),
+        };
+        let http = &mut self.http;
+        let mut sink = |c: Chunk<'_>, d: Dir| {
+            if let Some(h) = http.as_mut() {
+                match (c, d) {
+                    (Chunk::Data(b), Dir::ToServer) => h.on_client_data(now, b, http_out),
+                    (Chunk::Data(b), Dir::ToClient) => h.on_server_data(now, b, http_out),
+                    (Chunk::Gap(n), Dir::ToServer) => h.on_client_gap(n),
+                    (Chunk::Gap(n), Dir::ToClient) => h.on_server_gap(now, n, http_out),
+                }
+            }
+        };
+        if f.ack {
+            other.on_peer_ack(now, seg.ack, &mut |c| sink(c, opposite(dir)));
+        }
+        this.accept(now, seg.seq, seg.payload, &mut |c| sink(c, dir));
+        if f.fin && !this.fin_seen {
+            let fin_seq = seg.seq.wrapping_add(seg.payload.len() as u32);
+            if !this.started {
+                this.start_at(fin_seq);
+            }
+            if !seq_lt(this.next, fin_seq) {
+                this.fin_seen = true;
+                this.next = fin_seq.wrapping_add(1);
+                if let Some(h) = self.http.as_mut() {
+                    match dir {
+                        Dir::ToServer => h.on_client_end(http_out),
+                        Dir::ToClient => h.on_server_end(now, http_out),
+                    }
+                }
+                notes.push(FlowNote::Fin(dir));
+            }
+        }
+    }
+
+    fn establish(&mut self, now: Timestamp, by_ack: bool) {
+        self.state = ConnState::Established;
+        self.hs.established = Some(now);
+        if by_ack {
+            if let Some(sa) = self.hs.last_synack {
+                self.rtt_us = Some(now.saturating_since(sa).as_micros().min(u32::MAX as u128) as u32);
+            }
+        }
+    }
+
+    /// Both directions finished (FIN each way).
+    pub fn both_fins(&self) -> bool {
+        self.c2s.fin_seen && self.s2c.fin_seen
+    }
+
+    /// End the connection: flush what waits and report every open transaction.
+    pub fn close(&mut self, now: Timestamp, http_out: &mut Vec<HttpEvent>) {
+        if self.state == ConnState::Closed {
+            return;
+        }
+        self.state = ConnState::Closed;
+        let http = &mut self.http;
+        self.c2s.flush_all(now, &mut |c| {
+            if let (Some(h), Chunk::Data(b)) = (http.as_mut(), &c) {
+                h.on_client_data(now, b, http_out);
+            } else if let (Some(h), Chunk::Gap(n)) = (http.as_mut(), c) {
+                h.on_client_gap(n);
+            }
+        });
+        self.s2c.flush_all(now, &mut |c| {
+            if let (Some(h), Chunk::Data(b)) = (http.as_mut(), &c) {
+                h.on_server_data(now, b, http_out);
+            } else if let (Some(h), Chunk::Gap(n)) = (http.as_mut(), c) {
+                h.on_server_gap(now, n, http_out);
+            }
+        });
+        if let Some(h) = self.http.as_mut() {
+            h.close(now, http_out);
+        }
+    }
+}
+
+fn opposite(d: Dir) -> Dir {
+    match d {
+        Dir::ToServer => Dir::ToClient,
+        Dir::ToClient => Dir::ToServer,
+    }
+}
+
+/// Key of a connection regardless of direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowKey(Endpoint, Endpoint);
+
+impl FlowKey {
+    pub fn of(a: Endpoint, b: Endpoint) -> FlowKey {
+        if a <= b {
+            FlowKey(a, b)
+        } else {
+            FlowKey(b, a)
+        }
+    }
+}
+
+/// Handle of a connection in the table: slot and generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId {
+    pub slot: u32,
+    pub gen: u32,
+}
+
+/// The bounded connection table.
+pub struct FlowTable {
+    map: AHashMap<FlowKey, u32>,
+    slots: Vec<Option<Conn>>,
+    free: Vec<u32>,
+    gens: Vec<u32>,
+    capacity: usize,
+    /// Where the next eviction sample starts.
+    clock: usize,
+}
+
+/// How many live slots an eviction looks at to pick the least recently seen.
+const EVICTION_SAMPLE: usize = 16;
+
+impl FlowTable {
+    pub fn new(capacity: usize) -> FlowTable {
+        FlowTable { map: AHashMap::new(), slots: Vec::new(), free: Vec::new(), gens: Vec::new(), capacity: capacity.max(1), clock: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn lookup(&self, a: Endpoint, b: Endpoint) -> Option<ConnId> {
+        self.map.get(&FlowKey::of(a, b)).map(|&slot| ConnId { slot, gen: self.gens[slot as usize] })
+    }
+
+    pub fn get(&self, id: ConnId) -> Option<&Conn> {
+        (self.gens.get(id.slot as usize) == Some(&id.gen)).then(|| self.slots[id.slot as usize].as_ref()).flatten()
+    }
+
+    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        if self.gens.get(id.slot as usize) == Some(&id.gen) {
+            self.slots[id.slot as usize].as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Whether inserting needs an eviction first.
+    pub fn is_full(&self) -> bool {
+        self.map.len() >= self.capacity
+    }
+
+    /// The least recently seen of a sample of connections (sampled LRU, deterministic).
+    pub fn eviction_candidate(&mut self) -> Option<ConnId> {
+        let n = self.slots.len();
+        if n == 0 {
+            return None;
+        }
+        let mut best: Option<(Timestamp, u32)> = None;
+        let mut looked = 0;
+        let mut i = 0;
+        while looked < EVICTION_SAMPLE && i < n {
+            let slot = (self.clock + i) % n;
+            if let Some(c) = &self.slots[slot] {
+                looked += 1;
+                // Closed connections go first.
+                let key = if c.state == ConnState::Closed { Timestamp::ZERO } else { c.last_seen };
+                if best.is_none_or(|(t, _)| key < t) {
+                    best = Some((key, slot as u32));
+                }
+            }
+            i += 1;
+        }
+        self.clock = (self.clock + i) % n;
+        best.map(|(_, slot)| ConnId { slot, gen: self.gens[slot as usize] })
+    }
+
+    /// Insert a new connection (the caller evicted first if full).
+    pub fn insert(&mut self, now: Timestamp, client: Endpoint, server: Endpoint, midstream: bool, http: Option<HttpOptions>) -> ConnId {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.gens.push(0);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let gen = self.gens[slot as usize];
+        let mut c = Conn::new(now, client, server, midstream, http);
+        c.gen = gen;
+        self.slots[slot as usize] = Some(c);
+        self.map.insert(FlowKey::of(client, server), slot);
+        ConnId { slot, gen }
+    }
+
+    /// Remove a connection; returns it.
+    pub fn remove(&mut self, id: ConnId) -> Option<Conn> {
+        if self.gens.get(id.slot as usize) != Some(&id.gen) {
+            return None;
+        }
+        let c = self.slots[id.slot as usize].take()?;
+        self.map.remove(&FlowKey::of(c.client, c.server));
+        self.gens[id.slot as usize] = id.gen.wrapping_add(1);
+        self.free.push(id.slot);
+        Some(c)
+    }
+
+    /// All live connection ids, in slot order.
+    pub fn ids(&self) -> Vec<ConnId> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_some())
+            .map(|(i, _)| ConnId { slot: i as u32, gen: self.gens[i] })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(h: &mut HalfStream, segs: &[(u32, &[u8])]) -> (Vec<u8>, u64) {
+        let mut data = Vec::new();
+        let mut gaps = 0;
+        for (seq, p) in segs {
+            h.accept(Timestamp::ZERO, *seq, p, &mut |c| match c {
+                Chunk::Data(b) => data.extend_from_slice(b),
+                Chunk::Gap(n) => gaps += n,
+            });
+        }
+        (data, gaps)
+    }
+
+    #[test]
+    fn reorders_and_drops_retransmissions() {
+        let mut h = HalfStream::default();
+        h.start_at(100);
+        let (d, g) = collect(&mut h, &[(106, b"world"), (100, b"hello "), (100, b"hello "), (103, b"lo wo")]);
+        assert_eq!(d, b"hello world");
+        assert_eq!(g, 0);
+        assert_eq!(h.retransmits, 2);
+    }
+
+    #[test]
+    fn sequence_wraparound() {
+        let mut h = HalfStream::default();
+        h.start_at(u32::MAX - 2);
+        let (d, _) = collect(&mut h, &[(0, b"def"), (u32::MAX - 2, b"abc"), (3, b"g")]);
+        assert_eq!(d, b"abcdefg");
+    }
+
+    #[test]
+    fn peer_ack_past_a_hole_declares_a_gap() {
+        let mut h = HalfStream::default();
+        h.start_at(0);
+        let (_, _) = collect(&mut h, &[(0, b"aa"), (10, b"bb")]);
+        let mut out = Vec::new();
+        h.on_peer_ack(Timestamp::ZERO, 12, &mut |c| match c {
+            Chunk::Data(b) => out.push(format!("d{}", b.len())),
+            Chunk::Gap(n) => out.push(format!("g{n}")),
+        });
+        assert_eq!(out, vec!["g8", "d2"]);
+        assert_eq!(h.gap_bytes, 8);
+    }
+
+    #[test]
+    fn overflowing_ooo_buffer_becomes_a_gap() {
+        let mut h = HalfStream::default();
+        h.start_at(0);
+        let big = vec![b'x'; 1000];
+        let mut segs: Vec<(u32, &[u8])> = Vec::new();
+        for i in 0..(MAX_OOO_SEGMENTS as u32 + 2) {
+            segs.push((1000 + i * 1000, &big));
+        }
+        let (d, g) = collect(&mut h, &segs);
+        assert_eq!(g, 1000);
+        assert_eq!(d.len(), (MAX_OOO_SEGMENTS + 2) * 1000);
+    }
+
+    #[test]
+    fn table_evicts_and_reuses_slots_with_new_generation() {
+        let ep = |p| Endpoint { ip: "10.0.0.1".parse().unwrap(), port: p };
+        let srv = Endpoint { ip: "10.9.0.1".parse().unwrap(), port: 80 };
+        let mut t = FlowTable::new(2);
+        let a = t.insert(Timestamp(1), ep(1), srv, false, Some(HttpOptions { scan_embeds: true, detect: false }));
+        let _b = t.insert(Timestamp(2), ep(2), srv, false, Some(HttpOptions { scan_embeds: true, detect: false }));
+        assert!(t.is_full());
+        let victim = t.eviction_candidate().unwrap();
+        assert_eq!(victim, a, "least recently seen goes first");
+        t.remove(victim).unwrap();
+        let c = t.insert(Timestamp(3), ep(3), srv, false, Some(HttpOptions { scan_embeds: true, detect: false }));
+        assert_eq!(c.slot, a.slot);
+        assert_ne!(c.gen, a.gen);
+        assert!(t.get(a).is_none(), "stale handle must not reach the new connection");
+        assert_eq!(t.lookup(srv, ep(3)), Some(c));
+    }
+}
