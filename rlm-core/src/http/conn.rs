@@ -91,7 +91,7 @@ enum Stream {
     Chunked(ChunkedDecoder),
     UntilClose,
     /// Discarding bytes until something that looks like the start of a message at a line start.
-    Resync { at_line_start: bool },
+    Resync,
     Tunnel,
 }
 
@@ -124,7 +124,7 @@ impl HttpConn {
     /// `midstream`: the capture joined the connection after it started, so both streams must
     /// first find a message boundary. `scan`: feed HTML/CSS bodies to the embed scanner.
     pub fn new(midstream: bool, scan: bool, detect: bool) -> HttpConn {
-        let start = if midstream { Stream::Resync { at_line_start: false } } else { Stream::Head };
+        let start = if midstream { Stream::Resync } else { Stream::Head };
         HttpConn {
             req: start,
             resp: start,
@@ -189,7 +189,7 @@ impl HttpConn {
                         HeadTake::NeedMore => d = &[],
                         HeadTake::TooLarge => {
                             self.flag_last(Anomalies::HEAD_TOO_LARGE);
-                            self.req = Stream::Resync { at_line_start: false };
+                            self.req = Stream::Resync;
                             d = &[];
                         }
                         HeadTake::Complete { head, consumed } => {
@@ -241,19 +241,16 @@ impl HttpConn {
                             d = &d[consumed..];
                             self.flag_last(Anomalies::BAD_CHUNKING);
                             self.request_done(out);
-                            self.req = Stream::Resync { at_line_start: false };
+                            self.req = Stream::Resync;
                         }
                     }
                 }
-                Stream::Resync { at_line_start } => match resync(d, at_line_start, |s| looks_like_request(s)) {
-                    (Some(p), _) => {
+                Stream::Resync => match resync(d, looks_like_request) {
+                    Some(p) => {
                         d = &d[p..];
                         self.req = Stream::Head;
                     }
-                    (None, ends_line) => {
-                        self.req = Stream::Resync { at_line_start: ends_line };
-                        d = &[];
-                    }
+                    None => d = &[],
                 },
                 Stream::UntilClose | Stream::Tunnel => d = &[],
             }
@@ -290,7 +287,7 @@ impl HttpConn {
                         HeadTake::NeedMore | HeadTake::SimpleRequest { .. } => d = &[],
                         HeadTake::TooLarge => {
                             self.note_response_anomaly(Anomalies::HEAD_TOO_LARGE);
-                            self.resp = Stream::Resync { at_line_start: false };
+                            self.resp = Stream::Resync;
                             d = &[];
                         }
                         HeadTake::Complete { head, consumed } => {
@@ -328,7 +325,7 @@ impl HttpConn {
                             d = &d[consumed..];
                             self.note_response_anomaly(Anomalies::BAD_CHUNKING);
                             self.response_done(now, out);
-                            self.resp = Stream::Resync { at_line_start: false };
+                            self.resp = Stream::Resync;
                         }
                     }
                 }
@@ -336,15 +333,12 @@ impl HttpConn {
                     self.response_body(now, d, out);
                     d = &[];
                 }
-                Stream::Resync { at_line_start } => match resync(d, at_line_start, |s| s.len() >= 5 && s[..5].eq_ignore_ascii_case(b"HTTP/")) {
-                    (Some(p), _) => {
+                Stream::Resync => match resync(d, |s| s.len() >= 5 && s[..5].eq_ignore_ascii_case(b"HTTP/")) {
+                    Some(p) => {
                         d = &d[p..];
                         self.resp = Stream::Head;
                     }
-                    (None, ends_line) => {
-                        self.resp = Stream::Resync { at_line_start: ends_line };
-                        d = &[];
-                    }
+                    None => d = &[],
                 },
                 Stream::Tunnel => d = &[],
             }
@@ -386,7 +380,7 @@ impl HttpConn {
             _ => {
                 self.flag_last(Anomalies::CAPTURE_GAP);
                 self.req_buf.clear();
-                self.req = Stream::Resync { at_line_start: false };
+                self.req = Stream::Resync;
             }
         }
         if let Some(t) = self.pending.back_mut() {
@@ -414,7 +408,7 @@ impl HttpConn {
             Stream::Tunnel => {}
             _ => {
                 self.resp_buf.clear();
-                self.resp = Stream::Resync { at_line_start: false };
+                self.resp = Stream::Resync;
             }
         }
     }
@@ -449,7 +443,7 @@ impl HttpConn {
             Ok(req) => self.push_request(req, out),
             Err(_) => {
                 self.flag_last(Anomalies::BAD_REQUEST_HEAD);
-                self.req = Stream::Resync { at_line_start: true };
+                self.req = Stream::Resync;
             }
         }
     }
@@ -548,7 +542,7 @@ impl HttpConn {
             Ok(x) => x,
             Err(_) => {
                 self.note_response_anomaly(Anomalies::BAD_RESPONSE_HEAD);
-                self.resp = Stream::Resync { at_line_start: true };
+                self.resp = Stream::Resync;
                 return;
             }
         };
@@ -671,22 +665,19 @@ fn looks_like_request(s: &[u8]) -> bool {
     matches!(sp, Some(n) if head::is_method_token(&s[..n]))
 }
 
-/// Find the first line start in `d` at which `matches` holds. Returns its position, and
-/// (when none) whether `d` ends at a line start.
-fn resync(d: &[u8], at_line_start: bool, matches: impl Fn(&[u8]) -> bool) -> (Option<usize>, bool) {
-    if at_line_start && matches(d) {
-        return (Some(0), false);
+/// Find the first line start in `d` at which `matches` holds. The start of `d` counts as a
+/// line start too: `d` begins a segment, and senders start messages at segment starts.
+fn resync(d: &[u8], matches: impl Fn(&[u8]) -> bool) -> Option<usize> {
+    if matches(d) {
+        return Some(0);
     }
     let mut i = 0;
     while let Some(p) = memchr::memchr(b'\n', &d[i..]) {
         let start = i + p + 1;
         if start < d.len() && matches(&d[start..]) {
-            return (Some(start), false);
+            return Some(start);
         }
         i = start;
-        if i >= d.len() {
-            return (None, true);
-        }
     }
-    (None, false)
+    None
 }

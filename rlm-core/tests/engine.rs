@@ -1,0 +1,461 @@
+//! Deterministic engine behaviour: synthetic frames with chosen timestamps in, events out.
+
+use std::time::Duration;
+
+use rlm_core::testkit::TcpConv;
+use rlm_core::{Config, Engine, Event, PageviewRecord, Port, Timestamp, TransactionRecord};
+
+/// Appliance-side time base (seconds), so client-side estimates never go below zero.
+const BASE_S: u64 = 1_000;
+const RTT_MS: u64 = 80;
+
+struct Run {
+    engine: Engine,
+    tx: Vec<TransactionRecord>,
+    pv: Vec<PageviewRecord>,
+}
+
+fn at(ms: u64) -> Timestamp {
+    Timestamp::from_millis(BASE_S * 1000 + ms)
+}
+
+fn secs(ts: f64) -> f64 {
+    ts - BASE_S as f64
+}
+
+impl Run {
+    fn new() -> Run {
+        Run::with(Config::default())
+    }
+    fn with(cfg: Config) -> Run {
+        Run { engine: Engine::new(cfg), tx: Vec::new(), pv: Vec::new() }
+    }
+    fn advance(&mut self, ms: u64) {
+        let now = at(ms);
+        while let Some(t) = self.engine.poll_timeout() {
+            if t > now {
+                break;
+            }
+            self.engine.handle_timeout(t);
+        }
+        self.drain();
+    }
+    fn feed(&mut self, ms: u64, frame: Vec<u8>) {
+        self.advance(ms);
+        self.engine.handle(at(ms), Port::Unknown, &frame);
+        self.drain();
+    }
+    fn feed_all(&mut self, ms: u64, frames: Vec<Vec<u8>>) {
+        for f in frames {
+            self.feed(ms, f);
+        }
+    }
+    fn drain(&mut self) {
+        while let Some(ev) = self.engine.poll_event() {
+            match ev {
+                Event::Transaction(t) => self.tx.push(t),
+                Event::Pageview(p) => self.pv.push(p),
+            }
+        }
+    }
+    fn finish(&mut self, ms: u64) {
+        self.advance(ms);
+        self.engine.shutdown(at(ms));
+        self.drain();
+    }
+}
+
+fn get(uri: &str, extra: &str) -> Vec<u8> {
+    format!("GET {uri} HTTP/1.1\r\nHost: shop\r\n{extra}\r\n").into_bytes()
+}
+
+fn html_response(body: &str) -> Vec<u8> {
+    format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+fn gif_response(len: usize) -> Vec<u8> {
+    let mut v = format!("HTTP/1.1 200 OK\r\nContent-Type: image/gif\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+    v.extend(std::iter::repeat_n(b'G', len));
+    v
+}
+
+const PAGE: &str = r#"<html><body><img src="/img/a.gif"><p>text</p><img src='img/b.gif'><IMG SRC=/img/c.gif></body></html>"#;
+
+/// Handshake with the client's RTT: SYN and SYN/ACK at `t`, the ACK one RTT later.
+fn handshake(r: &mut Run, c: &mut TcpConv, t: u64) {
+    r.feed(t, c.syn());
+    r.feed(t, c.synack());
+    r.feed(t + RTT_MS, c.ack());
+}
+
+/// One page: container on conn 1, images a and b on conn 2, c on conn 1. Returns (conn1, conn2).
+fn standard_page(r: &mut Run, t0: u64, client: &str) -> (TcpConv, TcpConv) {
+    let mut c1 = TcpConv::new(&format!("{client}:40001"), "10.9.0.1:80");
+    handshake(r, &mut c1, t0);
+    r.feed(t0 + 80, c1.client_data(&get("/index.html", "Accept: text/html\r\n")));
+    r.feed_all(t0 + 100, c1.server_data(&html_response(PAGE)));
+    // The browser parses the page one RTT/2 later, opens its second connection and asks for more.
+    let mut c2 = TcpConv::new(&format!("{client}:40002"), "10.9.0.1:80");
+    r.feed(t0 + 180, c1.client_data(&get("/img/b.gif", "Referer: http://shop/index.html\r\n")));
+    r.feed(t0 + 180, c2.syn());
+    r.feed(t0 + 180, c2.synack());
+    r.feed_all(t0 + 185, c1.server_data(&gif_response(500)));
+    r.feed(t0 + 260, c2.ack());
+    r.feed(t0 + 260, c2.client_data(&get("/img/a.gif", "")));
+    r.feed_all(t0 + 265, c2.server_data(&gif_response(700)));
+    r.feed(t0 + 265, c1.client_data(&get("/img/c.gif", "")));
+    r.feed_all(t0 + 345, c1.server_data(&gif_response(300)));
+    r.feed(t0 + 385, c1.client_ack());
+    (c1, c2)
+}
+
+fn approx(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol
+}
+
+#[test]
+fn pageview_from_container_and_embeds_over_two_connections() {
+    let mut r = Run::new();
+    standard_page(&mut r, 0, "10.4.0.1");
+    assert!(r.pv.is_empty(), "not over before its quiet period");
+    r.advance(5_000);
+    assert_eq!(r.pv.len(), 1, "ended by its linger without shutdown");
+    let p = &r.pv[0];
+    assert_eq!(p.container.as_deref(), Some("/index.html"));
+    assert_eq!(p.objects, 3);
+    assert_eq!(p.expected_objects, 3);
+    assert_eq!(p.connections, 2);
+    assert_eq!(p.failed_connections, 0);
+    assert_eq!(p.syn_retransmissions, 0);
+    // Client's view: first SYN sent RTT/2 before the appliance saw it, last byte arrives RTT/2 after.
+    assert!(approx(secs(p.start_ts), -0.040, 1e-6), "start {}", p.start_ts);
+    assert!(approx(p.rt_s, 0.345 + 0.080, 1e-6), "rt {}", p.rt_s);
+    // Critical path: c.gif ← b.gif ← container on conn 1 ← its handshake.
+    assert!(approx(p.t_conn_s, 0.080, 1e-6), "t_conn {}", p.t_conn_s);
+    assert!(approx(p.t_server_s, 0.020 + 0.005 + 0.080, 1e-6), "t_server {}", p.t_server_s);
+    let kinds: Vec<&str> = p.events.iter().map(|e| e.kind).collect();
+    for k in ["syn", "synack", "ack", "request", "response_head", "last_byte"] {
+        assert!(kinds.contains(&k), "event graph lacks {k}: {kinds:?}");
+    }
+    assert_eq!(p.events.iter().filter(|e| e.kind == "request").count(), 4);
+    assert_eq!(r.tx.len(), 4);
+    assert!(r.tx.iter().all(|t| t.pageview == Some(p.id)));
+}
+
+#[test]
+fn syn_retransmission_is_counted_and_charged() {
+    let mut r = Run::new();
+    let mut c1 = TcpConv::new("10.4.0.2:40001", "10.9.0.1:80");
+    r.feed(0, c1.syn());
+    r.feed(3_000, c1.syn());
+    r.feed(3_000, c1.synack());
+    r.feed(3_080, c1.ack());
+    r.feed(3_080, c1.client_data(&get("/page", "")));
+    r.feed_all(3_100, c1.server_data(&html_response("<p>no embeds</p>")));
+    r.finish(10_000);
+    assert_eq!(r.pv.len(), 1);
+    let p = &r.pv[0];
+    assert_eq!(p.syn_retransmissions, 1);
+    assert!(approx(p.rt_s, 3.1 + 0.08, 1e-6), "rt {}", p.rt_s);
+    assert!(p.events.iter().any(|e| e.kind == "syn_retransmit"));
+    assert_eq!(r.engine.stats().syn_retransmissions, 1);
+}
+
+#[test]
+fn failed_second_connection_charges_the_connect_timeout() {
+    // 004 Figure 5: the second connection's SYNs are all dropped; everything else comes over the
+    // first; the browser reports the page done only when TCP gives up (21 s).
+    let mut r = Run::new();
+    let mut c1 = TcpConv::new("10.4.0.3:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c1, 0);
+    r.feed(80, c1.client_data(&get("/index.html", "")));
+    r.feed_all(100, c1.server_data(&html_response(PAGE)));
+    let c2 = TcpConv::new("10.4.0.3:40002", "10.9.0.1:80");
+    r.feed(180, c2.syn());
+    r.feed(180, c1.client_data(&get("/img/b.gif", "")));
+    r.feed_all(185, c1.server_data(&gif_response(10)));
+    r.feed(265, c1.client_data(&get("/img/c.gif", "")));
+    r.feed_all(270, c1.server_data(&gif_response(10)));
+    r.feed(3_180, c2.syn());
+    r.feed(9_180, c2.syn());
+    r.advance(21_000);
+    assert!(r.pv.is_empty(), "the page is still loading while the second connection tries");
+    r.advance(30_000);
+    assert_eq!(r.pv.len(), 1);
+    let p = &r.pv[0];
+    assert_eq!(p.failed_connections, 1);
+    assert_eq!(p.syn_retransmissions, 2);
+    assert_eq!(p.objects, 2, "the object tied to the failed connection is never fetched");
+    // Start: first SYN of conn 1 − 40 ms; end: conn 2's first SYN − 40 ms + 21 s.
+    assert!(approx(p.rt_s, 0.180 + 21.0, 1e-6), "rt {}", p.rt_s);
+    assert!(p.events.iter().any(|e| e.kind == "conn_failed"));
+    assert_eq!(r.engine.stats().connections_failed, 1);
+}
+
+#[test]
+fn failed_first_connection_is_a_failed_pageview() {
+    let mut r = Run::new();
+    let c = TcpConv::new("10.4.0.4:40001", "10.9.0.1:80");
+    r.feed(0, c.syn());
+    r.feed(3_000, c.syn());
+    r.feed(9_000, c.syn());
+    r.advance(25_000);
+    assert_eq!(r.pv.len(), 1);
+    let p = &r.pv[0];
+    assert_eq!(p.container, None);
+    assert_eq!(p.failed_connections, 1);
+    assert!(approx(p.rt_s, 21.0, 1e-6));
+}
+
+#[test]
+fn connect_timeout_is_configurable() {
+    let mut cfg = Config::default();
+    cfg.pageview.connect_timeout = Duration::from_secs(127);
+    let mut r = Run::with(cfg);
+    let c = TcpConv::new("10.4.0.5:40001", "10.9.0.1:80");
+    r.feed(0, c.syn());
+    r.advance(100_000);
+    assert!(r.pv.is_empty());
+    r.advance(130_000);
+    assert!(approx(r.pv[0].rt_s, 127.0, 1e-6));
+}
+
+#[test]
+fn refused_connection_fails_at_once() {
+    let mut r = Run::new();
+    let c = TcpConv::new("10.4.0.6:40001", "10.9.0.1:80");
+    r.feed(0, c.syn());
+    r.feed(1, c.refuse());
+    r.advance(2);
+    assert_eq!(r.pv.len(), 1);
+    assert_eq!(r.pv[0].failed_connections, 1);
+    assert!(r.pv[0].rt_s < 0.01);
+}
+
+#[test]
+fn navigation_favicon_and_download_start_their_own_pageviews() {
+    let mut r = Run::new();
+    let (mut c1, _c2) = standard_page(&mut r, 0, "10.4.0.7");
+    // A link click on the kept-alive connection, with the page as Referer.
+    r.feed(2_000, c1.client_data(&get("/next.html", "Referer: http://shop/index.html\r\nAccept: text/html,*/*\r\n")));
+    r.feed_all(2_050, c1.server_data(&html_response("<p>next</p>")));
+    // A favicon nobody listed.
+    r.feed(2_100, c1.client_data(&get("/favicon.ico", "Referer: http://shop/next.html\r\n")));
+    r.feed_all(2_110, c1.server_data(&gif_response(20)));
+    // A download linked from the page: not in its (reliable) embed list.
+    r.feed(6_000, c1.client_data(&get("/files/book.pdf", "Referer: http://shop/next.html\r\nAccept: */*\r\n")));
+    r.feed_all(6_050, c1.server_data(&gif_response(5000)));
+    r.finish(20_000);
+    let containers: Vec<Option<&str>> = r.pv.iter().map(|p| p.container.as_deref()).collect();
+    assert_eq!(containers, vec![Some("/index.html"), Some("/next.html"), Some("/favicon.ico"), Some("/files/book.pdf")]);
+    assert_eq!(r.pv[0].objects, 3, "the click was not swallowed into the first page");
+    // A navigation on a reused connection starts at its request, not at the old SYN.
+    assert!(approx(secs(r.pv[1].start_ts), 2.0 - 0.04, 1e-6), "start {}", r.pv[1].start_ts);
+}
+
+#[test]
+fn preconnected_idle_connection_starts_its_pageview_at_the_request() {
+    let mut r = Run::new();
+    let mut c1 = TcpConv::new("10.4.0.8:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c1, 0);
+    r.feed(80, c1.client_data(&get("/index.html", "")));
+    r.feed_all(100, c1.server_data(&html_response(r#"<img src="/one.gif">"#)));
+    // The browser opens a spare connection and leaves it idle.
+    let mut spare = TcpConv::new("10.4.0.8:40002", "10.9.0.1:80");
+    r.feed(180, spare.syn());
+    r.feed(180, spare.synack());
+    r.feed(180, c1.client_data(&get("/one.gif", "")));
+    r.feed_all(190, c1.server_data(&gif_response(10)));
+    r.feed(260, spare.ack());
+    // Ten seconds later the next page goes out on the spare connection.
+    r.feed(10_000, spare.client_data(&get("/page2.html", "")));
+    r.feed_all(10_050, spare.server_data(&html_response("<p>2</p>")));
+    r.finish(20_000);
+    assert_eq!(r.pv.len(), 2);
+    assert!(approx(r.pv[0].rt_s, 0.190 + 0.08, 1e-6), "first page not stretched by the spare connection: {}", r.pv[0].rt_s);
+    assert!(approx(secs(r.pv[1].start_ts), 10.0 - 0.04, 1e-6), "start {}", r.pv[1].start_ts);
+    assert!(approx(r.pv[1].rt_s, 0.05 + 0.08, 1e-6), "rt {}", r.pv[1].rt_s);
+}
+
+#[test]
+fn loss_retransmission_and_reordering_in_a_container() {
+    let mut r = Run::new();
+    let mut c1 = TcpConv::new("10.4.0.9:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c1, 0);
+    r.feed(80, c1.client_data(&get("/index.html", "")));
+    let segs = c1.server_data_in(&html_response(PAGE), 17);
+    // Deliver out of order, with a duplicate and a late retransmission of a lost one.
+    let mut order: Vec<usize> = (0..segs.len()).collect();
+    order.swap(1, 2);
+    order.swap(3, 5);
+    let lost = order.remove(4);
+    for (k, i) in order.iter().enumerate() {
+        r.feed(100 + k as u64, segs[*i].clone());
+        if k == 2 {
+            r.feed(100 + k as u64, segs[*i].clone());
+        }
+    }
+    r.feed(400, segs[lost].clone());
+    r.finish(10_000);
+    let t = &r.tx[0];
+    assert_eq!(t.status, Some(200));
+    assert_eq!(t.response_body_len, PAGE.len() as u64);
+    assert!(t.anomalies.is_empty(), "{:?}", t.anomalies);
+    assert_eq!(r.pv[0].expected_objects, 3, "every tag found despite the disorder");
+    assert!(r.engine.stats().retransmitted_segments >= 1);
+}
+
+#[test]
+fn pipelined_requests_pair_in_order() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.10:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    let mut reqs = get("/a", "");
+    reqs.extend(get("/b", ""));
+    reqs.extend(b"HEAD /c HTTP/1.1\r\nHost: shop\r\n\r\n");
+    r.feed(80, c.client_data(&reqs));
+    let mut resp = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc".to_vec();
+    resp.extend(b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nnope\r\n0\r\n\r\n");
+    resp.extend(b"HTTP/1.1 200 OK\r\nContent-Length: 999\r\n\r\n");
+    r.feed_all(90, c.server_data(&resp));
+    r.finish(1_000);
+    let got: Vec<(String, Option<u16>, u64)> = r.tx.iter().map(|t| (t.uri.clone().unwrap(), t.status, t.response_body_len)).collect();
+    assert_eq!(got, vec![("/a".into(), Some(200), 3), ("/b".into(), Some(404), 4), ("/c".into(), Some(200), 0)]);
+}
+
+#[test]
+fn chunked_container_with_tags_split_everywhere() {
+    for seg_size in [1usize, 3, 7, 16] {
+        let mut r = Run::new();
+        let mut c = TcpConv::new("10.4.0.11:40001", "10.9.0.1:80");
+        handshake(&mut r, &mut c, 0);
+        r.feed(80, c.client_data(&get("/index.html", "")));
+        let (a, b) = PAGE.split_at(37);
+        let body = format!("{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n", a.len(), b.len());
+        let resp = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+        r.feed_all(100, c.server_data_in(resp.as_bytes(), seg_size));
+        for (i, u) in ["/img/a.gif", "/img/b.gif", "/img/c.gif"].iter().enumerate() {
+            r.feed(200 + i as u64 * 10, c.client_data(&get(u, "")));
+            r.feed_all(205 + i as u64 * 10, c.server_data(&gif_response(5)));
+        }
+        r.finish(10_000);
+        assert_eq!(r.tx[0].response_body_len, PAGE.len() as u64, "segments of {seg_size}");
+        assert_eq!(r.pv.len(), 1, "segments of {seg_size}: embeds attached");
+        assert_eq!((r.pv[0].objects, r.pv[0].expected_objects), (3, 3));
+    }
+}
+
+#[test]
+fn capture_gap_is_counted_not_fatal() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.12:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/big", "")));
+    let segs = c.server_data(&gif_response(10_000));
+    for (i, s) in segs.iter().enumerate() {
+        if i != 2 {
+            r.feed(100, s.clone());
+        }
+    }
+    r.feed(200, c.client_ack());
+    r.feed(210, c.client_data(&get("/next", "")));
+    r.feed_all(220, c.server_data(&gif_response(10)));
+    r.finish(5_000);
+    assert_eq!(r.tx.len(), 2);
+    assert_eq!(r.tx[0].response_body_len, 10_000);
+    assert!(r.tx[0].anomalies.contains(&"capture_gap"));
+    assert_eq!(r.tx[1].uri.as_deref(), Some("/next"));
+    assert_eq!(r.tx[1].status, Some(200));
+    assert!(r.engine.stats().gap_bytes >= 1000);
+}
+
+#[test]
+fn joins_a_connection_midstream() {
+    let mut r = Run::with(Config { server_ports: vec![80], ..Config::default() });
+    let mut c = TcpConv::new("10.4.0.13:40001", "10.9.0.1:80");
+    let _ = c.ack();
+    let _ = c.client_data(&get("/missed", ""));
+    let mut body = c.server_data(&gif_response(3000));
+    // The capture starts inside the first response's body.
+    for s in body.drain(1..) {
+        r.feed(100, s);
+    }
+    r.feed(200, c.client_data(&get("/seen", "")));
+    r.feed_all(210, c.server_data(&gif_response(10)));
+    r.finish(5_000);
+    assert_eq!(r.engine.stats().connections_midstream, 1);
+    let uris: Vec<_> = r.tx.iter().filter_map(|t| t.uri.clone()).collect();
+    assert_eq!(uris, vec!["/seen"]);
+    assert_eq!(r.tx.iter().find(|t| t.uri.as_deref() == Some("/seen")).unwrap().response_body_len, 10);
+}
+
+#[test]
+fn close_delimited_response_ends_at_fin() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.14:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(b"GET /old HTTP/1.0\r\n\r\n"));
+    r.feed_all(90, c.server_data(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end"));
+    r.feed(95, c.server_fin());
+    r.feed(175, c.client_fin());
+    r.advance(200);
+    assert_eq!(r.tx.len(), 1);
+    assert_eq!(r.tx[0].response_body_len, 13);
+    assert_eq!(r.tx[0].version.as_deref(), Some("1.0"));
+}
+
+#[test]
+fn malformed_frames_are_counted_by_reason() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.15:40001", "10.9.0.1:80");
+    let good = c.syn();
+    r.feed(0, good[..20].to_vec());
+    let mut bad_ip = good.clone();
+    bad_ip[14] = 0x41; // IPv4 with IHL 1
+    r.feed(1, bad_ip);
+    r.feed(2, vec![]);
+    handshake(&mut r, &mut c, 3);
+    let s = r.engine.stats();
+    assert!(s.malformed["truncated"] >= 2);
+    assert_eq!(s.malformed["bad_ipv4_header"], 1);
+    assert_eq!(s.connections, 1);
+}
+
+#[test]
+fn table_is_bounded_and_evicted_connections_report_their_transactions() {
+    let mut r = Run::with(Config { max_connections: 2, ..Config::default() });
+    for i in 0..3u64 {
+        let mut c = TcpConv::new(&format!("10.4.1.{}:40001", i + 1), "10.9.0.1:80");
+        handshake(&mut r, &mut c, i * 10);
+        r.feed(i * 10 + 80, c.client_data(&get("/slow", "")));
+    }
+    assert_eq!(r.engine.connections(), 2);
+    assert_eq!(r.engine.stats().connections_evicted, 1);
+    assert_eq!(r.tx.len(), 1, "the evicted connection's request is reported");
+    assert!(r.tx[0].anomalies.contains(&"no_response"));
+}
+
+#[test]
+fn ipv6_pageview() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("[2001:db8::4]:40001", "[2001:db8::80]:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/v6", "")));
+    r.feed_all(90, c.server_data(&html_response("<p>v6</p>")));
+    r.finish(5_000);
+    assert_eq!(r.pv.len(), 1);
+    assert_eq!(r.pv[0].client, "2001:db8::4");
+    assert_eq!(r.tx[0].server, "[2001:db8::80]:80");
+}
+
+#[test]
+fn idle_connections_are_forgotten() {
+    let mut r = Run::with(Config { idle_timeout: Duration::from_secs(10), ..Config::default() });
+    let mut c = TcpConv::new("10.4.0.16:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    assert_eq!(r.engine.connections(), 1);
+    r.advance(9_000);
+    assert_eq!(r.engine.connections(), 1);
+    r.advance(11_000);
+    assert_eq!(r.engine.connections(), 0);
+}
