@@ -693,3 +693,19 @@ mod tests {
         assert_eq!(t.lookup(srv, ep(3)), Some(c));
     }
 }
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// The per-connection budget of the brief: 512 bytes, not counting head buffers (which are
+    /// empty between messages) and the out-of-order buffer (allocated only while a hole is open).
+    #[test]
+    fn connection_state_fits_512_bytes() {
+        let conn = std::mem::size_of::<Conn>();
+        // Each table entry also costs its map slot (key + slot index) and a generation.
+        let entry = std::mem::size_of::<FlowKey>() + std::mem::size_of::<u32>() * 2 + 1;
+        println!("Conn {conn} B, table entry {entry} B");
+        assert!(conn + entry <= 512, "{conn} + {entry} bytes per connection");
+    }
+}
