@@ -275,8 +275,11 @@ pub fn parse_request(head: &[u8]) -> Result<RequestHead, HeadError> {
         let line = head[..nl].strip_suffix(b"\r").unwrap_or(&head[..nl]);
         let first = memchr::memchr(b' ', line).ok_or(e)?;
         let last = memchr::memrchr(b' ', line).ok_or(e)?;
+        if last <= first {
+            return Err(e);
+        }
         let (method, target, version) = (&line[..first], line[first + 1..last].trim_ascii(), &line[last + 1..]);
-        if last <= first || target.is_empty() || !is_method_token(method) || !version.starts_with(b"HTTP/") {
+        if target.is_empty() || !is_method_token(method) || !version.starts_with(b"HTTP/") {
             return Err(e);
         }
         let mut fixed = Vec::with_capacity(head.len());
@@ -407,6 +410,9 @@ mod tests {
         assert_eq!(r.uri, "/a b?c=\"d e\"");
         assert_eq!(r.host.as_deref(), Some("h"));
         assert!(parse_request(b"GET /a b\r\n\r\n").is_err());
+        // Found by the fuzzer: a single space in the request line.
+        assert!(parse_request(b"GET \r\n\r\n").is_err());
+        assert!(parse_request(b"GET  HTTP/1.1\r\n\r\n").is_err());
     }
 
     #[test]
