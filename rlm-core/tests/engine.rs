@@ -459,3 +459,39 @@ fn idle_connections_are_forgotten() {
     r.advance(11_000);
     assert_eq!(r.engine.connections(), 0);
 }
+
+#[test]
+fn synack_retransmissions_are_counted_and_timed() {
+    // The client's ACK (or the first SYN/ACK) was lost: the server retransmits its SYN/ACK.
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.17:40001", "10.9.0.1:80");
+    r.feed(0, c.syn());
+    r.feed(0, c.synack());
+    r.feed(1_000, c.synack());
+    r.feed(1_080, c.ack());
+    r.feed(1_080, c.client_data(&get("/p", "")));
+    r.feed_all(1_090, c.server_data(&html_response("<p>p</p>")));
+    r.finish(5_000);
+    assert_eq!(r.engine.stats().synack_retransmissions, 1);
+    let p = &r.pv[0];
+    let synacks: Vec<f64> = p.events.iter().filter(|e| e.kind.starts_with("synack")).map(|e| e.t_s).collect();
+    assert_eq!(synacks.len(), 2);
+    // RTT from the last SYN/ACK to the ACK: 80 ms, so the client-side estimate holds.
+    assert!(approx(p.rt_s, 1.090 + 0.080, 1e-6), "rt {}", p.rt_s);
+    assert!(approx(p.t_conn_s, 1.080, 1e-6), "t_conn {}", p.t_conn_s);
+}
+
+#[test]
+fn rst_mid_response_reports_a_truncated_transaction() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.18:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/big", "")));
+    let segs = c.server_data(&gif_response(5_000));
+    r.feed(90, segs[0].clone());
+    r.feed(95, c.server_rst());
+    r.advance(100);
+    assert_eq!(r.tx.len(), 1, "reported at the RST, not at shutdown");
+    assert!(r.tx[0].anomalies.contains(&"truncated_body"));
+    assert_eq!(r.tx[0].status, Some(200));
+}
