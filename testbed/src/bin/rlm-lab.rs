@@ -1,0 +1,69 @@
+//! `rlm-lab`: build and tear down the lab.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use testbed::topology::Plan;
+
+#[derive(Parser)]
+#[command(name = "rlm-lab", about = "The rlm lab: namespaces, farm, WAN emulation, experiments")]
+struct Cli {
+    /// Prefix of the namespace names.
+    #[arg(long, default_value = "rlm", global = true)]
+    prefix: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the topology (idempotent: an earlier one is removed first).
+    Up {
+        /// Print namespaces, addresses, bridge and port names as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Emulated browsers in the HIGH class (10.4.0.0/16), one address each.
+        #[arg(long, default_value_t = 64)]
+        high: u32,
+        /// Emulated browsers in the LOW class (10.5.0.0/16), one address each.
+        #[arg(long, default_value_t = 128)]
+        low: u32,
+    },
+    /// Remove the topology and every process left in it (also after a crash).
+    Down,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up { json, high, low } => {
+            let plan = Plan { prefix: cli.prefix, high_clients: high, low_clients: low };
+            plan.up().and_then(|info| {
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&info)?);
+                } else {
+                    println!(
+                        "lab up: clients {} ({} HIGH, {} LOW) -> WAN {} -> appliance bridge {}/{} -> farm {} {}",
+                        info.namespaces.clients,
+                        high,
+                        low,
+                        info.namespaces.wan,
+                        info.namespaces.appliance,
+                        info.bridge.name,
+                        info.namespaces.servers,
+                        info.farm.address
+                    );
+                }
+                Ok(())
+            })
+        }
+        Command::Down => Plan { prefix: cli.prefix, ..Plan::default() }.down(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rlm-lab: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The lab's network: four namespaces in a line, all one Ethernet segment.
+//!
+//! ```text
+//!  {p}-cli                 {p}-wan                 {p}-app                  {p}-srv
+//!  browsers            WAN emulator hop        the appliance             the farm
+//!  cli0 ──────────── wan-c ─[wanbr]─ wan-a ─── app-c ─[br0]─ app-s ──── srv0
+//!  10.4.0.x (HIGH)     NFQUEUE both ways        no IP address:           10.9.0.1
+//!  10.5.0.x (LOW)      (rlm-lab wan)            a bump in the wire
+//! ```
+//! Every address sits in 10.0.0.0/8 on the one segment, so the bridges forward at layer 2 and
+//! neither the WAN hop nor the appliance is visible at layer 3. Offloads (TSO, GSO, GRO) are off
+//! on every port so that each packet on the wire is one MTU-sized segment: loss and delay apply
+//! per packet, and captures show what a real wire would.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+/// Address plan and names of one lab instance.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Prefix of the namespace names (`rlm` → `rlm-cli`, `rlm-wan`, `rlm-app`, `rlm-srv`).
+    pub prefix: String,
+    /// Emulated browsers per class; each gets its own address.
+    pub high_clients: u32,
+    pub low_clients: u32,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan { prefix: "rlm".into(), high_clients: 64, low_clients: 128 }
+    }
+}
+
+pub const FARM_ADDR: &str = "10.9.0.1";
+pub const HIGH_SUBNET: &str = "10.4.0.0/16";
+pub const LOW_SUBNET: &str = "10.5.0.0/16";
+const MASK: u8 = 8;
+
+/// The `n`-th (0-based) address of a class subnet: 10.4.0.1, ..., 10.4.0.254, 10.4.1.1, ...
+pub fn client_addr(high: bool, n: u32) -> String {
+    let second = if high { 4 } else { 5 };
+    format!("10.{second}.{}.{}", n / 254, n % 254 + 1)
+}
+
+/// What `rlm-lab up --json` prints: enough for other tools to attach.
+#[derive(Clone, Debug, Serialize)]
+pub struct Info {
+    pub namespaces: Namespaces,
+    pub farm: Farm,
+    pub bridge: Bridge,
+    pub wan: WanHop,
+    pub clients: Clients,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Namespaces {
+    pub clients: String,
+    pub wan: String,
+    pub appliance: String,
+    pub servers: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Farm {
+    pub address: String,
+    pub ports: Vec<u16>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Bridge {
+    pub namespace: String,
+    pub name: String,
+    pub client_port: String,
+    pub server_port: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WanHop {
+    pub namespace: String,
+    pub bridge: String,
+    pub client_port: String,
+    pub appliance_port: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Clients {
+    pub interface: String,
+    pub high_subnet: String,
+    pub low_subnet: String,
+    pub high: Vec<String>,
+    pub low: Vec<String>,
+}
+
+impl Plan {
+    pub fn ns(&self, role: &str) -> String {
+        format!("{}-{role}", self.prefix)
+    }
+
+    pub fn info(&self) -> Info {
+        Info {
+            namespaces: Namespaces { clients: self.ns("cli"), wan: self.ns("wan"), appliance: self.ns("app"), servers: self.ns("srv") },
+            farm: Farm { address: FARM_ADDR.into(), ports: vec![80] },
+            bridge: Bridge { namespace: self.ns("app"), name: "br0".into(), client_port: "app-c".into(), server_port: "app-s".into() },
+            wan: WanHop { namespace: self.ns("wan"), bridge: "wanbr".into(), client_port: "wan-c".into(), appliance_port: "wan-a".into() },
+            clients: Clients {
+                interface: "cli0".into(),
+                high_subnet: HIGH_SUBNET.into(),
+                low_subnet: LOW_SUBNET.into(),
+                high: (0..self.high_clients).map(|n| client_addr(true, n)).collect(),
+                low: (0..self.low_clients).map(|n| client_addr(false, n)).collect(),
+            },
+        }
+    }
+
+    fn all_ns(&self) -> [String; 4] {
+        [self.ns("cli"), self.ns("wan"), self.ns("app"), self.ns("srv")]
+    }
+
+    /// Build the lab. Idempotent: whatever an earlier run left is removed first.
+    pub fn up(&self) -> Result<Info> {
+        self.down()?;
+        let [cli, wan, app, srv] = self.all_ns();
+        for ns in [&cli, &wan, &app, &srv] {
+            run("ip", &["netns", "add", ns])?;
+            ip(ns, "link set lo up")?;
+        }
+        // The three wires.
+        run("ip", &["-n", &cli, "link", "add", "cli0", "type", "veth", "peer", "name", "wan-c", "netns", &wan])?;
+        run("ip", &["-n", &wan, "link", "add", "wan-a", "type", "veth", "peer", "name", "app-c", "netns", &app])?;
+        run("ip", &["-n", &app, "link", "add", "app-s", "type", "veth", "peer", "name", "srv0", "netns", &srv])?;
+        // The two bridges, with no address: layer 2 only.
+        for (ns, br, ports) in [(&wan, "wanbr", ["wan-c", "wan-a"]), (&app, "br0", ["app-c", "app-s"])] {
+            ip(ns, &format!("link add {br} type bridge"))?;
+            // Forward at once: no STP listening/learning delay on a lab wire.
+            ip(ns, &format!("link set {br} type bridge forward_delay 0 stp_state 0"))?;
+            for p in ports {
+                ip(ns, &format!("link set {p} master {br}"))?;
+            }
+            ip(ns, &format!("link set {br} up"))?;
+            // Bridged IPv4 goes through iptables: the WAN emulator's NFQUEUE and, later, the appliance's.
+            sysctl(ns, "net.bridge.bridge-nf-call-iptables", "1")?;
+        }
+        // Clients: one address each, both classes on one interface.
+        let mut batch = String::new();
+        for a in self.info().clients.high.iter().chain(self.info().clients.low.iter()) {
+            batch.push_str(&format!("addr add {a}/{MASK} dev cli0\n"));
+        }
+        ip_batch(&cli, &batch)?;
+        ip(&srv, &format!("addr add {FARM_ADDR}/{MASK} dev srv0"))?;
+        for (ns, dev) in [(&cli, "cli0"), (&wan, "wan-c"), (&wan, "wan-a"), (&app, "app-c"), (&app, "app-s"), (&srv, "srv0")] {
+            ip(ns, &format!("link set {dev} up"))?;
+            offloads_off(ns, dev)?;
+        }
+        Ok(self.info())
+    }
+
+    /// Remove the lab: kill every process left in its namespaces (after a crash, say), then the
+    /// namespaces, which takes their interfaces with them. Safe to call when nothing is there.
+    pub fn down(&self) -> Result<()> {
+        for ns in self.all_ns() {
+            if !exists(&ns) {
+                continue;
+            }
+            for pid in pids(&ns) {
+                // SIGKILL: a lab left behind by a crash gets no second chance.
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).stderr(Stdio::null()).status();
+            }
+            run("ip", &["netns", "del", &ns])?;
+        }
+        Ok(())
+    }
+
+    /// Whether the lab's namespaces are there.
+    pub fn is_up(&self) -> bool {
+        self.all_ns().iter().all(|n| exists(n))
+    }
+}
+
+/// Whether a named network namespace exists.
+pub fn exists(ns: &str) -> bool {
+    std::path::Path::new("/var/run/netns").join(ns).exists()
+}
+
+/// Processes inside a namespace.
+pub fn pids(ns: &str) -> Vec<u32> {
+    Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Run a command; fail with its stderr.
+pub fn run(cmd: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(cmd).args(args).output().with_context(|| format!("cannot run {cmd}"))?;
+    if !out.status.success() {
+        bail!("{cmd} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `ip -n NS <args>`.
+pub fn ip(ns: &str, args: &str) -> Result<String> {
+    let mut a = vec!["-n", ns];
+    a.extend(args.split_whitespace());
+    run("ip", &a)
+}
+
+/// A command inside a namespace: `ip netns exec NS cmd args...`.
+pub fn in_ns(ns: &str, cmd: &str, args: &[&str]) -> Result<String> {
+    let mut a = vec!["netns", "exec", ns, cmd];
+    a.extend_from_slice(args);
+    run("ip", &a)
+}
+
+fn ip_batch(ns: &str, batch: &str) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("ip").args(["-n", ns, "-batch", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().context("cannot run ip")?;
+    child.stdin.take().expect("piped").write_all(batch.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("ip -batch in {ns}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
+    in_ns(ns, "sysctl", &["-q", "-w", &format!("{key}={value}")]).map(|_| ())
+}
+
+fn offloads_off(ns: &str, dev: &str) -> Result<()> {
+    in_ns(ns, "ethtool", &["-K", dev, "tso", "off", "gso", "off", "gro", "off"]).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_addresses_are_unique_and_in_their_subnets() {
+        let p = Plan { prefix: "x".into(), high_clients: 600, low_clients: 3 };
+        let i = p.info();
+        let mut all: Vec<&String> = i.clients.high.iter().chain(i.clients.low.iter()).collect();
+        assert!(i.clients.high.iter().all(|a| a.starts_with("10.4.")));
+        assert!(i.clients.low.iter().all(|a| a.starts_with("10.5.")));
+        assert_eq!(i.clients.high[253], "10.4.0.254");
+        assert_eq!(i.clients.high[254], "10.4.1.1");
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 603);
+    }
+}
