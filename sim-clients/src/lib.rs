@@ -5,3 +5,4 @@
 //! experiments, and the negative-exponential think time of TPC-W browsers (004 section 6).
 
 pub mod dist;
+pub mod wan;

@@ -153,7 +153,21 @@ impl Plan {
             ip(ns, &format!("link set {dev} up"))?;
             offloads_off(ns, dev)?;
         }
-        Ok(self.info())
+        let info = self.info();
+        self.wait_ready(&info)?;
+        Ok(info)
+    }
+
+    /// Wait until the path carries traffic end to end (fresh links take a moment, and the first
+    /// ARP exchanges would otherwise cost the first requests of an experiment a second).
+    fn wait_ready(&self, info: &Info) -> Result<()> {
+        let src = info.clients.high.first().or(info.clients.low.first()).cloned().unwrap_or_else(|| FARM_ADDR.into());
+        for _ in 0..50 {
+            if in_ns(&info.namespaces.clients, "ping", &["-c", "1", "-W", "1", "-I", &src, FARM_ADDR]).is_ok() {
+                return Ok(());
+            }
+        }
+        bail!("the lab's path from {src} to {FARM_ADDR} does not carry traffic")
     }
 
     /// Remove the lab: kill every process left in its namespaces (after a crash, say), then the

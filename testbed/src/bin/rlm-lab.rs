@@ -31,6 +31,16 @@ enum Command {
     },
     /// Remove the topology and every process left in it (also after a crash).
     Down,
+    /// Run the WAN emulator on a running lab until interrupted (or for --seconds).
+    Wan {
+        /// A client group and its path: NET=RTTms,LOSS% or NET=RTTms,UP%,DOWN% (repeatable).
+        #[arg(long = "group", required = true)]
+        groups: Vec<sim_clients::wan::Group>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        seconds: Option<f64>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -58,6 +68,15 @@ fn main() -> ExitCode {
             })
         }
         Command::Down => Plan { prefix: cli.prefix, ..Plan::default() }.down(),
+        Command::Wan { groups, seed, seconds } => {
+            let plan = Plan { prefix: cli.prefix, ..Plan::default() };
+            testbed::wan::WanHop::start(&plan, groups, seed).and_then(|mut hop| {
+                std::thread::sleep(std::time::Duration::from_secs_f64(seconds.unwrap_or(f64::MAX / 4.0).min(1e9)));
+                let stats = hop.finish()?;
+                println!("{}", serde_json::to_string(&stats)?);
+                Ok(())
+            })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
