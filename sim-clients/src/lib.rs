@@ -5,4 +5,5 @@
 //! experiments, and the negative-exponential think time of TPC-W browsers (004 section 6).
 
 pub mod dist;
+pub mod tcp_profile;
 pub mod wan;

@@ -148,6 +148,9 @@ impl Plan {
             batch.push_str(&format!("addr add {a}/{MASK} dev cli0\n"));
         }
         ip_batch(&cli, &batch)?;
+        // Exponential SYN backoff from the first retry, as the papers' clients had (this kernel
+        // otherwise keeps 4 linear retries); profiles set the rest (sim_clients::tcp_profile).
+        sysctl(&cli, "net.ipv4.tcp_syn_linear_timeouts", "0")?;
         ip(&srv, &format!("addr add {FARM_ADDR}/{MASK} dev srv0"))?;
         for (ns, dev) in [(&cli, "cli0"), (&wan, "wan-c"), (&wan, "wan-a"), (&app, "app-c"), (&app, "app-s"), (&srv, "srv0")] {
             ip(ns, &format!("link set {dev} up"))?;
