@@ -186,7 +186,14 @@ impl Plan {
             }
             run("ip", &["netns", "del", &ns])?;
         }
+        // The farm's files (database, documents, logs) of this lab.
+        let _ = std::fs::remove_dir_all(self.run_dir());
         Ok(())
+    }
+
+    /// Where this lab keeps its files.
+    pub fn run_dir(&self) -> std::path::PathBuf {
+        std::path::PathBuf::from("/var/tmp/rlm-lab").join(&self.prefix)
     }
 
     /// Whether the lab's namespaces are there.

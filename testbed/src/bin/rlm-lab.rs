@@ -31,6 +31,24 @@ enum Command {
     },
     /// Remove the topology and every process left in it (also after a crash).
     Down,
+    /// The farm's front server (started by the lab inside the server namespace).
+    #[command(hide = true)]
+    FarmFront {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        max_clients: usize,
+        #[arg(long)]
+        backlog: i32,
+        #[arg(long)]
+        workers: usize,
+        #[arg(long)]
+        keepalive: f64,
+        #[arg(long)]
+        static_upstream: std::net::SocketAddr,
+        #[arg(long)]
+        db: String,
+    },
     /// Run the WAN emulator on a running lab until interrupted (or for --seconds).
     Wan {
         /// A client group and its path: NET=RTTms,LOSS% or NET=RTTms,UP%,DOWN% (repeatable).
@@ -68,6 +86,29 @@ fn main() -> ExitCode {
             })
         }
         Command::Down => Plan { prefix: cli.prefix, ..Plan::default() }.down(),
+        Command::FarmFront { listen, max_clients, backlog, workers, keepalive, static_upstream, db } => {
+            let plan = Plan { prefix: cli.prefix, ..Plan::default() };
+            testbed::netns::enter(&plan.ns("srv")).and_then(|_| {
+                let cfg = testbed::farm::front::FrontConfig {
+                    listen,
+                    max_clients,
+                    backlog,
+                    workers,
+                    keepalive: std::time::Duration::from_secs_f64(keepalive),
+                    static_upstream,
+                    db,
+                };
+                let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+                rt.block_on(async {
+                    let stats = std::sync::Arc::new(testbed::farm::front::FrontStats::default());
+                    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+                    testbed::farm::front::serve(cfg, stats, async move {
+                        term.recv().await;
+                    })
+                    .await
+                })
+            })
+        }
         Command::Wan { groups, seed, seconds } => {
             let plan = Plan { prefix: cli.prefix, ..Plan::default() };
             testbed::wan::WanHop::start(&plan, groups, seed).and_then(|mut hop| {
