@@ -4,6 +4,7 @@
 //! distribution of `001` Table 1 (lognormal body, bounded-Pareto tail) for the open-loop SRPT
 //! experiments, and the negative-exponential think time of TPC-W browsers (004 section 6).
 
+pub mod browser;
 pub mod dist;
 pub mod tcp_profile;
 pub mod wan;

@@ -1,7 +1,10 @@
 //! The rlm lab (`rlm-lab`): an emulated server farm, browsers and WAN on one machine, in
 //! network namespaces, with the appliance as a bridge between them.
 
+pub mod catalog;
+pub mod experiment;
 pub mod farm;
 pub mod netns;
+pub mod report;
 pub mod topology;
 pub mod wan;

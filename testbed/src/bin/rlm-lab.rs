@@ -31,6 +31,17 @@ enum Command {
     },
     /// Remove the topology and every process left in it (also after a crash).
     Down,
+    /// Run an experiment: build the lab, run each arm, tear down, write result.json and report.md.
+    Run {
+        /// baseline-lan, baseline-wan, heavy or fidelity.
+        name: String,
+        /// Short runs (each experiment within about 3 minutes), as CI runs them.
+        #[arg(long)]
+        quick: bool,
+        /// Where result.json, report.md and the plots go.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
     /// The farm's front server (started by the lab inside the server namespace).
     #[command(hide = true)]
     FarmFront {
@@ -48,6 +59,20 @@ enum Command {
         static_upstream: std::net::SocketAddr,
         #[arg(long)]
         db: String,
+    },
+    /// Run emulated browsers from a spec (started by the lab in the client namespace).
+    #[command(hide = true)]
+    Browsers {
+        #[arg(long)]
+        spec: std::path::PathBuf,
+        #[arg(long)]
+        netns: Option<String>,
+        #[arg(long)]
+        cgroup: Option<std::path::PathBuf>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[arg(long)]
+        stats: Option<std::path::PathBuf>,
     },
     /// Run the WAN emulator on a running lab until interrupted (or for --seconds).
     Wan {
@@ -86,6 +111,10 @@ fn main() -> ExitCode {
             })
         }
         Command::Down => Plan { prefix: cli.prefix, ..Plan::default() }.down(),
+        Command::Run { name, quick, out } => testbed::catalog::run(&name, quick, &out, &cli.prefix).map(|report| {
+            println!("{report}");
+            println!("report: {}", out.join("report.md").display());
+        }),
         Command::FarmFront { listen, max_clients, backlog, workers, keepalive, static_upstream, db } => {
             let plan = Plan { prefix: cli.prefix, ..Plan::default() };
             testbed::netns::enter(&plan.ns("srv")).and_then(|_| {
@@ -109,6 +138,14 @@ fn main() -> ExitCode {
                 })
             })
         }
+        Command::Browsers { spec, netns, cgroup, out, stats } => (|| {
+            let run: sim_clients::browser::RunSpec = serde_json::from_slice(&std::fs::read(&spec)?)?;
+            let st = sim_clients::browser::run_process(run, netns.as_deref(), cgroup.as_deref(), &out)?;
+            if let Some(p) = stats {
+                std::fs::write(p, serde_json::to_vec_pretty(&st)?)?;
+            }
+            Ok(())
+        })(),
         Command::Wan { groups, seed, seconds } => {
             let plan = Plan { prefix: cli.prefix, ..Plan::default() };
             testbed::wan::WanHop::start(&plan, groups, seed).and_then(|mut hop| {

@@ -1,0 +1,443 @@
+//! Emulated browsers, closed loop, behaving like the modified TPC-W browser of 004 section 6.
+//!
+//! Each browser has its own source address and two persistent connections. A pageview fetches
+//! the container on the first connection, then the embedded images spread over both (each
+//! connection takes the next image when it is free); the second connection is opened when the
+//! container has arrived. Connection failure follows 004 Figure 5: the image tied to a second
+//! connection that never connects is never fetched, the rest come over the first, and the
+//! pageview ends when TCP reports the failure. Between pageviews the browser thinks for a
+//! negative-exponential time. Every pageview is logged from the browser's own clock: that log
+//! is the lab's ground truth.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use crate::dist::ThinkTime;
+use crate::tcp_profile::TcpProfile;
+
+/// One browser to run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BrowserSpec {
+    pub addr: IpAddr,
+    pub class: String,
+}
+
+/// A run of browsers.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub server: SocketAddr,
+    pub browsers: Vec<BrowserSpec>,
+    pub think_mean_s: f64,
+    pub duration_s: f64,
+    /// Browsers start spread over this many seconds (no thundering herd).
+    pub ramp_s: f64,
+    pub seed: u64,
+    pub profile: TcpProfile,
+    /// Page paths to request, with weights (the site's mix); each may carry a `{item}`,
+    /// `{subject}` or `{term}` placeholder.
+    pub pages: Vec<(String, f64)>,
+    pub items: u32,
+}
+
+/// One pageview, as the browser saw it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct GroundTruth {
+    pub client: String,
+    pub class: String,
+    pub url: String,
+    /// First SYN of the pageview (connect called), or first request byte on a kept-alive
+    /// connection; Unix seconds.
+    pub start_ts: f64,
+    /// Last byte of the last object received (or the failure reported by TCP).
+    pub end_ts: f64,
+    pub rt_s: f64,
+    pub objects_fetched: u32,
+    pub objects_expected: u32,
+    pub syn_retransmissions: u32,
+    pub failed_connections: u32,
+    /// The container itself could not be fetched.
+    pub failed: bool,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// An open HTTP/1.1 connection.
+struct Conn {
+    sender: SendRequest<Empty<Bytes>>,
+}
+
+/// Retransmissions so far on a socket (SYNs, for a socket that just connected).
+fn total_retrans(fd: i32) -> u32 {
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a valid socket and a buffer of the size given.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut info as *mut _ as *mut libc::c_void, &mut len) };
+    if r == 0 {
+        info.tcpi_total_retrans
+    } else {
+        0
+    }
+}
+
+/// Open a connection from `src` with the profile's SYN behaviour. Err carries the SYN count
+/// when the connect failed.
+async fn connect(src: IpAddr, server: SocketAddr, profile: TcpProfile) -> Result<(Conn, u32), (anyhow::Error, u32)> {
+    use std::os::fd::AsRawFd;
+    let setup = || -> Result<tokio::net::TcpSocket> {
+        let s = socket2::Socket::new(socket2::Domain::for_address(server), socket2::Type::STREAM, None)?;
+        profile.apply(&s)?;
+        s.set_nodelay(true)?;
+        s.bind(&SocketAddr::new(src, 0).into())?;
+        s.set_nonblocking(true)?;
+        Ok(tokio::net::TcpSocket::from_std_stream(s.into()))
+    };
+    let sock = setup().map_err(|e| (e, 0))?;
+    let stream = sock.connect(server).await.map_err(|e| (anyhow!(e), profile.syn_retries()))?;
+    let retrans = total_retrans(stream.as_raw_fd());
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| (anyhow!(e), retrans))?;
+    tokio::spawn(conn);
+    Ok((Conn { sender }, retrans))
+}
+
+/// GET a path; returns the body when its last byte has arrived.
+async fn fetch(c: &mut Conn, host: &str, path: &str) -> Result<Bytes> {
+    c.sender.ready().await?;
+    let req = hyper::Request::get(path).header("host", host).body(Empty::<Bytes>::new())?;
+    let resp = c.sender.send_request(req).await?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    if !status.is_success() {
+        return Err(anyhow!("{path}: {status}"));
+    }
+    Ok(body)
+}
+
+/// The image references of a container (the bookstore's pages have only `<img src="...">`).
+pub fn image_refs(html: &str) -> Vec<String> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| regex::Regex::new(r#"(?i)<img\s+[^>]*?src\s*=\s*["']?([^"' >]+)"#).expect("valid regex"));
+    let mut seen = Vec::new();
+    for c in re.captures_iter(html) {
+        let u = c[1].to_string();
+        if !seen.contains(&u) {
+            seen.push(u);
+        }
+    }
+    seen
+}
+
+struct Browser {
+    spec: BrowserSpec,
+    run: Arc<RunSpec>,
+    conns: [Option<Conn>; 2],
+    rng: StdRng,
+}
+
+/// Outcome of getting one object over one connection slot.
+enum Got {
+    Ok,
+    /// The connection could not be (re)opened: TCP reported failure after these SYNs.
+    ConnectFailed,
+    /// The request failed on an open connection.
+    Error,
+}
+
+impl Browser {
+    fn host(&self) -> String {
+        self.run.server.to_string()
+    }
+
+    /// Make sure slot `i` has a connection; returns SYN retransmissions spent, or the failure.
+    async fn ensure(&mut self, i: usize) -> Result<u32, u32> {
+        if self.conns[i].as_ref().is_some_and(|c| !c.sender.is_closed()) {
+            return Ok(0);
+        }
+        self.conns[i] = None;
+        match connect(self.spec.addr, self.run.server, self.run.profile).await {
+            Ok((c, r)) => {
+                self.conns[i] = Some(c);
+                Ok(r)
+            }
+            Err((_, syns)) => Err(syns),
+        }
+    }
+
+    /// Fetch `path` on slot `i`, reopening a connection the server closed while idle.
+    async fn get_on(&mut self, i: usize, path: &str, retrans: &mut u32) -> (Got, Option<Bytes>) {
+        for attempt in 0..2 {
+            match self.ensure(i).await {
+                Ok(r) => *retrans += r,
+                Err(syns) => {
+                    *retrans += syns;
+                    return (Got::ConnectFailed, None);
+                }
+            }
+            let host = self.host();
+            let conn = self.conns[i].as_mut().expect("ensured");
+            match fetch(conn, &host, path).await {
+                Ok(b) => return (Got::Ok, Some(b)),
+                Err(_) if attempt == 0 => self.conns[i] = None, // closed under us: once more on a new one
+                Err(_) => {
+                    self.conns[i] = None;
+                    return (Got::Error, None);
+                }
+            }
+        }
+        (Got::Error, None)
+    }
+
+    fn next_url(&mut self) -> String {
+        let total: f64 = self.run.pages.iter().map(|p| p.1).sum();
+        let mut x = self.rng.random::<f64>() * total;
+        let mut path = self.run.pages.first().map(|p| p.0.clone()).unwrap_or_else(|| "/".into());
+        for (p, w) in &self.run.pages {
+            x -= w;
+            if x < 0.0 {
+                path = p.clone();
+                break;
+            }
+        }
+        const SUBJECTS: [&str; 6] = ["ARTS", "COMPUTERS", "HISTORY", "MYSTERY", "SCIENCE-NATURE", "TRAVEL"];
+        path.replace("{item}", &self.rng.random_range(1..=self.run.items.max(1)).to_string())
+            .replace("{subject}", SUBJECTS[self.rng.random_range(0..SUBJECTS.len())])
+            .replace("{term}", &format!("{:x}", self.rng.random_range(16..256)))
+    }
+
+    /// One pageview.
+    async fn pageview(&mut self) -> GroundTruth {
+        let url = self.next_url();
+        let start_wall = unix_now();
+        let start = Instant::now();
+        let mut retrans = 0;
+        let mut record = GroundTruth {
+            client: self.spec.addr.to_string(),
+            class: self.spec.class.clone(),
+            url: url.clone(),
+            start_ts: start_wall,
+            end_ts: start_wall,
+            rt_s: 0.0,
+            objects_fetched: 0,
+            objects_expected: 0,
+            syn_retransmissions: 0,
+            failed_connections: 0,
+            failed: false,
+        };
+        let (got, body) = self.get_on(0, &url, &mut retrans).await;
+        let html = match (got, body) {
+            (Got::Ok, Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+            (Got::ConnectFailed, _) => {
+                record.failed = true;
+                record.failed_connections = 1;
+                return self.finish(record, start, retrans);
+            }
+            _ => {
+                record.failed = true;
+                return self.finish(record, start, retrans);
+            }
+        };
+        let mut last = start.elapsed();
+        let refs = image_refs(&html);
+        record.objects_expected = refs.len() as u32;
+        let queue = Arc::new(Mutex::new(refs.into_iter().collect::<VecDeque<String>>()));
+        // Both connections take images from the queue; the second connection's first image is
+        // tied to it (taken before it connects).
+        let mut second = Browser { spec: self.spec.clone(), run: self.run.clone(), conns: [self.conns[1].take(), None], rng: StdRng::seed_from_u64(self.rng.random()) };
+        let mut first_conn = self.conns[0].take();
+        let q1 = queue.clone();
+        let slot1 = async move {
+            let mut fetched = 0u32;
+            let mut retrans = 0u32;
+            let mut failed = false;
+            let mut last = Duration::ZERO;
+            let tied = q1.lock().await.pop_front();
+            if let Some(first) = tied {
+                let mut next = Some(first);
+                while let Some(path) = next.take() {
+                    match second.get_on(0, &path, &mut retrans).await {
+                        (Got::Ok, _) => {
+                            fetched += 1;
+                            last = start.elapsed();
+                        }
+                        (Got::ConnectFailed, _) => {
+                            // Figure 5: the tied image is never fetched; the failure ends the page.
+                            failed = true;
+                            last = start.elapsed();
+                            break;
+                        }
+                        (Got::Error, _) => {}
+                    }
+                    next = q1.lock().await.pop_front();
+                }
+            }
+            (second.conns[0].take(), fetched, retrans, failed, last)
+        };
+        let host = self.host();
+        let q0 = queue.clone();
+        let slot0 = async move {
+            let mut fetched = 0u32;
+            let mut last = Duration::ZERO;
+            loop {
+                let Some(path) = q0.lock().await.pop_front() else { break };
+                let ok = match first_conn.as_mut() {
+                    Some(c) => fetch(c, &host, &path).await.is_ok(),
+                    None => false,
+                };
+                if ok {
+                    fetched += 1;
+                    last = start.elapsed();
+                } else {
+                    first_conn = None;
+                }
+            }
+            (first_conn, fetched, last)
+        };
+        let ((c0, f0, l0), (c1, f1, r1, failed1, l1)) = tokio::join!(slot0, slot1);
+        self.conns = [c0, c1];
+        record.objects_fetched = f0 + f1;
+        retrans += r1;
+        if failed1 {
+            record.failed_connections += 1;
+        }
+        last = last.max(l0).max(l1);
+        record.end_ts = start_wall + last.as_secs_f64();
+        record.rt_s = last.as_secs_f64();
+        record.syn_retransmissions = retrans;
+        record
+    }
+
+    fn finish(&self, mut r: GroundTruth, start: Instant, retrans: u32) -> GroundTruth {
+        let e = start.elapsed();
+        r.end_ts = r.start_ts + e.as_secs_f64();
+        r.rt_s = e.as_secs_f64();
+        r.syn_retransmissions = retrans;
+        r
+    }
+}
+
+/// How the load generator itself fared (to tell whether it, not the farm, was the bottleneck).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GeneratorStats {
+    pub pageviews: u64,
+    pub cpu_s: f64,
+    pub wall_s: f64,
+    /// Scheduling lag of a 50 ms tick: how late it fired (ms).
+    pub lag_p99_ms: f64,
+    pub lag_max_ms: f64,
+}
+
+fn cpu_seconds() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// Run every browser until the duration is over; each finished pageview goes to `out`.
+pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTruth>) -> Result<GeneratorStats> {
+    let spec = Arc::new(spec);
+    let wall = Instant::now();
+    let cpu0 = cpu_seconds();
+    let deadline = wall + Duration::from_secs_f64(spec.duration_s);
+    let lag = tokio::spawn(async move {
+        let mut lags = Vec::new();
+        let tick = Duration::from_millis(50);
+        let mut next = Instant::now() + tick;
+        while Instant::now() < deadline {
+            tokio::time::sleep_until(next.into()).await;
+            lags.push(Instant::now().saturating_duration_since(next).as_secs_f64() * 1000.0);
+            next += tick;
+        }
+        lags
+    });
+    let mut tasks = Vec::new();
+    let n = spec.browsers.len().max(1);
+    for (k, b) in spec.browsers.iter().enumerate() {
+        let spec = spec.clone();
+        let out = out.clone();
+        let b = b.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut br = Browser { spec: b, run: spec.clone(), conns: [None, None], rng: StdRng::seed_from_u64(spec.seed.wrapping_mul(1_000_003).wrapping_add(k as u64)) };
+            let think = ThinkTime::with_mean(spec.think_mean_s);
+            tokio::time::sleep(Duration::from_secs_f64(spec.ramp_s * k as f64 / n as f64)).await;
+            let mut count = 0u64;
+            while Instant::now() < deadline {
+                let pv = br.pageview().await;
+                count += 1;
+                if out.send(pv).is_err() {
+                    break;
+                }
+                let t = Duration::from_secs_f64(think.sample(&mut br.rng));
+                if Instant::now() + t >= deadline {
+                    break;
+                }
+                tokio::time::sleep(t).await;
+            }
+            count
+        }));
+    }
+    let mut pageviews = 0;
+    for t in tasks {
+        pageviews += t.await.context("browser task")?;
+    }
+    let mut lags = lag.await.unwrap_or_default();
+    lags.sort_by(f64::total_cmp);
+    let p99 = lags.get(((lags.len() as f64) * 0.99) as usize).copied().or(lags.last().copied()).unwrap_or(0.0);
+    Ok(GeneratorStats { pageviews, cpu_s: cpu_seconds() - cpu0, wall_s: wall.elapsed().as_secs_f64(), lag_p99_ms: p99, lag_max_ms: lags.last().copied().unwrap_or(0.0) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_images_once_each() {
+        let html = r#"<img src="/img/logo.gif" alt=x><IMG SRC='/img/a.gif'><img alt="y" src=/img/b.gif><img src="/img/logo.gif"><a href="/x">"#;
+        assert_eq!(image_refs(html), vec!["/img/logo.gif", "/img/a.gif", "/img/b.gif"]);
+    }
+}
+
+/// Run a spec as a process of its own: join the profile's cgroup (v2) first, while /sys is
+/// still the host's, then the client namespace, then write ground truth to `out` as the
+/// pageviews finish.
+pub fn run_process(spec: RunSpec, netns: Option<&str>, cgroup: Option<&std::path::Path>, out: &std::path::Path) -> Result<GeneratorStats> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    if let Some(cg) = cgroup {
+        std::fs::write(cg.join("cgroup.procs"), "0").with_context(|| format!("joining {}", cg.display()))?;
+    }
+    if let Some(ns) = netns {
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).with_context(|| format!("namespace {ns}"))?;
+        // SAFETY: called before any other thread exists; threads created later inherit it.
+        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(anyhow!("setns {ns}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    let mut w = std::io::BufWriter::new(std::fs::File::create(out)?);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let stats = rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let runner = tokio::spawn(run(spec, tx));
+        while let Some(pv) = rx.recv().await {
+            serde_json::to_writer(&mut w, &pv)?;
+            w.write_all(b"\n")?;
+            w.flush()?;
+        }
+        runner.await?
+    })?;
+    Ok(stats)
+}

@@ -1,0 +1,117 @@
+//! The experiments `rlm-lab run NAME` knows, at quick (CI) and full scale.
+//!
+//! Scale on this 2-core machine: the full runs keep the papers' shape (think time, RTT, loss,
+//! light vs heavy load relative to the farm's capacity) with fewer clients and shorter runs
+//! than the papers' (004 ran 200 and 550 browsers for 30 minutes on seven machines); the farm's
+//! CPU quota is set so that the farm, not the load generators, saturates.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+
+use crate::experiment::{read_truth, run_arm, ArmResult, ArmSpec};
+use crate::farm::FarmConfig;
+use crate::report::{self, Fidelity};
+use sim_clients::tcp_profile::TcpProfile;
+
+pub const NAMES: [&str; 4] = ["baseline-lan", "baseline-wan", "heavy", "fidelity"];
+
+fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: bool) -> ArmSpec {
+    // One third HIGH (10.4/16), two thirds LOW, as in 004 section 6.3.
+    let high = clients / 3;
+    ArmSpec {
+        name: name.into(),
+        high_clients: high,
+        low_clients: clients - high,
+        think_mean_s: 7.0,
+        duration_s,
+        wan: wan.iter().map(|s| s.to_string()).collect(),
+        profile: TcpProfile::Xp,
+        farm: FarmConfig::default(),
+        capture,
+        seed: 1,
+    }
+}
+
+const WAN_80_2: [&str; 2] = ["10.4.0.0/16=80ms,2%", "10.5.0.0/16=80ms,2%"];
+
+/// The arms of an experiment, and a note for its report.
+pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
+    let (light, heavy, dur) = if quick { (60, 180, 45.0) } else { (150, 420, 300.0) };
+    Ok(match name {
+        "baseline-lan" => (vec![arm("lan", light, dur, &[], false)], "004 Figure 10: no delay, no loss, light load."),
+        "baseline-wan" => (
+            vec![arm("unmanaged", light, dur, &WAN_80_2, false), arm("managed", light, dur, &WAN_80_2, true)],
+            "004 Figure 12: 80 ms RTT and 2% loss each way, Windows XP clients (3 s initial SYN timeout, 2 retries). \
+             The managed arm runs the appliance's passive measurement (a capture of its server-side port analysed by \
+             the engine); no management action exists yet, so it shapes nothing.",
+        ),
+        "heavy" => (vec![arm("unmanaged", heavy, dur, &WAN_80_2, false)], "004 Figure 13: heavy load over the same WAN."),
+        "fidelity" => (
+            vec![arm("wan", light, dur, &WAN_80_2, true)],
+            "The appliance's passive measurement against the browsers' ground truth, over the 004 Figure 12 WAN.",
+        ),
+        other => bail!("unknown experiment '{other}' (known: {})", NAMES.join(", ")),
+    })
+}
+
+/// Replay an arm's capture through the engine and compare its pageviews with the ground truth.
+pub fn fidelity(a: &ArmResult) -> Result<Fidelity> {
+    let Some(cap) = &a.capture else { bail!("arm {} has no capture", a.name) };
+    let truth = read_truth(&a.ground_truth)?;
+    let mut cfg = rlm_core::Config { server_ports: vec![crate::farm::FRONT_PORT], ..rlm_core::Config::default() };
+    cfg.pageview.connect_timeout = a.config.profile.connect_timeout();
+    let mut engine = rlm_core::Engine::new(cfg);
+    let mut seen = Vec::new();
+    rlm_core::capture::replay(cap, &mut engine, &mut |ev| {
+        if let rlm_core::Event::Pageview(p) = ev {
+            seen.push(p);
+        }
+        Ok(())
+    }, None)?;
+    Ok(compare(&truth, &seen))
+}
+
+/// Match each truth pageview with the engine's pageview of the same client and container that
+/// started nearest to it (within 2 s), and take the relative errors of the matched RTs.
+pub fn compare(truth: &[sim_clients::browser::GroundTruth], seen: &[rlm_core::PageviewRecord]) -> Fidelity {
+    let mut used = vec![false; seen.len()];
+    let mut errs = Vec::new();
+    for t in truth.iter().filter(|t| !t.failed) {
+        let best = seen
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| !used[*i] && s.client == t.client && s.container.as_deref() == Some(t.url.as_str()))
+            .map(|(i, s)| (i, (s.start_ts - t.start_ts).abs()))
+            .filter(|(_, d)| *d < 2.0)
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((i, _)) = best {
+            used[i] = true;
+            errs.push(((seen[i].rt_s - t.rt_s) / t.rt_s.max(1e-3)).abs());
+        }
+    }
+    errs.sort_by(f64::total_cmp);
+    Fidelity {
+        truth_pageviews: truth.iter().filter(|t| !t.failed).count(),
+        matched: errs.len(),
+        median_rel_err: rlm_core::analyze::percentile(&errs, 50.0),
+        p90_rel_err: rlm_core::analyze::percentile(&errs, 90.0),
+    }
+}
+
+/// Run an experiment end to end; returns the report's text.
+pub fn run(name: &str, quick: bool, out: &Path, prefix: &str) -> Result<String> {
+    let (specs, note) = arms(name, quick)?;
+    let mut results = Vec::new();
+    for s in &specs {
+        let dir = out.join(&s.name);
+        eprintln!("rlm-lab: {name}: arm {} ({} clients, {:.0} s)", s.name, s.high_clients + s.low_clients, s.duration_s);
+        results.push(run_arm(prefix, s, &dir)?);
+    }
+    let fid = if name == "fidelity" || name == "baseline-wan" {
+        results.iter().find(|a| a.capture.is_some()).map(fidelity).transpose()?
+    } else {
+        None
+    };
+    report::write(out, name, quick, &results, fid.as_ref(), note)
+}

@@ -1,0 +1,249 @@
+//! Experiments: build the lab, run each arm, tear down, summarise from the ground truth.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use sim_clients::browser::{BrowserSpec, GeneratorStats, GroundTruth, RunSpec};
+use sim_clients::tcp_profile::{ProfileCgroup, TcpProfile};
+use sim_clients::wan::Group;
+
+use crate::farm::site::PageType;
+use crate::farm::{Farm, FarmConfig, FarmUsage, FRONT_PORT};
+use crate::topology::{Plan, FARM_ADDR};
+use crate::wan::WanHop;
+
+/// One arm of an experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArmSpec {
+    pub name: String,
+    pub high_clients: u32,
+    pub low_clients: u32,
+    pub think_mean_s: f64,
+    pub duration_s: f64,
+    /// WAN paths per client group; empty: no WAN hop (a LAN).
+    pub wan: Vec<String>,
+    pub profile: TcpProfile,
+    pub farm: FarmConfig,
+    /// Capture the appliance's server-side port for the passive measurement.
+    pub capture: bool,
+    pub seed: u64,
+}
+
+/// Response-time statistics of a set of pageviews.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PvStats {
+    pub count: usize,
+    pub mean_s: f64,
+    pub p50_s: f64,
+    pub p95_s: f64,
+    pub gt3s_frac: f64,
+    pub failed: usize,
+}
+
+impl PvStats {
+    pub fn of<'a>(pvs: impl Iterator<Item = &'a GroundTruth>) -> PvStats {
+        let pvs: Vec<&GroundTruth> = pvs.collect();
+        let rts: Vec<f64> = pvs.iter().map(|p| p.rt_s).collect();
+        let s = rlm_core::analyze::RtSummary::of(&rts, pvs.iter().filter(|p| p.failed || p.failed_connections > 0).count());
+        PvStats { count: s.count, mean_s: s.mean_s, p50_s: s.p50_s, p95_s: s.p95_s, gt3s_frac: s.gt3s_frac, failed: s.failed }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PageviewSummary {
+    #[serde(flatten)]
+    pub all: PvStats,
+    pub by_class: BTreeMap<String, PvStats>,
+}
+
+/// What one arm measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArmResult {
+    pub name: String,
+    pub config: ArmSpec,
+    pub clients: u32,
+    pub duration_s: f64,
+    pub pageviews: PageviewSummary,
+    /// Open-loop request statistics (the SRPT experiments); null for browser arms.
+    pub requests: Option<serde_json::Value>,
+    pub generator: GeneratorStats,
+    /// The load generator, not the farm or the link, limited the run.
+    pub generator_bottleneck: bool,
+    pub farm_usage: FarmUsage,
+    pub ground_truth: PathBuf,
+    pub capture: Option<PathBuf>,
+}
+
+/// Paths and weights the browsers request: TPC-W's browsing mix.
+pub fn tpcw_pages() -> Vec<(String, f64)> {
+    PageType::ALL
+        .iter()
+        .map(|p| {
+            let q = match p {
+                PageType::ProductDetail => "?i_id={item}",
+                PageType::NewProducts | PageType::BestSellers => "?subject={subject}",
+                PageType::SearchResults => "?q={term}",
+                _ => "",
+            };
+            (format!("{}{q}", p.path()), p.browsing_mix())
+        })
+        .collect()
+}
+
+/// The `rlm-lab` executable (it runs the farm's front and the browsers as subcommands).
+pub fn lab_binary() -> Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    for dir in [me.parent(), me.parent().and_then(|p| p.parent())].into_iter().flatten() {
+        let cand = dir.join("rlm-lab");
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    bail!("rlm-lab not found next to {}", me.display())
+}
+
+fn wait_or_kill(child: &mut Child, limit: Duration) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            if !st.success() {
+                bail!("the browsers exited with {st}");
+            }
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Capture a port of the appliance to a pcap file until `stop` is set.
+fn start_capture(ns: String, dev: &'static str, path: PathBuf, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Result<u64>> {
+    std::thread::spawn(move || {
+        crate::netns::enter(&ns)?;
+        let mut cap = pcap::Capture::from_device(dev)?.immediate_mode(true).snaplen(65535).buffer_size(64 << 20).open()?.setnonblock()?;
+        cap.filter(&format!("tcp port {FRONT_PORT}"), true)?;
+        let mut file = cap.savefile(&path)?;
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            match cap.next_packet() {
+                Ok(p) => {
+                    file.write(&p);
+                    n += 1;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        // Whatever is still buffered.
+        while let Ok(p) = cap.next_packet() {
+            file.write(&p);
+            n += 1;
+        }
+        file.flush()?;
+        Ok(n)
+    })
+}
+
+/// Run one arm on a fresh lab; files go to `dir`.
+pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
+    std::fs::create_dir_all(dir)?;
+    let lab = lab_binary()?;
+    let plan = Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients };
+    let info = plan.up()?;
+    let result = (|| -> Result<ArmResult> {
+        let mut farm = Farm::start(&plan, &arm.farm, &lab)?;
+        let groups: Vec<Group> = arm.wan.iter().map(|g| g.parse().map_err(|e: String| anyhow::anyhow!(e))).collect::<Result<_>>()?;
+        let mut wan = if groups.is_empty() { None } else { Some(WanHop::start(&plan, groups, arm.seed)?) };
+        let cgroup = ProfileCgroup::create(&format!("{prefix}-{}", arm.profile.name()), arm.profile)?;
+
+        let mut browsers: Vec<BrowserSpec> = info.clients.high.iter().map(|a| BrowserSpec { addr: a.parse().expect("address"), class: "HIGH".into() }).collect();
+        browsers.extend(info.clients.low.iter().map(|a| BrowserSpec { addr: a.parse().expect("address"), class: "LOW".into() }));
+        let spec = RunSpec {
+            server: format!("{FARM_ADDR}:{FRONT_PORT}").parse()?,
+            browsers,
+            think_mean_s: arm.think_mean_s,
+            duration_s: arm.duration_s,
+            ramp_s: arm.think_mean_s.min(arm.duration_s / 4.0),
+            seed: arm.seed,
+            profile: arm.profile,
+            pages: tpcw_pages(),
+            items: arm.farm.items,
+        };
+        let spec_path = dir.join("browsers.json");
+        std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
+        let truth = dir.join("ground-truth.jsonl");
+        let gen_stats = dir.join("generator.json");
+
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let capture = arm.capture.then(|| dir.join("appliance-server-port.pcap"));
+        let cap_thread = capture.as_ref().map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", p.clone(), stop.clone()));
+        std::thread::sleep(Duration::from_millis(200));
+
+        let mut child = Command::new(&lab)
+            .args(["browsers", "--spec"])
+            .arg(&spec_path)
+            .args(["--netns", &info.namespaces.clients])
+            .arg("--cgroup")
+            .arg(&cgroup.path)
+            .arg("--out")
+            .arg(&truth)
+            .arg("--stats")
+            .arg(&gen_stats)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("browsers.log"))?)
+            .spawn()
+            .context("starting the browsers")?;
+        // Pageviews under way at the deadline finish (a failing connection takes the profile's
+        // connect timeout), then whatever is left is cut.
+        let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
+        let waited = wait_or_kill(&mut child, limit);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let captured = cap_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
+        let usage = farm.usage();
+        if let Some(w) = wan.as_mut() {
+            w.finish()?;
+        }
+        farm.stop();
+        drop(cgroup);
+        waited?;
+        let _ = captured;
+
+        let pvs = read_truth(&truth)?;
+        let generator: GeneratorStats = std::fs::read(&gen_stats).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        let mut by_class = BTreeMap::new();
+        for class in ["HIGH", "LOW"] {
+            if pvs.iter().any(|p| p.class == class) {
+                by_class.insert(class.to_string(), PvStats::of(pvs.iter().filter(|p| p.class == class)));
+            }
+        }
+        let bottleneck = generator.wall_s > 0.0 && (generator.cpu_s / generator.wall_s > 0.8 || generator.lag_p99_ms > 50.0);
+        Ok(ArmResult {
+            name: arm.name.clone(),
+            config: arm.clone(),
+            clients: arm.high_clients + arm.low_clients,
+            duration_s: arm.duration_s,
+            pageviews: PageviewSummary { all: PvStats::of(pvs.iter()), by_class },
+            requests: None,
+            generator,
+            generator_bottleneck: bottleneck,
+            farm_usage: usage,
+            ground_truth: truth,
+            capture,
+        })
+    })();
+    plan.down()?;
+    result
+}
+
+/// Read a ground-truth file.
+pub fn read_truth(path: &Path) -> Result<Vec<GroundTruth>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).map_err(Into::into)).collect()
+}

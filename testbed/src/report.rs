@@ -1,0 +1,133 @@
+//! Experiment output: `result.json`, `report.md` and PNG plots drawn like 004 Figures 10-16
+//! (response-time histogram with the mean and the 95th percentile marked).
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::experiment::ArmResult;
+
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+fn register_font() -> Result<()> {
+    static ONCE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let bytes = std::fs::read(FONT).map_err(|e| format!("{FONT}: {e} (install fonts-dejavu-core)"))?;
+        let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, leaked).map_err(|_| "bad font".to_string())
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+/// A histogram of response times with mean and 95th percentile marked.
+pub fn histogram_png(path: &Path, title: &str, rts: &[f64], mean: f64, p95: f64) -> Result<()> {
+    register_font()?;
+    // Wide enough for the tail that matters (the 21 s failures of 004 Figure 14), no wider.
+    let max = rts.iter().cloned().fold(0.0f64, f64::max);
+    let top = max.min((p95 * 2.0).max(mean * 3.0)).max(p95 * 1.2).clamp(0.1, 60.0);
+    let bin = top / 60.0;
+    let bins = (top / bin).ceil() as usize + 1;
+    let mut counts = vec![0u32; bins];
+    for &r in rts {
+        counts[((r / bin) as usize).min(bins - 1)] += 1;
+    }
+    let ymax = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
+    let root = BitMapBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..top, 0f64..ymax)
+        .map_err(|e| anyhow!("{e}"))?;
+    chart.configure_mesh().x_desc("pageview response time (s)").y_desc("pageviews").label_style(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
+    chart
+        .draw_series(counts.iter().enumerate().map(|(i, c)| {
+            let x0 = i as f64 * bin;
+            Rectangle::new([(x0, 0.0), (x0 + bin, *c as f64)], BLUE.mix(0.6).filled())
+        }))
+        .map_err(|e| anyhow!("{e}"))?;
+    for (x, label, color) in [(mean, format!("mean {mean:.2} s"), RED), (p95, format!("95th {p95:.2} s"), BLACK)] {
+        chart.draw_series(LineSeries::new(vec![(x, 0.0), (x, ymax)], color.stroke_width(2))).map_err(|e| anyhow!("{e}"))?.label(label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.9)).label_font(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// The fidelity block of result.json: the appliance's passive measurement against the truth.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Fidelity {
+    pub truth_pageviews: usize,
+    pub matched: usize,
+    pub median_rel_err: f64,
+    pub p90_rel_err: f64,
+}
+
+#[derive(Serialize)]
+struct ResultFile<'a> {
+    experiment: &'a str,
+    quick: bool,
+    arms: &'a [ArmResult],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fidelity: Option<&'a Fidelity>,
+}
+
+/// Write result.json, the plots and report.md into `dir`; returns the report's text.
+pub fn write(dir: &Path, experiment: &str, quick: bool, arms: &[ArmResult], fidelity: Option<&Fidelity>, notes: &str) -> Result<String> {
+    std::fs::create_dir_all(dir)?;
+    let result = ResultFile { experiment, quick, arms, fidelity };
+    std::fs::write(dir.join("result.json"), serde_json::to_vec_pretty(&result)?)?;
+    let mut md = format!("# {experiment}{}\n\n{notes}\n\n", if quick { " (quick)" } else { "" });
+    md.push_str("| arm | clients | duration | pageviews | mean | p50 | p95 | > 3 s | failed | generator CPU | generator lag p99 | farm CPU |\n");
+    md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for a in arms {
+        let p = &a.pageviews.all;
+        md.push_str(&format!(
+            "| {} | {} | {:.0} s | {} | {:.2} s | {:.2} s | {:.2} s | {:.1}% | {} | {:.0}%{} | {:.1} ms | {:.1} s |\n",
+            a.name,
+            a.clients,
+            a.duration_s,
+            p.count,
+            p.mean_s,
+            p.p50_s,
+            p.p95_s,
+            p.gt3s_frac * 100.0,
+            p.failed,
+            if a.generator.wall_s > 0.0 { a.generator.cpu_s / a.generator.wall_s * 100.0 } else { 0.0 },
+            if a.generator_bottleneck { " (bottleneck!)" } else { "" },
+            a.generator.lag_p99_ms,
+            a.farm_usage.cpu_s
+        ));
+    }
+    for a in arms {
+        for (class, s) in &a.pageviews.by_class {
+            md.push_str(&format!("\n- {} / {class}: {} pageviews, mean {:.2} s, p95 {:.2} s, > 3 s {:.1}%", a.name, s.count, s.mean_s, s.p95_s, s.gt3s_frac * 100.0));
+        }
+    }
+    md.push('\n');
+    if let Some(f) = fidelity {
+        md.push_str(&format!(
+            "\n## Fidelity\n\nThe appliance's passive measurement (`rlm analyze` over a capture of its server-side port) against the browsers' ground truth: {} of {} truth pageviews matched ({:.1}%), median relative error {:.1}%, 90th percentile {:.1}%.\n",
+            f.matched,
+            f.truth_pageviews,
+            if f.truth_pageviews > 0 { f.matched as f64 / f.truth_pageviews as f64 * 100.0 } else { 0.0 },
+            f.median_rel_err * 100.0,
+            f.p90_rel_err * 100.0
+        ));
+    }
+    md.push_str("\n## Response-time distributions\n\n");
+    for a in arms {
+        let truth = crate::experiment::read_truth(&a.ground_truth).unwrap_or_default();
+        let rts: Vec<f64> = truth.iter().map(|p| p.rt_s).collect();
+        let png = format!("{}-rt.png", a.name);
+        histogram_png(&dir.join(&png), &format!("{experiment}: {} ({} pageviews)", a.name, rts.len()), &rts, a.pageviews.all.mean_s, a.pageviews.all.p95_s)?;
+        md.push_str(&format!("![{}]({png})\n\n", a.name));
+    }
+    std::fs::write(dir.join("report.md"), &md)?;
+    Ok(md)
+}
