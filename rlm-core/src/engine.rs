@@ -378,6 +378,7 @@ impl Engine {
                     let (client, rtt) = (c.client.ip, c.rtt());
                     self.pageviews.on_established(now, id, client, rtt);
                 }
+                FlowNote::ServerRetransmission => self.pageviews.on_server_retransmission(now, id),
                 FlowNote::Refused => close = Some(CloseReason::Refused),
                 FlowNote::Rst => close = Some(CloseReason::Rst),
                 FlowNote::Fin(_) => {

@@ -48,6 +48,8 @@ pub struct HalfStream {
     pub retransmits: u32,
     /// Time of the last segment that carried new data.
     pub last_data: Option<Timestamp>,
+    /// Highest sequence number the receiver acknowledged (seen here).
+    acked: Option<u32>,
     ooo: Option<Box<OooBuf>>,
 }
 
@@ -62,6 +64,9 @@ struct OooBuf {
 pub enum Chunk<'a> {
     Data(&'a [u8]),
     Gap(u64),
+    /// A segment carrying only bytes already delivered: the sender retransmitted them because
+    /// the receiver did not get them (lost past the appliance).
+    Retransmitted,
 }
 
 impl HalfStream {
@@ -88,6 +93,11 @@ impl HalfStream {
             let skip = self.next.wrapping_sub(seq) as usize;
             if skip >= payload.len() {
                 self.retransmits += 1;
+                // Resent bytes the receiver had acknowledged are spurious: it had them already.
+                let end = seq.wrapping_add(payload.len() as u32);
+                if self.acked.is_none_or(|a| seq_lt(a, end)) {
+                    sink(Chunk::Retransmitted);
+                }
                 return;
             }
             if skip > 0 {
@@ -161,6 +171,9 @@ impl HalfStream {
 
     /// The peer acknowledged up to `ack`: bytes before it that we never saw were lost by the capture.
     fn on_peer_ack(&mut self, now: Timestamp, ack: u32, sink: &mut dyn FnMut(Chunk<'_>)) {
+        if self.acked.is_none_or(|a| seq_lt(a, ack)) {
+            self.acked = Some(ack);
+        }
         if !self.started || self.fin_seen {
             return;
         }
@@ -266,6 +279,8 @@ pub enum FlowNote {
     Refused,
     Fin(Dir),
     Rst,
+    /// The server resent data the client had not received: the client gets it only now.
+    ServerRetransmission,
 }
 
 /// How a connection's bytes are read as HTTP.
@@ -396,13 +411,18 @@ impl Conn {
             Dir::ToClient => (&mut self.s2c, &mut self.c2s),
         };
         let http = &mut self.http;
+        let mut server_retransmitted = false;
         let mut sink = |c: Chunk<'_>, d: Dir| {
+            if let (Chunk::Retransmitted, Dir::ToClient) = (&c, d) {
+                server_retransmitted = true;
+            }
             if let Some(h) = http.as_mut() {
                 match (c, d) {
                     (Chunk::Data(b), Dir::ToServer) => h.on_client_data(now, b, http_out),
                     (Chunk::Data(b), Dir::ToClient) => h.on_server_data(now, b, http_out),
                     (Chunk::Gap(n), Dir::ToServer) => h.on_client_gap(n),
                     (Chunk::Gap(n), Dir::ToClient) => h.on_server_gap(now, n, http_out),
+                    (Chunk::Retransmitted, _) => {}
                 }
             }
         };
@@ -410,6 +430,9 @@ impl Conn {
             other.on_peer_ack(now, seg.ack, &mut |c| sink(c, opposite(dir)));
         }
         this.accept(now, seg.seq, seg.payload, &mut |c| sink(c, dir));
+        if server_retransmitted {
+            notes.push(FlowNote::ServerRetransmission);
+        }
         if f.fin && !this.fin_seen {
             let fin_seq = seg.seq.wrapping_add(seg.payload.len() as u32);
             if !this.started {
@@ -451,19 +474,15 @@ impl Conn {
         }
         self.state = ConnState::Closed;
         let http = &mut self.http;
-        self.c2s.flush_all(now, &mut |c| {
-            if let (Some(h), Chunk::Data(b)) = (http.as_mut(), &c) {
-                h.on_client_data(now, b, http_out);
-            } else if let (Some(h), Chunk::Gap(n)) = (http.as_mut(), c) {
-                h.on_client_gap(n);
-            }
+        self.c2s.flush_all(now, &mut |c| match (http.as_mut(), c) {
+            (Some(h), Chunk::Data(b)) => h.on_client_data(now, b, http_out),
+            (Some(h), Chunk::Gap(n)) => h.on_client_gap(n),
+            _ => {}
         });
-        self.s2c.flush_all(now, &mut |c| {
-            if let (Some(h), Chunk::Data(b)) = (http.as_mut(), &c) {
-                h.on_server_data(now, b, http_out);
-            } else if let (Some(h), Chunk::Gap(n)) = (http.as_mut(), c) {
-                h.on_server_gap(now, n, http_out);
-            }
+        self.s2c.flush_all(now, &mut |c| match (http.as_mut(), c) {
+            (Some(h), Chunk::Data(b)) => h.on_server_data(now, b, http_out),
+            (Some(h), Chunk::Gap(n)) => h.on_server_gap(now, n, http_out),
+            _ => {}
         });
         if let Some(h) = self.http.as_mut() {
             h.close(now, http_out);
@@ -624,6 +643,7 @@ mod tests {
             h.accept(Timestamp::ZERO, *seq, p, &mut |c| match c {
                 Chunk::Data(b) => data.extend_from_slice(b),
                 Chunk::Gap(n) => gaps += n,
+                Chunk::Retransmitted => {}
             });
         }
         (data, gaps)
@@ -656,6 +676,7 @@ mod tests {
         h.on_peer_ack(Timestamp::ZERO, 12, &mut |c| match c {
             Chunk::Data(b) => out.push(format!("d{}", b.len())),
             Chunk::Gap(n) => out.push(format!("g{n}")),
+            Chunk::Retransmitted => out.push("r".into()),
         });
         assert_eq!(out, vec!["g8", "d2"]);
         assert_eq!(h.gap_bytes, 8);

@@ -603,12 +603,30 @@ impl Pageviews {
                 if t.response_first.is_none() {
                     t.response_first = response_first;
                 }
-                t.response_last = response_last;
+                // A retransmission seen earlier may already have moved the end later.
+                t.response_last = match (t.response_last, response_last) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
                 p.in_flight = p.in_flight.saturating_sub(1);
             }
             self.touch(id, now);
         }
         Some(id)
+    }
+
+    /// The server resent data on a connection that the client had not received (lost past the
+    /// appliance): the client gets the response it belongs to (the connection's latest) only now.
+    pub fn on_server_retransmission(&mut self, now: Timestamp, conn: ConnId) {
+        let Some(&id) = self.conn_pv.get(&conn) else { return };
+        let Some(p) = self.open.get_mut(&id) else { return };
+        let Some(ci) = p.conn_index(conn) else { return };
+        if let Some(t) = p.txns.iter_mut().filter(|t| t.conn as usize == ci && t.response_first.is_some()).max_by_key(|t| t.response_first) {
+            if t.response_last.is_none_or(|l| now > l) {
+                t.response_last = Some(now);
+            }
+        }
+        self.touch(id, now);
     }
 
     /// Close pageviews whose quiet period is over.

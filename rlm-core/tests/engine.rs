@@ -495,3 +495,20 @@ fn rst_mid_response_reports_a_truncated_transaction() {
     assert!(r.tx[0].anomalies.contains(&"truncated_body"));
     assert_eq!(r.tx[0].status, Some(200));
 }
+
+#[test]
+fn tail_loss_past_the_appliance_extends_the_pageview() {
+    // The last segment of the page was lost between the appliance and the client: the server
+    // resends it 300 ms later, and only then does the client have the page.
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.19:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/p", "")));
+    let segs = c.server_data(&html_response(&"x".repeat(3000)));
+    for s in &segs {
+        r.feed(100, s.clone());
+    }
+    r.feed(400, segs.last().unwrap().clone());
+    r.finish(5_000);
+    assert!(approx(r.pv[0].rt_s, 0.400 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
+}
