@@ -11,10 +11,13 @@ use anyhow::{Context, Result};
 pub const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
 pub const CPUACCT_ROOT: &str = "/sys/fs/cgroup/cpuacct";
 
-/// A cpu cgroup with a CFS quota; removed when dropped (its processes must be gone).
+/// A cpu cgroup with a CFS quota, and optionally a cgroup v2 twin whose sockets get an initial
+/// SYN/ACK timeout; removed when dropped (its processes must be gone).
 pub struct CpuCgroup {
     pub path: PathBuf,
     pub acct: PathBuf,
+    v2: Option<PathBuf>,
+    syn: Option<kmod_fastpath::SynTimeout>,
 }
 
 impl CpuCgroup {
@@ -31,13 +34,26 @@ impl CpuCgroup {
         std::fs::write(path.join("cpu.cfs_period_us"), period.to_string())?;
         let quota = cores.map(|c| ((c * period as f64) as i64).max(1000)).unwrap_or(-1);
         std::fs::write(path.join("cpu.cfs_quota_us"), quota.to_string()).context("setting cpu.cfs_quota_us")?;
-        Ok(CpuCgroup { path, acct })
+        Ok(CpuCgroup { path, acct, v2: None, syn: None })
+    }
+
+    /// Give the sockets of the processes that join an initial SYN(/ACK) retransmission timeout
+    /// (a listener's SYN/ACKs follow its cgroup's sock_ops program).
+    pub fn with_syn_timeout(mut self, name: &str, timeout: std::time::Duration) -> Result<CpuCgroup> {
+        let v2 = PathBuf::from(sim_clients::tcp_profile::CGROUP2_ROOT).join(name);
+        if !v2.exists() {
+            std::fs::create_dir(&v2).with_context(|| format!("creating {}", v2.display()))?;
+        }
+        self.syn = Some(kmod_fastpath::SynTimeout::attach(&v2, timeout)?);
+        self.v2 = Some(v2);
+        Ok(self)
     }
 
     /// Have a command's process join the cgroup before it runs (its children follow).
     pub fn join_on_spawn(&self, cmd: &mut Command) {
-        let procs = [self.path.join("cgroup.procs"), self.acct.join("cgroup.procs")];
-        // SAFETY: between fork and exec the closure only writes two files.
+        let mut procs = vec![self.path.join("cgroup.procs"), self.acct.join("cgroup.procs")];
+        procs.extend(self.v2.as_ref().map(|p| p.join("cgroup.procs")));
+        // SAFETY: between fork and exec the closure only writes a few files.
         unsafe {
             cmd.pre_exec(move || {
                 for p in &procs {
@@ -69,5 +85,9 @@ impl Drop for CpuCgroup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.path);
         let _ = std::fs::remove_dir(&self.acct);
+        self.syn = None;
+        if let Some(v2) = &self.v2 {
+            let _ = std::fs::remove_dir(v2);
+        }
     }
 }
