@@ -1,6 +1,7 @@
 # rlm: everything from a fresh Debian 12 machine, as root.
-#   make demo   the main job (today: rlm analyze over real captures; the lab arrives with issue 3)
-#   make test   every test
+#   make demo   the main job: the lab's baseline-wan, unmanaged next to managed, and its report
+#   make test   every test, then the lab's quick experiments, checked
+#   make lab    every experiment at full scale
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
@@ -11,7 +12,11 @@ CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 TESTDATA ?= $(abspath ../shared/testdata/zeek-http)
 
-.PHONY: deps build test demo bench fuzz clean
+LAB_OUT ?= lab-out
+LAB := ./target/release/rlm-lab
+EXPERIMENTS := baseline-lan baseline-wan heavy fidelity
+
+.PHONY: deps build test unit lab-quick lab demo bench fuzz clean
 
 # Install only what is missing, so a second run costs nothing and needs no network.
 deps:
@@ -25,15 +30,22 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace --locked
 
-test: deps
+test: unit lab-quick
+
+unit: deps
 	RLM_ZEEK_TESTDATA=$(TESTDATA) $(CARGO) test --workspace --locked
 
+# Each quick experiment takes at most about 3 minutes; the check holds them to the papers' shapes.
+lab-quick: build
+	@for e in $(EXPERIMENTS); do $(LAB) run $$e --quick --out $(LAB_OUT)/quick/$$e > $(LAB_OUT)-$$e.log 2>&1 \
+		|| { cat $(LAB_OUT)-$$e.log; exit 1; }; echo "lab: $$e done"; done
+	$(LAB) check $(LAB_OUT)/quick
+
+lab: build
+	@for e in $(EXPERIMENTS); do $(LAB) run $$e --out $(LAB_OUT)/full/$$e || exit 1; done
+
 demo: build
-	@echo "== rlm analyze over Zeek's real HTTP captures (the lab demo of issue 3 replaces this) =="
-	@for t in get 100-continue http-11-request-then-cruft 261_variant-01-chunk_2pow64_overflow; do \
-		./target/release/rlm analyze --quiet $(TESTDATA)/traces/$$t.pcap --transactions /tmp/rlm-demo-$$t.jsonl | head -6; \
-		echo "   transactions written to /tmp/rlm-demo-$$t.jsonl"; \
-	done
+	$(LAB) run baseline-wan --quick --out $(LAB_OUT)/demo
 
 bench: deps
 	$(CARGO) bench -p rlm-core --bench engine

@@ -125,3 +125,43 @@ pub fn run(name: &str, quick: bool, out: &Path, prefix: &str) -> Result<String> 
     };
     report::write(out, name, quick, &results, fid.as_ref(), note)
 }
+
+/// Check the quick experiments' results in `root` (one directory per experiment) against what
+/// the papers show and the lab promises. Returns (passed, failed) lines.
+pub fn check(root: &Path) -> Result<(Vec<String>, Vec<String>)> {
+    let load = |name: &str| -> Result<serde_json::Value> {
+        let p = root.join(name).join("result.json");
+        Ok(serde_json::from_slice(&std::fs::read(&p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?)?)
+    };
+    let (mut ok, mut bad) = (Vec::new(), Vec::new());
+    let mut verdict = |pass: bool, what: String| if pass { ok.push(what) } else { bad.push(what) };
+    let arm_mean = |v: &serde_json::Value, arm: &str, field: &str| -> f64 {
+        v["arms"].as_array().and_then(|a| a.iter().find(|x| x["name"] == arm)).map(|x| x["pageviews"][field].as_f64().unwrap_or(f64::NAN)).unwrap_or(f64::NAN)
+    };
+    let lan = load("baseline-lan")?;
+    let wan = load("baseline-wan")?;
+    let heavy = load("heavy")?;
+    let fid = load("fidelity")?;
+    let (lan_mean, wan_mean) = (arm_mean(&lan, "lan", "mean_s"), arm_mean(&wan, "unmanaged", "mean_s"));
+    verdict(wan_mean > 2.0 * lan_mean && wan_mean - lan_mean > 0.2, format!("baseline-wan mean {wan_mean:.2} s clearly above baseline-lan {lan_mean:.2} s"));
+    let gt3 = arm_mean(&wan, "unmanaged", "gt3s_frac");
+    verdict(gt3 >= 0.02, format!("baseline-wan: {:.1}% of pageviews past 3 s (SYN and SYN/ACK loss), at least 2%", gt3 * 100.0));
+    let heavy_mean = arm_mean(&heavy, "unmanaged", "mean_s");
+    verdict(heavy_mean > wan_mean * 1.5, format!("heavy mean {heavy_mean:.2} s well above baseline-wan {wan_mean:.2} s"));
+    let f = &fid["fidelity"];
+    let (truth, matched) = (f["truth_pageviews"].as_f64().unwrap_or(0.0), f["matched"].as_f64().unwrap_or(0.0));
+    verdict(truth > 0.0 && matched / truth >= 0.95, format!("fidelity: {matched} of {truth} truth pageviews matched (at least 95%)"));
+    let med = f["median_rel_err"].as_f64().unwrap_or(f64::NAN);
+    verdict(med <= 0.05, format!("fidelity: median relative error {:.2}% (at most 5%)", med * 100.0));
+    let p90 = f["p90_rel_err"].as_f64().unwrap_or(f64::NAN);
+    verdict(p90 <= 0.10, format!("fidelity: p90 relative error {:.2}% (at most 10%)", p90 * 100.0));
+    for (name, v) in [("baseline-lan", &lan), ("baseline-wan", &wan), ("heavy", &heavy), ("fidelity", &fid)] {
+        for a in v["arms"].as_array().into_iter().flatten() {
+            let b = a["generator_bottleneck"].as_bool().unwrap_or(true);
+            verdict(!b, format!("{name}/{}: the load generator was not the bottleneck", a["name"].as_str().unwrap_or("?")));
+            let n = a["pageviews"]["count"].as_u64().unwrap_or(0);
+            verdict(n >= 100, format!("{name}/{}: {n} pageviews measured", a["name"].as_str().unwrap_or("?")));
+        }
+    }
+    Ok((ok, bad))
+}

@@ -74,6 +74,10 @@ enum Command {
         #[arg(long)]
         stats: Option<std::path::PathBuf>,
     },
+    /// Check quick experiments' results (DIR/NAME/result.json) against the papers' shapes.
+    Check {
+        dir: std::path::PathBuf,
+    },
     /// Run the WAN emulator on a running lab until interrupted (or for --seconds).
     Wan {
         /// A client group and its path: NET=RTTms,LOSS% or NET=RTTms,UP%,DOWN% (repeatable).
@@ -146,6 +150,20 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
+        Command::Check { dir } => testbed::catalog::check(&dir).and_then(|(ok, bad)| {
+            for l in &ok {
+                println!("PASS {l}");
+            }
+            for l in &bad {
+                println!("FAIL {l}");
+            }
+            println!("{} passed, {} failed", ok.len(), bad.len());
+            if bad.is_empty() {
+                Ok(())
+            } else {
+                anyhow::bail!("{} lab checks failed", bad.len())
+            }
+        }),
         Command::Wan { groups, seed, seconds } => {
             let plan = Plan { prefix: cli.prefix, ..Plan::default() };
             testbed::wan::WanHop::start(&plan, groups, seed).and_then(|mut hop| {
