@@ -14,7 +14,7 @@ TESTDATA ?= $(abspath ../shared/testdata/zeek-http)
 
 LAB_OUT ?= lab-out
 LAB := ./target/release/rlm-lab
-EXPERIMENTS := baseline-lan baseline-wan heavy fidelity
+EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop
 
 .PHONY: deps build test unit lab-quick lab demo bench fuzz clean
 

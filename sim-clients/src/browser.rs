@@ -331,6 +331,7 @@ impl Browser {
 /// How the load generator itself fared (to tell whether it, not the farm, was the bottleneck).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GeneratorStats {
+    /// Pageviews (browsers) or requests (open loop) made.
     pub pageviews: u64,
     pub cpu_s: f64,
     pub wall_s: f64,
@@ -339,31 +340,13 @@ pub struct GeneratorStats {
     pub lag_max_ms: f64,
 }
 
-fn cpu_seconds() -> f64 {
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
-}
-
 /// Run every browser until the duration is over; each finished pageview goes to `out`.
 pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTruth>) -> Result<GeneratorStats> {
     let spec = Arc::new(spec);
     let wall = Instant::now();
     let cpu0 = cpu_seconds();
     let deadline = wall + Duration::from_secs_f64(spec.duration_s);
-    let lag = tokio::spawn(async move {
-        let mut lags = Vec::new();
-        let tick = Duration::from_millis(50);
-        let mut next = Instant::now() + tick;
-        while Instant::now() < deadline {
-            tokio::time::sleep_until(next.into()).await;
-            lags.push(Instant::now().saturating_duration_since(next).as_secs_f64() * 1000.0);
-            next += tick;
-        }
-        lags
-    });
+    let lag = lag_meter(deadline);
     let mut tasks = Vec::new();
     let n = spec.browsers.len().max(1);
     for (k, b) in spec.browsers.iter().enumerate() {
@@ -394,39 +377,66 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
     for t in tasks {
         pageviews += t.await.context("browser task")?;
     }
-    let mut lags = lag.await.unwrap_or_default();
-    lags.sort_by(f64::total_cmp);
-    let p99 = lags.get(((lags.len() as f64) * 0.99) as usize).copied().or(lags.last().copied()).unwrap_or(0.0);
-    Ok(GeneratorStats { pageviews, cpu_s: cpu_seconds() - cpu0, wall_s: wall.elapsed().as_secs_f64(), lag_p99_ms: p99, lag_max_ms: lags.last().copied().unwrap_or(0.0) })
+    Ok(GeneratorStats::finish(pageviews, cpu0, wall, lag).await)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A 50 ms tick that records how late it fires, until `deadline`: the generator's scheduling lag.
+pub fn lag_meter(deadline: Instant) -> tokio::task::JoinHandle<Vec<f64>> {
+    tokio::spawn(async move {
+        let mut lags = Vec::new();
+        let tick = Duration::from_millis(50);
+        let mut next = Instant::now() + tick;
+        while Instant::now() < deadline {
+            tokio::time::sleep_until(next.into()).await;
+            lags.push(Instant::now().saturating_duration_since(next).as_secs_f64() * 1000.0);
+            next += tick;
+        }
+        lags
+    })
+}
 
-    #[test]
-    fn finds_the_images_once_each() {
-        let html = r#"<img src="/img/logo.gif" alt=x><IMG SRC='/img/a.gif'><img alt="y" src=/img/b.gif><img src="/img/logo.gif"><a href="/x">"#;
-        assert_eq!(image_refs(html), vec!["/img/logo.gif", "/img/a.gif", "/img/b.gif"]);
+impl GeneratorStats {
+    /// Close the books of a run that started at `wall` with `cpu0` seconds of CPU used.
+    pub async fn finish(pageviews: u64, cpu0: f64, wall: Instant, lag: tokio::task::JoinHandle<Vec<f64>>) -> GeneratorStats {
+        let mut lags = lag.await.unwrap_or_default();
+        lags.sort_by(f64::total_cmp);
+        let p99 = lags.get(((lags.len() as f64) * 0.99) as usize).copied().or(lags.last().copied()).unwrap_or(0.0);
+        GeneratorStats { pageviews, cpu_s: cpu_seconds() - cpu0, wall_s: wall.elapsed().as_secs_f64(), lag_p99_ms: p99, lag_max_ms: lags.last().copied().unwrap_or(0.0) }
     }
 }
 
-/// Run a spec as a process of its own: join the profile's cgroup (v2) first, while /sys is
-/// still the host's, then the client namespace, then write ground truth to `out` as the
-/// pageviews finish.
-pub fn run_process(spec: RunSpec, netns: Option<&str>, cgroup: Option<&std::path::Path>, out: &std::path::Path) -> Result<GeneratorStats> {
-    use std::io::Write;
+/// Put this process where a load generator runs: join a cgroup (v2) first, while /sys is
+/// still the host's, then enter a network namespace. Call before any other thread exists:
+/// threads created later inherit the namespace.
+pub fn enter(netns: Option<&str>, cgroup: Option<&std::path::Path>) -> Result<()> {
     use std::os::fd::AsRawFd;
     if let Some(cg) = cgroup {
         std::fs::write(cg.join("cgroup.procs"), "0").with_context(|| format!("joining {}", cg.display()))?;
     }
     if let Some(ns) = netns {
         let f = std::fs::File::open(format!("/var/run/netns/{ns}")).with_context(|| format!("namespace {ns}"))?;
-        // SAFETY: called before any other thread exists; threads created later inherit it.
+        // SAFETY: a valid namespace descriptor; only this (single) thread changes namespace.
         if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
             return Err(anyhow!("setns {ns}: {}", std::io::Error::last_os_error()));
         }
     }
+    Ok(())
+}
+
+/// CPU time this process used so far (user + system), in seconds.
+pub fn cpu_seconds() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// Run a spec as a process of its own (see [`enter`]), writing ground truth to `out` as the
+/// pageviews finish.
+pub fn run_process(spec: RunSpec, netns: Option<&str>, cgroup: Option<&std::path::Path>, out: &std::path::Path) -> Result<GeneratorStats> {
+    use std::io::Write;
+    enter(netns, cgroup)?;
     let mut w = std::io::BufWriter::new(std::fs::File::create(out)?);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let stats = rt.block_on(async {
@@ -440,4 +450,15 @@ pub fn run_process(spec: RunSpec, netns: Option<&str>, cgroup: Option<&std::path
         runner.await?
     })?;
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_images_once_each() {
+        let html = r#"<img src="/img/logo.gif" alt=x><IMG SRC='/img/a.gif'><img alt="y" src=/img/b.gif><img src="/img/logo.gif"><a href="/x">"#;
+        assert_eq!(image_refs(html), vec!["/img/logo.gif", "/img/a.gif", "/img/b.gif"]);
+    }
 }

@@ -1,10 +1,14 @@
 //! Load for the rlm lab: emulated browsers, open-loop generators and WAN emulation.
 //!
-//! This crate starts with the workload models the experiments are built on: the task-size
-//! distribution of `001` Table 1 (lognormal body, bounded-Pareto tail) for the open-loop SRPT
-//! experiments, and the negative-exponential think time of TPC-W browsers (004 section 6).
+//! - [`browser`]: closed-loop emulated browsers (004's modified TPC-W browser) and their ground truth;
+//! - [`openloop`]: the open-loop generator of the SRPT experiments (Poisson arrivals at a load ρ
+//!   of a shaped link, 001 Table 1 sizes, 000 Table I transient overloads);
+//! - [`wan`]: WAN delay and loss through NFQUEUE;
+//! - [`tcp_profile`]: the clients' SYN behaviour (`xp`, `linux`);
+//! - [`dist`]: the size model of 001 Table 1 and TPC-W's think time.
 
 pub mod browser;
 pub mod dist;
+pub mod openloop;
 pub mod tcp_profile;
 pub mod wan;

@@ -9,19 +9,21 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::experiment::{read_truth, run_arm, ArmResult, ArmSpec};
+use crate::experiment::{read_truth, run_arm, ArmResult, ArmSpec, OpenLoopArm};
+use sim_clients::openloop::Schedule;
 use crate::farm::FarmConfig;
 use crate::report::{self, Fidelity};
 use sim_clients::tcp_profile::TcpProfile;
 
-pub const NAMES: [&str; 4] = ["baseline-lan", "baseline-wan", "heavy", "fidelity"];
+pub const NAMES: [&str; 5] = ["baseline-lan", "baseline-wan", "heavy", "fidelity", "openloop"];
 
 /// The farm at an experiment's scale: its CPU quota is sized so that the light load keeps it
 /// about 60% busy (004 section 6.1) and the heavy load overloads it.
 fn farm(cpu_cores: f64) -> FarmConfig {
-    // Apache 2.0's default keep-alive is 15 s; 5 s closes most browsers' connections during
-    // their think time (mean 7 s), so that, as in 004's runs, most pageviews open connections.
-    FarmConfig { cpu_cores: Some(cpu_cores), keepalive_s: 5.0, ..FarmConfig::default() }
+    // Apache 2.0's default keep-alive is 15 s; 3 s closes two browsers' connections in three
+    // during their think time (mean 7 s), so that, as in 004's runs, most pageviews open
+    // connections and meet the WAN's SYN and SYN/ACK losses.
+    FarmConfig { cpu_cores: Some(cpu_cores), keepalive_s: 3.0, ..FarmConfig::default() }
 }
 
 fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: bool, cpu_cores: f64) -> ArmSpec {
@@ -38,7 +40,15 @@ fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: bool, c
         farm: farm(cpu_cores),
         capture,
         seed: 1,
+        openloop: None,
     }
+}
+
+fn openloop_arm(name: &str, schedule: Schedule, duration_s: f64, cpu_cores: f64) -> ArmSpec {
+    let mut a = arm(name, 30, duration_s, &[], false, cpu_cores);
+    a.farm.cpu_cores = None; // the link is the bottleneck, not the farm
+    a.openloop = Some(OpenLoopArm { schedule, link_bps: 10_000_000, queue_packets: 100, files: 2000, max_file: 4e6, timeout_s: 60.0 });
+    a
 }
 
 const WAN_80_2: [&str; 2] = ["10.4.0.0/16=80ms,2%", "10.5.0.0/16=80ms,2%"];
@@ -61,6 +71,19 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
             vec![arm("wan", light, dur, &WAN_80_2, true, cores)],
             "The appliance's passive measurement against the browsers' ground truth, over the 004 Figure 12 WAN.",
         ),
+        "openloop" => {
+            // 000's setup: a 10 Mbit/s uplink, 001 Table 1 sizes, FAIR scheduling (the baseline
+            // of the SRPT experiments), at ρ = 0.9; the full run adds 000 Table I's W1.
+            let mut arms = vec![openloop_arm("fair-rho0.9", Schedule::Constant { rho: 0.9 }, dur, cores)];
+            if !quick {
+                arms.push(openloop_arm("fair-w1", Schedule::table_i(1).expect("W1"), 300.0, cores));
+            }
+            (
+                arms,
+                "Open-loop load on a 10 Mbit/s uplink (000 section 3): Poisson arrivals, one connection each, file sizes of \
+                 001 Table 1 bounded at 4 MB, FAIR (one FIFO of 100 packets, the txqueuelen of 000's Linux).",
+            )
+        }
         other => bail!("unknown experiment '{other}' (known: {})", NAMES.join(", ")),
     })
 }
@@ -138,6 +161,17 @@ pub fn check(root: &Path) -> Result<(Vec<String>, Vec<String>)> {
     let arm_mean = |v: &serde_json::Value, arm: &str, field: &str| -> f64 {
         v["arms"].as_array().and_then(|a| a.iter().find(|x| x["name"] == arm)).map(|x| x["pageviews"][field].as_f64().unwrap_or(f64::NAN)).unwrap_or(f64::NAN)
     };
+    if let Ok(ol) = load("openloop") {
+        for a in ol["arms"].as_array().into_iter().flatten() {
+            let r = &a["requests"];
+            let (count, done) = (r["count"].as_f64().unwrap_or(0.0), r["completed"].as_f64().unwrap_or(0.0));
+            let name = a["name"].as_str().unwrap_or("?");
+            verdict(count > 1000.0 && done / count >= 0.95, format!("openloop/{name}: {done} of {count} requests completed (at least 95%)"));
+            let tput = r["throughput_bps"].as_f64().unwrap_or(0.0);
+            verdict(tput > 4e6 && tput <= 10.5e6, format!("openloop/{name}: {:.2} Mbit/s through the 10 Mbit/s uplink", tput / 1e6));
+            verdict(!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("openloop/{name}: the load generator was not the bottleneck"));
+        }
+    }
     let lan = load("baseline-lan")?;
     let wan = load("baseline-wan")?;
     let heavy = load("heavy")?;

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sim_clients::browser::{BrowserSpec, GeneratorStats, GroundTruth, RunSpec};
+use sim_clients::dist::EmpiricalSizes;
+use sim_clients::openloop::{file_sizes, OpenLoopSpec, RequestRecord, RequestStats, Schedule};
 use sim_clients::tcp_profile::{ProfileCgroup, TcpProfile};
 use sim_clients::wan::Group;
 
@@ -31,6 +33,22 @@ pub struct ArmSpec {
     /// Capture the appliance's server-side port for the passive measurement.
     pub capture: bool,
     pub seed: u64,
+    /// An open-loop arm (the SRPT experiments) instead of browsers.
+    pub openloop: Option<OpenLoopArm>,
+}
+
+/// The open-loop load of an arm: Poisson arrivals at a load of a shaped uplink.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpenLoopArm {
+    pub schedule: Schedule,
+    /// The appliance's client-side port is shaped to this rate (the farm's uplink).
+    pub link_bps: u64,
+    /// Packets the uplink's FIFO holds.
+    pub queue_packets: u32,
+    /// Distinct files, sized at the quantiles of 001 Table 1 bounded at `max_file` bytes.
+    pub files: usize,
+    pub max_file: f64,
+    pub timeout_s: f64,
 }
 
 /// Response-time statistics of a set of pageviews.
@@ -158,6 +176,9 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
     let plan = Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients };
     let info = plan.up()?;
     let result = (|| -> Result<ArmResult> {
+        if let Some(ol) = &arm.openloop {
+            return run_openloop(&plan, &info, arm, ol, dir, &lab);
+        }
         let mut farm = Farm::start(&plan, &arm.farm, &lab)?;
         let groups: Vec<Group> = arm.wan.iter().map(|g| g.parse().map_err(|e: String| anyhow::anyhow!(e))).collect::<Result<_>>()?;
         let mut wan = if groups.is_empty() { None } else { Some(WanHop::start(&plan, groups, arm.seed)?) };
@@ -240,6 +261,68 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
     })();
     plan.down()?;
     result
+}
+
+fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &OpenLoopArm, dir: &Path, lab: &Path) -> Result<ArmResult> {
+    let files = file_sizes(&EmpiricalSizes::with_max(ol.max_file), ol.files, arm.seed);
+    let farm_cfg = FarmConfig { files: files.clone(), ..arm.farm.clone() };
+    let mut farm = Farm::start(plan, &farm_cfg, lab)?;
+    plan.shape_uplink(ol.link_bps, ol.queue_packets)?;
+    let groups: Vec<Group> = arm.wan.iter().map(|g| g.parse().map_err(|e: String| anyhow::anyhow!(e))).collect::<Result<_>>()?;
+    let mut wan = if groups.is_empty() { None } else { Some(WanHop::start(plan, groups, arm.seed)?) };
+    let clients = info.clients.high.iter().chain(info.clients.low.iter()).map(|a| a.parse().expect("address")).collect();
+    let spec = OpenLoopSpec {
+        server: format!("{FARM_ADDR}:{}", crate::farm::FILES_PORT).parse()?,
+        clients,
+        files,
+        link_bps: ol.link_bps as f64,
+        schedule: ol.schedule.clone(),
+        duration_s: arm.duration_s,
+        timeout_s: ol.timeout_s,
+        max_in_flight: 4000,
+        seed: arm.seed,
+    };
+    let spec_path = dir.join("openloop.json");
+    std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
+    let records = dir.join("requests.jsonl");
+    let gen_stats = dir.join("generator.json");
+    let mut child = Command::new(lab)
+        .args(["openloop", "--spec"])
+        .arg(&spec_path)
+        .args(["--netns", &info.namespaces.clients, "--out"])
+        .arg(&records)
+        .arg("--stats")
+        .arg(&gen_stats)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("openloop.log"))?)
+        .spawn()
+        .context("starting the open-loop generator")?;
+    let waited = wait_or_kill(&mut child, Duration::from_secs_f64(arm.duration_s + ol.timeout_s + 10.0));
+    let usage = farm.usage();
+    if let Some(w) = wan.as_mut() {
+        w.finish()?;
+    }
+    farm.stop();
+    waited?;
+    let text = std::fs::read_to_string(&records)?;
+    let recs: Vec<RequestRecord> = text.lines().filter(|l| !l.is_empty()).map(serde_json::from_str).collect::<Result<_, _>>()?;
+    let generator: GeneratorStats = std::fs::read(&gen_stats).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let stats = RequestStats::of(&recs, ol.link_bps as f64, arm.duration_s);
+    let bottleneck = generator.wall_s > 0.0 && (generator.cpu_s / generator.wall_s > 0.8 || generator.lag_p99_ms > 50.0)
+        || recs.iter().any(|r| r.error.as_deref() == Some("not_sent"));
+    Ok(ArmResult {
+        name: arm.name.clone(),
+        config: arm.clone(),
+        clients: arm.high_clients + arm.low_clients,
+        duration_s: arm.duration_s,
+        pageviews: PageviewSummary::default(),
+        requests: Some(serde_json::to_value(&stats)?),
+        generator,
+        generator_bottleneck: bottleneck,
+        farm_usage: usage,
+        ground_truth: records,
+        capture: None,
+    })
 }
 
 /// Read a ground-truth file.

@@ -44,7 +44,7 @@ pub fn histogram_png(path: &Path, title: &str, rts: &[f64], mean: f64, p95: f64)
         .y_label_area_size(56)
         .build_cartesian_2d(0f64..top, 0f64..ymax)
         .map_err(|e| anyhow!("{e}"))?;
-    chart.configure_mesh().x_desc("pageview response time (s)").y_desc("pageviews").label_style(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
+    chart.configure_mesh().x_desc("response time (s)").y_desc("count").label_style(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
     chart
         .draw_series(counts.iter().enumerate().map(|(i, c)| {
             let x0 = i as f64 * bin;
@@ -104,6 +104,23 @@ pub fn write(dir: &Path, experiment: &str, quick: bool, arms: &[ArmResult], fide
             a.farm_usage.cpu_s
         ));
     }
+    let open: Vec<&ArmResult> = arms.iter().filter(|a| a.requests.is_some()).collect();
+    if !open.is_empty() {
+        md.push_str("\n| arm | requests | completed | mean | mean slowdown | largest 1% mean | throughput |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+        for a in &open {
+            let r = a.requests.as_ref().expect("filtered");
+            md.push_str(&format!(
+                "| {} | {} | {} | {:.3} s | {:.1} | {:.2} s | {:.2} Mbit/s |\n",
+                a.name,
+                r["count"],
+                r["completed"],
+                r["mean_s"].as_f64().unwrap_or(0.0),
+                r["mean_slowdown"].as_f64().unwrap_or(0.0),
+                r["largest1pct_mean_s"].as_f64().unwrap_or(0.0),
+                r["throughput_bps"].as_f64().unwrap_or(0.0) / 1e6
+            ));
+        }
+    }
     for a in arms {
         for (class, s) in &a.pageviews.by_class {
             md.push_str(&format!("\n- {} / {class}: {} pageviews, mean {:.2} s, p95 {:.2} s, > 3 s {:.1}%", a.name, s.count, s.mean_s, s.p95_s, s.gt3s_frac * 100.0));
@@ -122,10 +139,16 @@ pub fn write(dir: &Path, experiment: &str, quick: bool, arms: &[ArmResult], fide
     }
     md.push_str("\n## Response-time distributions\n\n");
     for a in arms {
-        let truth = crate::experiment::read_truth(&a.ground_truth).unwrap_or_default();
-        let rts: Vec<f64> = truth.iter().map(|p| p.rt_s).collect();
+        let (rts, what): (Vec<f64>, &str) = if a.requests.is_some() {
+            let text = std::fs::read_to_string(&a.ground_truth).unwrap_or_default();
+            let recs: Vec<sim_clients::openloop::RequestRecord> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+            (recs.iter().filter(|r| r.ok).map(|r| r.rt_s).collect(), "requests")
+        } else {
+            (crate::experiment::read_truth(&a.ground_truth).unwrap_or_default().iter().map(|p| p.rt_s).collect(), "pageviews")
+        };
+        let s = rlm_core::analyze::RtSummary::of(&rts, 0);
         let png = format!("{}-rt.png", a.name);
-        histogram_png(&dir.join(&png), &format!("{experiment}: {} ({} pageviews)", a.name, rts.len()), &rts, a.pageviews.all.mean_s, a.pageviews.all.p95_s)?;
+        histogram_png(&dir.join(&png), &format!("{experiment}: {} ({} {what})", a.name, rts.len()), &rts, s.mean_s, s.p95_s)?;
         md.push_str(&format!("![{}]({png})\n\n", a.name));
     }
     std::fs::write(dir.join("report.md"), &md)?;

@@ -196,6 +196,18 @@ impl Plan {
         std::path::PathBuf::from("/var/tmp/rlm-lab").join(&self.prefix)
     }
 
+    /// Make the appliance's client-side port (the farm's uplink toward the clients) a link of
+    /// `bps` bits per second: one HTB class with a FIFO of `limit` packets (the FAIR baseline
+    /// of the SRPT experiments; priority classes come with them).
+    pub fn shape_uplink(&self, bps: u64, limit: u32) -> Result<()> {
+        let app = self.ns("app");
+        let tc = |args: &str| in_ns(&app, "tc", &args.split_whitespace().collect::<Vec<_>>()).map(|_| ());
+        let _ = tc("qdisc del dev app-c root");
+        tc("qdisc add dev app-c root handle 1: htb default 1")?;
+        tc(&format!("class add dev app-c parent 1: classid 1:1 htb rate {bps}bit ceil {bps}bit"))?;
+        tc(&format!("qdisc add dev app-c parent 1:1 handle 10: pfifo limit {limit}"))
+    }
+
     /// Whether the lab's namespaces are there.
     pub fn is_up(&self) -> bool {
         self.all_ns().iter().all(|n| exists(n))

@@ -74,6 +74,18 @@ enum Command {
         #[arg(long)]
         stats: Option<std::path::PathBuf>,
     },
+    /// Run the open-loop generator from a spec (started by the lab in the client namespace).
+    #[command(hide = true)]
+    Openloop {
+        #[arg(long)]
+        spec: std::path::PathBuf,
+        #[arg(long)]
+        netns: Option<String>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[arg(long)]
+        stats: Option<std::path::PathBuf>,
+    },
     /// Check quick experiments' results (DIR/NAME/result.json) against the papers' shapes.
     Check {
         dir: std::path::PathBuf,
@@ -145,6 +157,14 @@ fn main() -> ExitCode {
         Command::Browsers { spec, netns, cgroup, out, stats } => (|| {
             let run: sim_clients::browser::RunSpec = serde_json::from_slice(&std::fs::read(&spec)?)?;
             let st = sim_clients::browser::run_process(run, netns.as_deref(), cgroup.as_deref(), &out)?;
+            if let Some(p) = stats {
+                std::fs::write(p, serde_json::to_vec_pretty(&st)?)?;
+            }
+            Ok(())
+        })(),
+        Command::Openloop { spec, netns, out, stats } => (|| {
+            let run: sim_clients::openloop::OpenLoopSpec = serde_json::from_slice(&std::fs::read(&spec)?)?;
+            let st = sim_clients::openloop::run_process(run, netns.as_deref(), &out)?;
             if let Some(p) = stats {
                 std::fs::write(p, serde_json::to_vec_pretty(&st)?)?;
             }

@@ -26,6 +26,8 @@ use db::{Postgres, Scale};
 
 pub const FRONT_PORT: u16 = 80;
 pub const STATIC_PORT: u16 = 8081;
+/// nginx serving the open-loop experiments' files directly (the link, not the farm, is their bottleneck).
+pub const FILES_PORT: u16 = 8080;
 
 /// The farm's capacity.
 #[derive(Clone, Debug, Serialize)]
@@ -41,6 +43,9 @@ pub struct FarmConfig {
     /// The servers' initial SYN/ACK retransmission timeout. Linux 2.4, the servers of 004's
     /// testbed, waited 3 s (as clients did); today's Linux waits 1 s. None: this kernel's own.
     pub synack_timeout_s: Option<f64>,
+    /// Files `/files/{i}` for the open-loop experiments, sizes from 001 Table 1 (none: empty).
+    #[serde(skip)]
+    pub files: Vec<u64>,
 }
 
 impl Default for FarmConfig {
@@ -54,6 +59,7 @@ impl Default for FarmConfig {
             items: 10_000,
             orders: 30_000,
             synack_timeout_s: Some(3.0),
+            files: Vec::new(),
         }
     }
 }
@@ -82,7 +88,8 @@ fn nginx_conf(dir: &Path, docroot: &Path) -> String {
          http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_timeout 120;\n  keepalive_requests 1000000;\n\
            types {{ image/gif gif; }}\n  default_type application/octet-stream;\n\
            client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
-           server {{\n    listen 127.0.0.1:{STATIC_PORT};\n    root {r};\n    location /img/ {{ }}\n  }}\n}}\n",
+           server {{\n    listen 127.0.0.1:{STATIC_PORT};\n    root {r};\n    location /img/ {{ }}\n  }}\n\
+           server {{\n    listen {FARM_ADDR}:{FILES_PORT} backlog=4096;\n    root {r};\n    location /files/ {{ }}\n  }}\n}}\n",
         d = dir.display(),
         r = docroot.display()
     )
@@ -117,6 +124,7 @@ impl Farm {
             Command::new("chmod").arg("755").arg(d).status()?;
         }
         site::write_images(&docroot)?;
+        site::write_files(&docroot, &cfg.files)?;
         let mut cgroup = CpuCgroup::create(&format!("{}-farm", plan.prefix), cfg.cpu_cores)?;
         if let Some(t) = cfg.synack_timeout_s {
             cgroup = cgroup.with_syn_timeout(&format!("{}-farm", plan.prefix), Duration::from_secs_f64(t))?;

@@ -232,6 +232,21 @@ pub fn write_images(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Write the open-loop experiments' files: `files/{i}` of `sizes[i]` bytes.
+pub fn write_files(root: &Path, sizes: &[u64]) -> Result<()> {
+    if sizes.is_empty() {
+        return Ok(());
+    }
+    let dir = root.join("files");
+    std::fs::create_dir_all(&dir)?;
+    let max = sizes.iter().copied().max().unwrap_or(0) as usize;
+    let block: Vec<u8> = (0..max).map(|i| b'a' + (i % 26) as u8).collect();
+    for (i, n) in sizes.iter().enumerate() {
+        std::fs::write(dir.join(i.to_string()), &block[..*n as usize])?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
