@@ -57,7 +57,7 @@ const WAN_80_2: [&str; 2] = ["10.4.0.0/16=80ms,2%", "10.5.0.0/16=80ms,2%"];
 pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
     // Measured here: a pageview costs the farm about 9 ms of CPU, so N browsers thinking 7 s
     // ask for N / 7 × 9 ms of CPU per second.
-    let (light, heavy, dur, cores) = if quick { (60, 180, 45.0, 0.12) } else { (150, 450, 300.0, 0.3) };
+    let (light, heavy, dur, cores) = if quick { (60, 240, 45.0, 0.12) } else { (150, 600, 300.0, 0.3) };
     Ok(match name {
         "baseline-lan" => (vec![arm("lan", light, dur, &[], false, cores)], "004 Figure 10: no delay, no loss, light load."),
         "baseline-wan" => (
