@@ -51,24 +51,15 @@ pub struct OpenLoopArm {
     pub timeout_s: f64,
 }
 
-/// Response-time statistics of a set of pageviews.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct PvStats {
-    pub count: usize,
-    pub mean_s: f64,
-    pub p50_s: f64,
-    pub p95_s: f64,
-    pub gt3s_frac: f64,
-    pub failed: usize,
-}
+/// Response-time statistics of a set of pageviews (the engine's own summary type).
+pub type PvStats = rlm_core::analyze::RtSummary;
 
-impl PvStats {
-    pub fn of<'a>(pvs: impl Iterator<Item = &'a GroundTruth>) -> PvStats {
-        let pvs: Vec<&GroundTruth> = pvs.collect();
-        let rts: Vec<f64> = pvs.iter().map(|p| p.rt_s).collect();
-        let s = rlm_core::analyze::RtSummary::of(&rts, pvs.iter().filter(|p| p.failed || p.failed_connections > 0).count());
-        PvStats { count: s.count, mean_s: s.mean_s, p50_s: s.p50_s, p95_s: s.p95_s, gt3s_frac: s.gt3s_frac, failed: s.failed }
-    }
+/// Statistics of ground-truth pageviews; a pageview counts as failed if its container or any
+/// of its connections failed.
+pub fn pv_stats<'a>(pvs: impl Iterator<Item = &'a GroundTruth>) -> PvStats {
+    let pvs: Vec<&GroundTruth> = pvs.collect();
+    let rts: Vec<f64> = pvs.iter().map(|p| p.rt_s).collect();
+    PvStats::of(&rts, pvs.iter().filter(|p| p.failed || p.failed_connections > 0).count())
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -122,6 +113,41 @@ pub fn lab_binary() -> Result<PathBuf> {
         }
     }
     bail!("rlm-lab not found next to {}", me.display())
+}
+
+/// Start `rlm-lab WHAT --spec SPEC --netns NS [extra] --out OUT --stats DIR/generator.json` with
+/// its log in DIR/WHAT.log.
+fn spawn_generator(lab: &Path, what: &str, spec: &Path, netns: &str, extra: &[&std::ffi::OsStr], out: &Path, dir: &Path) -> Result<Child> {
+    Command::new(lab)
+        .args([what, "--spec"])
+        .arg(spec)
+        .args(["--netns", netns])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .arg("--stats")
+        .arg(dir.join("generator.json"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{what}.log")))?)
+        .spawn()
+        .with_context(|| format!("starting the {what} generator"))
+}
+
+/// The generator's own figures, and whether it (not the farm or the link) limited the run:
+/// over 80% of a core, or a 99th-percentile scheduling lag over 50 ms.
+fn generator_stats(dir: &Path) -> (GeneratorStats, bool) {
+    let g: GeneratorStats = std::fs::read(dir.join("generator.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let bottleneck = g.wall_s > 0.0 && (g.cpu_s / g.wall_s > 0.8 || g.lag_p99_ms > 50.0);
+    (g, bottleneck)
+}
+
+/// The WAN hop of an arm, if it has WAN paths.
+fn start_wan(plan: &Plan, arm: &ArmSpec) -> Result<Option<WanHop>> {
+    let groups: Vec<Group> = arm.wan.iter().map(|g| g.parse().map_err(|e: String| anyhow::anyhow!(e))).collect::<Result<_>>()?;
+    if groups.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(WanHop::start(plan, groups, arm.seed)?))
 }
 
 fn wait_or_kill(child: &mut Child, limit: Duration) -> Result<()> {
@@ -180,8 +206,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             return run_openloop(&plan, &info, arm, ol, dir, &lab);
         }
         let mut farm = Farm::start(&plan, &arm.farm, &lab)?;
-        let groups: Vec<Group> = arm.wan.iter().map(|g| g.parse().map_err(|e: String| anyhow::anyhow!(e))).collect::<Result<_>>()?;
-        let mut wan = if groups.is_empty() { None } else { Some(WanHop::start(&plan, groups, arm.seed)?) };
+        let mut wan = start_wan(&plan, arm)?;
         let cgroup = ProfileCgroup::create(&format!("{prefix}-{}", arm.profile.name()), arm.profile)?;
 
         let mut browsers: Vec<BrowserSpec> = info.clients.high.iter().map(|a| BrowserSpec { addr: a.parse().expect("address"), class: "HIGH".into() }).collect();
@@ -200,27 +225,13 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let spec_path = dir.join("browsers.json");
         std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
         let truth = dir.join("ground-truth.jsonl");
-        let gen_stats = dir.join("generator.json");
 
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let capture = arm.capture.then(|| dir.join("appliance-server-port.pcap"));
         let cap_thread = capture.as_ref().map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", p.clone(), stop.clone()));
         std::thread::sleep(Duration::from_millis(200));
 
-        let mut child = Command::new(&lab)
-            .args(["browsers", "--spec"])
-            .arg(&spec_path)
-            .args(["--netns", &info.namespaces.clients])
-            .arg("--cgroup")
-            .arg(&cgroup.path)
-            .arg("--out")
-            .arg(&truth)
-            .arg("--stats")
-            .arg(&gen_stats)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("browsers.log"))?)
-            .spawn()
-            .context("starting the browsers")?;
+        let mut child = spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
         // Pageviews under way at the deadline finish (a failing connection takes the profile's
         // connect timeout), then whatever is left is cut.
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
@@ -237,20 +248,19 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let _ = captured;
 
         let pvs = read_truth(&truth)?;
-        let generator: GeneratorStats = std::fs::read(&gen_stats).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        let (generator, bottleneck) = generator_stats(dir);
         let mut by_class = BTreeMap::new();
         for class in ["HIGH", "LOW"] {
             if pvs.iter().any(|p| p.class == class) {
-                by_class.insert(class.to_string(), PvStats::of(pvs.iter().filter(|p| p.class == class)));
+                by_class.insert(class.to_string(), pv_stats(pvs.iter().filter(|p| p.class == class)));
             }
         }
-        let bottleneck = generator.wall_s > 0.0 && (generator.cpu_s / generator.wall_s > 0.8 || generator.lag_p99_ms > 50.0);
         Ok(ArmResult {
             name: arm.name.clone(),
             config: arm.clone(),
             clients: arm.high_clients + arm.low_clients,
             duration_s: arm.duration_s,
-            pageviews: PageviewSummary { all: PvStats::of(pvs.iter()), by_class },
+            pageviews: PageviewSummary { all: pv_stats(pvs.iter()), by_class },
             requests: None,
             generator,
             generator_bottleneck: bottleneck,
@@ -268,8 +278,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let farm_cfg = FarmConfig { files: files.clone(), ..arm.farm.clone() };
     let mut farm = Farm::start(plan, &farm_cfg, lab)?;
     plan.shape_uplink(ol.link_bps, ol.queue_packets)?;
-    let groups: Vec<Group> = arm.wan.iter().map(|g| g.parse().map_err(|e: String| anyhow::anyhow!(e))).collect::<Result<_>>()?;
-    let mut wan = if groups.is_empty() { None } else { Some(WanHop::start(plan, groups, arm.seed)?) };
+    let mut wan = start_wan(plan, arm)?;
     let clients = info.clients.high.iter().chain(info.clients.low.iter()).map(|a| a.parse().expect("address")).collect();
     let spec = OpenLoopSpec {
         server: format!("{FARM_ADDR}:{}", crate::farm::FILES_PORT).parse()?,
@@ -285,18 +294,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let spec_path = dir.join("openloop.json");
     std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
     let records = dir.join("requests.jsonl");
-    let gen_stats = dir.join("generator.json");
-    let mut child = Command::new(lab)
-        .args(["openloop", "--spec"])
-        .arg(&spec_path)
-        .args(["--netns", &info.namespaces.clients, "--out"])
-        .arg(&records)
-        .arg("--stats")
-        .arg(&gen_stats)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("openloop.log"))?)
-        .spawn()
-        .context("starting the open-loop generator")?;
+    let mut child = spawn_generator(lab, "openloop", &spec_path, &info.namespaces.clients, &[], &records, dir)?;
     let waited = wait_or_kill(&mut child, Duration::from_secs_f64(arm.duration_s + ol.timeout_s + 10.0));
     let usage = farm.usage();
     if let Some(w) = wan.as_mut() {
@@ -306,10 +304,9 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     waited?;
     let text = std::fs::read_to_string(&records)?;
     let recs: Vec<RequestRecord> = text.lines().filter(|l| !l.is_empty()).map(serde_json::from_str).collect::<Result<_, _>>()?;
-    let generator: GeneratorStats = std::fs::read(&gen_stats).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let (generator, over) = generator_stats(dir);
     let stats = RequestStats::of(&recs, ol.link_bps as f64, arm.duration_s);
-    let bottleneck = generator.wall_s > 0.0 && (generator.cpu_s / generator.wall_s > 0.8 || generator.lag_p99_ms > 50.0)
-        || recs.iter().any(|r| r.error.as_deref() == Some("not_sent"));
+    let bottleneck = over || recs.iter().any(|r| r.error.as_deref() == Some("not_sent"));
     Ok(ArmResult {
         name: arm.name.clone(),
         config: arm.clone(),

@@ -214,6 +214,15 @@ impl Plan {
     }
 }
 
+/// Takes a lab down when dropped, even when a test's assertion failed.
+pub struct DownOnDrop(pub Plan);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.down();
+    }
+}
+
 /// Whether a named network namespace exists.
 pub fn exists(ns: &str) -> bool {
     std::path::Path::new("/var/run/netns").join(ns).exists()

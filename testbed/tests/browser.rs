@@ -11,18 +11,10 @@ use sim_clients::tcp_profile::{ProfileCgroup, TcpProfile};
 use testbed::farm::{Farm, FarmConfig};
 use testbed::topology::{in_ns, Plan, FARM_ADDR};
 
-struct Guard(Plan);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.down();
-    }
-}
-
 #[test]
 fn second_connection_failure_as_in_figure_5() {
     let plan = Plan { prefix: format!("rlmb{}", std::process::id()), high_clients: 1, low_clients: 0 };
-    let _guard = Guard(plan.clone());
+    let _guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let lab = std::path::Path::new(env!("CARGO_BIN_EXE_rlm-lab"));
     let cfg = FarmConfig { items: 1000, orders: 3000, cpu_cores: None, synack_timeout_s: None, ..FarmConfig::default() };

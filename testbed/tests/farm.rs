@@ -11,14 +11,6 @@ use testbed::farm::{Farm, FarmConfig};
 use testbed::netns;
 use testbed::topology::{Plan, FARM_ADDR};
 
-struct Guard(Plan);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.down();
-    }
-}
-
 /// GET over a kept-alive connection; returns (status, body). Reads by Content-Length.
 fn get(s: &mut TcpStream, path: &str) -> (u16, Vec<u8>) {
     write!(s, "GET {path} HTTP/1.1\r\nHost: shop\r\n\r\n").unwrap();
@@ -53,7 +45,7 @@ fn connect(src: &str, timeout: Duration) -> std::io::Result<TcpStream> {
 #[test]
 fn pages_images_and_real_syn_drops_when_full() {
     let plan = Plan { prefix: format!("rlmf{}", std::process::id()), high_clients: 8, low_clients: 0 };
-    let _guard = Guard(plan.clone());
+    let _guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let cfg = FarmConfig { max_clients: 2, backlog: 1, workers: 2, items: 1000, orders: 3000, ..FarmConfig::default() };
     let mut farm = Farm::start(&plan, &cfg, std::path::Path::new(env!("CARGO_BIN_EXE_rlm-lab"))).expect("farm");

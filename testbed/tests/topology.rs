@@ -5,19 +5,10 @@ use std::process::{Command, Stdio};
 
 use testbed::topology::{exists, in_ns, ip, pids, Plan, FARM_ADDR};
 
-/// Removes the lab even when an assertion fails.
-struct Guard(Plan);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.down();
-    }
-}
-
 #[test]
 fn up_traffic_idempotent_and_down_after_a_crash() {
     let plan = Plan { prefix: format!("rlmt{}", std::process::id()), high_clients: 3, low_clients: 2 };
-    let _guard = Guard(plan.clone());
+    let _guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     assert!(plan.is_up());
 

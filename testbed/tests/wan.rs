@@ -5,14 +5,6 @@
 use testbed::topology::{in_ns, Plan, FARM_ADDR};
 use testbed::wan::WanHop;
 
-struct Guard(Plan);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.down();
-    }
-}
-
 /// (average RTT in ms, loss in percent) from ping's summary.
 fn parse_ping(out: &str) -> (f64, f64) {
     let loss = out
@@ -34,7 +26,7 @@ fn parse_ping(out: &str) -> (f64, f64) {
 #[test]
 fn configured_rtt_and_loss_are_what_ping_measures() {
     let plan = Plan { prefix: format!("rlmw{}", std::process::id()), high_clients: 1, low_clients: 1 };
-    let _guard = Guard(plan.clone());
+    let _guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let groups = vec!["10.4.0.0/16=80ms,2%".parse().unwrap(), "10.5.0.0/16=160ms".parse().unwrap()];
     let mut hop = WanHop::start(&plan, groups, 42).expect("emulator");
