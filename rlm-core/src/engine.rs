@@ -414,11 +414,11 @@ impl Engine {
                         depth,
                         head,
                         ts: txn.request_ts,
-                        conn_first_syn: c.hs.first_syn,
+                        conn_first_syn: c.hs.syn.first,
                         conn_established: c.hs.established,
-                        conn_syns: c.hs.syns,
-                        conn_synacks: c.hs.synacks,
-                        conn_first_synack: c.hs.first_synack,
+                        conn_syns: c.hs.syn.count,
+                        conn_synacks: c.hs.synack.count,
+                        conn_first_synack: c.hs.synack.first,
                         rtt: c.rtt(),
                     };
                     self.pageviews.on_request(now, &info);
@@ -490,8 +490,8 @@ impl Engine {
         let never_established = !c.was_established();
         c.close(now, &mut evs);
         let client = c.client.ip;
-        let first_syn = c.hs.first_syn;
-        let syns = c.hs.syns;
+        let first_syn = c.hs.syn.first;
+        let syns = c.hs.syn.count;
         self.process_http(now, id, &mut evs);
         self.http_events = evs;
         let failed = match (reason, never_established, first_syn) {

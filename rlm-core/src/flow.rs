@@ -205,24 +205,38 @@ impl HalfStream {
     }
 }
 
+/// The sends of one handshake packet (the SYN, or the SYN/ACK) seen at the appliance.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sends {
+    pub first: Option<Timestamp>,
+    /// Meaningful once `count > 0` (kept bare to keep a connection within its 512 bytes).
+    last_at: Timestamp,
+    pub count: u16,
+}
+
+impl Sends {
+    /// Record one send; true if it repeats an earlier one (a retransmission).
+    fn record(&mut self, now: Timestamp) -> bool {
+        let retransmission = self.count > 0;
+        self.count = self.count.saturating_add(1);
+        self.first.get_or_insert(now);
+        self.last_at = now;
+        retransmission
+    }
+
+    /// When the latest send was seen.
+    pub fn last(&self) -> Option<Timestamp> {
+        (self.count > 0).then_some(self.last_at)
+    }
+}
+
 /// Handshake timing, as seen at the appliance.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Handshake {
-    pub first_syn: Option<Timestamp>,
-    pub last_syn: Option<Timestamp>,
-    pub syns: u16,
-    pub first_synack: Option<Timestamp>,
-    pub last_synack: Option<Timestamp>,
-    pub synacks: u16,
+    pub syn: Sends,
+    pub synack: Sends,
     /// The client's ACK that completed the handshake (or the first data, if that ACK was not seen).
     pub established: Option<Timestamp>,
-}
-
-impl Handshake {
-    /// SYN retransmissions (SYNs after the first).
-    pub fn syn_retransmissions(&self) -> u16 {
-        self.syns.saturating_sub(1)
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -369,10 +383,7 @@ impl Conn {
         match dir {
             Dir::ToServer => {
                 if f.syn && !f.ack {
-                    let retransmission = self.hs.syns > 0;
-                    self.hs.syns = self.hs.syns.saturating_add(1);
-                    self.hs.first_syn.get_or_insert(now);
-                    self.hs.last_syn = Some(now);
+                    let retransmission = self.hs.syn.record(now);
                     if !self.c2s.started {
                         self.c2s.start_at(seg.seq.wrapping_add(1));
                     }
@@ -386,10 +397,7 @@ impl Conn {
             }
             Dir::ToClient => {
                 if f.syn && f.ack {
-                    let retransmission = self.hs.synacks > 0;
-                    self.hs.synacks = self.hs.synacks.saturating_add(1);
-                    self.hs.first_synack.get_or_insert(now);
-                    self.hs.last_synack = Some(now);
+                    let retransmission = self.hs.synack.record(now);
                     if !self.s2c.started {
                         self.s2c.start_at(seg.seq.wrapping_add(1));
                     }
@@ -456,7 +464,7 @@ impl Conn {
         self.state = ConnState::Established;
         self.hs.established = Some(now);
         if by_ack {
-            if let Some(sa) = self.hs.last_synack {
+            if let Some(sa) = self.hs.synack.last() {
                 self.rtt_us = Some(now.saturating_since(sa).as_micros().min(u32::MAX as u128) as u32);
             }
         }

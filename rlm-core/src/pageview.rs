@@ -491,9 +491,6 @@ impl Pageviews {
                 if let Some(k) = &key {
                     p.referrers.push(k.clone());
                 }
-                if !fresh {
-                    // Its connection was opened for something else: only the request counts.
-                }
                 id
             }
         };

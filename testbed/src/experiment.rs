@@ -237,7 +237,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
         let waited = wait_or_kill(&mut child, limit);
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let captured = cap_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
+        cap_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
         let usage = farm.usage();
         if let Some(w) = wan.as_mut() {
             w.finish()?;
@@ -245,7 +245,6 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         farm.stop();
         drop(cgroup);
         waited?;
-        let _ = captured;
 
         let pvs = read_truth(&truth)?;
         let (generator, bottleneck) = generator_stats(dir);
