@@ -10,7 +10,6 @@ APT_PACKAGES := build-essential pkg-config libpcap-dev clang llvm libbpf-dev gcc
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
-TESTDATA ?= $(abspath ../shared/testdata/zeek-http)
 
 LAB_OUT ?= lab-out
 LAB := ./target/release/rlm-lab
@@ -33,7 +32,7 @@ build: deps
 test: unit lab-quick
 
 unit: deps
-	RLM_ZEEK_TESTDATA=$(TESTDATA) $(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --locked
 
 # Each quick experiment takes at most about 3 minutes; the check holds them to the papers' shapes.
 lab-quick: build

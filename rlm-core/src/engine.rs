@@ -488,7 +488,7 @@ impl Engine {
             return;
         }
         let never_established = !c.was_established();
-        c.close(now, &mut evs);
+        c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
         let first_syn = c.hs.syn.first;
         let syns = c.hs.syn.count;

@@ -476,7 +476,8 @@ impl Conn {
     }
 
     /// End the connection: flush what waits and report every open transaction.
-    pub fn close(&mut self, now: Timestamp, http_out: &mut Vec<HttpEvent>) {
+    /// `cut_off`: ended by the end of the capture or a shutdown, not by the peers.
+    pub fn close(&mut self, now: Timestamp, cut_off: bool, http_out: &mut Vec<HttpEvent>) {
         if self.state == ConnState::Closed {
             return;
         }
@@ -493,7 +494,7 @@ impl Conn {
             _ => {}
         });
         if let Some(h) = self.http.as_mut() {
-            h.close(now, http_out);
+            h.close(now, cut_off, http_out);
         }
     }
 }

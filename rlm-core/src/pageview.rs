@@ -91,6 +91,10 @@ pub struct PageviewRecord {
     pub t_server_s: f64,
     pub t_transfer_s: f64,
     pub events: Vec<EventNode>,
+    /// Cut off by the end of the capture (or a shutdown) with something still in flight:
+    /// a transaction unanswered, a handshake pending or listed objects not yet fetched.
+    /// Its `rt_s` is a lower bound; summaries leave it out of the response-time statistics.
+    pub incomplete: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -646,7 +650,18 @@ impl Pageviews {
         let mut ids: Vec<u64> = self.open.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {
-            self.finish(id);
+            self.finish_cut(id);
+        }
+    }
+
+    /// Finish a pageview at a shutdown: flagged incomplete when it was not done yet.
+    fn finish_cut(&mut self, id: u64) {
+        let cut = self.open.get(&id).is_some_and(|p| p.in_flight > 0 || p.pending_handshakes() || !p.all_required_fetched());
+        self.finish(id);
+        if cut {
+            if let Some(rec) = self.done.last_mut() {
+                rec.incomplete = true;
+            }
         }
     }
 
@@ -749,6 +764,7 @@ fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
         t_server_s: t_server.as_secs_f64(),
         t_transfer_s: t_transfer.as_secs_f64(),
         events,
+        incomplete: false,
     }
 }
 

@@ -8,10 +8,7 @@ fn rlm() -> Command {
 }
 
 fn trace(name: &str) -> PathBuf {
-    let dir = std::env::var("RLM_ZEEK_TESTDATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/zeek-http"));
-    dir.join("traces").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/zeek-http/traces").join(name)
 }
 
 fn tmp(name: &str) -> PathBuf {

@@ -128,7 +128,7 @@ proptest! {
             h.on_server_data(Timestamp(2), &seg, &mut out);
         }
         h.on_server_gap(Timestamp(3), 17, &mut out);
-        h.close(Timestamp(4), &mut out);
+        h.close(Timestamp(4), false, &mut out);
         prop_assert_eq!(h.in_flight(), 0);
     }
 }

@@ -1,4 +1,4 @@
-//! The Zeek oracle: every real capture in shared/testdata/zeek-http is replayed through the
+//! The Zeek oracle: every real capture in tests/data/zeek-http (vendored) is replayed through the
 //! engine and its transactions are compared with the http.log Zeek's own test suite expects.
 
 use std::collections::BTreeMap;
@@ -10,11 +10,8 @@ use rlm_core::capture::replay;
 use rlm_core::{Config, Engine, Event, TransactionRecord};
 
 fn testdata() -> PathBuf {
-    if let Ok(p) = std::env::var("RLM_ZEEK_TESTDATA") {
-        return PathBuf::from(p);
-    }
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/zeek-http");
-    assert!(p.join("MANIFEST.tsv").exists(), "Zeek test data not found at {} (set RLM_ZEEK_TESTDATA)", p.display());
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/zeek-http");
+    assert!(p.join("MANIFEST.tsv").exists(), "vendored Zeek test data missing at {}", p.display());
     p
 }
 

@@ -414,12 +414,19 @@ impl HttpConn {
     }
 
     /// The connection is over (RST, both FINs, idle timeout, eviction, end of capture):
-    /// every transaction still in flight is reported with what it has.
-    pub fn close(&mut self, now: Timestamp, out: &mut Vec<HttpEvent>) {
+    /// every transaction still in flight is reported with what it has. `cut_off`: the end of
+    /// the capture (or a shutdown) ended it, not the peers; what was unfinished is `incomplete`.
+    pub fn close(&mut self, now: Timestamp, cut_off: bool, out: &mut Vec<HttpEvent>) {
         if self.resp == Stream::UntilClose {
+            if cut_off {
+                self.note_response_anomaly(Anomalies::INCOMPLETE);
+            }
             self.response_done(now, out);
         }
         for mut t in self.pending.drain(..) {
+            if cut_off && !(t.request_done && t.response_done) {
+                t.anomalies.insert(Anomalies::INCOMPLETE);
+            }
             if t.response.is_some() && !t.response_done {
                 t.anomalies.insert(Anomalies::TRUNCATED_BODY);
             }

@@ -30,6 +30,7 @@ anomalies! {
     MIDSTREAM = 11, "midstream";
     NO_RESPONSE = 12, "no_response";
     ENCODED_CONTAINER = 13, "encoded_container";
+    INCOMPLETE = 14, "incomplete";
 }
 
 impl Anomalies {
