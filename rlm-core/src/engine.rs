@@ -22,6 +22,9 @@ use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
 use crate::time::Timestamp;
 use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed, Segment};
 
+/// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).
+pub const WELL_KNOWN_HTTP_PORTS: &[u16] = &[80, 81, 631, 1080, 3128, 8000, 8080, 8888];
+
 /// Which side of the bridge a frame came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Port {
@@ -53,6 +56,8 @@ pub struct Config {
     pub closed_linger: Duration,
     /// Scan HTML and CSS bodies for embedded objects.
     pub scan_embeds: bool,
+    /// Decode gzip/deflate bodies so that body lengths are decoded sizes, as Zeek's.
+    pub decode_bodies: bool,
     pub pageview: PageviewConfig,
 }
 
@@ -64,37 +69,108 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(300),
             closed_linger: Duration::from_secs(4),
             scan_embeds: true,
+            decode_bodies: true,
             pageview: PageviewConfig::default(),
         }
     }
 }
 
-/// A finished HTTP transaction, as reported.
+/// A finished HTTP transaction, as reported. Fields named like a field of Zeek's http.log
+/// mean what Zeek's means (`docs/architecture.md` lists them); the others are rlm's own.
 #[derive(Clone, Debug, Serialize)]
 pub struct TransactionRecord {
-    /// When the request started (first byte of its head).
-    pub ts: f64,
-    pub client: String,
-    pub server: String,
-    /// Position on its connection, from 1.
-    pub depth: u32,
+    /// Zeek `ts`: when the request started (its first byte), Unix seconds to the microsecond.
+    pub ts: UnixMicros,
+    /// Zeek `uid`: the connection's identifier (stable for a connection within one analysis).
+    pub uid: String,
+    #[serde(rename = "id.orig_h")]
+    pub orig_h: IpAddr,
+    #[serde(rename = "id.orig_p")]
+    pub orig_p: u16,
+    #[serde(rename = "id.resp_h")]
+    pub resp_h: IpAddr,
+    #[serde(rename = "id.resp_p")]
+    pub resp_p: u16,
+    /// Zeek `trans_depth`: position on its connection, from 1.
+    pub trans_depth: u32,
     pub method: Option<String>,
+    /// The Host header as sent.
     pub host: Option<String>,
+    /// Zeek `uri`: the request target, percent-decoded.
     pub uri: Option<String>,
+    /// The request target exactly as sent.
+    pub original_uri: Option<String>,
     pub referrer: Option<String>,
+    /// Zeek `version`: the HTTP version of the response.
     pub version: Option<String>,
-    pub status: Option<u16>,
-    /// Interim (1xx) status before the final one.
-    pub info_status: Option<u16>,
+    /// The HTTP version of the request (0.9 for a request line without one).
+    pub request_version: Option<String>,
+    pub user_agent: Option<String>,
+    /// Zeek `request_body_len`: size after content decoding (gzip, deflate).
     pub request_body_len: u64,
+    /// Zeek `response_body_len`: size after content decoding (gzip, deflate). `rlm analyze`
+    /// decodes; the inline appliance does not, and reports the wire size here.
     pub response_body_len: u64,
+    /// Body bytes on the wire (de-chunked, not decoded).
+    pub request_body_wire_len: u64,
+    pub response_body_wire_len: u64,
+    /// Zeek `status_code`: the final status.
+    pub status_code: Option<u16>,
+    pub status_msg: Option<String>,
+    /// Zeek `info_code`: the last informational (1xx) status before the final one.
+    pub info_code: Option<u16>,
     pub content_type: Option<String>,
-    pub request_ts: f64,
-    pub response_first_ts: Option<f64>,
-    pub response_last_ts: Option<f64>,
+    /// First and last byte of the response, as seen.
+    pub response_first_ts: Option<UnixMicros>,
+    pub response_last_ts: Option<UnixMicros>,
+    /// The pageview it belongs to.
     pub pageview: Option<u64>,
-    /// What was odd about it (bad_content_length, bad_chunking, capture_gap, ...).
+    /// What was odd about it (bad_content_length, bad_chunking, capture_gap, incomplete, ...).
     pub anomalies: Vec<&'static str>,
+}
+
+/// Unix seconds, rounded to the microsecond, serialised without float noise
+/// (`1320279566.452687`, not `1320279566.4526870251`).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct UnixMicros(pub f64);
+
+impl UnixMicros {
+    pub fn of(t: Timestamp) -> UnixMicros {
+        let us = t.as_nanos().saturating_add(500) / 1_000;
+        // The f64 nearest the decimal, so that the shortest round-trip form is the decimal.
+        UnixMicros(format!("{}.{:06}", us / 1_000_000, us % 1_000_000).parse().unwrap_or(0.0))
+    }
+    pub fn secs(self) -> f64 {
+        self.0
+    }
+}
+
+impl Serialize for UnixMicros {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+/// Zeek-style connection identifier: `C` and 17 base-62 digits, a hash of the 5-tuple and the
+/// time the connection was first seen.
+pub fn conn_uid(client: Endpoint, server: Endpoint, first_seen: Timestamp) -> String {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let state = ahash::RandomState::with_seeds(0x726c6d, 0x7569, 0x64, 0x2a);
+    let mut h = state.build_hasher();
+    (client, server, first_seen).hash(&mut h);
+    let mut a = h.finish();
+    let mut h2 = state.build_hasher();
+    (a, first_seen, server).hash(&mut h2);
+    let mut b = h2.finish();
+    const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut out = String::with_capacity(18);
+    out.push('C');
+    for i in 0..17 {
+        let x = if i < 9 { &mut a } else { &mut b };
+        out.push(DIGITS[(*x % 62) as usize] as char);
+        *x /= 62;
+    }
+    out
 }
 
 /// What the engine reports.
@@ -239,7 +315,9 @@ impl Engine {
                 break;
             }
             self.timers.pop();
-            let Some(c) = self.flows.get(id) else { continue };
+            let Some(c) = self.flows.get(id) else {
+                continue;
+            };
             match kind {
                 TimerKind::Connect => {
                     if matches!(c.state, ConnState::SynSent | ConnState::SynReceived) {
@@ -337,7 +415,13 @@ impl Engine {
                         self.stats.connections_evicted += 1;
                     }
                 }
-                let http = HttpOptions { scan_embeds: self.cfg.scan_embeds, detect: self.cfg.server_ports.is_empty() };
+                let http = HttpOptions {
+                    scan_embeds: self.cfg.scan_embeds,
+                    // With no ports configured, Zeek's HTTP ports are read as HTTP whatever they
+                    // carry; other ports only when the client's first bytes look like a request.
+                    detect: self.cfg.server_ports.is_empty() && !WELL_KNOWN_HTTP_PORTS.contains(&server.port),
+                    decode_bodies: self.cfg.decode_bodies,
+                };
                 let id = self.flows.insert(now, client, server, midstream, Some(http));
                 self.stats.connections += 1;
                 if midstream {
@@ -405,8 +489,12 @@ impl Engine {
             match ev {
                 HttpEvent::Request { depth } => {
                     let c = self.flows.get(id).expect("live");
-                    let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else { continue };
-                    let Some(head) = txn.request.as_ref() else { continue };
+                    let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else {
+                        continue;
+                    };
+                    let Some(head) = txn.request.as_ref() else {
+                        continue;
+                    };
                     let info = RequestInfo {
                         conn: id,
                         client: c.client.ip,
@@ -425,7 +513,9 @@ impl Engine {
                 }
                 HttpEvent::ResponseHead { depth } => {
                     let c = self.flows.get(id).expect("live");
-                    let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else { continue };
+                    let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else {
+                        continue;
+                    };
                     let encoded = txn.response.as_ref().is_some_and(|r| r.encoded);
                     let first = txn.response_first_ts.unwrap_or(now);
                     let html = txn.is_html();
@@ -448,7 +538,7 @@ impl Engine {
 
     fn txn_done(&mut self, now: Timestamp, id: ConnId, txn: Box<Txn>) {
         let c = self.flows.get(id).expect("live");
-        let (client, server) = (c.client, c.server);
+        let (client, server, first_seen) = (c.client, c.server, c.first_seen);
         let pv = self.pageviews.on_txn_done(now, id, txn.depth, txn.response_first_ts, txn.response_last_ts);
         self.stats.transactions += 1;
         if !txn.anomalies.is_empty() {
@@ -456,24 +546,35 @@ impl Engine {
         }
         let req = txn.request.as_ref();
         let resp = txn.response.as_ref();
+        let uri = req.map(|r| crate::http::head::unescape_uri(&r.zeek_uri));
+        let status = resp.map(|r| r.status);
         self.events.push_back(Event::Transaction(TransactionRecord {
-            ts: txn.request_ts.as_secs_f64(),
-            client: client.to_string(),
-            server: server.to_string(),
-            depth: txn.depth,
+            ts: UnixMicros::of(txn.request_ts),
+            uid: conn_uid(client, server, first_seen),
+            orig_h: client.ip,
+            orig_p: client.port,
+            resp_h: server.ip,
+            resp_p: server.port,
+            trans_depth: txn.depth,
             method: req.map(|r| r.method.clone()),
             host: req.and_then(|r| r.host.clone()),
-            uri: req.map(|r| r.uri.clone()),
+            uri,
+            original_uri: req.map(|r| r.uri.clone()),
             referrer: req.and_then(|r| r.referrer.clone()),
-            version: req.map(|r| r.version.as_str().to_string()),
-            status: resp.map(|r| r.status),
-            info_status: txn.interim,
-            request_body_len: txn.request_body_len,
-            response_body_len: txn.response_body_len,
+            version: resp.map(|r| r.version.as_str().to_string()),
+            request_version: req.map(|r| r.version.as_str().to_string()),
+            user_agent: req.and_then(|r| r.user_agent.clone()),
+            request_body_len: txn.request_body_len_decoded(),
+            response_body_len: txn.response_body_len_decoded(),
+            request_body_wire_len: txn.request_body_len,
+            response_body_wire_len: txn.response_body_len,
+            status_code: status,
+            // As Zeek: a response without a reason phrase says `<empty>`.
+            status_msg: resp.map(|r| r.reason.clone().unwrap_or_else(|| "<empty>".into())),
+            info_code: txn.interim.or(status.filter(|s| (100..200).contains(s))),
             content_type: resp.and_then(|r| r.content_type.clone()),
-            request_ts: txn.request_ts.as_secs_f64(),
-            response_first_ts: txn.response_first_ts.map(|t| t.as_secs_f64()),
-            response_last_ts: txn.response_last_ts.map(|t| t.as_secs_f64()),
+            response_first_ts: txn.response_first_ts.map(UnixMicros::of),
+            response_last_ts: txn.response_last_ts.map(UnixMicros::of),
             pageview: pv,
             anomalies: txn.anomalies.labels().collect(),
         }));
@@ -483,7 +584,9 @@ impl Engine {
     /// its linger expires, unless the caller removes it.
     fn close_conn(&mut self, now: Timestamp, id: ConnId, reason: CloseReason) {
         let mut evs = std::mem::take(&mut self.http_events);
-        let Some(c) = self.flows.get_mut(id) else { return };
+        let Some(c) = self.flows.get_mut(id) else {
+            return;
+        };
         if c.state == ConnState::Closed {
             return;
         }

@@ -116,7 +116,15 @@ impl HalfStream {
                 self.accept(now, seq, payload, sink);
                 return;
             }
-            match ooo.segs.binary_search_by(|(s, _)| if seq_lt(*s, seq) { std::cmp::Ordering::Less } else if *s == seq { std::cmp::Ordering::Equal } else { std::cmp::Ordering::Greater }) {
+            match ooo.segs.binary_search_by(|(s, _)| {
+                if seq_lt(*s, seq) {
+                    std::cmp::Ordering::Less
+                } else if *s == seq {
+                    std::cmp::Ordering::Equal
+                } else {
+                    std::cmp::Ordering::Greater
+                }
+            }) {
                 Ok(i) => {
                     if ooo.segs[i].1.len() < payload.len() {
                         ooo.bytes += payload.len() - ooo.segs[i].1.len();
@@ -287,8 +295,12 @@ impl CloseReason {
 /// What a segment did to a connection, for the layers above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowNote {
-    Syn { retransmission: bool },
-    SynAck { retransmission: bool },
+    Syn {
+        retransmission: bool,
+    },
+    SynAck {
+        retransmission: bool,
+    },
     Established,
     Refused,
     Fin(Dir),
@@ -297,14 +309,7 @@ pub enum FlowNote {
     ServerRetransmission,
 }
 
-/// How a connection's bytes are read as HTTP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HttpOptions {
-    /// Scan HTML/CSS bodies for embedded objects.
-    pub scan_embeds: bool,
-    /// Stop parsing if the first bytes are not HTTP (when any port may carry HTTP).
-    pub detect: bool,
-}
+pub use crate::http::HttpOptions;
 
 /// One tracked TCP connection.
 #[derive(Debug)]
@@ -341,7 +346,7 @@ impl Conn {
             last_seen: now,
             midstream,
             rtt_us: None,
-            http: http.map(|o| HttpConn::new(midstream, o.scan_embeds, o.detect)),
+            http: http.map(|o| HttpConn::new(midstream, o)),
             pageview: None,
             gen: 0,
         }
@@ -632,12 +637,7 @@ impl FlowTable {
 
     /// All live connection ids, in slot order.
     pub fn ids(&self) -> Vec<ConnId> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.is_some())
-            .map(|(i, _)| ConnId { slot: i as u32, gen: self.gens[i] })
-            .collect()
+        self.slots.iter().enumerate().filter(|(_, c)| c.is_some()).map(|(i, _)| ConnId { slot: i as u32, gen: self.gens[i] }).collect()
     }
 }
 
@@ -710,13 +710,13 @@ mod tests {
         let ep = |p| Endpoint { ip: "10.0.0.1".parse().unwrap(), port: p };
         let srv = Endpoint { ip: "10.9.0.1".parse().unwrap(), port: 80 };
         let mut t = FlowTable::new(2);
-        let a = t.insert(Timestamp(1), ep(1), srv, false, Some(HttpOptions { scan_embeds: true, detect: false }));
-        let _b = t.insert(Timestamp(2), ep(2), srv, false, Some(HttpOptions { scan_embeds: true, detect: false }));
+        let a = t.insert(Timestamp(1), ep(1), srv, false, Some(HttpOptions { scan_embeds: true, detect: false, decode_bodies: true }));
+        let _b = t.insert(Timestamp(2), ep(2), srv, false, Some(HttpOptions { scan_embeds: true, detect: false, decode_bodies: true }));
         assert!(t.is_full());
         let victim = t.eviction_candidate().unwrap();
         assert_eq!(victim, a, "least recently seen goes first");
         t.remove(victim).unwrap();
-        let c = t.insert(Timestamp(3), ep(3), srv, false, Some(HttpOptions { scan_embeds: true, detect: false }));
+        let c = t.insert(Timestamp(3), ep(3), srv, false, Some(HttpOptions { scan_embeds: true, detect: false, decode_bodies: true }));
         assert_eq!(c.slot, a.slot);
         assert_ne!(c.gen, a.gen);
         assert!(t.get(a).is_none(), "stale handle must not reach the new connection");

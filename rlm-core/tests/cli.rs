@@ -35,18 +35,58 @@ fn writes_json_lines_with_the_documented_fields() {
     assert!(summary.contains("pageviews 1: mean"), "{summary}");
     let t: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&tx).unwrap().lines().next().unwrap()).unwrap();
     for f in [
-        "ts", "client", "server", "method", "host", "uri", "referrer", "version", "status", "request_body_len", "response_body_len",
-        "content_type", "request_ts", "response_first_ts", "response_last_ts", "pageview",
+        "ts",
+        "uid",
+        "id.orig_h",
+        "id.orig_p",
+        "id.resp_h",
+        "id.resp_p",
+        "trans_depth",
+        "method",
+        "host",
+        "uri",
+        "original_uri",
+        "referrer",
+        "version",
+        "request_version",
+        "user_agent",
+        "status_code",
+        "status_msg",
+        "info_code",
+        "request_body_len",
+        "response_body_len",
+        "request_body_wire_len",
+        "response_body_wire_len",
+        "content_type",
+        "response_first_ts",
+        "response_last_ts",
+        "pageview",
+        "anomalies",
     ] {
         assert!(t.get(f).is_some(), "transaction lacks {f}: {t}");
     }
-    assert_eq!(t["server"], "192.150.187.43:80");
-    assert_eq!(t["status"], 200);
+    assert_eq!((&t["id.resp_h"], &t["id.resp_p"]), (&serde_json::json!("192.150.187.43"), &serde_json::json!(80)));
+    assert_eq!(t["status_code"], 200);
+    // Zeek's ts for this transaction, to the microsecond and without float noise.
+    assert_eq!(t["ts"].to_string(), "1362692526.939527");
     assert_eq!(t["response_body_len"], 4705);
     let p: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&pv).unwrap().lines().next().unwrap()).unwrap();
     for f in [
-        "id", "client", "host", "container", "start_ts", "end_ts", "rt_s", "objects", "object_uris", "syn_retransmissions",
-        "failed_connections", "t_conn_s", "t_server_s", "t_transfer_s", "events",
+        "id",
+        "client",
+        "host",
+        "container",
+        "start_ts",
+        "end_ts",
+        "rt_s",
+        "objects",
+        "object_uris",
+        "syn_retransmissions",
+        "failed_connections",
+        "t_conn_s",
+        "t_server_s",
+        "t_transfer_s",
+        "events",
     ] {
         assert!(p.get(f).is_some(), "pageview lacks {f}: {p}");
     }

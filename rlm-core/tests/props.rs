@@ -2,7 +2,7 @@
 //! are cut into segments, and never panic on arbitrary input.
 
 use proptest::prelude::*;
-use rlm_core::http::{EmbedScanner, HttpConn, HttpEvent};
+use rlm_core::http::{EmbedScanner, HttpConn, HttpEvent, HttpOptions};
 use rlm_core::Timestamp;
 
 #[derive(Clone, Debug)]
@@ -14,11 +14,7 @@ enum Body {
 }
 
 fn body_strategy() -> impl Strategy<Value = Body> {
-    prop_oneof![
-        (0usize..3000).prop_map(Body::Length),
-        prop::collection::vec(1usize..700, 0..6).prop_map(Body::Chunked),
-        Just(Body::Bodiless),
-    ]
+    prop_oneof![(0usize..3000).prop_map(Body::Length), prop::collection::vec(1usize..700, 0..6).prop_map(Body::Chunked), Just(Body::Bodiless),]
 }
 
 fn chunked(sizes: &[usize], fill: u8) -> Vec<u8> {
@@ -96,7 +92,7 @@ proptest! {
         scuts in prop::collection::vec(any::<usize>(), 0..20),
     ) {
         let (client, server, expect) = conversation(&bodies);
-        let mut h = HttpConn::new(false, true, false);
+        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true });
         let mut out = Vec::new();
         // The client pipelines everything, then the server answers everything.
         for seg in split(&client, &ccuts) {
@@ -119,7 +115,7 @@ proptest! {
         server in prop::collection::vec(any::<u8>(), 0..600),
         cuts in prop::collection::vec(any::<usize>(), 0..10),
     ) {
-        let mut h = HttpConn::new(false, true, false);
+        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true });
         let mut out = Vec::new();
         for seg in split(&client, &cuts) {
             h.on_client_data(Timestamp(1), &seg, &mut out);
@@ -146,8 +142,12 @@ fn frag_strategy() -> impl Strategy<Value = Frag> {
     let url = "/[a-z]{1,8}/[a-z0-9]{1,8}\\.(gif|png|jpg)";
     prop_oneof![
         "[a-zA-Z0-9 .,]{0,40}".prop_map(Frag::Text),
-        (url, any::<bool>(), prop_oneof![Just(b'"'), Just(b'\''), Just(0u8)], any::<bool>())
-            .prop_map(|(url, upper, quote, spaces)| Frag::Img { url, upper, quote, spaces }),
+        (url, any::<bool>(), prop_oneof![Just(b'"'), Just(b'\''), Just(0u8)], any::<bool>()).prop_map(|(url, upper, quote, spaces)| Frag::Img {
+            url,
+            upper,
+            quote,
+            spaces
+        }),
         "[a-z ]{0,20}".prop_map(Frag::Comment),
         "[a-z =;]{0,20}".prop_map(Frag::Script),
         url.prop_map(Frag::Anchor),

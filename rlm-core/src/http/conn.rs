@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 
 use super::chunked::{ChunkStep, ChunkedDecoder};
+use super::decode::BodyDecoder;
 use super::embed::{EmbedRef, EmbedScanner};
 use super::head::{self, Anomalies, Framing, RequestHead, ResponseHead, Version};
 use crate::time::Timestamp;
@@ -26,17 +27,69 @@ pub struct Txn {
     /// None for a response that arrived with no request to pair with.
     pub request: Option<RequestHead>,
     pub request_ts: Timestamp,
+    /// Body bytes on the wire (after de-chunking, before content decoding).
     pub request_body_len: u64,
+    /// Size after content decoding (gzip, deflate), when the body was encoded and decoding is on.
+    pub request_body_decoded: Option<u64>,
     pub request_done: bool,
     pub response: Option<ResponseHead>,
     /// Interim (1xx) status seen before the final response.
     pub interim: Option<u16>,
     pub response_first_ts: Option<Timestamp>,
     pub response_last_ts: Option<Timestamp>,
+    /// Body bytes on the wire (after de-chunking, before content decoding).
     pub response_body_len: u64,
+    /// Size after content decoding (gzip, deflate), when the body was encoded and decoding is on.
+    pub response_body_decoded: Option<u64>,
     pub response_done: bool,
     pub anomalies: Anomalies,
     scanner: Option<Box<EmbedScanner>>,
+    req_decoder: Option<Box<BodyDecoder>>,
+    resp_decoder: Option<Box<BodyDecoder>>,
+    /// A close-delimited body Zeek reads line by line, counting every line end as two bytes.
+    zeek_lines: Option<LineCount>,
+}
+
+/// What Zeek's line-mode body count adds to the bytes on the wire: a bare LF or CR line end
+/// counts 2 (not 1), and a last line with no end at all gets 2 added when the body ends.
+#[derive(Clone, Copy, Debug, Default)]
+struct LineCount {
+    extra: u64,
+    after_cr: bool,
+    partial: bool,
+}
+
+impl LineCount {
+    fn feed(&mut self, d: &[u8]) {
+        for &b in d {
+            match b {
+                b'\n' => {
+                    if !self.after_cr {
+                        self.extra += 1;
+                    }
+                    self.after_cr = false;
+                    self.partial = false;
+                }
+                b'\r' => {
+                    if self.after_cr {
+                        self.extra += 1;
+                    }
+                    self.after_cr = true;
+                    self.partial = false;
+                }
+                _ => {
+                    if self.after_cr {
+                        self.extra += 1;
+                    }
+                    self.after_cr = false;
+                    self.partial = true;
+                }
+            }
+        }
+    }
+    fn total_extra(&self) -> u64 {
+        self.extra + u64::from(self.after_cr) + if self.partial { 2 } else { 0 }
+    }
 }
 
 impl Txn {
@@ -47,14 +100,53 @@ impl Txn {
             request,
             request_ts: ts,
             request_body_len: 0,
+            request_body_decoded: None,
             request_done: false,
             response: None,
             interim: None,
             response_first_ts: None,
             response_last_ts: None,
             response_body_len: 0,
+            response_body_decoded: None,
             response_done: false,
             scanner: None,
+            req_decoder: None,
+            resp_decoder: None,
+            zeek_lines: None,
+        }
+    }
+
+    /// Body lengths as Zeek reports them: after content decoding where that was done.
+    pub fn request_body_len_decoded(&self) -> u64 {
+        self.request_body_decoded.unwrap_or(self.request_body_len)
+    }
+    /// Zeek's `response_body_len`: 0 when the server's answer was not an HTTP response, the
+    /// decoded size of an encoded body, and for a close-delimited body read in Zeek's line mode,
+    /// the bytes plus what its line counting adds.
+    pub fn response_body_len_decoded(&self) -> u64 {
+        if self.anomalies.contains(Anomalies::NOT_HTTP_RESPONSE) {
+            return 0;
+        }
+        self.response_body_decoded.unwrap_or(self.response_body_len + self.zeek_lines.map_or(0, |l| l.total_extra()))
+    }
+
+    fn finish_request_decoding(&mut self) {
+        if let Some(d) = self.req_decoder.take() {
+            let (n, failed) = d.finish();
+            self.request_body_decoded = Some(n);
+            if failed {
+                self.anomalies.insert(Anomalies::UNDECODABLE_BODY);
+            }
+        }
+    }
+
+    fn finish_response_decoding(&mut self) {
+        if let Some(d) = self.resp_decoder.take() {
+            let (n, failed) = d.finish();
+            self.response_body_decoded = Some(n);
+            if failed {
+                self.anomalies.insert(Anomalies::UNDECODABLE_BODY);
+            }
         }
     }
 
@@ -95,6 +187,19 @@ enum Stream {
     Tunnel,
 }
 
+/// How a connection's bytes are read as HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// Scan HTML/CSS bodies for embedded objects.
+    pub scan_embeds: bool,
+    /// Stop parsing if the first bytes are not HTTP (when any port may carry HTTP).
+    pub detect: bool,
+    /// Decode gzip/deflate bodies to report their decoded size (as Zeek does). The inline
+    /// path turns it off: it costs an inflate per encoded body and the appliance needs only
+    /// wire sizes.
+    pub decode_bodies: bool,
+}
+
 /// HTTP state of one TCP connection.
 #[derive(Debug)]
 pub struct HttpConn {
@@ -110,6 +215,12 @@ pub struct HttpConn {
     resp_idx: usize,
     depth: u32,
     scan: bool,
+    decode: bool,
+    /// The server said `Connection: close` once (or answered HTTP/0.9): Zeek then reads
+    /// close-delimited bodies as plain bytes, not lines.
+    server_closes: bool,
+    /// The client sent a line that is not a request line; the server's answer to it is flagged.
+    bad_request_line: bool,
     /// Set when the connection turned out not to carry HTTP (only when any port may be HTTP).
     pub not_http: bool,
     /// Drop the connection from HTTP parsing if its first bytes are not HTTP.
@@ -122,8 +233,8 @@ fn is_ws_line_end(b: u8) -> bool {
 
 impl HttpConn {
     /// `midstream`: the capture joined the connection after it started, so both streams must
-    /// first find a message boundary. `scan`: feed HTML/CSS bodies to the embed scanner.
-    pub fn new(midstream: bool, scan: bool, detect: bool) -> HttpConn {
+    /// first find a message boundary.
+    pub fn new(midstream: bool, opts: HttpOptions) -> HttpConn {
         let start = if midstream { Stream::Resync } else { Stream::Head };
         HttpConn {
             req: start,
@@ -135,9 +246,12 @@ impl HttpConn {
             pending: VecDeque::new(),
             resp_idx: 0,
             depth: 0,
-            scan,
+            scan: opts.scan_embeds,
+            decode: opts.decode_bodies,
+            server_closes: false,
+            bad_request_line: false,
             not_http: false,
-            detect,
+            detect: opts.detect,
         }
     }
 
@@ -167,9 +281,8 @@ impl HttpConn {
     /// Bytes sent by the client, in order.
     pub fn on_client_data(&mut self, now: Timestamp, mut d: &[u8], out: &mut Vec<HttpEvent>) {
         if self.detect && self.depth == 0 && self.req == Stream::Head && self.req_buf.is_empty() {
-            let first = d.iter().position(|b| !is_ws_line_end(*b)).map(|i| &d[i..]).unwrap_or(&[]);
-            if !first.is_empty() && !(looks_like_request(first) || first.len() < 17 && first.iter().all(|b| b.is_ascii_uppercase()))
-            {
+            let first = d.iter().position(|b| !b.is_ascii_whitespace()).map(|i| &d[i..]).unwrap_or(&[]);
+            if !first.is_empty() && !starts_like_http_request(first) {
                 self.give_up();
                 return;
             }
@@ -196,26 +309,32 @@ impl HttpConn {
                             d = &d[consumed..];
                             self.request_head(head, out);
                         }
-                        HeadTake::SimpleRequest { method, uri, consumed } => {
-                            // An HTTP/0.9 simple request is a single line with no version.
-                            d = &d[consumed..];
+                        HeadTake::SimpleRequest { line, consumed } => {
+                            // An HTTP/0.9 simple request is a single line with no version; the
+                            // connection carries nothing else HTTP from the client.
+                            let _ = consumed;
+                            d = &[];
                             let req = RequestHead {
-                                method,
-                                uri,
-                                version: Version::Http09,
+                                method: line.method,
+                                uri: line.target,
+                                zeek_uri: line.zeek_target,
+                                version: Version::HTTP_09,
                                 host: None,
                                 referrer: None,
+                                user_agent: None,
+                                coding: head::Coding::Identity,
                                 framing: Framing::None,
                                 destination: head::Destination::Unknown,
-                                anomalies: Anomalies::default(),
+                                anomalies: line.anomalies,
                             };
                             self.push_request(req, out);
+                            self.req = Stream::Tunnel;
                         }
                     }
                 }
                 Stream::Length(rem) => {
                     let take = rem.min(d.len() as u64);
-                    self.add_request_body(take);
+                    self.add_request_body(&d[..take as usize]);
                     d = &d[take as usize..];
                     if take == rem {
                         self.request_done(out);
@@ -228,8 +347,8 @@ impl HttpConn {
                     self.req = Stream::Chunked(dec);
                     match step {
                         ChunkStep::Progress { consumed, data } => {
-                            if let Some((_, n)) = data {
-                                self.add_request_body(n as u64);
+                            if let Some((s, n)) = data {
+                                self.add_request_body(&d[s..s + n]);
                             }
                             d = &d[consumed..];
                         }
@@ -245,7 +364,7 @@ impl HttpConn {
                         }
                     }
                 }
-                Stream::Resync => match resync(d, looks_like_request) {
+                Stream::Resync => match resync(d, starts_like_http_request) {
                     Some(p) => {
                         d = &d[p..];
                         self.req = Stream::Head;
@@ -278,6 +397,17 @@ impl HttpConn {
                     // A response that does not start with a status line is HTTP/0.9: the body is all there is.
                     let prefix: Vec<u8> = self.resp_buf.iter().chain(d.iter()).take(5).copied().collect();
                     if !prefix.eq_ignore_ascii_case(&b"HTTP/"[..prefix.len()]) {
+                        if self.resp_idx >= self.pending.len() {
+                            // Neither a request to answer nor a status line: not HTTP. A
+                            // connection that never carried a transaction is given up on.
+                            if self.depth == 0 {
+                                self.give_up();
+                                return;
+                            }
+                            self.resp_buf.clear();
+                            self.resp = Stream::Resync;
+                            continue;
+                        }
                         let buffered = std::mem::take(&mut self.resp_buf);
                         self.start_http09_response(now);
                         self.response_body(now, &buffered, out);
@@ -370,11 +500,11 @@ impl HttpConn {
         match &mut self.req {
             Stream::Length(rem) if len < *rem => {
                 *rem -= len;
-                self.add_request_body(len);
+                self.add_request_gap(len);
             }
             Stream::Chunked(dec) if dec.data_remaining().is_some_and(|r| len <= r) => {
                 dec.skip_data(len);
-                self.add_request_body(len);
+                self.add_request_gap(len);
             }
             Stream::Tunnel | Stream::UntilClose => {}
             _ => {
@@ -434,6 +564,8 @@ impl HttpConn {
                 t.anomalies.insert(Anomalies::NO_RESPONSE);
             }
             t.scanner = None;
+            t.finish_request_decoding();
+            t.finish_response_decoding();
             out.push(HttpEvent::Done(Box::new(t)));
         }
         self.resp_idx = 0;
@@ -449,7 +581,9 @@ impl HttpConn {
         match head::parse_request(&head) {
             Ok(req) => self.push_request(req, out),
             Err(_) => {
-                self.flag_last(Anomalies::BAD_REQUEST_HEAD);
+                // Not a request line (Zeek stops reading the client here). The server's answer
+                // to it, if it answers in HTTP, is still recorded, flagged.
+                self.bad_request_line = true;
                 self.req = Stream::Resync;
             }
         }
@@ -468,7 +602,11 @@ impl HttpConn {
         self.depth += 1;
         let framing = req.framing;
         let connect = req.method.eq_ignore_ascii_case("CONNECT");
+        let coding = req.coding;
         let mut t = Txn::new(self.depth, Some(req), self.req_head_ts);
+        if self.decode && !matches!(framing, Framing::None) {
+            t.req_decoder = BodyDecoder::new(coding).map(Box::new);
+        }
         self.req = match framing {
             Framing::Length(n) => Stream::Length(n),
             Framing::Chunked => Stream::Chunked(ChunkedDecoder::default()),
@@ -486,15 +624,28 @@ impl HttpConn {
         out.push(HttpEvent::Request { depth: self.depth });
     }
 
-    fn add_request_body(&mut self, n: u64) {
+    fn add_request_body(&mut self, data: &[u8]) {
+        if let Some(t) = self.pending.back_mut() {
+            t.request_body_len += data.len() as u64;
+            if let Some(dec) = t.req_decoder.as_mut() {
+                dec.feed(data);
+            }
+        }
+    }
+
+    fn add_request_gap(&mut self, n: u64) {
         if let Some(t) = self.pending.back_mut() {
             t.request_body_len += n;
+            if let Some(dec) = t.req_decoder.as_mut() {
+                dec.gap();
+            }
         }
     }
 
     fn request_done(&mut self, out: &mut Vec<HttpEvent>) {
         if let Some(t) = self.pending.back_mut() {
             t.request_done = true;
+            t.finish_request_decoding();
         }
         self.req = Stream::Head;
         self.drain(out);
@@ -515,6 +666,9 @@ impl HttpConn {
             let mut t = Txn::new(self.depth, None, ts);
             t.request_done = true;
             t.anomalies.insert(Anomalies::ORPHAN_RESPONSE);
+            if std::mem::take(&mut self.bad_request_line) {
+                t.anomalies.insert(Anomalies::BAD_REQUEST_LINE);
+            }
             self.pending.push_back(t);
             self.resp_idx = self.pending.len() - 1;
         }
@@ -533,14 +687,32 @@ impl HttpConn {
         }
     }
 
+    /// The server's answer does not start with a status line. To an HTTP/0.9 request that is
+    /// the HTTP/0.9 response (status 0, the body runs to the close); to anything else it is not
+    /// an HTTP response (flagged, its body length 0 as in Zeek), though its bytes are timed.
     fn start_http09_response(&mut self, now: Timestamp) {
         let ts = self.resp_head_ts;
         let t = self.current_response_txn(ts);
-        if t.request.as_ref().is_none_or(|r| r.version != Version::Http09) {
-            t.anomalies.insert(Anomalies::HTTP09_RESPONSE);
+        let http09 = t.request.as_ref().is_some_and(|r| r.version == Version::HTTP_09);
+        if http09 {
+            t.response = Some(ResponseHead {
+                status: 0,
+                reason: None,
+                version: Version::HTTP_09,
+                content_type: None,
+                coding: head::Coding::Identity,
+                encoded: false,
+                content_length: None,
+                chunked: false,
+                close: true,
+                anomalies: Anomalies::default(),
+            });
+        } else {
+            t.anomalies.insert(Anomalies::NOT_HTTP_RESPONSE);
         }
         t.response_first_ts = Some(ts);
         t.response_last_ts = Some(now);
+        self.server_closes |= http09;
         self.resp = Stream::UntilClose;
     }
 
@@ -554,7 +726,9 @@ impl HttpConn {
             }
         };
         let ts = self.resp_head_ts;
-        let scan = self.scan;
+        let (scan, decode) = (self.scan, self.decode);
+        self.server_closes |= resp.close;
+        let server_closes = self.server_closes;
         let t = self.current_response_txn(ts);
         if t.response_first_ts.is_none() {
             t.response_first_ts = Some(ts);
@@ -577,6 +751,13 @@ impl HttpConn {
                 t.scanner = Some(Box::new(if html { EmbedScanner::html() } else { EmbedScanner::css() }));
             }
         }
+        if decode && !matches!(framing, Framing::None | Framing::Tunnel) {
+            t.resp_decoder = BodyDecoder::new(resp.coding).map(Box::new);
+        }
+        let closes = server_closes || resp.close;
+        if framing == Framing::UntilClose && !closes && matches!(resp.coding, head::Coding::Identity | head::Coding::Other) {
+            t.zeek_lines = Some(LineCount::default());
+        }
         t.response = Some(resp);
         let depth = t.depth;
         out.push(HttpEvent::ResponseHead { depth });
@@ -593,16 +774,28 @@ impl HttpConn {
         }
     }
 
+    /// Body bytes the capture lost: counted, but the rest of an encoded body cannot be decoded.
     fn count_response_body(&mut self, n: u64) {
         if let Some(t) = self.pending.get_mut(self.resp_idx) {
             t.response_body_len += n;
+            if let Some(dec) = t.resp_decoder.as_mut() {
+                dec.gap();
+            }
         }
     }
 
     fn response_body(&mut self, now: Timestamp, data: &[u8], out: &mut Vec<HttpEvent>) {
-        let Some(t) = self.pending.get_mut(self.resp_idx) else { return };
+        let Some(t) = self.pending.get_mut(self.resp_idx) else {
+            return;
+        };
         t.response_body_len += data.len() as u64;
         t.response_last_ts = Some(now);
+        if let Some(dec) = t.resp_decoder.as_mut() {
+            dec.feed(data);
+        }
+        if let Some(l) = t.zeek_lines.as_mut() {
+            l.feed(data);
+        }
         if let Some(sc) = t.scanner.as_mut() {
             let mut refs = Vec::new();
             sc.feed(data, &mut refs);
@@ -616,6 +809,7 @@ impl HttpConn {
         if let Some(t) = self.pending.get_mut(self.resp_idx) {
             t.response_done = true;
             t.scanner = None;
+            t.finish_response_decoding();
             if t.response_last_ts.is_none() {
                 t.response_last_ts = Some(now);
             }
@@ -639,9 +833,15 @@ enum HeadTake {
     NeedMore,
     TooLarge,
     /// The complete head, and how many bytes of the new input it used.
-    Complete { head: Vec<u8>, consumed: usize },
+    Complete {
+        head: Vec<u8>,
+        consumed: usize,
+    },
     /// An HTTP/0.9 simple request line, and the input bytes it used.
-    SimpleRequest { method: String, uri: String, consumed: usize },
+    SimpleRequest {
+        line: head::RequestLine,
+        consumed: usize,
+    },
 }
 
 /// Add input to a head buffer; say whether the head is complete.
@@ -655,9 +855,12 @@ fn take_head(buf: &mut Vec<u8>, d: &[u8], allow_simple: bool) -> HeadTake {
     }
     // The first line just completed but no blank line yet: maybe an HTTP/0.9 request.
     if allow_simple && !buf[..prev].contains(&b'\n') {
-        if let Some((method, uri, line_len)) = head::simple_request(buf) {
-            buf.clear();
-            return HeadTake::SimpleRequest { method, uri, consumed: line_len - prev };
+        if let Some(nl) = memchr::memchr(b'\n', buf) {
+            let first = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
+            if let Some(line) = head::parse_request_line(first).filter(|l| l.version == Version::HTTP_09) {
+                buf.clear();
+                return HeadTake::SimpleRequest { line, consumed: nl + 1 - prev };
+            }
         }
     }
     if buf.len() > MAX_HEAD {
@@ -667,9 +870,65 @@ fn take_head(buf: &mut Vec<u8>, d: &[u8], allow_simple: bool) -> HeadTake {
     HeadTake::NeedMore
 }
 
-fn looks_like_request(s: &[u8]) -> bool {
-    let sp = s.iter().take(17).position(|b| *b == b' ');
-    matches!(sp, Some(n) if head::is_method_token(&s[..n]))
+/// Methods Zeek's HTTP signature knows (`dpd.sig`): where no port says HTTP, a client's first
+/// bytes must start with one of them, then a blank.
+const KNOWN_METHODS: &[&[u8]] = &[
+    b"GET",
+    b"POST",
+    b"HEAD",
+    b"PUT",
+    b"OPTIONS",
+    b"DELETE",
+    b"QUERY",
+    b"CONNECT",
+    b"PATCH",
+    b"TRACE",
+    b"ACL",
+    b"BASELINE-CONTROL",
+    b"BIND",
+    b"CHECKIN",
+    b"CHECKOUT",
+    b"COPY",
+    b"LABEL",
+    b"LINK",
+    b"LOCK",
+    b"MERGE",
+    b"MKACTIVITY",
+    b"MKCALENDAR",
+    b"MKCOL",
+    b"MKREDIRECTREF",
+    b"MOVE",
+    b"ORDERPATCH",
+    b"PROPFIND",
+    b"PROPPATCH",
+    b"REBIND",
+    b"REPORT",
+    b"SEARCH",
+    b"UNBIND",
+    b"UNCHECKOUT",
+    b"UNLINK",
+    b"UNLOCK",
+    b"UPDATE",
+    b"VERSION-CONTROL",
+    b"BCOPY",
+    b"BDELETE",
+    b"BMOVE",
+    b"BPROPFIND",
+    b"BPROPPATCH",
+    b"NOTIFY",
+    b"POLL",
+    b"SUBSCRIBE",
+    b"UNSUBSCRIBE",
+    b"X-MS-ENUMATTS",
+    b"MKWORKSPACE",
+    b"RPC_IN_DATA",
+    b"RPC_OUT_DATA",
+];
+
+/// Whether `s` (a client's first bytes, blanks skipped) can start an HTTP request: a known
+/// method (or a prefix of one, when that is all there is so far).
+fn starts_like_http_request(s: &[u8]) -> bool {
+    KNOWN_METHODS.iter().any(|m| if s.len() <= m.len() { m.starts_with(s) } else { s.starts_with(m) })
 }
 
 /// Find the first line start in `d` at which `matches` holds. The start of `d` counts as a

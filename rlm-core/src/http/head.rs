@@ -1,4 +1,6 @@
-//! HTTP/1.x message heads: finding their end in a byte stream and parsing them with httparse.
+//! HTTP/1.x message heads: finding their end in a byte stream and parsing them leniently, the
+//! way Zeek's HTTP analyzer and forgiving servers read them (see `docs/architecture.md`: httparse
+//! is strict by design and rejects request lines that servers answer, so heads are split here).
 
 use std::fmt;
 
@@ -25,12 +27,19 @@ anomalies! {
     TRUNCATED_BODY = 6, "truncated_body";
     CAPTURE_GAP = 7, "capture_gap";
     ORPHAN_RESPONSE = 8, "orphan_response";
-    HTTP09_RESPONSE = 9, "http09_response";
     TE_NOT_CHUNKED_LAST = 10, "te_chunked_not_last";
     MIDSTREAM = 11, "midstream";
     NO_RESPONSE = 12, "no_response";
     ENCODED_CONTAINER = 13, "encoded_container";
     INCOMPLETE = 14, "incomplete";
+    UNDECODABLE_BODY = 15, "undecodable_body";
+    OBS_FOLD = 16, "obsolete_line_folding";
+    BAD_HEADER_LINE = 17, "bad_header_line";
+    BAD_VERSION = 18, "bad_version";
+    ODD_REQUEST_LINE = 19, "odd_request_line";
+    CONTENT_LENGTH_AND_CHUNKED = 20, "content_length_and_chunked";
+    BAD_REQUEST_LINE = 21, "bad_request_line";
+    NOT_HTTP_RESPONSE = 22, "not_http_response";
 }
 
 impl Anomalies {
@@ -55,20 +64,28 @@ impl fmt::Display for Anomalies {
     }
 }
 
-/// HTTP version of a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Version {
-    Http09,
-    Http10,
-    Http11,
+/// HTTP version of a message: `HTTP/major.minor`, 0.9 for a request line without one, 0.0
+/// for a version that is not a digit, a dot and a digit (as Zeek records it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Version {
+    pub major: u8,
+    pub minor: u8,
 }
 
 impl Version {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Version::Http09 => "0.9",
-            Version::Http10 => "1.0",
-            Version::Http11 => "1.1",
+    pub const HTTP_09: Version = Version { major: 0, minor: 9 };
+    pub const HTTP_10: Version = Version { major: 1, minor: 0 };
+    pub const HTTP_11: Version = Version { major: 1, minor: 1 };
+
+    pub fn as_str(self) -> String {
+        format!("{}.{}", self.major, self.minor)
+    }
+
+    /// `[0-9].[0-9]` at the start of `v`, else 0.0.
+    fn parse(v: &[u8]) -> Version {
+        match v {
+            [a, b'.', b, ..] if a.is_ascii_digit() && b.is_ascii_digit() => Version { major: a - b'0', minor: b - b'0' },
+            _ => Version::default(),
         }
     }
 }
@@ -94,13 +111,50 @@ pub enum Destination {
     Unknown,
 }
 
+/// A body's `Content-Encoding`, as far as the analyzer decodes it (Zeek decodes the same two).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Coding {
+    #[default]
+    Identity,
+    /// `gzip` or `x-gzip`.
+    Gzip,
+    /// `deflate` (zlib-wrapped, or raw as some servers send it).
+    Deflate,
+    /// Anything else (br, compress, ...): not decoded.
+    Other,
+}
+
+impl Coding {
+    fn of(fields: &[Field<'_>]) -> Coding {
+        let Some(f) = fields.iter().find(|f| f.name.eq_ignore_ascii_case(b"content-encoding")) else {
+            return Coding::Identity;
+        };
+        // The first token decides, as in Zeek.
+        let first = first_token(&f.value);
+        if first.is_empty() || first.eq_ignore_ascii_case(b"identity") {
+            Coding::Identity
+        } else if first.eq_ignore_ascii_case(b"gzip") || first.eq_ignore_ascii_case(b"x-gzip") {
+            Coding::Gzip
+        } else if first.eq_ignore_ascii_case(b"deflate") {
+            Coding::Deflate
+        } else {
+            Coding::Other
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestHead {
     pub method: String,
+    /// The request target as sent.
     pub uri: String,
+    /// The target as Zeek delimits it (differs only for odd request lines).
+    pub zeek_uri: String,
     pub version: Version,
     pub host: Option<String>,
     pub referrer: Option<String>,
+    pub user_agent: Option<String>,
+    pub coding: Coding,
     pub framing: Framing,
     pub destination: Destination,
     pub anomalies: Anomalies,
@@ -109,18 +163,23 @@ pub struct RequestHead {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResponseHead {
     pub status: u16,
+    /// The reason phrase (Zeek's status_msg).
+    pub reason: Option<String>,
     pub version: Version,
     pub content_type: Option<String>,
+    pub coding: Coding,
     /// `Content-Encoding` other than identity (the body cannot be scanned as is).
     pub encoded: bool,
     pub content_length: Option<u64>,
     pub chunked: bool,
+    /// `Connection: close`.
+    pub close: bool,
     pub anomalies: Anomalies,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadError {
-    /// httparse rejected it.
+    /// The start line is not a request line (or not a status line).
     Invalid,
 }
 
@@ -141,39 +200,96 @@ pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
     None
 }
 
-/// A plausible method token: 3 to 16 uppercase letters, `-` or `_`.
-pub fn is_method_token(t: &[u8]) -> bool {
-    (3..=16).contains(&t.len()) && t.iter().all(|b| b.is_ascii_uppercase() || *b == b'-' || *b == b'_')
+/// One header field of a head: its name and value with surrounding blanks trimmed (folded
+/// continuation lines joined with a space).
+#[derive(Clone, Debug)]
+pub struct Field<'a> {
+    pub name: &'a [u8],
+    pub value: std::borrow::Cow<'a, [u8]>,
 }
 
-/// If the first line of `buf` is an HTTP/0.9 simple request (`METHOD URI` with no version),
-/// its method, URI and the length of the line.
-pub fn simple_request(buf: &[u8]) -> Option<(String, String, usize)> {
-    let nl = memchr::memchr(b'\n', buf)?;
-    let line = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
-    let mut parts = line.split(|b| *b == b' ').filter(|p| !p.is_empty());
-    let (m, u) = (parts.next()?, parts.next()?);
-    if parts.next().is_some() || !is_method_token(m) || u.is_empty() {
-        return None;
+/// A head split into its start line and fields, read the way Zeek's HTTP analyzer and lenient
+/// servers read it: lines end with CRLF or a bare LF; a line that starts with a blank continues
+/// the field before it (obsolete folding, flagged); a line without a colon is skipped (flagged).
+struct SplitHead<'a> {
+    start: &'a [u8],
+    fields: Vec<Field<'a>>,
+    anomalies: Anomalies,
+}
+
+fn is_blank(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+fn trim_blanks(mut v: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = v {
+        if !is_blank(*first) {
+            break;
+        }
+        v = rest;
     }
-    Some((String::from_utf8_lossy(m).into_owned(), String::from_utf8_lossy(u).into_owned(), nl + 1))
-}
-
-fn version_of(v: Option<u8>) -> Version {
-    match v {
-        Some(0) => Version::Http10,
-        _ => Version::Http11,
+    while let [rest @ .., last] = v {
+        if !is_blank(*last) {
+            break;
+        }
+        v = rest;
     }
+    v
 }
 
-/// Parse a Content-Length value the way a careful server does: decimal digits only, fitting an i64.
+fn lines(head: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let body = head.strip_suffix(b"\n").unwrap_or(head);
+    body.split(|b| *b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+}
+
+fn split_head(head: &[u8]) -> SplitHead<'_> {
+    let mut it = lines(head).skip_while(|l| l.is_empty());
+    let start = it.next().unwrap_or(&[]);
+    let mut fields: Vec<Field<'_>> = Vec::new();
+    let mut anomalies = Anomalies::default();
+    for line in it {
+        if line.is_empty() {
+            break;
+        }
+        if is_blank(line[0]) {
+            if let Some(last) = fields.last_mut() {
+                anomalies.insert(Anomalies::OBS_FOLD);
+                let v = last.value.to_mut();
+                v.push(b' ');
+                v.extend_from_slice(trim_blanks(line));
+                continue;
+            }
+        }
+        match memchr::memchr(b':', line) {
+            Some(c) if c > 0 => fields.push(Field { name: trim_blanks(&line[..c]), value: trim_blanks(&line[c + 1..]).into() }),
+            _ => anomalies.insert(Anomalies::BAD_HEADER_LINE),
+        }
+    }
+    SplitHead { start, fields, anomalies }
+}
+
+/// A field's value as text, if the field is there (the first of its name).
+fn header_str(fields: &[Field<'_>], name: &str) -> Option<String> {
+    fields.iter().find(|f| f.name.eq_ignore_ascii_case(name.as_bytes())).map(|f| escape_bytes(&f.value))
+}
+
+/// The first token of a value, as Zeek's MIME code takes it (up to a blank, `,` or `;`).
+fn first_token(v: &[u8]) -> &[u8] {
+    let v = trim_blanks(v);
+    let end = v.iter().position(|b| is_blank(*b) || *b == b',' || *b == b';').unwrap_or(v.len());
+    &v[..end]
+}
+
+/// A Content-Length value as Zeek and most servers read it: leading decimal digits (a sign or
+/// anything else first makes it bad), fitting an i64.
 fn parse_content_length(v: &[u8]) -> Option<u64> {
-    let v = v.trim_ascii();
-    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+    let v = first_token(v);
+    let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
         return None;
     }
     let mut n: u64 = 0;
-    for d in v {
+    for d in &v[..digits] {
         n = n.checked_mul(10)?.checked_add((d - b'0') as u64)?;
     }
     (n <= i64::MAX as u64).then_some(n)
@@ -182,56 +298,60 @@ fn parse_content_length(v: &[u8]) -> Option<u64> {
 struct BodyHeaders {
     content_length: Option<u64>,
     chunked: bool,
+    /// `Connection: close` (a response without a length then runs to the end of the connection).
+    close: bool,
     anomalies: Anomalies,
 }
 
-fn body_headers(headers: &[httparse::Header<'_>]) -> BodyHeaders {
-    let mut out = BodyHeaders { content_length: None, chunked: false, anomalies: Anomalies::default() };
-    let mut bad_cl = false;
-    for h in headers {
-        if h.name.eq_ignore_ascii_case("content-length") {
-            match parse_content_length(h.value) {
-                Some(n) => match out.content_length {
-                    Some(prev) if prev != n => out.anomalies.insert(Anomalies::CONFLICTING_CONTENT_LENGTH),
-                    _ => out.content_length = Some(n),
-                },
-                None => bad_cl = true,
-            }
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            let codings: Vec<&[u8]> = h.value.split(|b| *b == b',').map(|c| c.trim_ascii()).collect();
-            if codings.iter().any(|c| c.eq_ignore_ascii_case(b"chunked")) {
-                out.chunked = true;
-                if !codings.last().is_some_and(|c| c.eq_ignore_ascii_case(b"chunked")) {
-                    out.anomalies.insert(Anomalies::TE_NOT_CHUNKED_LAST);
+/// The fields that decide a body's framing. As in Zeek: the last valid Content-Length wins (a
+/// different earlier one is flagged), a bad one means no body, and `Transfer-Encoding` is
+/// chunked when its first coding is `chunked` on an HTTP/1.1 message (chunked named anywhere
+/// else is flagged: a server may read it differently).
+fn body_headers(fields: &[Field<'_>], version: Version) -> BodyHeaders {
+    let mut out = BodyHeaders { content_length: None, chunked: false, close: false, anomalies: Anomalies::default() };
+    for f in fields {
+        if f.name.eq_ignore_ascii_case(b"content-length") {
+            match parse_content_length(&f.value) {
+                Some(n) => {
+                    if out.content_length.is_some_and(|prev| prev != n) {
+                        out.anomalies.insert(Anomalies::CONFLICTING_CONTENT_LENGTH);
+                    }
+                    out.content_length = Some(n);
+                }
+                None => {
+                    out.anomalies.insert(Anomalies::BAD_CONTENT_LENGTH);
+                    out.content_length = Some(0);
                 }
             }
+        } else if f.name.eq_ignore_ascii_case(b"transfer-encoding") {
+            let codings: Vec<&[u8]> = f.value.split(|b| *b == b',').map(trim_blanks).filter(|c| !c.is_empty()).collect();
+            let named = codings.iter().any(|c| c.eq_ignore_ascii_case(b"chunked"));
+            let first = first_token(&f.value).eq_ignore_ascii_case(b"chunked");
+            if first && version == Version::HTTP_11 {
+                out.chunked = true;
+            }
+            if named && (codings.len() > 1 || !first || version != Version::HTTP_11) {
+                out.anomalies.insert(Anomalies::TE_NOT_CHUNKED_LAST);
+            }
+        } else if f.name.eq_ignore_ascii_case(b"connection") && first_token(&f.value).eq_ignore_ascii_case(b"close") {
+            out.close = true;
         }
     }
-    if bad_cl {
-        out.anomalies.insert(Anomalies::BAD_CONTENT_LENGTH);
-    }
-    if out.anomalies.contains(Anomalies::CONFLICTING_CONTENT_LENGTH) {
-        out.content_length = None;
+    if out.chunked && out.content_length.is_some() {
+        out.anomalies.insert(Anomalies::CONTENT_LENGTH_AND_CHUNKED);
     }
     out
 }
 
-fn header_str(headers: &[httparse::Header<'_>], name: &str) -> Option<String> {
-    headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case(name))
-        .map(|h| String::from_utf8_lossy(h.value.trim_ascii()).into_owned())
-}
-
-fn destination(headers: &[httparse::Header<'_>]) -> Destination {
-    if let Some(d) = header_str(headers, "sec-fetch-dest") {
+fn destination(fields: &[Field<'_>]) -> Destination {
+    if let Some(d) = header_str(fields, "sec-fetch-dest") {
         return match d.to_ascii_lowercase().as_str() {
             "document" | "iframe" | "frame" | "embed" | "object" => Destination::Document,
             "" => Destination::Unknown,
             _ => Destination::Subresource,
         };
     }
-    if let Some(a) = header_str(headers, "accept") {
+    if let Some(a) = header_str(fields, "accept") {
         let first = a.split(',').next().unwrap_or("").trim().to_ascii_lowercase();
         if first.starts_with("text/html") || first.starts_with("application/xhtml") {
             return Destination::Document;
@@ -243,113 +363,256 @@ fn destination(headers: &[httparse::Header<'_>]) -> Destination {
     Destination::Unknown
 }
 
-fn with_headers<'h, T>(f: impl Fn(&mut [httparse::Header<'h>]) -> Result<T, httparse::Error>) -> Result<T, HeadError> {
-    let mut small = [httparse::EMPTY_HEADER; 64];
-    match f(&mut small) {
-        Ok(t) => Ok(t),
-        Err(httparse::Error::TooManyHeaders) => {
-            let mut big = vec![httparse::EMPTY_HEADER; 1024];
-            f(&mut big).map_err(|_| HeadError::Invalid)
-        }
-        Err(_) => Err(HeadError::Invalid),
-    }
+/// Token characters of a method (RFC 9110 tchar, as Zeek's `is_HTTP_token_char`).
+pub fn is_token_char(c: u8) -> bool {
+    c > 31 && c < 127 && !b" \t()<>@,;:\\\"/[]?={}".contains(&c)
 }
 
-fn lenient_parser() -> httparse::ParserConfig {
-    let mut cfg = httparse::ParserConfig::default();
-    cfg.allow_spaces_after_header_name_in_responses(true)
-        .allow_obsolete_multiline_headers_in_responses(true)
-        .allow_multiple_spaces_in_request_line_delimiters(true)
-        .allow_multiple_spaces_in_response_status_delimiters(true)
-        .ignore_invalid_headers_in_responses(true)
-        .ignore_invalid_headers_in_requests(true);
-    cfg
+fn is_uri_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b":/?#[]@!$&'()*+,;=-_.~%".contains(&c)
+}
+
+fn starts_with_http(s: &[u8]) -> bool {
+    s.len() >= 5 && s[..5].eq_ignore_ascii_case(b"HTTP/")
+}
+
+fn skip_blanks(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() && is_blank(s[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// A request line as Zeek's HTTP analyzer reads it: a method of token characters, blanks, the
+/// target (up to the blanks before `HTTP/`), and the version; no version is HTTP/0.9, which
+/// needs a method of at least 3 characters and a target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestLine {
+    pub method: String,
+    /// The target as sent (everything between the method and the version, trimmed).
+    pub target: String,
+    /// The target as Zeek delimits it (the same but for a line without a version with blanks
+    /// in its target, where Zeek drops its last character).
+    pub zeek_target: String,
+    pub version: Version,
+    pub anomalies: Anomalies,
+}
+
+pub fn parse_request_line(line: &[u8]) -> Option<RequestLine> {
+    let m = line.iter().take_while(|c| is_token_char(**c)).count();
+    if m == 0 {
+        return None;
+    }
+    let rest_at = skip_blanks(line, m);
+    if rest_at == m {
+        return None;
+    }
+    let rest = &line[rest_at..];
+    let mut anomalies = Anomalies::default();
+    let mut eou = rest.iter().take_while(|c| is_uri_char(**c)).count();
+    if eou >= rest.len() && starts_with_http(rest) {
+        eou = 0;
+    }
+    let mut vs = eou;
+    let mut found = false;
+    while vs < rest.len() {
+        eou = vs;
+        vs = skip_blanks(rest, vs);
+        if starts_with_http(&rest[vs..]) {
+            found = true;
+            break;
+        }
+        vs += 1;
+    }
+    let version = if !found {
+        Version::HTTP_09
+    } else if vs + 8 <= rest.len() {
+        Version::parse(&rest[vs + 5..])
+    } else {
+        Version::default()
+    };
+    if found && version == Version::default() {
+        anomalies.insert(Anomalies::BAD_VERSION);
+    }
+    let zeek_target = &rest[..eou.min(rest.len())];
+    if version == Version::HTTP_09 && (m < 3 || zeek_target.is_empty()) {
+        return None;
+    }
+    let target = if found { trim_blanks(&rest[..vs]) } else { trim_blanks(rest) };
+    Some(RequestLine { method: escape_bytes(&line[..m]), target: escape_bytes(target), zeek_target: escape_bytes(zeek_target), version, anomalies })
+}
+
+/// A status line as Zeek reads it: `HTTP/x.y`, blanks, a 3-digit code (0 if not digits), and
+/// an optional reason phrase. None when it is not a status line.
+fn parse_status_line(line: &[u8]) -> Option<(Version, u16, Option<String>)> {
+    if !starts_with_http(line) {
+        return None;
+    }
+    let version = Version::parse(&line[5..]);
+    let mut i = 5;
+    while i < line.len() && !is_blank(line[i]) {
+        i += 1;
+    }
+    if i >= line.len() {
+        return None;
+    }
+    i = skip_blanks(line, i);
+    if i + 3 > line.len() {
+        return None;
+    }
+    let c = &line[i..i + 3];
+    let code = if c.iter().all(u8::is_ascii_digit) { c.iter().fold(0u16, |n, d| n * 10 + (d - b'0') as u16) } else { 0 };
+    i += 3;
+    while i < line.len() && !is_blank(line[i]) {
+        i += 1;
+    }
+    if i >= line.len() {
+        return Some((version, code, None));
+    }
+    let r = skip_blanks(line, i);
+    Some((version, code, Some(escape_bytes(&line[r..]))))
 }
 
 /// Parse a complete request head (through its empty line).
-///
-/// A request target with spaces in it (seen in the wild, and in Zeek's traces) is taken as
-/// everything between the method and the last ` HTTP/x.y`, as servers that accept it do.
 pub fn parse_request(head: &[u8]) -> Result<RequestHead, HeadError> {
-    parse_request_inner(head).or_else(|e| {
-        let nl = memchr::memchr(b'\n', head).ok_or(e)?;
-        let line = head[..nl].strip_suffix(b"\r").unwrap_or(&head[..nl]);
-        let first = memchr::memchr(b' ', line).ok_or(e)?;
-        let last = memchr::memrchr(b' ', line).ok_or(e)?;
-        if last <= first {
-            return Err(e);
+    let h = split_head(head);
+    let line = parse_request_line(h.start).ok_or(HeadError::Invalid)?;
+    let bh = body_headers(&h.fields, line.version);
+    let mut anomalies = bh.anomalies;
+    anomalies.insert(h.anomalies);
+    anomalies.insert(line.anomalies);
+    if line.target != line.zeek_target || line.target.contains(' ') {
+        anomalies.insert(Anomalies::ODD_REQUEST_LINE);
+    }
+    let framing = if line.version == Version::HTTP_09 {
+        Framing::None
+    } else if bh.chunked {
+        Framing::Chunked
+    } else {
+        match bh.content_length {
+            Some(0) | None => Framing::None,
+            Some(n) => Framing::Length(n),
         }
-        let (method, target, version) = (&line[..first], line[first + 1..last].trim_ascii(), &line[last + 1..]);
-        if target.is_empty() || !is_method_token(method) || !version.starts_with(b"HTTP/") {
-            return Err(e);
-        }
-        let mut fixed = Vec::with_capacity(head.len());
-        fixed.extend_from_slice(method);
-        fixed.extend_from_slice(b" / ");
-        fixed.extend_from_slice(version);
-        fixed.extend_from_slice(&head[nl.saturating_sub(usize::from(head[..nl].ends_with(b"\r")))..]);
-        let mut req = parse_request_inner(&fixed)?;
-        req.uri = String::from_utf8_lossy(target).into_owned();
-        Ok(req)
+    };
+    Ok(RequestHead {
+        method: line.method,
+        uri: line.target,
+        zeek_uri: line.zeek_target,
+        version: line.version,
+        host: header_str(&h.fields, "host"),
+        referrer: header_str(&h.fields, "referer"),
+        user_agent: header_str(&h.fields, "user-agent"),
+        coding: Coding::of(&h.fields),
+        framing,
+        destination: destination(&h.fields),
+        anomalies,
     })
 }
 
-fn parse_request_inner(head: &[u8]) -> Result<RequestHead, HeadError> {
-    with_headers(|hs| {
-        let mut req = httparse::Request::new(hs);
-        match lenient_parser().parse_request(&mut req, head)? {
-            httparse::Status::Complete(_) => {}
-            httparse::Status::Partial => return Err(httparse::Error::Token),
-        }
-        let headers = &*req.headers;
-        let bh = body_headers(headers);
-        let anomalies = bh.anomalies;
-        let framing = if bh.chunked {
-            Framing::Chunked
-        } else if let Some(n) = bh.content_length {
-            if n == 0 { Framing::None } else { Framing::Length(n) }
-        } else {
-            Framing::None
-        };
-        Ok(RequestHead {
-            method: req.method.unwrap_or("").to_string(),
-            uri: req.path.unwrap_or("").to_string(),
-            version: version_of(req.version),
-            host: header_str(headers, "host"),
-            referrer: header_str(headers, "referer"),
-            framing,
-            destination: destination(headers),
-            anomalies,
-        })
-    })
-}
-
-/// Parse a complete response head. `request_method` decides bodies of HEAD and CONNECT.
+/// Parse a complete response head.
 pub fn parse_response(head: &[u8]) -> Result<(ResponseHead, ResponseFramingInputs), HeadError> {
-    with_headers(|hs| {
-        let mut resp = httparse::Response::new(hs);
-        match lenient_parser().parse_response(&mut resp, head)? {
-            httparse::Status::Complete(_) => {}
-            httparse::Status::Partial => return Err(httparse::Error::Token),
+    let h = split_head(head);
+    let (version, status, reason) = parse_status_line(h.start).ok_or(HeadError::Invalid)?;
+    let bh = body_headers(&h.fields, version);
+    let mut anomalies = bh.anomalies;
+    anomalies.insert(h.anomalies);
+    let mut content_length = bh.content_length;
+    if status == 206 && !bh.chunked {
+        // A 206's Content-Range sets its length when it is longer (as Zeek reads it, against evasion).
+        if let Some(r) = header_str(&h.fields, "content-range").as_deref().and_then(content_range_len) {
+            if content_length.is_none_or(|n| n == 0 || r > n) {
+                content_length = Some(r);
+            }
         }
-        let headers = &*resp.headers;
-        let bh = body_headers(headers);
-        let encoded = header_str(headers, "content-encoding")
-            .is_some_and(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"));
-        let upgrade = header_str(headers, "upgrade").is_some();
-        Ok((
-            ResponseHead {
-                status: resp.code.unwrap_or(0),
-                version: version_of(resp.version),
-                content_type: header_str(headers, "content-type"),
-                encoded,
-                content_length: bh.content_length,
-                chunked: bh.chunked,
-                anomalies: bh.anomalies,
-            },
-            ResponseFramingInputs { upgrade },
-        ))
-    })
+    }
+    let upgrade = header_str(&h.fields, "upgrade").is_some();
+    let coding = Coding::of(&h.fields);
+    Ok((
+        ResponseHead {
+            status,
+            reason,
+            version,
+            content_type: header_str(&h.fields, "content-type"),
+            coding,
+            encoded: coding != Coding::Identity,
+            content_length,
+            chunked: bh.chunked,
+            close: bh.close,
+            anomalies,
+        },
+        ResponseFramingInputs { upgrade },
+    ))
+}
+
+/// The length of a `Content-Range: bytes first-last/size` (last - first + 1).
+fn content_range_len(v: &str) -> Option<u64> {
+    let v: String = v.chars().filter(|c| *c != ' ').collect();
+    let spec = v.strip_prefix("bytes")?;
+    let (range, _) = spec.split_once('/')?;
+    let (f, l) = range.split_once('-')?;
+    let (f, l): (u64, u64) = (f.parse().ok()?, l.parse().ok()?);
+    (l >= f).then(|| l - f + 1)
+}
+
+/// Percent-decode a request target the way Zeek does for its `uri` field: `%XX` and `%uXXXX`
+/// are decoded, a doubled `%` loses one, and malformed escapes are kept as written. Bytes that
+/// do not form UTF-8 are written as `\xNN`, as Zeek's logs write them.
+pub fn unescape_uri(uri: &str) -> String {
+    let b = uri.as_bytes();
+    if !b.contains(&b'%') {
+        return uri.to_string();
+    }
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'%' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let rest = &b[i + 1..];
+        match rest {
+            [] => {
+                out.push(b'%');
+                i += 1;
+            }
+            [c] => {
+                out.extend_from_slice(&[b'%', *c]);
+                i += 2;
+            }
+            [b'%', ..] => i += 1,
+            [h, l, ..] if hex(*h).is_some() && hex(*l).is_some() => {
+                out.push(hex(*h).unwrap_or(0) << 4 | hex(*l).unwrap_or(0));
+                i += 3;
+            }
+            [b'u', a, b2, c, d, ..] if [a, b2, c, d].iter().all(|x| hex(**x).is_some()) => {
+                let (a, b2, c, d) = (hex(*a).unwrap_or(0), hex(*b2).unwrap_or(0), hex(*c).unwrap_or(0), hex(*d).unwrap_or(0));
+                if !(a == 0 && b2 == 0) {
+                    out.push(a << 4 | b2);
+                }
+                out.push(c << 4 | d);
+                i += 6;
+            }
+            [c, ..] => {
+                out.extend_from_slice(&[b'%', *c]);
+                i += 2;
+            }
+        }
+    }
+    escape_bytes(&out)
+}
+
+/// Bytes as text: valid UTF-8 as it is, anything else as `\xNN`.
+pub fn escape_bytes(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
+    for chunk in b.utf8_chunks() {
+        s.push_str(chunk.valid());
+        for x in chunk.invalid() {
+            s.push_str(&format!("\\x{x:02x}"));
+        }
+    }
+    s
 }
 
 /// Extra header facts the response framing decision needs.
@@ -396,7 +659,9 @@ mod tests {
 
     #[test]
     fn request_fields_and_framing() {
-        let r = parse_request(b"POST /x?y=1 HTTP/1.1\r\nHost: shop\r\nReferer: http://shop/\r\nContent-Length: 0050\r\nAccept: image/webp,*/*\r\n\r\n").unwrap();
+        let r =
+            parse_request(b"POST /x?y=1 HTTP/1.1\r\nHost: shop\r\nReferer: http://shop/\r\nContent-Length: 0050\r\nAccept: image/webp,*/*\r\n\r\n")
+                .unwrap();
         assert_eq!(r.method, "POST");
         assert_eq!(r.uri, "/x?y=1");
         assert_eq!(r.host.as_deref(), Some("shop"));
@@ -410,15 +675,17 @@ mod tests {
         let r = parse_request(b"GET /a b?c=\"d e\" HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
         assert_eq!(r.uri, "/a b?c=\"d e\"");
         assert_eq!(r.host.as_deref(), Some("h"));
-        assert!(parse_request(b"GET /a b\r\n\r\n").is_err());
+        // Zeek reads these as requests: an HTTP/0.9 line with a blank in its target, and a line
+        // with no target at all.
+        assert_eq!(parse_request(b"GET /a b\r\n\r\n").unwrap().version, Version::HTTP_09);
+        assert_eq!(parse_request(b"GET  HTTP/1.1\r\n\r\n").unwrap().uri, "");
         // Found by the fuzzer: a single space in the request line.
         assert!(parse_request(b"GET \r\n\r\n").is_err());
-        assert!(parse_request(b"GET  HTTP/1.1\r\n\r\n").is_err());
     }
 
     #[test]
     fn bad_content_lengths_are_flagged_and_ignored() {
-        for cl in ["-1", "18446744073709551615", "12a", "99999999999999999999999"] {
+        for cl in ["-1", "18446744073709551615", "+5", "99999999999999999999999"] {
             let head = format!("POST / HTTP/1.1\r\nContent-Length: {cl}\r\n\r\n");
             let r = parse_request(head.as_bytes()).unwrap();
             assert_eq!(r.framing, Framing::None, "{cl}");
@@ -430,6 +697,10 @@ mod tests {
     fn transfer_encoding_with_chunked_anywhere_is_chunked_but_flagged() {
         let r = parse_request(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n").unwrap();
         assert_eq!(r.framing, Framing::Chunked);
+        assert!(r.anomalies.contains(Anomalies::TE_NOT_CHUNKED_LAST));
+        // Zeek (and so rlm) reads the first coding only: `gzip, chunked` is not chunked, flagged.
+        let r = parse_request(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 2\r\n\r\n").unwrap();
+        assert_eq!(r.framing, Framing::Length(2));
         assert!(r.anomalies.contains(Anomalies::TE_NOT_CHUNKED_LAST));
     }
 
@@ -460,9 +731,72 @@ mod tests {
     }
 
     #[test]
-    fn simple_requests() {
-        assert_eq!(simple_request(b"GET /zeek.html\r\n"), Some(("GET".into(), "/zeek.html".into(), 16)));
-        assert_eq!(simple_request(b"GET / HTTP/1.1\r\n"), None);
-        assert_eq!(simple_request(b"hello\r\n"), None);
+    fn uris_unescape_as_zeek_does() {
+        assert_eq!(unescape_uri("/a%20b"), "/a b");
+        assert_eq!(unescape_uri("/plain"), "/plain");
+        assert_eq!(unescape_uri("/x%"), "/x%");
+        assert_eq!(unescape_uri("/x%4"), "/x%4");
+        assert_eq!(unescape_uri("/x%%41"), "/xA");
+        assert_eq!(unescape_uri("/x%zz"), "/x%zz");
+        assert_eq!(unescape_uri("/x%u0041%u00e9"), "/xA\\xe9");
+        assert_eq!(unescape_uri("/caf%C3%A9"), "/café");
+        assert_eq!(unescape_uri("/%ff"), "/\\xff");
+    }
+
+    #[test]
+    fn request_lines_as_zeek_reads_them() {
+        let l = parse_request_line(b"GET /zeek.html").unwrap();
+        assert_eq!((l.method.as_str(), l.target.as_str(), l.version), ("GET", "/zeek.html", Version::HTTP_09));
+        let l = parse_request_line(b"get / HTTP/1.1").unwrap();
+        assert_eq!((l.method.as_str(), l.version), ("get", Version::HTTP_11));
+        let l = parse_request_line(b"M-SEARCH * HTTP/1.1").unwrap();
+        assert_eq!((l.method.as_str(), l.target.as_str()), ("M-SEARCH", "*"));
+        // No target: Zeek leaves the URI empty.
+        let l = parse_request_line(b"GET HTTP/1.1").unwrap();
+        assert_eq!((l.target.as_str(), l.version), ("", Version::HTTP_11));
+        // A version that is not digit.digit is recorded as 0.0 and flagged.
+        let l = parse_request_line(b"GET / HTTP/x.y").unwrap();
+        assert_eq!(l.version, Version::default());
+        assert!(l.anomalies.contains(Anomalies::BAD_VERSION));
+        // No version and blanks in the target: Zeek's URI loses its last character.
+        let l = parse_request_line(b"GET /foo bar").unwrap();
+        assert_eq!((l.target.as_str(), l.zeek_target.as_str()), ("/foo bar", "/foo ba"));
+        // Not request lines: nothing before the blank, no blank, a 0.9 line with a short method.
+        assert!(parse_request_line(b" / HTTP/1.1").is_none());
+        assert!(parse_request_line(b"hello").is_none());
+        assert!(parse_request_line(b"GE /x").is_none());
+        assert!(parse_request_line(b"\x16\x03\x01 hello").is_none());
+    }
+
+    #[test]
+    fn status_lines_as_zeek_reads_them() {
+        assert_eq!(parse_status_line(b"HTTP/1.1 200 OK"), Some((Version::HTTP_11, 200, Some("OK".into()))));
+        assert_eq!(parse_status_line(b"HTTP/1.0 404"), Some((Version::HTTP_10, 404, None)));
+        assert_eq!(parse_status_line(b"http/1.1 301 Moved Permanently"), Some((Version::HTTP_11, 301, Some("Moved Permanently".into()))));
+        assert_eq!(parse_status_line(b"HTTP/1.1 abc x"), Some((Version::HTTP_11, 0, Some("x".into()))));
+        assert_eq!(parse_status_line(b"HTTP/1.1"), None);
+        assert_eq!(parse_status_line(b"<html>"), None);
+    }
+
+    #[test]
+    fn heads_with_lf_only_folding_and_junk_lines() {
+        let r = parse_request(b"POST /x HTTP/1.1\nHost: a\nX-Long: one\n  two\nnot a header\nContent-Length: 3\n\n").unwrap();
+        assert_eq!(r.host.as_deref(), Some("a"));
+        assert_eq!(r.framing, Framing::Length(3));
+        assert!(r.anomalies.contains(Anomalies::OBS_FOLD) && r.anomalies.contains(Anomalies::BAD_HEADER_LINE));
+    }
+
+    #[test]
+    fn content_length_as_zeek_reads_it() {
+        // Duplicates: the last wins, flagged.
+        let r = parse_request(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n").unwrap();
+        assert_eq!(r.framing, Framing::Length(7));
+        assert!(r.anomalies.contains(Anomalies::CONFLICTING_CONTENT_LENGTH));
+        // Leading digits count; chunked wins over a length on HTTP/1.1 only.
+        assert_eq!(parse_request(b"POST / HTTP/1.1\r\nContent-Length: 12a\r\n\r\n").unwrap().framing, Framing::Length(12));
+        let te = b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n";
+        assert_eq!(parse_request(te).unwrap().framing, Framing::Length(4));
+        let (h, _) = parse_response(b"HTTP/1.1 206 Partial\r\nContent-Range: bytes 0-99/1000\r\nContent-Length: 50\r\n\r\n").unwrap();
+        assert_eq!(h.content_length, Some(100));
     }
 }

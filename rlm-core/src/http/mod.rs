@@ -2,9 +2,10 @@
 
 pub mod chunked;
 pub mod conn;
+pub mod decode;
 pub mod embed;
 pub mod head;
 
-pub use conn::{HttpConn, HttpEvent, Txn};
+pub use conn::{HttpConn, HttpEvent, HttpOptions, Txn};
 pub use embed::{EmbedKind, EmbedRef, EmbedScanner};
-pub use head::{Anomalies, Destination, Framing, RequestHead, ResponseHead, Version};
+pub use head::{Anomalies, Coding, Destination, Framing, RequestHead, ResponseHead, Version};
