@@ -536,9 +536,13 @@ impl Engine {
         }
     }
 
-    fn txn_done(&mut self, now: Timestamp, id: ConnId, txn: Box<Txn>) {
+    fn txn_done(&mut self, now: Timestamp, id: ConnId, mut txn: Box<Txn>) {
         let c = self.flows.get(id).expect("live");
         let (client, server, first_seen) = (c.client, c.server, c.first_seen);
+        if c.midstream {
+            // Read from a resynchronisation point: what came before the capture joined is unknown.
+            txn.anomalies.insert(crate::http::Anomalies::MIDSTREAM);
+        }
         let pv = self.pageviews.on_txn_done(now, id, txn.depth, txn.response_first_ts, txn.response_last_ts);
         self.stats.transactions += 1;
         if !txn.anomalies.is_empty() {

@@ -165,8 +165,18 @@ fn classify(err: &SliceError) -> Malformed {
 }
 
 /// Decode one frame of the given link type.
+fn is_llc_snap_ip(frame: &[u8]) -> bool {
+    frame.len() >= 22
+        && u16::from_be_bytes([frame[12], frame[13]]) < 0x0600
+        && frame[14..17] == [0xaa, 0xaa, 0x03]
+        && matches!(u16::from_be_bytes([frame[20], frame[21]]), 0x0800 | 0x86dd)
+}
+
 pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
     let (sliced, base) = match link {
+        // IEEE 802.3 with an LLC/SNAP header (a length where the EtherType would be, then
+        // AA AA 03, an OUI and the EtherType): the IP packet starts after those 22 bytes.
+        LinkType::Ethernet if is_llc_snap_ip(frame) => (SlicedPacket::from_ip(&frame[22..]), 22),
         LinkType::Ethernet => (SlicedPacket::from_ethernet(frame), 0),
         LinkType::LinuxSll => (SlicedPacket::from_linux_sll(frame), 0),
         LinkType::RawIp => (SlicedPacket::from_ip(frame), 0),

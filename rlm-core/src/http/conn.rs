@@ -46,21 +46,36 @@ pub struct Txn {
     scanner: Option<Box<EmbedScanner>>,
     req_decoder: Option<Box<BodyDecoder>>,
     resp_decoder: Option<Box<BodyDecoder>>,
-    /// A close-delimited body Zeek reads line by line, counting every line end as two bytes.
+    /// A body Zeek reads line by line (close-delimited, or multipart), with what that adds.
     zeek_lines: Option<LineCount>,
+    zeek_req_lines: Option<LineCount>,
 }
 
-/// What Zeek's line-mode body count adds to the bytes on the wire: a bare LF or CR line end
-/// counts 2 (not 1), and a last line with no end at all gets 2 added when the body ends.
+/// What Zeek's line-mode body count adds to the bytes on the wire: every line end counts 2,
+/// and a last line with no end gets 2 added when the body ends. In a close-delimited body a
+/// bare LF or CR ends a line (so counts one more than it is); in a multipart body only CRLF
+/// does (Zeek reads multipart parts with CRLF as the only line end).
 #[derive(Clone, Copy, Debug, Default)]
 struct LineCount {
+    crlf_only: bool,
     extra: u64,
     after_cr: bool,
     partial: bool,
 }
 
 impl LineCount {
+    fn multipart() -> LineCount {
+        LineCount { crlf_only: true, ..LineCount::default() }
+    }
+
     fn feed(&mut self, d: &[u8]) {
+        if self.crlf_only {
+            if let Some(&last) = d.last() {
+                self.partial = !(last == b'\n' && (d.len() >= 2 && d[d.len() - 2] == b'\r' || d.len() == 1 && self.after_cr));
+                self.after_cr = last == b'\r';
+            }
+            return;
+        }
         for &b in d {
             match b {
                 b'\n' => {
@@ -88,6 +103,9 @@ impl LineCount {
         }
     }
     fn total_extra(&self) -> u64 {
+        if self.crlf_only {
+            return if self.partial { 2 } else { 0 };
+        }
         self.extra + u64::from(self.after_cr) + if self.partial { 2 } else { 0 }
     }
 }
@@ -113,12 +131,13 @@ impl Txn {
             req_decoder: None,
             resp_decoder: None,
             zeek_lines: None,
+            zeek_req_lines: None,
         }
     }
 
     /// Body lengths as Zeek reports them: after content decoding where that was done.
     pub fn request_body_len_decoded(&self) -> u64 {
-        self.request_body_decoded.unwrap_or(self.request_body_len)
+        self.request_body_decoded.unwrap_or(self.request_body_len + self.zeek_req_lines.map_or(0, |l| l.total_extra()))
     }
     /// Zeek's `response_body_len`: 0 when the server's answer was not an HTTP response, the
     /// decoded size of an encoded body, and for a close-delimited body read in Zeek's line mode,
@@ -323,6 +342,7 @@ impl HttpConn {
                                 referrer: None,
                                 user_agent: None,
                                 coding: head::Coding::Identity,
+                                multipart: false,
                                 framing: Framing::None,
                                 destination: head::Destination::Unknown,
                                 anomalies: line.anomalies,
@@ -394,9 +414,11 @@ impl HttpConn {
                         }
                         self.resp_head_ts = now;
                     }
-                    // A response that does not start with a status line is HTTP/0.9: the body is all there is.
+                    // The answer to an HTTP/0.9 request is the bare body, whatever it starts with;
+                    // otherwise a response that does not start with a status line is not HTTP.
+                    let answers_09 = self.pending.get(self.resp_idx).and_then(|t| t.request.as_ref()).is_some_and(|r| r.version == Version::HTTP_09);
                     let prefix: Vec<u8> = self.resp_buf.iter().chain(d.iter()).take(5).copied().collect();
-                    if !prefix.eq_ignore_ascii_case(&b"HTTP/"[..prefix.len()]) {
+                    if answers_09 || !prefix.eq_ignore_ascii_case(&b"HTTP/"[..prefix.len()]) {
                         if self.resp_idx >= self.pending.len() {
                             // Neither a request to answer nor a status line: not HTTP. A
                             // connection that never carried a transaction is given up on.
@@ -599,13 +621,23 @@ impl HttpConn {
                 out.push(HttpEvent::Done(Box::new(t)));
             }
         }
+        let http09 = req.version == Version::HTTP_09;
+        if http09 && matches!(self.resp, Stream::Length(_) | Stream::Chunked(_) | Stream::UntilClose) {
+            // A response under way (one the server sent unasked) ends here, as in Zeek: what
+            // the server sends next answers this HTTP/0.9 request.
+            let ts = self.req_head_ts;
+            self.response_done(ts, out);
+        }
         self.depth += 1;
         let framing = req.framing;
         let connect = req.method.eq_ignore_ascii_case("CONNECT");
-        let coding = req.coding;
+        let (coding, multipart) = (req.coding, req.multipart);
         let mut t = Txn::new(self.depth, Some(req), self.req_head_ts);
         if self.decode && !matches!(framing, Framing::None) {
             t.req_decoder = BodyDecoder::new(coding).map(Box::new);
+        }
+        if multipart && !matches!(framing, Framing::None) {
+            t.zeek_req_lines = Some(LineCount::multipart());
         }
         self.req = match framing {
             Framing::Length(n) => Stream::Length(n),
@@ -615,8 +647,9 @@ impl HttpConn {
                 Stream::Head
             }
         };
-        if connect {
-            // Whatever follows a CONNECT is the tunnel's, not HTTP.
+        if connect || http09 {
+            // Whatever follows a CONNECT is the tunnel's; after an HTTP/0.9 request the client
+            // sends nothing HTTP (the server answers with the bare body, then closes).
             t.request_done = true;
             self.req = Stream::Tunnel;
         }
@@ -629,6 +662,9 @@ impl HttpConn {
             t.request_body_len += data.len() as u64;
             if let Some(dec) = t.req_decoder.as_mut() {
                 dec.feed(data);
+            }
+            if let Some(l) = t.zeek_req_lines.as_mut() {
+                l.feed(data);
             }
         }
     }
@@ -755,7 +791,10 @@ impl HttpConn {
             t.resp_decoder = BodyDecoder::new(resp.coding).map(Box::new);
         }
         let closes = server_closes || resp.close;
-        if framing == Framing::UntilClose && !closes && matches!(resp.coding, head::Coding::Identity | head::Coding::Other) {
+        let plain = matches!(resp.coding, head::Coding::Identity | head::Coding::Other);
+        if ct.starts_with("multipart/") && plain && !matches!(framing, Framing::None | Framing::Tunnel) {
+            t.zeek_lines = Some(LineCount::multipart());
+        } else if framing == Framing::UntilClose && !closes && plain {
             t.zeek_lines = Some(LineCount::default());
         }
         t.response = Some(resp);

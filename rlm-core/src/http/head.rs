@@ -155,6 +155,8 @@ pub struct RequestHead {
     pub referrer: Option<String>,
     pub user_agent: Option<String>,
     pub coding: Coding,
+    /// A `multipart/*` body (Zeek counts its length line by line).
+    pub multipart: bool,
     pub framing: Framing,
     pub destination: Destination,
     pub anomalies: Anomalies,
@@ -503,6 +505,7 @@ pub fn parse_request(head: &[u8]) -> Result<RequestHead, HeadError> {
         referrer: header_str(&h.fields, "referer"),
         user_agent: header_str(&h.fields, "user-agent"),
         coding: Coding::of(&h.fields),
+        multipart: header_str(&h.fields, "content-type").is_some_and(|c| c.to_ascii_lowercase().starts_with("multipart/")),
         framing,
         destination: destination(&h.fields),
         anomalies,
