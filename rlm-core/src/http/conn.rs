@@ -406,17 +406,20 @@ impl HttpConn {
         while !d.is_empty() {
             match self.resp {
                 Stream::Head => {
+                    // The answer to an HTTP/0.9 request is the bare body, whatever it starts with;
+                    // otherwise a response that does not start with a status line is not HTTP.
+                    let answers_09 =
+                        self.pending.get(self.resp_idx).and_then(|t| t.request.as_ref()).is_some_and(|r| r.version == Version::HTTP_09);
                     if self.resp_buf.is_empty() {
-                        let skip = d.iter().take_while(|b| is_ws_line_end(**b)).count();
-                        d = &d[skip..];
-                        if d.is_empty() {
-                            break;
+                        if !answers_09 {
+                            let skip = d.iter().take_while(|b| is_ws_line_end(**b)).count();
+                            d = &d[skip..];
+                            if d.is_empty() {
+                                break;
+                            }
                         }
                         self.resp_head_ts = now;
                     }
-                    // The answer to an HTTP/0.9 request is the bare body, whatever it starts with;
-                    // otherwise a response that does not start with a status line is not HTTP.
-                    let answers_09 = self.pending.get(self.resp_idx).and_then(|t| t.request.as_ref()).is_some_and(|r| r.version == Version::HTTP_09);
                     let prefix: Vec<u8> = self.resp_buf.iter().chain(d.iter()).take(5).copied().collect();
                     if answers_09 || !prefix.eq_ignore_ascii_case(&b"HTTP/"[..prefix.len()]) {
                         if self.resp_idx >= self.pending.len() {
