@@ -22,7 +22,6 @@ anomalies! {
     CONFLICTING_CONTENT_LENGTH = 1, "conflicting_content_length";
     BAD_CHUNKING = 2, "bad_chunking";
     HEAD_TOO_LARGE = 3, "head_too_large";
-    BAD_REQUEST_HEAD = 4, "bad_request_head";
     BAD_RESPONSE_HEAD = 5, "bad_response_head";
     TRUNCATED_BODY = 6, "truncated_body";
     CAPTURE_GAP = 7, "capture_gap";

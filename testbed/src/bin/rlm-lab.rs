@@ -33,7 +33,7 @@ enum Command {
     Down,
     /// Run an experiment: build the lab, run each arm, tear down, write result.json and report.md.
     Run {
-        /// baseline-lan, baseline-wan, heavy or fidelity.
+        /// baseline-lan, baseline-wan, heavy, fidelity or openloop (docs/experiments.md).
         name: String,
         /// Short runs (each experiment within about 3 minutes), as CI runs them.
         #[arg(long)]
