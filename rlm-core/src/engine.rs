@@ -180,6 +180,16 @@ pub enum Event {
     Pageview(PageviewRecord),
 }
 
+/// Sizes of the engine's tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TableSizes {
+    pub connections: usize,
+    pub timers: usize,
+    pub open_pageviews: usize,
+    pub pageview_deadlines: usize,
+    pub client_rtts: usize,
+}
+
 /// Counters, all monotonic.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
@@ -269,6 +279,25 @@ impl Engine {
         self.pageviews.open_count()
     }
 
+    /// Sizes of every table the engine keeps, for bounds tests and metrics.
+    pub fn table_sizes(&self) -> TableSizes {
+        let (open_pageviews, pageview_deadlines, client_rtts) = self.pageviews.table_sizes();
+        TableSizes { connections: self.flows.len(), timers: self.timers.len(), open_pageviews, pageview_deadlines, client_rtts }
+    }
+
+    fn push_timer(&mut self, t: Timestamp, id: ConnId, kind: TimerKind) {
+        self.timers.push(Reverse((t, id, kind)));
+        // Timers of connections that left the table (evicted, refused, closed) are not removed
+        // when they go; drop them once they outnumber the live ones, so that a SYN flood cannot
+        // grow the heap with its rate times the idle timeout.
+        if self.timers.len() > 2 * self.flows.len() + 4096 {
+            let flows = &self.flows;
+            self.timers.retain(|Reverse((_, id, kind))| {
+                flows.get(*id).is_some_and(|c| *kind == TimerKind::Idle || matches!(c.state, ConnState::SynSent | ConnState::SynReceived))
+            });
+        }
+    }
+
     /// An Ethernet frame arrived on `port` at `now`.
     pub fn handle(&mut self, now: Timestamp, port: Port, frame: &[u8]) -> Verdict {
         self.handle_link(now, port, LinkType::Ethernet, frame)
@@ -332,7 +361,7 @@ impl Engine {
                         self.close_conn(now, id, CloseReason::Idle);
                         self.flows.remove(id);
                     } else {
-                        self.timers.push(Reverse((due, id, TimerKind::Idle)));
+                        self.push_timer(due, id, TimerKind::Idle);
                     }
                 }
             }
@@ -427,7 +456,7 @@ impl Engine {
                 if midstream {
                     self.stats.connections_midstream += 1;
                 }
-                self.timers.push(Reverse((now + self.cfg.idle_timeout, id, TimerKind::Idle)));
+                self.push_timer(now + self.cfg.idle_timeout, id, TimerKind::Idle);
                 id
             }
         };
@@ -446,7 +475,7 @@ impl Engine {
                     if retransmission {
                         self.stats.syn_retransmissions += 1;
                     } else {
-                        self.timers.push(Reverse((now + self.cfg.pageview.connect_timeout, id, TimerKind::Connect)));
+                        self.push_timer(now + self.cfg.pageview.connect_timeout, id, TimerKind::Connect);
                     }
                     let client = self.flows.get(id).expect("live").client.ip;
                     self.pageviews.on_syn(now, id, client, retransmission);

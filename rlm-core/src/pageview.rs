@@ -43,6 +43,10 @@ pub struct PageviewConfig {
     pub max_open_per_client: usize,
     /// Event nodes kept per pageview.
     pub max_events: usize,
+    /// Clients whose last RTT is remembered (for their connections that have none).
+    pub max_client_rtts: usize,
+    /// A remembered RTT not refreshed for this long may be forgotten.
+    pub client_rtt_ttl: Duration,
 }
 
 impl Default for PageviewConfig {
@@ -54,6 +58,8 @@ impl Default for PageviewConfig {
             preconnect_idle: Duration::from_secs(1),
             max_open_per_client: 4,
             max_events: 512,
+            max_client_rtts: 65_536,
+            client_rtt_ttl: Duration::from_secs(600),
         }
     }
 }
@@ -225,7 +231,8 @@ pub struct Pageviews {
     /// (connection, depth) → pageview of that transaction.
     txn_pv: AHashMap<(ConnId, u32), u64>,
     /// Last RTT measured per client, for connections that have none.
-    client_rtt: AHashMap<IpAddr, Duration>,
+    /// Each client's last measured RTT and when it was learnt (bounded: see `learn_rtt`).
+    client_rtt: AHashMap<IpAddr, (Duration, Timestamp)>,
     deadlines: BinaryHeap<Reverse<(Timestamp, u64, u32)>>,
     next_id: u64,
     done: Vec<PageviewRecord>,
@@ -270,12 +277,29 @@ impl Pageviews {
     }
 
     fn rtt_for(&self, client: IpAddr, rtt: Option<Duration>) -> Duration {
-        rtt.or_else(|| self.client_rtt.get(&client).copied()).unwrap_or(Duration::ZERO)
+        rtt.or_else(|| self.client_rtt.get(&client).map(|(r, _)| *r)).unwrap_or(Duration::ZERO)
     }
 
-    /// A client's RTT became known.
-    pub fn learn_rtt(&mut self, client: IpAddr, rtt: Duration) {
-        self.client_rtt.insert(client, rtt);
+    /// A client's RTT became known. The table is bounded: past `max_client_rtts` entries, those
+    /// not refreshed for `client_rtt_ttl` go, and if that is not enough, the older half.
+    pub fn learn_rtt(&mut self, client: IpAddr, rtt: Duration, now: Timestamp) {
+        self.client_rtt.insert(client, (rtt, now));
+        if self.client_rtt.len() > self.cfg.max_client_rtts {
+            let ttl = self.cfg.client_rtt_ttl;
+            self.client_rtt.retain(|_, (_, t)| now.saturating_since(*t) < ttl);
+            if self.client_rtt.len() > self.cfg.max_client_rtts / 2 {
+                let mut ts: Vec<Timestamp> = self.client_rtt.values().map(|(_, t)| *t).collect();
+                let mid = ts.len() / 2;
+                let (_, cut, _) = ts.select_nth_unstable(mid);
+                let cut = *cut;
+                self.client_rtt.retain(|_, (_, t)| *t > cut);
+            }
+        }
+    }
+
+    /// Sizes of the pageview layer's tables (for bounds tests and metrics).
+    pub fn table_sizes(&self) -> (usize, usize, usize) {
+        (self.open.len(), self.deadlines.len(), self.client_rtt.len())
     }
 
     fn touch(&mut self, id: u64, now: Timestamp) {
@@ -293,6 +317,11 @@ impl Pageviews {
         let wait = if p.all_required_fetched() && p.has_container_response() { self.cfg.linger } else { self.cfg.quiet };
         // Failed-handshake deadlines are the flow layer's; here only quiet periods.
         self.deadlines.push(Reverse((p.last_activity + wait, id, p.check_gen)));
+        // Deadlines are superseded, not removed: drop the stale ones once they dominate.
+        if self.deadlines.len() > 4 * self.open.len() + 1024 {
+            let open = &self.open;
+            self.deadlines.retain(|Reverse((_, id, gen))| open.get(id).is_some_and(|p| p.check_gen == *gen));
+        }
     }
 
     /// Earliest time at which a pageview may end.
@@ -347,7 +376,7 @@ impl Pageviews {
 
     pub fn on_established(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, rtt: Option<Duration>) {
         if let Some(r) = rtt {
-            self.learn_rtt(client, r);
+            self.learn_rtt(client, r, now);
         }
         if let Some(&id) = self.conn_pv.get(&conn) {
             if let Some(p) = self.open.get_mut(&id) {
