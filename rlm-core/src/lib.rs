@@ -11,6 +11,7 @@ pub mod capture;
 pub mod engine;
 pub mod flow;
 pub mod http;
+pub mod live;
 pub mod pageview;
 pub mod testkit;
 pub mod time;

@@ -1,0 +1,105 @@
+//! `rlm run`'s settings: a TOML file (`--config`), each setting also a flag that overrides it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// Everything `rlm run` needs. Field names are the TOML keys (see `rlm.sample.toml`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// The bridge rlm sits on, and its two ports.
+    pub bridge: String,
+    pub client_port: String,
+    pub server_port: String,
+    /// The rule file (004 section 6's language; `rlm check` validates it).
+    pub rules: Option<PathBuf>,
+    /// Prometheus `/metrics` and `/status`; localhost unless said otherwise.
+    pub metrics: SocketAddr,
+    /// TCP ports the servers listen on.
+    pub server_ports: Vec<u16>,
+    /// NFQUEUE numbers `queue_base ..= queue_base + queues - 1`, balanced by flow.
+    pub queue_base: u16,
+    pub queues: u16,
+    /// Packets each queue may hold before the kernel accepts further ones unseen (fail-open).
+    pub queue_max_len: u32,
+    /// Bytes of each packet the measurement tap copies (the tap on the server port).
+    pub tap_snaplen: u32,
+    /// The clients' connect timeout charged to a failed connection, in seconds.
+    pub connect_timeout_s: f64,
+    /// Sliding window of the per-class response-time aggregates, in seconds.
+    pub class_window_s: f64,
+    /// Log as JSON lines instead of text.
+    pub log_json: bool,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            bridge: String::new(),
+            client_port: String::new(),
+            server_port: String::new(),
+            rules: None,
+            metrics: "127.0.0.1:9464".parse().expect("literal address"),
+            server_ports: vec![80],
+            queue_base: 0,
+            queues: 1,
+            queue_max_len: 16_384,
+            tap_snaplen: 65_535,
+            connect_timeout_s: 21.0,
+            class_window_s: 30.0,
+            log_json: false,
+        }
+    }
+}
+
+impl RunConfig {
+    /// Read a TOML file; a missing file or a bad key is a one-line error naming it.
+    pub fn from_file(path: &Path) -> Result<RunConfig> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().lines().collect::<Vec<_>>().join(" ")))
+    }
+
+    /// Check what can be checked without touching the system.
+    pub fn validate(&self) -> Result<()> {
+        if self.bridge.is_empty() || self.client_port.is_empty() || self.server_port.is_empty() {
+            bail!("--bridge, --client-port and --server-port are required (or bridge, client_port, server_port in the config)");
+        }
+        if self.queues == 0 || u32::from(self.queue_base) + u32::from(self.queues) > 65_536 {
+            bail!("queues must be between 1 and 65536 - queue_base");
+        }
+        if !(self.connect_timeout_s.is_finite() && self.connect_timeout_s > 0.0 && self.connect_timeout_s < 3600.0) {
+            bail!("connect_timeout_s must be a positive number of seconds below an hour");
+        }
+        if !(self.class_window_s.is_finite() && self.class_window_s >= 1.0 && self.class_window_s <= 86_400.0) {
+            bail!("class_window_s must be between 1 and 86400 seconds");
+        }
+        if !(64..=262_144).contains(&self.tap_snaplen) {
+            bail!("tap_snaplen must be between 64 and 262144 bytes");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_config_parses_and_unknown_keys_are_refused() {
+        let sample = include_str!("../../../rlm.sample.toml");
+        let c: RunConfig = toml::from_str(sample).unwrap();
+        assert_eq!(c.bridge, "br0");
+        c.validate().unwrap();
+        assert!(toml::from_str::<RunConfig>("bridge = \"br0\"\nbrige = 1\n").is_err());
+        let mut d = RunConfig::default();
+        assert!(d.validate().is_err());
+        d.bridge = "br0".into();
+        d.client_port = "a".into();
+        d.server_port = "b".into();
+        d.validate().unwrap();
+        assert_eq!(d.metrics.ip().to_string(), "127.0.0.1");
+    }
+}

@@ -1,0 +1,310 @@
+//! `rlm run`: the engine inline on a bridge.
+//!
+//! ```text
+//!  client port ──▶ br0 ──▶ server port        packets forwarded by the kernel
+//!        │ SYN                 ▲ SYN/ACK       queued (NFQUEUE, --queue-bypass, fail-open):
+//!        ▼                     │               the engine's verdict decides (accept, drop)
+//!      rlm event loop ◀── tap on the server port (libpcap): every other packet, measured only
+//! ```
+//! One thread, driven by tokio: the NFQUEUE socket and the tap are drained in batches when
+//! readable, the engine's timers fire when due, and SIGHUP/SIGINT/SIGTERM are handled in the
+//! same loop, so the sans-IO engine needs no locking. Everything that can fail is opened and
+//! checked before any rule is installed; once installed, the rules are removed on every exit
+//! path but SIGKILL, and `--queue-bypass` keeps the bridge forwarding then.
+
+pub mod config;
+pub mod metrics;
+pub mod netfilter;
+pub mod nfqueue;
+pub mod tap;
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{info, warn};
+
+use crate::engine::{Config, Engine, Event, Port, Verdict};
+use crate::wire::LinkType;
+pub use config::RunConfig;
+
+/// Frames handled per readiness before the loop looks at the other source.
+const BATCH: usize = 256;
+
+struct Fd(RawFd);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+fn now_ts() -> crate::Timestamp {
+    crate::Timestamp(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0))
+}
+
+fn ifindex(name: &str) -> Result<u32> {
+    let p = format!("/sys/class/net/{name}/ifindex");
+    std::fs::read_to_string(&p).with_context(|| format!("no such interface {name}"))?.trim().parse().context("bad ifindex")
+}
+
+/// Whether this process may install netfilter rules and capture.
+fn check_privileges() -> Result<()> {
+    let ok = caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_NET_ADMIN).unwrap_or(false)
+        && caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_NET_RAW).unwrap_or(false);
+    if !ok {
+        bail!("rlm run needs CAP_NET_ADMIN and CAP_NET_RAW (run it as root or grant them)");
+    }
+    Ok(())
+}
+
+/// After setup keep only what is still needed: CAP_NET_ADMIN (verdicts, removing the rules at
+/// exit) and CAP_NET_RAW (iptables). The bounding set is cut too, so that the iptables run at
+/// exit cannot regain anything either.
+fn drop_capabilities() -> Result<()> {
+    use caps::{CapSet, Capability};
+    let keep: caps::CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW].into_iter().collect();
+    for c in caps::all() {
+        if !keep.contains(&c) {
+            caps::drop(None, CapSet::Bounding, c).with_context(|| format!("dropping {c} from the bounding set"))?;
+        }
+    }
+    caps::clear(None, CapSet::Inheritable)?;
+    caps::set(None, CapSet::Effective, &keep)?;
+    caps::set(None, CapSet::Permitted, &keep)?;
+    Ok(())
+}
+
+/// Run until SIGINT or SIGTERM. Errors before anything is installed leave nothing behind.
+pub fn run(cfg: RunConfig) -> Result<()> {
+    cfg.validate()?;
+    netfilter::check_bridge(&cfg.bridge, &cfg.client_port, &cfg.server_port)?;
+    check_privileges()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, run_inline(cfg))
+}
+
+async fn run_inline(cfg: RunConfig) -> Result<()> {
+    let client_ifindex = ifindex(&cfg.client_port)?;
+    let server_ifindex = ifindex(&cfg.server_port)?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = metrics::Metrics::new(&mut registry);
+    let status: metrics::Status = Arc::new(Mutex::new(serde_json::json!({"state": "starting"})));
+    metrics::serve(cfg.metrics, Arc::new(registry), status.clone()).await?;
+    let nfq = nfqueue::open(cfg.queue_base, cfg.queues, cfg.queue_max_len)?;
+    let tap = tap::open(&cfg.server_port, cfg.tap_snaplen)?;
+    let plan = netfilter::QueuePlan {
+        bridge: cfg.bridge.clone(),
+        client_port: cfg.client_port.clone(),
+        server_port: cfg.server_port.clone(),
+        queue_base: cfg.queue_base,
+        queues: cfg.queues,
+        server_ports: cfg.server_ports.clone(),
+    };
+    let installed = netfilter::install(&plan)?;
+    info!(
+        bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
+        backend = ?installed.backend(), queues = ?nfq.queues, metrics = %cfg.metrics,
+        "installed: SYNs from the client port and SYN/ACKs from the server port are queued (bypass when rlm is gone)"
+    );
+    let result = match drop_capabilities() {
+        Ok(()) => {
+            let mut lp = Loop::new(&cfg, nfq, tap, metrics, status, client_ifindex, server_ifindex);
+            lp.run().await
+        }
+        Err(e) => Err(e),
+    };
+    let removed = installed.remove();
+    match &removed {
+        Ok(()) => info!("removed rlm's rules; the bridge forwards plainly"),
+        Err(e) => warn!("removing rlm's rules failed: {e:#}"),
+    }
+    result.and(removed)
+}
+
+struct Loop {
+    engine: Engine,
+    nfq: nfqueue::Nfq,
+    tap: tap::Tap,
+    metrics: metrics::Metrics,
+    status: metrics::Status,
+    client_ifindex: u32,
+    server_ifindex: u32,
+    started: Instant,
+    bridge: String,
+}
+
+impl Loop {
+    fn new(
+        cfg: &RunConfig,
+        nfq: nfqueue::Nfq,
+        tap: tap::Tap,
+        metrics: metrics::Metrics,
+        status: metrics::Status,
+        client_ifindex: u32,
+        server_ifindex: u32,
+    ) -> Loop {
+        let mut ecfg = Config { server_ports: cfg.server_ports.clone(), decode_bodies: false, ..Config::default() };
+        ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
+        Loop {
+            engine: Engine::new(ecfg),
+            nfq,
+            tap,
+            metrics,
+            status,
+            client_ifindex,
+            server_ifindex,
+            started: Instant::now(),
+            bridge: cfg.bridge.clone(),
+        }
+    }
+
+    async fn run(&mut self) -> Result<()> {
+        // SAFETY: both descriptors are owned by `self.nfq` and `self.tap`, which outlive these
+        // registrations (dropped at the end of this function) and never close or replace them.
+        let nfq_fd = unsafe { AsyncFd::register_with_interest(Fd(self.nfq.fd), Interest::READABLE)? };
+        let tap_fd = unsafe { AsyncFd::register_with_interest(Fd(self.tap.fd()), Interest::READABLE)? };
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut last_status = Instant::now() - Duration::from_secs(10);
+        self.publish_status();
+        loop {
+            let wait = match self.engine.poll_timeout() {
+                Some(t) => Duration::from_nanos(t.as_nanos().saturating_sub(now_ts().as_nanos())).min(Duration::from_secs(1)),
+                None => Duration::from_secs(1),
+            };
+            tokio::select! {
+                biased;
+                _ = int.recv() => { info!("SIGINT: stopping"); break; }
+                _ = term.recv() => { info!("SIGTERM: stopping"); break; }
+                _ = hup.recv() => self.reload(),
+                g = nfq_fd.readable() => {
+                    let mut g = g?;
+                    if self.drain_queue()? < BATCH {
+                        g.clear_ready();
+                    }
+                }
+                g = tap_fd.readable() => {
+                    let mut g = g?;
+                    if self.drain_tap() < BATCH {
+                        g.clear_ready();
+                    }
+                }
+                _ = tokio::time::sleep(wait) => {}
+            }
+            let now = now_ts();
+            if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+                self.engine.handle_timeout(now);
+            }
+            self.drain_events();
+            if last_status.elapsed() >= Duration::from_secs(1) {
+                last_status = Instant::now();
+                self.publish_status();
+            }
+        }
+        Ok(())
+    }
+
+    /// Verdict every queued packet that is waiting (up to a batch); returns how many.
+    fn drain_queue(&mut self) -> Result<usize> {
+        let mut n = 0;
+        while n < BATCH {
+            let mut msg = match self.nfq.queue.recv() {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e).context("reading NFQUEUE"),
+            };
+            let arrived = Instant::now();
+            let port = match msg.get_physindev() {
+                i if i == self.client_ifindex => Port::Client,
+                i if i == self.server_ifindex => Port::Server,
+                _ => Port::Unknown,
+            };
+            let verdict = self.engine.handle_link(now_ts(), port, LinkType::RawIp, msg.get_payload());
+            let label = match verdict {
+                Verdict::Accept => {
+                    msg.set_verdict(nfq::Verdict::Accept);
+                    "accept"
+                }
+            };
+            self.nfq.queue.verdict(msg).context("sending a verdict")?;
+            self.metrics.verdict_latency.observe(arrived.elapsed().as_secs_f64());
+            self.metrics.verdicts.get_or_create(&metrics::VerdictLabel { verdict: label }).inc();
+            self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "queue" }).inc();
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Hand the tap's waiting packets to the engine (up to a batch); returns how many.
+    fn drain_tap(&mut self) -> usize {
+        let mut n = 0;
+        while n < BATCH {
+            let p = match self.tap.cap.next_packet() {
+                Ok(p) => p,
+                Err(_) => break,
+            };
+            n += 1;
+            let ts = crate::Timestamp(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000);
+            let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
+            self.metrics.loop_lag.observe(lag as f64 / 1e9);
+            if tap::is_syn(p.data) {
+                continue;
+            }
+            self.engine.handle_link(ts, Port::Unknown, LinkType::Ethernet, p.data);
+        }
+        if n > 0 {
+            self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "tap" }).inc_by(n as u64);
+        }
+        n
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.engine.poll_event() {
+            if let Event::Pageview(p) = ev {
+                if !p.incomplete {
+                    self.metrics.pageview_rt.get_or_create(&metrics::ClassLabel { class: "ALL".into() }).observe(p.rt_s);
+                }
+            }
+        }
+    }
+
+    fn reload(&mut self) {
+        info!("SIGHUP: no rule file loaded yet; nothing to reload");
+    }
+
+    fn publish_status(&mut self) {
+        let sizes = self.engine.table_sizes();
+        self.metrics.connections.set(sizes.connections as i64);
+        self.metrics.open_pageviews.set(sizes.open_pageviews as i64);
+        self.metrics.tap_dropped.set(self.tap.kernel_drops() as i64);
+        for (q, dropped, user_dropped) in metrics::queue_counters() {
+            if self.nfq.queues.contains(&q) {
+                let l = metrics::QueueLabel { queue: q.to_string() };
+                self.metrics.queue_dropped.get_or_create(&l).set(dropped as i64);
+                self.metrics.queue_user_dropped.get_or_create(&l).set(user_dropped as i64);
+            }
+        }
+        for (reason, n) in &self.engine.stats().malformed {
+            if *n > 0 {
+                self.metrics.malformed.get_or_create(&metrics::ReasonLabel { reason: reason.to_string() }).inner().store(*n, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let v = serde_json::json!({
+            "state": "running",
+            "bridge": self.bridge,
+            "uptime_s": self.started.elapsed().as_secs(),
+            "tables": sizes,
+            "stats": self.engine.stats(),
+        });
+        if let Ok(mut s) = self.status.lock() {
+            *s = v;
+        }
+    }
+}

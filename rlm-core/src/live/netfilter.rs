@@ -1,0 +1,273 @@
+//! The netfilter rules `rlm run` installs on a bridge, and their removal.
+//!
+//! Bridged IPv4/IPv6 traffic reaches iptables/ip6tables through br_netfilter
+//! (`net.bridge.bridge-nf-call-iptables=1`). rlm puts its rules in chains of its own (`RLM-<bridge>`
+//! in the mangle table's FORWARD), installed and removed in one `iptables-restore --noflush`
+//! transaction each, so that no half-installed state is ever live. Only the packets that need a
+//! decision are queued: SYNs arriving on the client port and SYN/ACKs arriving on the server
+//! port. Every queue rule carries `--queue-bypass`, so that with no rlm bound to the queue (it
+//! stopped, was killed, or has not started) the kernel accepts the packets: the farm stays
+//! reachable. The nft `queue` statement is used instead where the kernel has it (checked with
+//! `nft -c`); this machine's kernel lacks it, so the xt NFQUEUE target through iptables-nft is
+//! what runs here.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+/// Where and what to queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuePlan {
+    pub bridge: String,
+    pub client_port: String,
+    pub server_port: String,
+    /// First queue number and how many queues (flow-consistent balancing across them).
+    pub queue_base: u16,
+    pub queues: u16,
+    /// TCP ports of the servers whose SYNs and SYN/ACKs are queued.
+    pub server_ports: Vec<u16>,
+}
+
+/// Which mechanism carries the queue rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// nft's `queue` statement in an `inet` table of rlm's own.
+    Nft,
+    /// The xt NFQUEUE target, through iptables-nft (and ip6tables-nft).
+    Iptables,
+}
+
+impl QueuePlan {
+    fn chain(&self) -> String {
+        // iptables chain names are at most 28 characters.
+        let mut c = format!("RLM-{}", self.bridge);
+        c.truncate(28);
+        c
+    }
+
+    fn nft_table(&self) -> String {
+        format!("rlm_{}", self.bridge.replace(|c: char| !c.is_ascii_alphanumeric(), "_"))
+    }
+
+    fn queue_target(&self) -> String {
+        if self.queues > 1 {
+            format!("NFQUEUE --queue-balance {}:{} --queue-bypass", self.queue_base, self.queue_base + self.queues - 1)
+        } else {
+            format!("NFQUEUE --queue-num {} --queue-bypass", self.queue_base)
+        }
+    }
+
+    fn ports_match(&self) -> String {
+        if self.server_ports.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = self.server_ports.iter().map(u16::to_string).collect();
+            format!(" -m multiport --{{dir}}ports {}", list.join(","))
+        }
+    }
+
+    /// The iptables-restore text that installs rlm's chain and its jump (after removing any
+    /// left by an earlier run).
+    pub fn iptables_install(&self) -> String {
+        let chain = self.chain();
+        let q = self.queue_target();
+        let ports = self.ports_match();
+        let syn_ports = ports.replace("{dir}", "d");
+        let synack_ports = ports.replace("{dir}", "s");
+        let mut t = String::from("*mangle\n");
+        t.push_str(&format!(":{chain} - [0:0]\n"));
+        t.push_str(&format!("-A FORWARD -m physdev --physdev-is-bridged -p tcp -j {chain}\n"));
+        t.push_str(&format!(
+            "-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN{syn_ports} -j {q}\n",
+            self.client_port
+        ));
+        t.push_str(&format!(
+            "-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN,ACK{synack_ports} -j {q}\n",
+            self.server_port
+        ));
+        t.push_str("COMMIT\n");
+        t
+    }
+
+    /// The iptables-restore text that removes it.
+    pub fn iptables_remove(&self) -> String {
+        let chain = self.chain();
+        format!("*mangle\n-D FORWARD -m physdev --physdev-is-bridged -p tcp -j {chain}\n-F {chain}\n-X {chain}\nCOMMIT\n")
+    }
+
+    /// The nft ruleset of rlm's own table (used where the kernel has the `queue` statement).
+    pub fn nft_install(&self) -> String {
+        let table = self.nft_table();
+        let q = if self.queues > 1 {
+            format!("queue flags bypass,fanout to {}-{}", self.queue_base, self.queue_base + self.queues - 1)
+        } else {
+            format!("queue flags bypass to {}", self.queue_base)
+        };
+        let ports = if self.server_ports.is_empty() {
+            (String::new(), String::new())
+        } else {
+            let list: Vec<String> = self.server_ports.iter().map(u16::to_string).collect();
+            (format!("tcp dport {{ {} }} ", list.join(", ")), format!("tcp sport {{ {} }} ", list.join(", ")))
+        };
+        format!(
+            "table inet {table} {{\n  chain forward {{\n    type filter hook forward priority mangle; policy accept;\n    \
+             iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn {q}\n    \
+             iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn|ack {q}\n  }}\n}}\n",
+            self.bridge, ports.0, self.bridge, ports.1
+        )
+    }
+}
+
+fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<()> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {program} (install iptables/nftables)"))?;
+    child.stdin.take().expect("piped").write_all(input.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Whether the kernel and nft accept a `queue` statement (checked without changing anything).
+pub fn nft_queue_available() -> bool {
+    let probe = "table inet rlm_probe { chain c { type filter hook forward priority 0; tcp flags syn queue flags bypass to 0 } }\n";
+    Command::new("nft").args(["-c", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().is_ok_and(
+        |mut c| {
+            let ok = c.stdin.take().is_some_and(|mut s| s.write_all(probe.as_bytes()).is_ok());
+            ok && c.wait().is_ok_and(|s| s.success())
+        },
+    )
+}
+
+/// The sysctls that make bridged traffic visible to iptables and nftables' inet family.
+pub fn enable_br_netfilter() -> Result<()> {
+    // The module is built in or loaded; the sysctl directory exists once it is.
+    let dir = std::path::Path::new("/proc/sys/net/bridge");
+    if !dir.exists() {
+        let _ = Command::new("modprobe").arg("br_netfilter").status();
+    }
+    if !dir.exists() {
+        bail!("br_netfilter is not available (/proc/sys/net/bridge missing): bridged traffic cannot be queued");
+    }
+    for k in ["bridge-nf-call-iptables", "bridge-nf-call-ip6tables"] {
+        std::fs::write(dir.join(k), "1").with_context(|| format!("cannot set net.bridge.{k}"))?;
+    }
+    Ok(())
+}
+
+/// What is installed, so that it can be removed.
+#[derive(Debug)]
+pub struct Installed {
+    plan: QueuePlan,
+    backend: Backend,
+}
+
+impl Installed {
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+}
+
+/// Install the queue rules atomically, first removing any an earlier run left behind.
+pub fn install(plan: &QueuePlan) -> Result<Installed> {
+    enable_br_netfilter()?;
+    remove_leftovers(plan);
+    let backend = if nft_queue_available() { Backend::Nft } else { Backend::Iptables };
+    match backend {
+        Backend::Nft => run_with_input("nft", &["-f", "-"], &plan.nft_install())?,
+        Backend::Iptables => {
+            let text = plan.iptables_install();
+            run_with_input("iptables-restore", &["--noflush"], &text)?;
+            if let Err(e) = run_with_input("ip6tables-restore", &["--noflush"], &text) {
+                let _ = run_with_input("iptables-restore", &["--noflush"], &plan.iptables_remove());
+                return Err(e);
+            }
+        }
+    }
+    Ok(Installed { plan: plan.clone(), backend })
+}
+
+/// Remove whatever an earlier run on this bridge left (after a crash or SIGKILL); quiet.
+pub fn remove_leftovers(plan: &QueuePlan) {
+    let _ = run_with_input("iptables-restore", &["--noflush"], &plan.iptables_remove());
+    let _ = run_with_input("ip6tables-restore", &["--noflush"], &plan.iptables_remove());
+    let _ = Command::new("nft").args(["delete", "table", "inet", &plan.nft_table()]).stderr(Stdio::null()).status();
+}
+
+impl Installed {
+    /// Remove the rules; the bridge forwards plainly afterwards.
+    pub fn remove(self) -> Result<()> {
+        match self.backend {
+            Backend::Nft => {
+                let st = Command::new("nft").args(["delete", "table", "inet", &self.plan.nft_table()]).status()?;
+                if !st.success() {
+                    bail!("nft delete table inet {} failed", self.plan.nft_table());
+                }
+            }
+            Backend::Iptables => {
+                run_with_input("iptables-restore", &["--noflush"], &self.plan.iptables_remove())?;
+                run_with_input("ip6tables-restore", &["--noflush"], &self.plan.iptables_remove())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a bridge exists and the two ports are its ports.
+pub fn check_bridge(bridge: &str, client_port: &str, server_port: &str) -> Result<()> {
+    let brif = std::path::Path::new("/sys/class/net").join(bridge).join("brif");
+    if !brif.is_dir() {
+        bail!("{bridge} is not a bridge here (no /sys/class/net/{bridge}/brif)");
+    }
+    for p in [client_port, server_port] {
+        if !brif.join(p).exists() {
+            bail!("{p} is not a port of bridge {bridge}");
+        }
+    }
+    if client_port == server_port {
+        bail!("the client port and the server port must differ");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(queues: u16) -> QueuePlan {
+        QueuePlan {
+            bridge: "br0".into(),
+            client_port: "app-c".into(),
+            server_port: "app-s".into(),
+            queue_base: 0,
+            queues,
+            server_ports: vec![80, 8080],
+        }
+    }
+
+    #[test]
+    fn iptables_text_queues_syns_in_and_synacks_back_with_bypass() {
+        let t = plan(1).iptables_install();
+        assert!(t.contains(":RLM-br0 - [0:0]"));
+        assert!(t.contains("-A FORWARD -m physdev --physdev-is-bridged -p tcp -j RLM-br0"));
+        assert!(t.contains("--physdev-in app-c -p tcp --tcp-flags SYN,ACK,RST SYN -m multiport --dports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"));
+        assert!(t.contains("--physdev-in app-s -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m multiport --sports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"));
+        assert!(plan(4).iptables_install().contains("--queue-balance 0:3 --queue-bypass"));
+        let r = plan(1).iptables_remove();
+        assert!(r.contains("-D FORWARD") && r.contains("-F RLM-br0") && r.contains("-X RLM-br0"));
+    }
+
+    #[test]
+    fn nft_text_uses_bypass_and_fanout() {
+        assert!(plan(1).nft_install().contains("queue flags bypass to 0"));
+        assert!(plan(2).nft_install().contains("queue flags bypass,fanout to 0-1"));
+        assert!(plan(1).nft_install().contains("table inet rlm_br0"));
+    }
+}

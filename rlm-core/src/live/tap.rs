@@ -1,0 +1,49 @@
+//! The measurement tap: libpcap on the bridge's server port, so that the engine sees every
+//! packet of the farm's connections (both directions cross that port) without holding any of
+//! them. SYNs and SYN/ACKs are left out here: they reach the engine through NFQUEUE, before
+//! they are forwarded, and must not be counted twice.
+
+use std::os::fd::{AsRawFd, RawFd};
+
+use anyhow::{Context, Result};
+
+pub struct Tap {
+    pub cap: pcap::Capture<pcap::Active>,
+}
+
+/// IPv4 SYNs are filtered in the kernel; IPv6 has no flag offsets in BPF, so the driver skips
+/// IPv6 SYNs itself ([`is_syn`]).
+pub const FILTER: &str = "(ip and tcp and tcp[tcpflags] & tcp-syn == 0) or (ip6 and tcp)";
+
+pub fn open(port: &str, snaplen: u32) -> Result<Tap> {
+    let cap = pcap::Capture::from_device(port)
+        .with_context(|| format!("no such interface {port}"))?
+        .snaplen(snaplen as i32)
+        .immediate_mode(true)
+        .buffer_size(32 << 20)
+        .promisc(false)
+        .open()
+        .with_context(|| format!("cannot capture on {port} (needs CAP_NET_RAW)"))?;
+    let mut cap = cap.setnonblock().context("nonblocking capture")?;
+    cap.filter(FILTER, true).context("installing the tap's BPF filter")?;
+    Ok(Tap { cap })
+}
+
+impl Tap {
+    pub fn fd(&self) -> RawFd {
+        self.cap.as_raw_fd()
+    }
+
+    /// Packets the kernel dropped before the tap read them.
+    pub fn kernel_drops(&mut self) -> u64 {
+        self.cap.stats().map(|s| u64::from(s.dropped) + u64::from(s.if_dropped)).unwrap_or(0)
+    }
+}
+
+/// Whether an Ethernet frame carries a TCP SYN (IPv6 ones get past the kernel filter).
+pub fn is_syn(frame: &[u8]) -> bool {
+    match crate::wire::decode(crate::wire::LinkType::Ethernet, frame) {
+        crate::wire::Decoded::Tcp(s) => s.flags.syn,
+        _ => false,
+    }
+}
