@@ -127,8 +127,8 @@ pub fn compare(truth: &[sim_clients::browser::GroundTruth], seen: &[rlm_core::Pa
     Fidelity {
         truth_pageviews: truth.iter().filter(|t| !t.failed).count(),
         matched: errs.len(),
-        median_rel_err: rlm_core::analyze::percentile(&errs, 50.0),
-        p90_rel_err: rlm_core::analyze::percentile(&errs, 90.0),
+        median_rel_err: crate::stats::percentile_sorted(&errs, 50.0),
+        p90_rel_err: crate::stats::percentile_sorted(&errs, 90.0),
     }
 }
 

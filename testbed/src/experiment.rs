@@ -51,8 +51,7 @@ pub struct OpenLoopArm {
     pub timeout_s: f64,
 }
 
-/// Response-time statistics of a set of pageviews (the engine's own summary type).
-pub type PvStats = rlm_core::analyze::RtSummary;
+pub use crate::stats::PvStats;
 
 /// Statistics of ground-truth pageviews; a pageview counts as failed if its container or any
 /// of its connections failed.

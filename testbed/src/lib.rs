@@ -6,5 +6,6 @@ pub mod experiment;
 pub mod farm;
 pub mod netns;
 pub mod report;
+pub mod stats;
 pub mod topology;
 pub mod wan;

@@ -146,7 +146,7 @@ pub fn write(dir: &Path, experiment: &str, quick: bool, arms: &[ArmResult], fide
         } else {
             (crate::experiment::read_truth(&a.ground_truth).unwrap_or_default().iter().map(|p| p.rt_s).collect(), "pageviews")
         };
-        let s = rlm_core::analyze::RtSummary::of(&rts, 0);
+        let s = crate::stats::PvStats::of(&rts, 0);
         let png = format!("{}-rt.png", a.name);
         histogram_png(&dir.join(&png), &format!("{experiment}: {} ({} {what})", a.name, rts.len()), &rts, s.mean_s, s.p95_s)?;
         md.push_str(&format!("![{}]({png})\n\n", a.name));
