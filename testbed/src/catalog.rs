@@ -41,6 +41,7 @@ fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: bool, c
         capture,
         seed: 1,
         openloop: None,
+        rlm: None,
     }
 }
 

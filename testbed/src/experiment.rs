@@ -14,6 +14,8 @@ use sim_clients::tcp_profile::{ProfileCgroup, TcpProfile};
 use sim_clients::wan::Group;
 
 use crate::farm::site::PageType;
+pub use crate::inline::RlmArm;
+use crate::inline::{Inline, RlmOutcome};
 use crate::farm::{Farm, FarmConfig, FarmUsage, FRONT_PORT};
 use crate::topology::{Plan, FARM_ADDR};
 use crate::wan::WanHop;
@@ -35,6 +37,8 @@ pub struct ArmSpec {
     pub seed: u64,
     /// An open-loop arm (the SRPT experiments) instead of browsers.
     pub openloop: Option<OpenLoopArm>,
+    /// Run the appliance inline (`rlm run` on the appliance's bridge) with these rules.
+    pub rlm: Option<RlmArm>,
 }
 
 /// The open-loop load of an arm: Poisson arrivals at a load of a shaped uplink.
@@ -84,6 +88,8 @@ pub struct ArmResult {
     pub farm_usage: FarmUsage,
     pub ground_truth: PathBuf,
     pub capture: Option<PathBuf>,
+    /// The appliance inline: how it ran and stopped, and what it reported.
+    pub rlm: Option<RlmOutcome>,
 }
 
 /// Paths and weights the browsers request: TPC-W's browsing mix.
@@ -229,12 +235,14 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let capture = arm.capture.then(|| dir.join("appliance-server-port.pcap"));
         let cap_thread = capture.as_ref().map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", p.clone(), stop.clone()));
         std::thread::sleep(Duration::from_millis(200));
+        let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
 
         let mut child = spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
         // Pageviews under way at the deadline finish (a failing connection takes the profile's
         // connect timeout), then whatever is left is cut.
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
         let waited = wait_or_kill(&mut child, limit);
+        let rlm = rlm.map(Inline::stop).transpose()?;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         cap_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
         let usage = farm.usage();
@@ -265,6 +273,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             farm_usage: usage,
             ground_truth: truth,
             capture,
+            rlm,
         })
     })();
     plan.down()?;
@@ -317,6 +326,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         farm_usage: usage,
         ground_truth: records,
         capture: None,
+        rlm: None,
     })
 }
 

@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod experiment;
 pub mod farm;
+pub mod inline;
 pub mod netns;
 pub mod report;
 pub mod stats;

@@ -1,0 +1,435 @@
+//! The real appliance inline in the lab: `rlm run` on the appliance namespace's bridge.
+//!
+//! [`Inline::start`] writes the arm's rule file, starts
+//! `ip netns exec {p}-app rlm run --bridge br0 --client-port app-c --server-port app-s --rules FILE
+//! --metrics 127.0.0.1:PORT [extra]` with its log in the arm's directory and waits until `GET
+//! /status` answers; [`Inline::stop`] saves `/status` and `/metrics`, sends SIGTERM, and checks
+//! that rlm exited 0 and left no netfilter rule behind. What rlm reports (its SYN drops, its
+//! verdict latency) is recorded next to the lab's own measurements, never instead of them.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// The appliance in an arm: its rule file and any extra `rlm run` flags.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RlmArm {
+    /// The rule file's text (004 section 6's language), written to the arm's directory.
+    pub rules: String,
+    /// More `rlm run` flags, e.g. `--class-window 10`.
+    pub extra_args: Vec<String>,
+}
+
+/// The lab's bridge and its ports, as `rlm run` is told them.
+pub const BRIDGE: &str = "br0";
+pub const CLIENT_PORT: &str = "app-c";
+pub const SERVER_PORT: &str = "app-s";
+/// Where rlm serves /metrics and /status, on the appliance namespace's loopback.
+pub const METRICS_PORT: u16 = 9464;
+
+/// The `rlm` executable: `$RLM_BIN`, else next to `rlm-lab` (target/release/rlm when the lab
+/// runs from target/release), else the workspace's target/release or target/debug.
+pub fn rlm_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("RLM_BIN") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("RLM_BIN={} is not a file", p.display());
+    }
+    let me = std::env::current_exe()?;
+    let mut dirs: Vec<PathBuf> = [me.parent(), me.parent().and_then(|p| p.parent())].into_iter().flatten().map(Path::to_path_buf).collect();
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target");
+    dirs.extend([ws.join("release"), ws.join("debug")]);
+    for d in &dirs {
+        let cand = d.join("rlm");
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    bail!("the rlm binary is not next to {} nor in the workspace's target/: build it with `cargo build --release -p rlm-core` (or set RLM_BIN)", me.display())
+}
+
+/// What one `rlm run` did, for result.json (`arms[].rlm`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RlmOutcome {
+    /// rlm's exit code after SIGTERM; None if it had to be killed or died of a signal.
+    pub exit_code: Option<i32>,
+    /// Exited 0 on SIGTERM and removed its rules.
+    pub clean_exit: bool,
+    /// Lines of rlm's netfilter state still there after it exited (should be none).
+    pub rules_left: Vec<String>,
+    /// rlm's netfilter rules were in place while it ran (seen right after it started).
+    pub rules_installed: bool,
+    /// `rlm_syn_drops` by class, from /metrics at the end of the arm (rlm's own count).
+    pub syn_drops: BTreeMap<String, f64>,
+    /// `rlm_verdicts` by verdict.
+    pub verdicts: BTreeMap<String, f64>,
+    /// Quantiles of rlm's `rlm_verdict_latency_seconds` histogram (rlm's own figure).
+    pub verdict_latency_p50_us: Option<f64>,
+    pub verdict_latency_p99_us: Option<f64>,
+    /// CPU rlm used (user + system), from /proc.
+    pub cpu_s: f64,
+    pub wall_s: f64,
+    pub log: PathBuf,
+    pub rules: PathBuf,
+    pub status: Option<PathBuf>,
+    pub metrics: Option<PathBuf>,
+}
+
+/// A running `rlm run`. Killed (SIGKILL) on drop if not stopped.
+pub struct Inline {
+    child: Option<Child>,
+    pub pid: u32,
+    ns: String,
+    addr: SocketAddr,
+    dir: PathBuf,
+    log: PathBuf,
+    rules: PathBuf,
+    started: Instant,
+    rules_installed: bool,
+}
+
+/// GET `path` from `addr` inside namespace `ns`; returns (status code, body).
+pub fn http_get(ns: &str, addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, String)> {
+    let (ns, path) = (ns.to_string(), path.to_string());
+    std::thread::spawn(move || -> Result<(u16, String)> {
+        crate::netns::enter(&ns)?;
+        let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf)?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| anyhow!("no HTTP head from {addr}{path}"))?;
+        let code: u16 = head.get(9..12).and_then(|c| c.parse().ok()).ok_or_else(|| anyhow!("bad status line from {addr}{path}"))?;
+        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
+        Ok((code, body))
+    })
+    .join()
+    .map_err(|_| anyhow!("HTTP client thread panicked"))?
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// rlm's netfilter state in a namespace: iptables/ip6tables mangle lines naming an RLM chain,
+/// and nft tables named rlm_*.
+pub fn rlm_rules(ns: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for cmd in ["iptables", "ip6tables"] {
+        if let Ok(t) = crate::topology::in_ns(ns, cmd, &["-t", "mangle", "-S"]) {
+            out.extend(t.lines().filter(|l| l.contains("RLM")).map(|l| format!("{cmd}: {l}")));
+        }
+    }
+    if let Ok(t) = crate::topology::in_ns(ns, "nft", &["list", "tables"]) {
+        out.extend(t.lines().filter(|l| l.contains(" rlm_")).map(|l| format!("nft: {l}")));
+    }
+    out
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// CPU seconds (user + system) of a process, from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    (ut + st) / tick
+}
+
+impl Inline {
+    /// Start rlm in namespace `ns` (the lab's appliance namespace) with the arm's rules; files
+    /// go to `dir` (rules.rlm, rlm.log). Fails, with the end of rlm's log, if rlm exits or
+    /// `/status` does not answer within `ready_timeout`.
+    pub fn start(ns: &str, arm: &RlmArm, dir: &Path, ready_timeout: Duration) -> Result<Inline> {
+        std::fs::create_dir_all(dir)?;
+        let rlm = rlm_binary()?;
+        let rules = dir.join("rules.rlm");
+        std::fs::write(&rules, &arm.rules)?;
+        let log = dir.join("rlm.log");
+        let addr: SocketAddr = ([127, 0, 0, 1], METRICS_PORT).into();
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns])
+            .arg(&rlm)
+            .args(["run", "--bridge", BRIDGE, "--client-port", CLIENT_PORT, "--server-port", SERVER_PORT, "--rules"])
+            .arg(&rules)
+            .args(["--metrics", &addr.to_string()])
+            .args(&arm.extra_args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log)?)
+            .stderr(std::fs::File::options().append(true).open(&log)?);
+        std::fs::write(dir.join("rlm.cmd"), format!("{cmd:?}\n"))?;
+        let child = cmd.spawn().with_context(|| format!("starting {}", rlm.display()))?;
+        let pid = child.id();
+        let mut me = Inline { child: Some(child), pid, ns: ns.to_string(), addr, dir: dir.to_path_buf(), log, rules, started: Instant::now(), rules_installed: false };
+        let deadline = Instant::now() + ready_timeout;
+        loop {
+            if let Some(st) = me.child.as_mut().expect("running").try_wait()? {
+                me.child = None;
+                bail!("rlm run exited at start ({st}); its log ({}):\n{}", me.log.display(), tail(&me.log, 30));
+            }
+            if let Ok((200, body)) = http_get(ns, addr, "/status", Duration::from_millis(500)) {
+                // The metrics server comes up before the rules; wait for the loop to run.
+                let state = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v.get("state").and_then(|s| s.as_str()).map(String::from));
+                if state.as_deref().is_none_or(|s| s == "running") {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                let _ = me.kill();
+                bail!("rlm's /status did not answer within {ready_timeout:?}; its log ({}):\n{}", me.log.display(), tail(&me.log, 30));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        me.rules_installed = !rlm_rules(ns).is_empty();
+        Ok(me)
+    }
+
+    /// Whether rlm is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    pub fn get(&self, path: &str) -> Result<String> {
+        match http_get(&self.ns, self.addr, path, Duration::from_secs(3))? {
+            (200, body) => Ok(body),
+            (code, body) => bail!("rlm {path}: HTTP {code}: {body}"),
+        }
+    }
+
+    /// SIGKILL, as a crash would: nothing is cleaned up (the queue rules stay, bypassed).
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Save /status and /metrics into the directory, SIGTERM rlm, wait for it (10 s, then
+    /// SIGKILL) and check what it left.
+    pub fn stop(mut self) -> Result<RlmOutcome> {
+        let mut out = RlmOutcome { log: self.log.clone(), rules: self.rules.clone(), rules_installed: self.rules_installed, ..RlmOutcome::default() };
+        let mut metrics_text = String::new();
+        if let Ok(s) = self.get("/status") {
+            let p = self.dir.join("rlm-status.json");
+            std::fs::write(&p, s)?;
+            out.status = Some(p);
+        }
+        if let Ok(m) = self.get("/metrics") {
+            let p = self.dir.join("rlm-metrics.txt");
+            std::fs::write(&p, &m)?;
+            out.metrics = Some(p);
+            metrics_text = m;
+        }
+        out.cpu_s = cpu_seconds(self.pid);
+        out.wall_s = self.started.elapsed().as_secs_f64();
+        let samples = prom::parse(&metrics_text);
+        out.syn_drops = prom::by_label(&samples, "rlm_syn_drops", "class");
+        out.verdicts = prom::by_label(&samples, "rlm_verdicts", "verdict");
+        let h = prom::histogram(&samples, "rlm_verdict_latency_seconds");
+        out.verdict_latency_p50_us = prom::quantile(&h, 0.5).map(|s| s * 1e6);
+        out.verdict_latency_p99_us = prom::quantile(&h, 0.99).map(|s| s * 1e6);
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid; it has not been reaped, so the pid is its.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let status = loop {
+                if let Some(st) = c.try_wait()? {
+                    break Some(st);
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            out.exit_code = status.and_then(|s| s.code());
+        }
+        out.rules_left = rlm_rules(&self.ns);
+        out.clean_exit = out.exit_code == Some(0) && out.rules_left.is_empty();
+        if !out.clean_exit {
+            eprintln!(
+                "rlm-lab: rlm did not stop cleanly (exit {:?}, rules left {:?}); its log ({}):\n{}",
+                out.exit_code,
+                out.rules_left,
+                self.log.display(),
+                tail(&self.log, 20)
+            );
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Inline {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+/// Just enough of the Prometheus/OpenMetrics text format to read rlm's counters and histograms.
+pub mod prom {
+    use std::collections::BTreeMap;
+
+    /// One sample line: metric name, labels, value.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Sample {
+        pub name: String,
+        pub labels: BTreeMap<String, String>,
+        pub value: f64,
+    }
+
+    fn parse_value(v: &str) -> Option<f64> {
+        match v {
+            "+Inf" | "Inf" => Some(f64::INFINITY),
+            "-Inf" => Some(f64::NEG_INFINITY),
+            "NaN" => Some(f64::NAN),
+            v => v.parse().ok(),
+        }
+    }
+
+    /// Every sample line of a text exposition (comments and `# EOF` skipped).
+    pub fn parse(text: &str) -> Vec<Sample> {
+        let mut out = Vec::new();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let (name, labels, rest) = match line.find('{') {
+                Some(open) => {
+                    let Some(close) = line[open..].find('}').map(|c| open + c) else { continue };
+                    (&line[..open], &line[open + 1..close], &line[close + 1..])
+                }
+                None => match line.split_once(' ') {
+                    Some((n, r)) => (n, "", r),
+                    None => continue,
+                },
+            };
+            let Some(value) = rest.split_whitespace().next().and_then(parse_value) else { continue };
+            let mut map = BTreeMap::new();
+            // Label values are quoted; rlm's never hold commas or quotes.
+            for kv in labels.split(',').filter(|s| !s.trim().is_empty()) {
+                if let Some((k, v)) = kv.split_once('=') {
+                    map.insert(k.trim().to_string(), v.trim().trim_matches('"').to_string());
+                }
+            }
+            out.push(Sample { name: name.to_string(), labels: map, value });
+        }
+        out
+    }
+
+    /// A counter family by one label: `name` or `name_total` (OpenMetrics adds the suffix).
+    pub fn by_label(samples: &[Sample], name: &str, label: &str) -> BTreeMap<String, f64> {
+        let total = format!("{name}_total");
+        let mut out = BTreeMap::new();
+        for s in samples.iter().filter(|s| s.name == name || s.name == total) {
+            if let Some(l) = s.labels.get(label) {
+                *out.entry(l.clone()).or_insert(0.0) += s.value;
+            }
+        }
+        out
+    }
+
+    /// A histogram's cumulative buckets (upper bound, count), ascending, summed over labels
+    /// other than `le`.
+    pub fn histogram(samples: &[Sample], name: &str) -> Vec<(f64, f64)> {
+        let bucket = format!("{name}_bucket");
+        let mut by_le: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
+        for s in samples.iter().filter(|s| s.name == bucket) {
+            if let Some(le) = s.labels.get("le").and_then(|v| parse_value(v)) {
+                // Ordered by the bound's bits: positive floats order like their bit patterns.
+                by_le.entry(le.to_bits()).or_insert((le, 0.0)).1 += s.value;
+            }
+        }
+        by_le.into_values().collect()
+    }
+
+    /// The q-quantile (0..1) of a cumulative histogram, interpolated linearly within its bucket
+    /// (as Prometheus' histogram_quantile does); None when it is empty. A quantile in the +Inf
+    /// bucket is the largest finite bound.
+    pub fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
+        let total = buckets.last()?.1;
+        if total <= 0.0 {
+            return None;
+        }
+        let rank = q * total;
+        let (mut lo_bound, mut lo_count) = (0.0, 0.0);
+        for &(le, count) in buckets {
+            if count >= rank {
+                if le.is_infinite() {
+                    return Some(lo_bound);
+                }
+                let within = if count > lo_count { (rank - lo_count) / (count - lo_count) } else { 1.0 };
+                return Some(lo_bound + (le - lo_bound) * within);
+            }
+            (lo_bound, lo_count) = (le, count);
+        }
+        Some(lo_bound)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        const TEXT: &str = "# HELP rlm_syn_drops SYNs dropped by rules, by the client's class.\n\
+            # TYPE rlm_syn_drops counter\n\
+            rlm_syn_drops_total{class=\"LOW\"} 42\n\
+            rlm_syn_drops_total{class=\"HIGH\"} 0\n\
+            rlm_verdicts_total{verdict=\"accept\"} 1000\n\
+            rlm_verdicts_total{verdict=\"drop\"} 42\n\
+            # TYPE rlm_verdict_latency_seconds histogram\n\
+            rlm_verdict_latency_seconds_sum 0.05\n\
+            rlm_verdict_latency_seconds_count 100\n\
+            rlm_verdict_latency_seconds_bucket{le=\"1e-6\"} 0\n\
+            rlm_verdict_latency_seconds_bucket{le=\"2e-6\"} 10\n\
+            rlm_verdict_latency_seconds_bucket{le=\"4e-6\"} 60\n\
+            rlm_verdict_latency_seconds_bucket{le=\"8e-6\"} 98\n\
+            rlm_verdict_latency_seconds_bucket{le=\"+Inf\"} 100\n\
+            rlm_connections 7\n\
+            # EOF\n";
+
+        #[test]
+        fn counters_and_histogram_quantiles() {
+            let s = parse(TEXT);
+            assert_eq!(s.len(), 12);
+            let d = by_label(&s, "rlm_syn_drops", "class");
+            assert_eq!(d["LOW"], 42.0);
+            assert_eq!(d["HIGH"], 0.0);
+            assert_eq!(by_label(&s, "rlm_verdicts", "verdict")["drop"], 42.0);
+            assert_eq!(s.iter().find(|x| x.name == "rlm_connections").unwrap().value, 7.0);
+            let h = histogram(&s, "rlm_verdict_latency_seconds");
+            assert_eq!(h.len(), 5);
+            // The median is in (2, 4] µs: 40 of the 50 samples it needs past the 10 below 2 µs.
+            let p50 = quantile(&h, 0.5).unwrap();
+            assert!((p50 - 3.6e-6).abs() < 1e-12, "{p50}");
+            // The 99th is in the +Inf bucket: the largest finite bound.
+            assert_eq!(quantile(&h, 0.99).unwrap(), 8e-6);
+            assert_eq!(quantile(&[], 0.5), None);
+            assert_eq!(quantile(&[(1.0, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
+        }
+    }
+}
