@@ -33,7 +33,9 @@ enum Command {
     Down,
     /// Run an experiment: build the lab, run each arm, tear down, write result.json and report.md.
     Run {
-        /// baseline-lan, baseline-wan, heavy, fidelity or openloop (docs/experiments.md).
+        /// baseline-lan, baseline-wan, heavy, fidelity, openloop, maxclients, syn-throttle,
+        /// syn-police or throughput (docs/experiments.md). Arms running the appliance inline
+        /// need the rlm binary next to rlm-lab (cargo build --release -p rlm-core) or RLM_BIN.
         name: String,
         /// Short runs (each experiment within about 3 minutes), as CI runs them.
         #[arg(long)]
@@ -59,6 +61,9 @@ enum Command {
         static_upstream: std::net::SocketAddr,
         #[arg(long)]
         db: String,
+        /// Write the front's counters and per-request server times here when it stops.
+        #[arg(long)]
+        stats: Option<std::path::PathBuf>,
     },
     /// Run emulated browsers from a spec (started by the lab in the client namespace).
     #[command(hide = true)]
@@ -131,7 +136,7 @@ fn main() -> ExitCode {
             println!("{report}");
             println!("report: {}", out.join("report.md").display());
         }),
-        Command::FarmFront { listen, max_clients, backlog, workers, keepalive, static_upstream, db } => {
+        Command::FarmFront { listen, max_clients, backlog, workers, keepalive, static_upstream, db, stats: stats_file } => {
             let plan = Plan { prefix: cli.prefix, ..Plan::default() };
             testbed::netns::enter(&plan.ns("srv")).and_then(|_| {
                 let cfg = testbed::farm::front::FrontConfig {
@@ -147,10 +152,14 @@ fn main() -> ExitCode {
                 rt.block_on(async {
                     let stats = std::sync::Arc::new(testbed::farm::front::FrontStats::default());
                     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-                    testbed::farm::front::serve(cfg, stats, async move {
+                    testbed::farm::front::serve(cfg, stats.clone(), async move {
                         term.recv().await;
                     })
-                    .await
+                    .await?;
+                    if let Some(p) = stats_file {
+                        std::fs::write(p, serde_json::to_vec(&stats.report())?)?;
+                    }
+                    Ok(())
                 })
             })
         }

@@ -51,6 +51,87 @@ pub struct FrontStats {
     pub pages: AtomicU64,
     pub images: AtomicU64,
     pub errors: AtomicU64,
+    /// The server's own time of each request, in seconds, as Apache's `%D` counts it: from the
+    /// request's head being read to the last byte of the response handed to the kernel.
+    pub page_times: std::sync::Mutex<Vec<f32>>,
+    pub image_times: std::sync::Mutex<Vec<f32>>,
+    /// Connections accepted, by the client's /16 ("10.4", "10.5").
+    pub accepted_by_subnet: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+/// What the front server reports when it stops (`rlm-lab farm-front --stats FILE`).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct FrontReport {
+    pub connections: u64,
+    pub pages: u64,
+    pub images: u64,
+    pub errors: u64,
+    pub page_times_s: Vec<f32>,
+    pub image_times_s: Vec<f32>,
+    pub accepted_by_subnet: std::collections::BTreeMap<String, u64>,
+}
+
+impl FrontStats {
+    pub fn report(&self) -> FrontReport {
+        FrontReport {
+            connections: self.connections.load(Ordering::Relaxed),
+            pages: self.pages.load(Ordering::Relaxed),
+            images: self.images.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            page_times_s: self.page_times.lock().map(|v| v.clone()).unwrap_or_default(),
+            image_times_s: self.image_times.lock().map(|v| v.clone()).unwrap_or_default(),
+            accepted_by_subnet: self.accepted_by_subnet.lock().map(|m| m.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Page,
+    Image,
+}
+
+/// A response body that records the request's server time when hyper is done with it (its last
+/// byte written to the socket, or the connection gone).
+struct Timed {
+    inner: Body,
+    start: std::time::Instant,
+    kind: Kind,
+    stats: Arc<FrontStats>,
+}
+
+impl hyper::body::Body for Timed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        let t = self.start.elapsed().as_secs_f32();
+        let v = match self.kind {
+            Kind::Page => &self.stats.page_times,
+            Kind::Image => &self.stats.image_times,
+        };
+        if let Ok(mut v) = v.lock() {
+            v.push(t);
+        }
+    }
+}
+
+fn timed(sh: &Shared, start: std::time::Instant, kind: Kind, r: Response<Body>) -> Response<Body> {
+    r.map(|b| Timed { inner: b, start, kind, stats: sh.stats.clone() }.boxed())
 }
 
 type Body = BoxBody<Bytes, hyper::Error>;
@@ -82,6 +163,13 @@ fn params(query: Option<&str>) -> HashMap<String, String> {
 }
 
 async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let start = std::time::Instant::now();
+    let kind = if req.uri().path().starts_with("/img/") { Kind::Image } else { Kind::Page };
+    let r = respond(&sh, req).await?;
+    Ok(timed(&sh, start, kind, r))
+}
+
+async fn respond(sh: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_string();
     if path.starts_with("/img/") {
         sh.stats.images.fetch_add(1, Ordering::Relaxed);
@@ -205,12 +293,18 @@ pub async fn serve(cfg: FrontConfig, stats: Arc<FrontStats>, stop: impl std::fut
             p = slots.clone().acquire_owned() => p.expect("semaphore open"),
             _ = &mut stop => break,
         };
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
             _ = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
         stats.connections.fetch_add(1, Ordering::Relaxed);
+        if let std::net::IpAddr::V4(a) = peer.ip() {
+            let o = a.octets();
+            if let Ok(mut m) = stats.accepted_by_subnet.lock() {
+                *m.entry(format!("{}.{}", o[0], o[1])).or_insert(0) += 1;
+            }
+        }
         let sh = shared.clone();
         let keepalive = cfg.keepalive;
         tokio::spawn(async move {

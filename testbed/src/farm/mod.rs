@@ -152,6 +152,8 @@ impl Farm {
             .args(["--max-clients", &cfg.max_clients.to_string(), "--backlog", &cfg.backlog.to_string()])
             .args(["--workers", &cfg.workers.to_string(), "--keepalive", &cfg.keepalive_s.to_string()])
             .args(["--static-upstream", &format!("127.0.0.1:{STATIC_PORT}"), "--db", &conninfo])
+            .arg("--stats")
+            .arg(dir.join("front-stats.json"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("front.log"))?);
         cgroup.join_on_spawn(&mut front);
@@ -170,6 +172,11 @@ impl Farm {
             }
             None => FarmUsage::default(),
         }
+    }
+
+    /// What the front server reported when it stopped (after [`Farm::stop`]).
+    pub fn front_report(&self) -> Option<front::FrontReport> {
+        serde_json::from_slice(&std::fs::read(self.dir.join("front-stats.json")).ok()?).ok()
     }
 
     /// Stop everything.
