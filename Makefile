@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 
 LAB_OUT ?= lab-out
 LAB := ./target/release/rlm-lab
-EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop
+EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop maxclients syn-throttle syn-police throughput
 
 .PHONY: deps build test unit lab-quick lab demo bench fuzz clean
 

@@ -9,13 +9,85 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::experiment::{read_truth, run_arm, ArmResult, ArmSpec, OpenLoopArm};
+use crate::experiment::{read_truth, run_arm, ArmResult, ArmSpec, OpenLoopArm, RlmArm};
 use sim_clients::openloop::Schedule;
 use crate::farm::FarmConfig;
 use crate::report::{self, Fidelity};
 use sim_clients::tcp_profile::TcpProfile;
 
-pub const NAMES: [&str; 5] = ["baseline-lan", "baseline-wan", "heavy", "fidelity", "openloop"];
+pub const NAMES: [&str; 9] = ["baseline-lan", "baseline-wan", "heavy", "fidelity", "openloop", "maxclients", "syn-throttle", "syn-police", "throughput"];
+
+/// The classes of 004 section 6.3, declared and measured, nothing acted on.
+pub const CLASS_RULES: &str = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\n";
+
+/// MaxClients of the maxclients arms (004 Table 2), loosest first.
+pub fn maxclients_limits(quick: bool) -> &'static [usize] {
+    if quick {
+        &[100, 50, 25]
+    } else {
+        &[150, 100, 50, 25]
+    }
+}
+
+/// syn-throttle's target for HIGH's mean response time (s): unmanaged HIGH misses it under the
+/// heavy load; shedding LOW's SYNs brings HIGH down to it.
+pub fn throttle_target_s(quick: bool) -> f64 {
+    if quick {
+        2.0
+    } else {
+        2.0
+    }
+}
+
+/// syn-police's token bucket on LOW's SYNs: (rate per second, burst).
+pub fn police_limit(quick: bool) -> (f64, u32) {
+    if quick {
+        (8.0, 5)
+    } else {
+        (20.0, 5)
+    }
+}
+
+/// Rounds of the throughput experiment (each a plain-bridge and an rlm sample).
+pub fn throughput_rounds(quick: bool) -> usize {
+    if quick {
+        3
+    } else {
+        5
+    }
+}
+
+fn throttle_rules(target_s: f64) -> String {
+    format!("{CLASS_RULES}IF IP.SRC != 10.4.*.* AND RT.HIGH > {target_s:.1}s THEN DROP SYN\n")
+}
+
+fn police_rules(rate: f64, burst: u32) -> String {
+    format!("{CLASS_RULES}IF IP.SRC == 10.5.*.* THEN LIMIT SYN {rate:.0}/s BURST {burst}\n")
+}
+
+/// Figures of an experiment that belong to no arm (result.json's top level).
+pub fn params(name: &str, quick: bool) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    match name {
+        "syn-throttle" => {
+            m.insert("target_s".into(), throttle_target_s(quick).into());
+        }
+        "syn-police" => {
+            let (rate, burst) = police_limit(quick);
+            m.insert("limit_rate_per_s".into(), rate.into());
+            m.insert("limit_burst".into(), burst.into());
+        }
+        "maxclients" => {
+            m.insert("max_clients".into(), maxclients_limits(quick).into());
+        }
+        "throughput" => {
+            m.insert("rounds".into(), throughput_rounds(quick).into());
+            m.insert("sample_s".into(), 5.into());
+        }
+        _ => {}
+    }
+    m
+}
 
 /// The farm at an experiment's scale: its CPU quota is sized so that the light load keeps it
 /// about 60% busy (004 section 6.1) and the heavy load overloads it.
@@ -42,7 +114,13 @@ fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: bool, c
         seed: 1,
         openloop: None,
         rlm: None,
+        syn_capture: false,
     }
+}
+
+fn with_rlm(mut a: ArmSpec, rules: String, extra_args: &[&str]) -> ArmSpec {
+    a.rlm = Some(RlmArm { rules, extra_args: extra_args.iter().map(|s| s.to_string()).collect() });
+    a
 }
 
 fn openloop_arm(name: &str, schedule: Schedule, duration_s: f64, cpu_cores: f64) -> ArmSpec {
@@ -62,10 +140,11 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
     Ok(match name {
         "baseline-lan" => (vec![arm("lan", light, dur, &[], false, cores)], "004 Figure 10: no delay, no loss, light load."),
         "baseline-wan" => (
-            vec![arm("unmanaged", light, dur, &WAN_80_2, false, cores), arm("managed", light, dur, &WAN_80_2, true, cores)],
+            vec![arm("unmanaged", light, dur, &WAN_80_2, false, cores), with_rlm(arm("managed", light, dur, &WAN_80_2, true, cores), CLASS_RULES.into(), &[])],
             "004 Figure 12: 80 ms RTT and 2% loss each way, Windows XP clients (3 s initial SYN timeout, 2 retries). \
-             The managed arm runs the appliance's passive measurement (a capture of its server-side port analysed by \
-             the engine); no management action exists yet, so it shapes nothing.",
+             The managed arm runs the appliance inline (`rlm run` on the bridge) with rules that only declare the classes \
+             HIGH and LOW: it measures and acts on nothing. Its server-side port is also captured, and the capture \
+             replayed through the engine for the fidelity figure.",
         ),
         "heavy" => (vec![arm("unmanaged", heavy, dur, &WAN_80_2, false, cores)], "004 Figure 13: heavy load over the same WAN."),
         "fidelity" => (
@@ -83,6 +162,58 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
                 arms,
                 "Open-loop load on a 10 Mbit/s uplink (000 section 3): Poisson arrivals, one connection each, file sizes of \
                  001 Table 1 bounded at 4 MB, FAIR (one FIFO of 100 packets, the txqueuelen of 000's Linux).",
+            )
+        }
+        "maxclients" => (
+            maxclients_limits(quick)
+                .iter()
+                .map(|&limit| {
+                    let mut a = arm(&format!("mc{limit}"), heavy, dur, &WAN_80_2, false, cores);
+                    a.farm.max_clients = limit;
+                    a
+                })
+                .collect(),
+            "004 Table 2: the farm sheds load by its own connection limit (Apache's MaxClients), one arm per limit, \
+             under the heavy load over the 80 ms / 2% WAN. A tighter limit makes the server's own time per request \
+             better and the clients' pageview response time worse: SYNs dropped at a full backlog cost the clients 3 s \
+             and more, which the server never sees.",
+        ),
+        "syn-throttle" => {
+            let target = throttle_target_s(quick);
+            // The quick run is short: a 10 s class window lets the rule react within it.
+            let (tdur, window) = if quick { (60.0, "10") } else { (dur, "30") };
+            (
+                vec![
+                    arm("unmanaged", heavy, tdur, &WAN_80_2, false, cores),
+                    with_rlm(arm("syn-throttle", heavy, tdur, &WAN_80_2, false, cores), throttle_rules(target), &["--class-window", window]),
+                ],
+                "004 Figure 15: under the heavy load over the 80 ms / 2% WAN, rlm drops the SYNs of LOW (every client \
+                 outside 10.4/16) while HIGH's mean response time is above the target, so that HIGH meets it and LOW pays.",
+            )
+        }
+        "syn-police" => {
+            let (rate, burst) = police_limit(quick);
+            let mut un = arm("unmanaged", heavy, dur, &WAN_80_2, false, cores);
+            un.syn_capture = true;
+            let mut lim = with_rlm(arm("limit", heavy, dur, &WAN_80_2, false, cores), police_rules(rate, burst), &[]);
+            lim.syn_capture = true;
+            (
+                vec![un, lim],
+                "Voigt's token bucket: rlm caps the SYN rate of LOW (10.5/16) with LIMIT SYN r/s BURST b and leaves HIGH \
+                 alone. The lab counts the SYNs that reach the farm (a capture on the farm's own interface) per class and \
+                 second, after the browsers' ramp.",
+            )
+        }
+        "throughput" => {
+            let mut a = arm("throughput", 0, f64::from(5 * 2 * throughput_rounds(quick) as u32), &[], false, cores);
+            a.farm.cpu_cores = None;
+            a.profile = TcpProfile::Linux;
+            (
+                vec![a],
+                "What rlm inline costs the bridge: arms plain-bridge and rlm alternate, round after round, each sample 5 s \
+                 of iperf3 (one stream, server to client), 5 s of wrk (a new connection per request to a 512-byte page of \
+                 nginx on port 80, so every request's SYN and SYN/ACK cross rlm's queue) and 2,000 timed connects. No WAN \
+                 emulation; offloads off as in every lab run. Medians of the samples; every sample is listed.",
             )
         }
         other => bail!("unknown experiment '{other}' (known: {})", NAMES.join(", ")),
@@ -136,6 +267,12 @@ pub fn compare(truth: &[sim_clients::browser::GroundTruth], seen: &[rlm_core::Pa
 /// Run an experiment end to end; returns the report's text.
 pub fn run(name: &str, quick: bool, out: &Path, prefix: &str) -> Result<String> {
     let (specs, note) = arms(name, quick)?;
+    let params = params(name, quick);
+    if name == "throughput" {
+        eprintln!("rlm-lab: {name}: {} rounds of plain-bridge and rlm", throughput_rounds(quick));
+        let results = crate::throughput::run(prefix, throughput_rounds(quick), out, &specs[0])?;
+        return report::write(out, name, quick, &results, None, note, &params);
+    }
     let mut results = Vec::new();
     for s in &specs {
         let dir = out.join(&s.name);
@@ -147,56 +284,144 @@ pub fn run(name: &str, quick: bool, out: &Path, prefix: &str) -> Result<String> 
     } else {
         None
     };
-    report::write(out, name, quick, &results, fid.as_ref(), note)
+    report::write(out, name, quick, &results, fid.as_ref(), note, &params)
 }
 
 /// Check the quick experiments' results in `root` (one directory per experiment) against what
-/// the papers show and the lab promises. Returns (passed, failed) lines.
+/// the papers show and the lab promises. Returns (passed, failed) lines. An experiment whose
+/// result is missing fails its checks; the others are still checked.
 pub fn check(root: &Path) -> Result<(Vec<String>, Vec<String>)> {
-    let load = |name: &str| -> Result<serde_json::Value> {
+    use serde_json::Value;
+    let mut v: Vec<(bool, String)> = Vec::new();
+    let mut results: std::collections::BTreeMap<&str, Value> = std::collections::BTreeMap::new();
+    for name in NAMES {
         let p = root.join(name).join("result.json");
-        Ok(serde_json::from_slice(&std::fs::read(&p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?)?)
+        match std::fs::read(&p).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice::<Value>(&b)?)) {
+            Ok(r) => {
+                results.insert(name, r);
+            }
+            Err(e) => v.push((false, format!("{name}: no result ({}: {e})", p.display()))),
+        }
+    }
+    let arm = |r: &Value, name: &str| -> Value { r["arms"].as_array().and_then(|a| a.iter().find(|x| x["name"] == name)).cloned().unwrap_or(Value::Null) };
+    let num = |x: &Value| x.as_f64().unwrap_or(f64::NAN);
+    let arm_mean = |r: &Value, a: &str, field: &str| num(&arm(r, a)["pageviews"][field]);
+    let class_mean = |r: &Value, a: &str, class: &str| num(&arm(r, a)["pageviews"]["by_class"][class]["mean_s"]);
+    // rlm ran, installed its rules, exited 0 on SIGTERM and left nothing behind.
+    let rlm_clean = |v: &mut Vec<(bool, String)>, exp: &str, a: &Value| {
+        let r = &a["rlm"];
+        let what = format!("{exp}/{}: rlm inline exited {} on SIGTERM, rules installed {}, rules left {}", a["name"].as_str().unwrap_or("?"), r["exit_code"], r["rules_installed"], r["rules_left"]);
+        v.push((r["clean_exit"].as_bool() == Some(true) && r["rules_installed"].as_bool() == Some(true), what));
     };
-    let (mut ok, mut bad) = (Vec::new(), Vec::new());
-    let mut verdict = |pass: bool, what: String| if pass { ok.push(what) } else { bad.push(what) };
-    let arm_mean = |v: &serde_json::Value, arm: &str, field: &str| -> f64 {
-        v["arms"].as_array().and_then(|a| a.iter().find(|x| x["name"] == arm)).map(|x| x["pageviews"][field].as_f64().unwrap_or(f64::NAN)).unwrap_or(f64::NAN)
-    };
-    if let Ok(ol) = load("openloop") {
+
+    if let Some(ol) = results.get("openloop") {
         for a in ol["arms"].as_array().into_iter().flatten() {
             let r = &a["requests"];
             let (count, done) = (r["count"].as_f64().unwrap_or(0.0), r["completed"].as_f64().unwrap_or(0.0));
             let name = a["name"].as_str().unwrap_or("?");
-            verdict(count > 1000.0 && done / count >= 0.95, format!("openloop/{name}: {done} of {count} requests completed (at least 95%)"));
+            v.push((count > 1000.0 && done / count >= 0.95, format!("openloop/{name}: {done} of {count} requests completed (at least 95%)")));
             let tput = r["throughput_bps"].as_f64().unwrap_or(0.0);
-            verdict(tput > 4e6 && tput <= 10.5e6, format!("openloop/{name}: {:.2} Mbit/s through the 10 Mbit/s uplink", tput / 1e6));
-            verdict(!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("openloop/{name}: the load generator was not the bottleneck"));
+            v.push((tput > 4e6 && tput <= 10.5e6, format!("openloop/{name}: {:.2} Mbit/s through the 10 Mbit/s uplink", tput / 1e6)));
+            v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("openloop/{name}: the load generator was not the bottleneck")));
         }
     }
-    let lan = load("baseline-lan")?;
-    let wan = load("baseline-wan")?;
-    let heavy = load("heavy")?;
-    let fid = load("fidelity")?;
-    let (lan_mean, wan_mean) = (arm_mean(&lan, "lan", "mean_s"), arm_mean(&wan, "unmanaged", "mean_s"));
-    verdict(wan_mean > 2.0 * lan_mean && wan_mean - lan_mean > 0.2, format!("baseline-wan mean {wan_mean:.2} s clearly above baseline-lan {lan_mean:.2} s"));
-    let gt3 = arm_mean(&wan, "unmanaged", "gt3s_frac");
-    verdict(gt3 >= 0.02, format!("baseline-wan: {:.1}% of pageviews past 3 s (SYN and SYN/ACK loss), at least 2%", gt3 * 100.0));
-    let heavy_mean = arm_mean(&heavy, "unmanaged", "mean_s");
-    verdict(heavy_mean > wan_mean * 1.5, format!("heavy mean {heavy_mean:.2} s well above baseline-wan {wan_mean:.2} s"));
-    let f = &fid["fidelity"];
-    let (truth, matched) = (f["truth_pageviews"].as_f64().unwrap_or(0.0), f["matched"].as_f64().unwrap_or(0.0));
-    verdict(truth > 0.0 && matched / truth >= 0.95, format!("fidelity: {matched} of {truth} truth pageviews matched (at least 95%)"));
-    let med = f["median_rel_err"].as_f64().unwrap_or(f64::NAN);
-    verdict(med <= 0.05, format!("fidelity: median relative error {:.2}% (at most 5%)", med * 100.0));
-    let p90 = f["p90_rel_err"].as_f64().unwrap_or(f64::NAN);
-    verdict(p90 <= 0.10, format!("fidelity: p90 relative error {:.2}% (at most 10%)", p90 * 100.0));
-    for (name, v) in [("baseline-lan", &lan), ("baseline-wan", &wan), ("heavy", &heavy), ("fidelity", &fid)] {
-        for a in v["arms"].as_array().into_iter().flatten() {
+    if let (Some(lan), Some(wan)) = (results.get("baseline-lan"), results.get("baseline-wan")) {
+        let (lan_mean, wan_mean) = (arm_mean(lan, "lan", "mean_s"), arm_mean(wan, "unmanaged", "mean_s"));
+        v.push((wan_mean > 2.0 * lan_mean && wan_mean - lan_mean > 0.2, format!("baseline-wan mean {wan_mean:.2} s clearly above baseline-lan {lan_mean:.2} s")));
+        if let Some(heavy) = results.get("heavy") {
+            let heavy_mean = arm_mean(heavy, "unmanaged", "mean_s");
+            v.push((heavy_mean > wan_mean * 1.5, format!("heavy mean {heavy_mean:.2} s well above baseline-wan {wan_mean:.2} s")));
+        }
+    }
+    if let Some(wan) = results.get("baseline-wan") {
+        let gt3 = arm_mean(wan, "unmanaged", "gt3s_frac");
+        v.push((gt3 >= 0.02, format!("baseline-wan: {:.1}% of pageviews past 3 s (SYN and SYN/ACK loss), at least 2%", gt3 * 100.0)));
+        rlm_clean(&mut v, "baseline-wan", &arm(wan, "managed"));
+        let f = &wan["fidelity"];
+        let (truth, matched) = (num(&f["truth_pageviews"]), num(&f["matched"]));
+        v.push((truth > 0.0 && matched / truth >= 0.95, format!("baseline-wan/managed (inline): {matched} of {truth} truth pageviews matched in its capture (at least 95%)")));
+    }
+    if let Some(fid) = results.get("fidelity") {
+        let f = &fid["fidelity"];
+        let (truth, matched) = (num(&f["truth_pageviews"]), num(&f["matched"]));
+        v.push((truth > 0.0 && matched / truth >= 0.95, format!("fidelity: {matched} of {truth} truth pageviews matched (at least 95%)")));
+        let med = num(&f["median_rel_err"]);
+        v.push((med <= 0.05, format!("fidelity: median relative error {:.2}% (at most 5%)", med * 100.0)));
+        let p90 = num(&f["p90_rel_err"]);
+        v.push((p90 <= 0.10, format!("fidelity: p90 relative error {:.2}% (at most 10%)", p90 * 100.0)));
+    }
+
+    // 004 Table 2: as MaxClients tightens, the clients' pageviews get worse, the server's own
+    // time better. Loosest against tightest strictly; no step between neighbours reversed by
+    // more than 5%.
+    if let Some(mc) = results.get("maxclients") {
+        let mut arms: Vec<Value> = mc["arms"].as_array().cloned().unwrap_or_default();
+        arms.sort_by_key(|a| std::cmp::Reverse(a["config"]["farm"]["max_clients"].as_u64().unwrap_or(0)));
+        let row = |a: &Value| (a["config"]["farm"]["max_clients"].as_u64().unwrap_or(0), num(&a["pageviews"]["mean_s"]), num(&a["pageviews"]["p95_s"]), num(&a["farm_front"]["server_time_s"]["mean"]));
+        let rows: Vec<(u64, f64, f64, f64)> = arms.iter().map(row).collect();
+        let show = |f: &dyn Fn(&(u64, f64, f64, f64)) -> String| rows.iter().map(f).collect::<Vec<_>>().join(", ");
+        if rows.len() >= 2 {
+            let (first, last) = (rows[0], rows[rows.len() - 1]);
+            // Each step from a limit to the next tighter one: not better by more than 5%.
+            let worse = |f: fn(&(u64, f64, f64, f64)) -> f64| rows.windows(2).all(|w| f(&w[1]) >= f(&w[0]) * 0.95);
+            v.push((last.1 > first.1 && worse(|r| r.1), format!("maxclients: pageview mean gets worse as the limit tightens ({})", show(&|r| format!("{}: {:.2} s", r.0, r.1)))));
+            v.push((last.2 > first.2 && worse(|r| r.2), format!("maxclients: pageview p95 gets worse as the limit tightens ({})", show(&|r| format!("{}: {:.2} s", r.0, r.2)))));
+            let better = rows.windows(2).all(|w| w[1].3 <= w[0].3 * 1.05);
+            v.push((last.3 < first.3 && better, format!("maxclients: the server's own time gets better as the limit tightens ({})", show(&|r| format!("{}: {:.1} ms", r.0, r.3 * 1e3)))));
+        } else {
+            v.push((false, "maxclients: at least two limits".into()));
+        }
+    }
+
+    // 004 Figure 15: HIGH held at the target by dropping LOW's SYNs; LOW pays.
+    if let Some(st) = results.get("syn-throttle") {
+        let target = num(&st["target_s"]);
+        let (un_high, th_high) = (class_mean(st, "unmanaged", "HIGH"), class_mean(st, "syn-throttle", "HIGH"));
+        let (un_low, th_low) = (class_mean(st, "unmanaged", "LOW"), class_mean(st, "syn-throttle", "LOW"));
+        v.push((un_high > target, format!("syn-throttle: unmanaged HIGH mean {un_high:.2} s misses the target {target:.2} s")));
+        v.push(((th_high - target).abs() <= 0.15 * target, format!("syn-throttle: HIGH mean {th_high:.2} s within 15% of the target {target:.2} s")));
+        v.push((th_low > un_low, format!("syn-throttle: LOW pays: mean {th_low:.2} s against {un_low:.2} s unmanaged")));
+        let a = arm(st, "syn-throttle");
+        rlm_clean(&mut v, "syn-throttle", &a);
+        let drops = num(&a["rlm"]["syn_drops"]["LOW"]);
+        v.push((drops > 0.0, format!("syn-throttle: rlm reports {drops} LOW SYNs dropped")));
+    }
+
+    // Voigt's token bucket on LOW's SYNs, counted at the farm by the lab.
+    if let Some(sp) = results.get("syn-police") {
+        let rate = num(&sp["limit_rate_per_s"]);
+        let (un, lim) = (arm(sp, "unmanaged"), arm(sp, "limit"));
+        let un_low = num(&un["server_syns"]["by_class"]["LOW"]["syn_rate_per_s"]);
+        let lim_low = num(&lim["server_syns"]["by_class"]["LOW"]["syn_rate_per_s"]);
+        v.push((un_low > rate * 1.2, format!("syn-police: unmanaged LOW offers {un_low:.2} SYNs/s to the farm, above the limit {rate:.0}/s (the limit binds)")));
+        v.push(((lim_low - rate).abs() <= 0.10 * rate, format!("syn-police: LOW's SYNs reach the farm at {lim_low:.2}/s, within 10% of the limit {rate:.0}/s")));
+        let (un_high, lim_high) = (class_mean(sp, "unmanaged", "HIGH"), class_mean(sp, "limit", "HIGH"));
+        v.push((lim_high < un_high, format!("syn-police: HIGH mean improves: {lim_high:.2} s against {un_high:.2} s unmanaged")));
+        rlm_clean(&mut v, "syn-police", &lim);
+    }
+
+    if let Some(tp) = results.get("throughput") {
+        let (plain, with) = (arm(tp, "plain-bridge"), arm(tp, "rlm"));
+        let (p, w) = (&plain["throughput"], &with["throughput"]);
+        let (np, nw) = (p["samples"].as_array().map_or(0, |a| a.len()), w["samples"].as_array().map_or(0, |a| a.len()));
+        v.push((np >= 3 && nw >= 3, format!("throughput: {np} plain-bridge and {nw} rlm samples (at least 3 each)")));
+        let (bp, bw) = (num(&p["bulk_gbps"]), num(&w["bulk_gbps"]));
+        v.push((bw >= 0.9 * bp, format!("throughput: rlm bulk {bw:.2} Gbit/s is {:.0}% of the plain bridge's {bp:.2} (at least 90%)", bw / bp * 100.0)));
+        let (cp, cw) = (num(&p["conn_per_s"]), num(&w["conn_per_s"]));
+        v.push((cw >= 0.8 * cp, format!("throughput: rlm {cw:.0} connections/s is {:.0}% of the plain bridge's {cp:.0} (at least 80%)", cw / cp * 100.0)));
+        let clean = w["rlm_clean_exits"].as_u64().unwrap_or(0) as usize;
+        v.push((clean == nw && nw > 0, format!("throughput: rlm exited cleanly after {clean} of {nw} samples")));
+    }
+
+    for name in ["baseline-lan", "baseline-wan", "heavy", "fidelity", "maxclients", "syn-throttle", "syn-police"] {
+        let Some(r) = results.get(name) else { continue };
+        for a in r["arms"].as_array().into_iter().flatten() {
             let b = a["generator_bottleneck"].as_bool().unwrap_or(true);
-            verdict(!b, format!("{name}/{}: the load generator was not the bottleneck", a["name"].as_str().unwrap_or("?")));
+            v.push((!b, format!("{name}/{}: the load generator was not the bottleneck", a["name"].as_str().unwrap_or("?"))));
             let n = a["pageviews"]["count"].as_u64().unwrap_or(0);
-            verdict(n >= 100, format!("{name}/{}: {n} pageviews measured", a["name"].as_str().unwrap_or("?")));
+            v.push((n >= 100, format!("{name}/{}: {n} pageviews measured", a["name"].as_str().unwrap_or("?"))));
         }
     }
-    Ok((ok, bad))
+    let (ok, bad): (Vec<_>, Vec<_>) = v.into_iter().partition(|(p, _)| *p);
+    Ok((ok.into_iter().map(|(_, s)| s).collect(), bad.into_iter().map(|(_, s)| s).collect()))
 }

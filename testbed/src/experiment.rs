@@ -39,6 +39,9 @@ pub struct ArmSpec {
     pub openloop: Option<OpenLoopArm>,
     /// Run the appliance inline (`rlm run` on the appliance's bridge) with these rules.
     pub rlm: Option<RlmArm>,
+    /// Capture SYNs and SYN/ACKs on the farm's own interface (what the appliance let through),
+    /// counted per class into `server_syns`.
+    pub syn_capture: bool,
 }
 
 /// The open-loop load of an arm: Poisson arrivals at a load of a shaped uplink.
@@ -56,6 +59,7 @@ pub struct OpenLoopArm {
 }
 
 pub use crate::stats::PvStats;
+use crate::stats::Summary;
 
 /// Statistics of ground-truth pageviews; a pageview counts as failed if its container or any
 /// of its connections failed.
@@ -90,6 +94,143 @@ pub struct ArmResult {
     pub capture: Option<PathBuf>,
     /// The appliance inline: how it ran and stopped, and what it reported.
     pub rlm: Option<RlmOutcome>,
+    /// The farm front's own figures: its time per request, connections by client subnet.
+    pub farm_front: Option<FrontSummary>,
+    /// SYNs that reached the farm, per class, from a capture on its interface.
+    pub server_syns: Option<ServerSyns>,
+    /// The throughput experiment's samples and medians.
+    pub throughput: Option<crate::throughput::ThroughputArm>,
+}
+
+/// The front server's report, summarised with the lab's arithmetic.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FrontSummary {
+    pub connections: u64,
+    pub pages: u64,
+    pub images: u64,
+    pub errors: u64,
+    /// The server's own time per request (container pages and images together), as Apache's
+    /// %D: from the request's head read to the last response byte handed to the kernel.
+    pub server_time_s: Summary,
+    pub page_time_s: Summary,
+    pub image_time_s: Summary,
+    pub accepted_by_subnet: BTreeMap<String, u64>,
+}
+
+impl FrontSummary {
+    pub fn of(r: &crate::farm::front::FrontReport) -> FrontSummary {
+        let pages: Vec<f64> = r.page_times_s.iter().map(|&t| f64::from(t)).collect();
+        let images: Vec<f64> = r.image_times_s.iter().map(|&t| f64::from(t)).collect();
+        let all: Vec<f64> = pages.iter().chain(images.iter()).copied().collect();
+        FrontSummary {
+            connections: r.connections,
+            pages: r.pages,
+            images: r.images,
+            errors: r.errors,
+            server_time_s: Summary::of(&all),
+            page_time_s: Summary::of(&pages),
+            image_time_s: Summary::of(&images),
+            accepted_by_subnet: r.accepted_by_subnet.clone(),
+        }
+    }
+}
+
+/// SYNs seen on the farm's interface in the steady part of an arm (after the browsers' ramp),
+/// per class.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ServerSyns {
+    /// The window, in seconds after the browsers started.
+    pub window_start_s: f64,
+    pub window_s: f64,
+    pub by_class: BTreeMap<String, ClassSyns>,
+    pub capture: PathBuf,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClassSyns {
+    /// SYN packets that reached the farm (retransmissions included: a token bucket on SYNs
+    /// counts packets).
+    pub syns: u64,
+    /// Distinct connections among them (client address and port).
+    pub connections: u64,
+    /// Distinct connections the farm answered with a SYN/ACK.
+    pub answered: u64,
+    pub syn_rate_per_s: f64,
+    pub conn_rate_per_s: f64,
+    pub answered_rate_per_s: f64,
+    /// SYN packets per second of the window.
+    pub per_second: Vec<u32>,
+}
+
+/// The class of a client address: 10.4/16 HIGH, 10.5/16 LOW (the lab's plan).
+fn class_of(a: [u8; 4]) -> Option<&'static str> {
+    match (a[0], a[1]) {
+        (10, 4) => Some("HIGH"),
+        (10, 5) => Some("LOW"),
+        _ => None,
+    }
+}
+
+/// Count the SYNs and SYN/ACKs of a capture (Ethernet, IPv4) between `from` and `to` (Unix s),
+/// per client class. The lab's own parsing: nothing of the appliance's decoder is used.
+pub fn count_syns(path: &Path, from: f64, to: f64) -> Result<BTreeMap<String, ClassSyns>> {
+    use std::collections::HashSet;
+    let mut cap = pcap::Capture::from_file(path).with_context(|| format!("reading {}", path.display()))?;
+    let secs = (to - from).max(0.0).ceil() as usize;
+    let mut out: BTreeMap<String, ClassSyns> = BTreeMap::new();
+    let mut conns: BTreeMap<&str, HashSet<([u8; 4], u16)>> = BTreeMap::new();
+    let mut answered: BTreeMap<&str, HashSet<([u8; 4], u16)>> = BTreeMap::new();
+    for c in ["HIGH", "LOW"] {
+        out.insert(c.into(), ClassSyns { per_second: vec![0; secs], ..ClassSyns::default() });
+    }
+    while let Ok(p) = cap.next_packet() {
+        let ts = p.header.ts.tv_sec as f64 + p.header.ts.tv_usec as f64 / 1e6;
+        if ts < from || ts >= to {
+            continue;
+        }
+        let d = p.data;
+        // Ethernet II, IPv4, TCP.
+        if d.len() < 14 + 20 || d[12..14] != [0x08, 0x00] || d[14] >> 4 != 4 || d[23] != 6 {
+            continue;
+        }
+        let ihl = usize::from(d[14] & 0x0f) * 4;
+        let t = 14 + ihl;
+        if d.len() < t + 14 {
+            continue;
+        }
+        let (src, dst) = ([d[26], d[27], d[28], d[29]], [d[30], d[31], d[32], d[33]]);
+        let (sport, dport) = (u16::from_be_bytes([d[t], d[t + 1]]), u16::from_be_bytes([d[t + 2], d[t + 3]]));
+        let flags = d[t + 13];
+        let (syn, ack, rst) = (flags & 0x02 != 0, flags & 0x10 != 0, flags & 0x04 != 0);
+        if !syn || rst {
+            continue;
+        }
+        if !ack {
+            let Some(class) = class_of(src) else { continue };
+            let e = out.get_mut(class).expect("both classes");
+            e.syns += 1;
+            let i = ((ts - from) as usize).min(secs.saturating_sub(1));
+            if let Some(slot) = e.per_second.get_mut(i) {
+                *slot += 1;
+            }
+            conns.entry(class).or_default().insert((src, sport));
+        } else if let Some(class) = class_of(dst) {
+            answered.entry(class).or_default().insert((dst, dport));
+        }
+    }
+    let span = (to - from).max(1e-9);
+    for (class, e) in out.iter_mut() {
+        e.connections = conns.get(class.as_str()).map_or(0, |s| s.len() as u64);
+        e.answered = answered.get(class.as_str()).map_or(0, |s| s.len() as u64);
+        e.syn_rate_per_s = e.syns as f64 / span;
+        e.conn_rate_per_s = e.connections as f64 / span;
+        e.answered_rate_per_s = e.answered as f64 / span;
+    }
+    Ok(out)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 /// Paths and weights the browsers request: TPC-W's browsing mix.
@@ -173,12 +314,12 @@ fn wait_or_kill(child: &mut Child, limit: Duration) -> Result<()> {
     }
 }
 
-/// Capture a port of the appliance to a pcap file until `stop` is set.
-fn start_capture(ns: String, dev: &'static str, path: PathBuf, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Result<u64>> {
+/// Capture an interface of a namespace to a pcap file until `stop` is set.
+fn start_capture(ns: String, dev: &'static str, filter: String, path: PathBuf, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Result<u64>> {
     std::thread::spawn(move || {
         crate::netns::enter(&ns)?;
         let mut cap = pcap::Capture::from_device(dev)?.immediate_mode(true).snaplen(65535).buffer_size(64 << 20).open()?.setnonblock()?;
-        cap.filter(&format!("tcp port {FRONT_PORT}"), true)?;
+        cap.filter(&filter, true)?;
         let mut file = cap.savefile(&path)?;
         let mut n = 0u64;
         while !stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -233,10 +374,16 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
 
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let capture = arm.capture.then(|| dir.join("appliance-server-port.pcap"));
-        let cap_thread = capture.as_ref().map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", p.clone(), stop.clone()));
+        let cap_thread = capture.as_ref().map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", format!("tcp port {FRONT_PORT}"), p.clone(), stop.clone()));
+        let syn_capture = arm.syn_capture.then(|| dir.join("farm-syns.pcap"));
+        let syn_thread = syn_capture.as_ref().map(|p| {
+            let filter = format!("tcp port {FRONT_PORT} and tcp[tcpflags] & tcp-syn != 0");
+            start_capture(info.namespaces.servers.clone(), "srv0", filter, p.clone(), stop.clone())
+        });
         std::thread::sleep(Duration::from_millis(200));
         let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
 
+        let started = unix_now();
         let mut child = spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
         // Pageviews under way at the deadline finish (a failing connection takes the profile's
         // connect timeout), then whatever is left is cut.
@@ -245,13 +392,24 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let rlm = rlm.map(Inline::stop).transpose()?;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         cap_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
+        syn_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
         let usage = farm.usage();
         if let Some(w) = wan.as_mut() {
             w.finish()?;
         }
         farm.stop();
+        let farm_front = farm.front_report().map(|r| FrontSummary::of(&r));
         drop(cgroup);
         waited?;
+        let server_syns = match syn_capture {
+            Some(p) => {
+                // The steady part: from a few seconds after the ramp to the end of the run.
+                let (from, to) = (spec.ramp_s + 3.0, arm.duration_s);
+                let by_class = count_syns(&p, started + from, started + to)?;
+                Some(ServerSyns { window_start_s: from, window_s: to - from, by_class, capture: p })
+            }
+            None => None,
+        };
 
         let pvs = read_truth(&truth)?;
         let (generator, bottleneck) = generator_stats(dir);
@@ -274,6 +432,9 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             ground_truth: truth,
             capture,
             rlm,
+            farm_front,
+            server_syns,
+            throughput: None,
         })
     })();
     plan.down()?;
@@ -327,6 +488,9 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         ground_truth: records,
         capture: None,
         rlm: None,
+        farm_front: None,
+        server_syns: None,
+        throughput: None,
     })
 }
 

@@ -8,5 +8,6 @@ pub mod inline;
 pub mod netns;
 pub mod report;
 pub mod stats;
+pub mod throughput;
 pub mod topology;
 pub mod wan;

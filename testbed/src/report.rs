@@ -72,17 +72,39 @@ pub struct Fidelity {
 struct ResultFile<'a> {
     experiment: &'a str,
     quick: bool,
+    /// The experiment's own figures (syn-throttle's target_s, syn-police's rate, ...).
+    #[serde(flatten)]
+    params: &'a serde_json::Map<String, serde_json::Value>,
     arms: &'a [ArmResult],
     #[serde(skip_serializing_if = "Option::is_none")]
     fidelity: Option<&'a Fidelity>,
 }
 
 /// Write result.json, the plots and report.md into `dir`; returns the report's text.
-pub fn write(dir: &Path, experiment: &str, quick: bool, arms: &[ArmResult], fidelity: Option<&Fidelity>, notes: &str) -> Result<String> {
+pub fn write(
+    dir: &Path,
+    experiment: &str,
+    quick: bool,
+    arms: &[ArmResult],
+    fidelity: Option<&Fidelity>,
+    notes: &str,
+    params: &serde_json::Map<String, serde_json::Value>,
+) -> Result<String> {
     std::fs::create_dir_all(dir)?;
-    let result = ResultFile { experiment, quick, arms, fidelity };
+    let result = ResultFile { experiment, quick, params, arms, fidelity };
     std::fs::write(dir.join("result.json"), serde_json::to_vec_pretty(&result)?)?;
     let mut md = format!("# {experiment}{}\n\n{notes}\n\n", if quick { " (quick)" } else { "" });
+    for (k, v) in params {
+        md.push_str(&format!("- {k}: {v}\n"));
+    }
+    if !params.is_empty() {
+        md.push('\n');
+    }
+    if arms.iter().any(|a| a.throughput.is_some()) {
+        md.push_str(&crate::throughput::table(arms));
+        std::fs::write(dir.join("report.md"), &md)?;
+        return Ok(md);
+    }
     md.push_str("| arm | clients | duration | pageviews | mean | p50 | p95 | > 3 s | failed | generator CPU | generator lag p99 | farm CPU |\n");
     md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for a in arms {
@@ -124,6 +146,50 @@ pub fn write(dir: &Path, experiment: &str, quick: bool, arms: &[ArmResult], fide
     for a in arms {
         for (class, s) in &a.pageviews.by_class {
             md.push_str(&format!("\n- {} / {class}: {} pageviews, mean {:.2} s, p95 {:.2} s, > 3 s {:.1}%", a.name, s.count, s.mean_s, s.p95_s, s.gt3s_frac * 100.0));
+        }
+    }
+    md.push('\n');
+    let fronts: Vec<&ArmResult> = arms.iter().filter(|a| a.farm_front.is_some()).collect();
+    if !fronts.is_empty() {
+        md.push_str("\n| arm | max clients | pageview mean | pageview p95 | server time mean | server p95 | page time mean | image time mean | requests |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        for a in fronts {
+            let f = a.farm_front.as_ref().expect("filtered");
+            md.push_str(&format!(
+                "| {} | {} | {:.2} s | {:.2} s | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {} |\n",
+                a.name,
+                a.config.farm.max_clients,
+                a.pageviews.all.mean_s,
+                a.pageviews.all.p95_s,
+                f.server_time_s.mean * 1e3,
+                f.server_time_s.p95 * 1e3,
+                f.page_time_s.mean * 1e3,
+                f.image_time_s.mean * 1e3,
+                f.server_time_s.count
+            ));
+        }
+    }
+    for a in arms {
+        if let Some(sy) = &a.server_syns {
+            for (class, c) in &sy.by_class {
+                md.push_str(&format!(
+                    "\n- {} / {class}: {} SYNs reached the farm in {:.0} s ({:.2}/s; {:.2} connections/s, {:.2} answered/s)",
+                    a.name, c.syns, sy.window_s, c.syn_rate_per_s, c.conn_rate_per_s, c.answered_rate_per_s
+                ));
+            }
+        }
+        if let Some(r) = &a.rlm {
+            md.push_str(&format!(
+                "\n- {} / rlm: exit {}, rules left {}, SYN drops {:?}, verdicts {:?}, verdict latency p50 {} p99 {}, CPU {:.1} s; log {}",
+                a.name,
+                r.exit_code.map_or("none (killed)".into(), |c| c.to_string()),
+                r.rules_left.len(),
+                r.syn_drops,
+                r.verdicts,
+                r.verdict_latency_p50_us.map_or("-".into(), |v| format!("{v:.0} µs")),
+                r.verdict_latency_p99_us.map_or("-".into(), |v| format!("{v:.0} µs")),
+                r.cpu_s,
+                r.log.display()
+            ));
         }
     }
     md.push('\n');

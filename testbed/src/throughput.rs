@@ -1,0 +1,391 @@
+//! The throughput experiment: what the appliance inline costs the bridge.
+//!
+//! Two arms on one lab, alternating sample by sample so that whatever else loads this shared
+//! machine falls on both alike: `plain-bridge` (no rlm) and `rlm` (`rlm run` with a rule file
+//! that exercises every queued path). Each sample measures, for 5 s each:
+//!
+//! - `bulk_gbps`: iperf3 from the clients' namespace to an iperf3 server on the farm's address,
+//!   one TCP stream, the server sending (`-R`: the direction of web responses). Not a server
+//!   port: rlm only taps it.
+//! - `conn_per_s`: wrk, one thread, 16 connections, `Connection: close` on every request to a
+//!   512-byte page of nginx on the farm's port 80, so that every request is a new connection
+//!   whose SYN and SYN/ACK cross rlm's queue.
+//! - connect time: 2,000 sequential connects to port 80 (closed with RST), timed by the lab; the
+//!   `rlm` arm's added latency is the difference of its medians from the plain bridge's.
+//!
+//! There is no WAN emulation on the path: the WAN namespace's bridge forwards plainly (its
+//! bridge-netfilter hook is off and it holds no rule). The lab's offloads stay off (TSO, GSO,
+//! GRO), so every packet is one MTU-sized segment, as on the experiments' wire.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+
+use crate::experiment::{ArmResult, ArmSpec, PageviewSummary};
+use crate::inline::{Inline, RlmArm, RlmOutcome};
+use crate::stats::{median, percentile};
+use crate::topology::{in_ns, Plan, FARM_ADDR};
+
+/// The rules of the `rlm` arm: every path a queued SYN or SYN/ACK can take is evaluated on
+/// every handshake, and none of them ever holds traffic back (10.6/16 never connects; the
+/// bucket is far above the load).
+pub const RULES: &str = "# throughput: every queued path evaluated, none taken\n\
+CLASS HIGH IF IP.SRC == 10.4.*.*\n\
+CLASS LOW IF IP.SRC != 10.4.*.*\n\
+IF RT.HIGH > 0.0s AND IP.SRC == 10.6.*.* THEN DROP SYN\n\
+IF IP.SRC == 10.4.*.* THEN LIMIT SYN 1000000/s BURST 100000\n";
+
+const IPERF_PORT: u16 = 5201;
+const SAMPLE_S: u32 = 5;
+const CONNECTS: usize = 2000;
+
+/// One sample of one arm.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Sample {
+    pub round: usize,
+    pub bulk_gbps: f64,
+    /// iperf3's retransmissions during the bulk sample.
+    pub bulk_retransmits: u64,
+    pub conn_per_s: f64,
+    /// wrk's socket errors and non-2xx answers (should be 0).
+    pub conn_errors: u64,
+    pub connect_p50_us: f64,
+    pub connect_p99_us: f64,
+    pub connect_failures: usize,
+    /// The `rlm` arm: how rlm ran and stopped in this sample.
+    pub rlm: Option<RlmOutcome>,
+}
+
+/// An arm's samples and their medians.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ThroughputArm {
+    pub samples: Vec<Sample>,
+    pub bulk_gbps: f64,
+    pub conn_per_s: f64,
+    pub connect_p50_us: f64,
+    pub connect_p99_us: f64,
+    /// `rlm` arm: median connect time minus the plain bridge's (the queued path's cost to a
+    /// handshake: a SYN and a SYN/ACK each wait for a verdict).
+    pub added_latency_p50_us: Option<f64>,
+    pub added_latency_p99_us: Option<f64>,
+    /// `rlm` arm: rlm's own verdict-latency histogram, median over the samples (per packet).
+    pub rlm_verdict_latency_p50_us: Option<f64>,
+    pub rlm_verdict_latency_p99_us: Option<f64>,
+    /// `rlm` arm: samples in which rlm exited 0 on SIGTERM and left no rule.
+    pub rlm_clean_exits: Option<usize>,
+    /// `rlm` arm: rlm's CPU over its wall time, median over the samples (cores).
+    pub rlm_cpu_cores: Option<f64>,
+    /// Ratios to the plain bridge's medians.
+    pub bulk_ratio: Option<f64>,
+    pub conn_ratio: Option<f64>,
+}
+
+fn nginx_conf(dir: &Path) -> String {
+    format!(
+        "user www-data;\nworker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log warn;\n\
+         events {{ worker_connections 16384; }}\n\
+         http {{\n  access_log off;\n  sendfile on;\n  keepalive_timeout 0;\n  default_type text/html;\n\
+           client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
+           server {{\n    listen {FARM_ADDR}:80 backlog=4096 reuseport;\n    root {d}/www;\n  }}\n}}\n",
+        d = dir.display()
+    )
+}
+
+fn spawn_in(ns: &str, cmd: &str, args: &[&str], log: &Path) -> Result<Child> {
+    Command::new("ip")
+        .args(["netns", "exec", ns, cmd])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(log)?)
+        .stderr(Stdio::from(std::fs::File::options().append(true).create(true).open(log)?))
+        .spawn()
+        .with_context(|| format!("starting {cmd} (make deps installs it)"))
+}
+
+fn wait_listen(ns: &str, port: u16) -> Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if in_ns(ns, "ss", &["-Hltn", &format!("sport = :{port}")]).is_ok_and(|o| !o.trim().is_empty()) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("nothing listens on port {port} in {ns}")
+}
+
+fn stop_child(c: &mut Child) {
+    // SAFETY: kill(2) on our own unreaped child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) && !matches!(c.try_wait(), Ok(Some(_))) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// iperf3's JSON: (received bits per second, retransmissions).
+pub fn parse_iperf(json: &str) -> Result<(f64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(json).context("iperf3 -J output")?;
+    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+        bail!("iperf3: {e}");
+    }
+    let end = &v["end"];
+    let bps = end["sum_received"]["bits_per_second"].as_f64().ok_or_else(|| anyhow!("iperf3: no end.sum_received"))?;
+    let retr = end["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
+    Ok((bps, retr))
+}
+
+/// wrk's summary: (requests per second, socket errors + non-2xx answers).
+pub fn parse_wrk(text: &str) -> Result<(f64, u64)> {
+    let rps = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .ok_or_else(|| anyhow!("wrk printed no Requests/sec:\n{text}"))?;
+    let mut errors = 0u64;
+    for l in text.lines().map(str::trim) {
+        if let Some(rest) = l.strip_prefix("Socket errors:") {
+            // "connect 0, read 0, write 0, timeout 0"
+            errors += rest.split(',').filter_map(|kv| kv.split_whitespace().nth(1)?.parse::<u64>().ok()).sum::<u64>();
+        } else if let Some(rest) = l.strip_prefix("Non-2xx or 3xx responses:") {
+            errors += rest.trim().parse::<u64>().unwrap_or(0);
+        }
+    }
+    Ok((rps, errors))
+}
+
+/// Time `n` sequential connects from `src` to the farm's port 80 inside the clients' namespace;
+/// returns the connect times (µs) and the failures.
+fn connect_times(ns: &str, src: &str, n: usize) -> Result<(Vec<f64>, usize)> {
+    let (ns, src) = (ns.to_string(), src.to_string());
+    std::thread::spawn(move || -> Result<(Vec<f64>, usize)> {
+        crate::netns::enter(&ns)?;
+        let local: SocketAddr = format!("{src}:0").parse()?;
+        let farm: SocketAddr = format!("{FARM_ADDR}:80").parse()?;
+        let (mut times, mut failed) = (Vec::with_capacity(n), 0);
+        for _ in 0..n {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            s.bind(&local.into())?;
+            let t = Instant::now();
+            match s.connect_timeout(&farm.into(), Duration::from_secs(2)) {
+                Ok(()) => times.push(t.elapsed().as_secs_f64() * 1e6),
+                Err(_) => failed += 1,
+            }
+            // RST on close: no TIME_WAIT piles up on either side.
+            let _ = s.set_linger(Some(Duration::ZERO));
+        }
+        Ok((times, failed))
+    })
+    .join()
+    .map_err(|_| anyhow!("connect thread panicked"))?
+}
+
+/// One sample on the running lab.
+fn sample(plan: &Plan, round: usize, with_rlm: bool, dir: &Path) -> Result<Sample> {
+    let cli = plan.ns("cli");
+    let src = crate::topology::client_addr(true, 0);
+    let sdir = dir.join(format!("round-{round}"));
+    std::fs::create_dir_all(&sdir)?;
+    let rlm = if with_rlm {
+        Some(Inline::start(&plan.ns("app"), &RlmArm { rules: RULES.into(), extra_args: vec![] }, &sdir, Duration::from_secs(10))?)
+    } else {
+        None
+    };
+    let run = || -> Result<Sample> {
+        let t = SAMPLE_S.to_string();
+        // iperf3 -J prints its error as JSON on stdout and exits 1: read stdout either way.
+        let out = Command::new("ip").args(["netns", "exec", &cli, "iperf3", "-c", FARM_ADDR, "-p", &IPERF_PORT.to_string(), "-B", &src, "-t", &t, "-R", "-J"]).output()?;
+        let iperf = String::from_utf8_lossy(&out.stdout).into_owned();
+        std::fs::write(sdir.join("iperf3.json"), &iperf)?;
+        let (bps, retr) = parse_iperf(&iperf)?;
+        let url = format!("http://{FARM_ADDR}/small.html");
+        let wrk = in_ns(&cli, "wrk", &["-t1", "-c16", &format!("-d{t}s"), "-H", "Connection: close", &url])?;
+        std::fs::write(sdir.join("wrk.txt"), &wrk)?;
+        let (rps, errors) = parse_wrk(&wrk)?;
+        let (times, failed) = connect_times(&cli, &src, CONNECTS)?;
+        Ok(Sample {
+            round,
+            bulk_gbps: bps / 1e9,
+            bulk_retransmits: retr,
+            conn_per_s: rps,
+            conn_errors: errors,
+            connect_p50_us: percentile(&times, 50.0),
+            connect_p99_us: percentile(&times, 99.0),
+            connect_failures: failed,
+            rlm: None,
+        })
+    };
+    let result = run();
+    let outcome = rlm.map(Inline::stop).transpose()?;
+    let mut s = result?;
+    s.rlm = outcome;
+    eprintln!(
+        "rlm-lab: throughput: round {round} {}: bulk {:.2} Gbit/s, {:.0} conn/s, connect p50 {:.0} µs p99 {:.0} µs",
+        if with_rlm { "rlm" } else { "plain-bridge" },
+        s.bulk_gbps,
+        s.conn_per_s,
+        s.connect_p50_us,
+        s.connect_p99_us
+    );
+    Ok(s)
+}
+
+fn arm_of(samples: Vec<Sample>) -> ThroughputArm {
+    let m = |f: fn(&Sample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
+    let rlm: Vec<&RlmOutcome> = samples.iter().filter_map(|s| s.rlm.as_ref()).collect();
+    let has_rlm = !rlm.is_empty();
+    let opt_median = |v: Vec<f64>| if v.is_empty() { None } else { Some(median(&v)) };
+    ThroughputArm {
+        bulk_gbps: m(|s| s.bulk_gbps),
+        conn_per_s: m(|s| s.conn_per_s),
+        connect_p50_us: m(|s| s.connect_p50_us),
+        connect_p99_us: m(|s| s.connect_p99_us),
+        rlm_verdict_latency_p50_us: opt_median(rlm.iter().filter_map(|o| o.verdict_latency_p50_us).collect()),
+        rlm_verdict_latency_p99_us: opt_median(rlm.iter().filter_map(|o| o.verdict_latency_p99_us).collect()),
+        rlm_clean_exits: has_rlm.then(|| rlm.iter().filter(|o| o.clean_exit).count()),
+        rlm_cpu_cores: opt_median(rlm.iter().filter(|o| o.wall_s > 0.0).map(|o| o.cpu_s / o.wall_s).collect()),
+        samples,
+        ..ThroughputArm::default()
+    }
+}
+
+fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult {
+    ArmResult {
+        name: name.into(),
+        config: spec.clone(),
+        clients: 1,
+        duration_s: spec.duration_s,
+        pageviews: PageviewSummary::default(),
+        requests: None,
+        generator: Default::default(),
+        generator_bottleneck: false,
+        farm_usage: Default::default(),
+        ground_truth: dir.to_path_buf(),
+        capture: None,
+        rlm: None,
+        farm_front: None,
+        server_syns: None,
+        throughput: Some(t),
+    }
+}
+
+/// Run the experiment: `rounds` rounds, each a plain-bridge sample then an rlm sample.
+pub fn run(prefix: &str, rounds: usize, out: &Path, spec: &ArmSpec) -> Result<Vec<ArmResult>> {
+    let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1 };
+    plan.up()?;
+    let result = (|| -> Result<Vec<ArmResult>> {
+        // The WAN hop forwards plainly: no bridge netfilter, no rule.
+        let wan = plan.ns("wan");
+        in_ns(&wan, "sysctl", &["-q", "-w", "net.bridge.bridge-nf-call-iptables=0"])?;
+        let rules = in_ns(&wan, "iptables-save", &[])?;
+        if rules.contains("NFQUEUE") {
+            bail!("the WAN hop holds a queue rule:\n{rules}");
+        }
+        let srv = plan.ns("srv");
+        let dir = plan.run_dir();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("www"))?;
+        std::fs::create_dir_all(dir.join("tmp"))?;
+        for d in [Path::new("/var/tmp/rlm-lab"), dir.as_path(), dir.join("www").as_path()] {
+            Command::new("chmod").arg("755").arg(d).status()?;
+        }
+        std::fs::write(dir.join("www/small.html"), "x".repeat(511) + "\n")?;
+        std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir))?;
+        let nginx = Command::new("ip")
+            .args(["netns", "exec", &srv, "nginx", "-p"])
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting nginx")?;
+        let mut children = vec![nginx];
+        let started = (|| -> Result<()> {
+            wait_listen(&srv, 80)?;
+            children.push(spawn_in(&srv, "iperf3", &["-s", "-B", FARM_ADDR, "-p", &IPERF_PORT.to_string()], &out.join("iperf3-server.log"))?);
+            wait_listen(&srv, IPERF_PORT)
+        })();
+        let run = started.and_then(|()| {
+            let (mut plain, mut with) = (Vec::new(), Vec::new());
+            for round in 0..rounds {
+                plain.push(sample(&plan, round, false, &out.join("plain-bridge"))?);
+                with.push(sample(&plan, round, true, &out.join("rlm"))?);
+            }
+            Ok((plain, with))
+        });
+        for c in children.iter_mut().rev() {
+            stop_child(c);
+        }
+        let (plain, with) = run?;
+        let plain = arm_of(plain);
+        let mut with = arm_of(with);
+        with.added_latency_p50_us = Some(with.connect_p50_us - plain.connect_p50_us);
+        with.added_latency_p99_us = Some(with.connect_p99_us - plain.connect_p99_us);
+        with.bulk_ratio = (plain.bulk_gbps > 0.0).then(|| with.bulk_gbps / plain.bulk_gbps);
+        with.conn_ratio = (plain.conn_per_s > 0.0).then(|| with.conn_per_s / plain.conn_per_s);
+        let mut rspec = spec.clone();
+        rspec.name = "rlm".into();
+        rspec.rlm = Some(RlmArm { rules: RULES.into(), extra_args: vec![] });
+        let mut pspec = spec.clone();
+        pspec.name = "plain-bridge".into();
+        Ok(vec![result("plain-bridge", &pspec, plain, &out.join("plain-bridge")), result("rlm", &rspec, with, &out.join("rlm"))])
+    })();
+    plan.down()?;
+    result
+}
+
+/// Medians of the samples, for the report.
+pub fn table(arms: &[ArmResult]) -> String {
+    let mut md = String::from(
+        "\n| arm | samples | bulk (median) | connections/s (median) | connect p50 | connect p99 | added p50 | added p99 | rlm verdict p50 / p99 | rlm CPU | bulk ratio | conn ratio |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let o = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1}{unit}"));
+    for a in arms {
+        let Some(t) = &a.throughput else { continue };
+        md.push_str(&format!(
+            "| {} | {} | {:.2} Gbit/s | {:.0} | {:.0} µs | {:.0} µs | {} | {} | {} / {} | {} | {} | {} |\n",
+            a.name,
+            t.samples.len(),
+            t.bulk_gbps,
+            t.conn_per_s,
+            t.connect_p50_us,
+            t.connect_p99_us,
+            o(t.added_latency_p50_us, " µs"),
+            o(t.added_latency_p99_us, " µs"),
+            o(t.rlm_verdict_latency_p50_us, " µs"),
+            o(t.rlm_verdict_latency_p99_us, " µs"),
+            t.rlm_cpu_cores.map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
+            t.bulk_ratio.map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+            t.conn_ratio.map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+        ));
+    }
+    md.push_str("\nEvery sample (bulk Gbit/s, connections/s, connect p50/p99 µs):\n\n");
+    for a in arms {
+        let Some(t) = &a.throughput else { continue };
+        let s: Vec<String> = t.samples.iter().map(|s| format!("{:.2} / {:.0} / {:.0} / {:.0}", s.bulk_gbps, s.conn_per_s, s.connect_p50_us, s.connect_p99_us)).collect();
+        md.push_str(&format!("- {}: {}\n", a.name, s.join("; ")));
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_wrk_and_iperf() {
+        let wrk = "Running 5s test @ http://10.9.0.1/small.html\n  1 threads and 16 connections\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency     1.62ms  400.00us   9.00ms   80.00%\n    Req/Sec     9.80k   500.00     10.50k    70.00%\n  48888 requests in 5.00s, 36.00MB read\n  Socket errors: connect 0, read 3, write 0, timeout 2\n  Non-2xx or 3xx responses: 1\nRequests/sec:   9777.60\nTransfer/sec:      7.20MB\n";
+        assert_eq!(parse_wrk(wrk).unwrap(), (9777.6, 6));
+        assert!(parse_wrk("nothing").is_err());
+        let iperf = r#"{"start":{},"intervals":[],"end":{"sum_sent":{"bits_per_second":2.1e9,"retransmits":4},"sum_received":{"bits_per_second":2.0e9}}}"#;
+        assert_eq!(parse_iperf(iperf).unwrap(), (2.0e9, 4));
+        assert!(parse_iperf(r#"{"error":"unable to connect"}"#).is_err());
+    }
+}
