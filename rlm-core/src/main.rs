@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+mod commands;
+
 use rlm_core::analyze::{self, AnalyzeOptions};
 use rlm_core::Config;
 
@@ -18,6 +20,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Sit inline on a bridge: queue SYNs and SYN/ACKs, measure pageviews from a tap, enforce the rule file.
+    ///
+    /// Installs its netfilter rules (removed on SIGINT/SIGTERM; bypassed if rlm dies), serves
+    /// Prometheus /metrics and /status on localhost, and reloads the rule file on SIGHUP.
+    /// Exit status: 0 stopped by a signal; 1 failed (before installing anything if the bridge,
+    /// the rule file or the privileges are wrong); 2 a usage error.
+    Run(commands::RunArgs),
+    /// Print what a running rlm says about itself (its classes, their response times, the rules firing).
+    Status {
+        /// Where it serves /status.
+        #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR")]
+        metrics: std::net::SocketAddr,
+    },
     /// Rebuild transactions and pageviews from a capture file (pcap or pcapng).
     Analyze {
         /// The capture file.
@@ -43,6 +58,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => commands::run(args),
+        Command::Status { metrics } => commands::status(metrics),
         Command::Analyze { capture, transactions, pageviews, server_ports, connect_timeout, quiet } => {
             let mut config = Config { server_ports, ..Config::default() };
             if !(connect_timeout.is_finite() && connect_timeout > 0.0) {

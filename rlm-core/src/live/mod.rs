@@ -293,7 +293,11 @@ impl Loop {
         }
         for (reason, n) in &self.engine.stats().malformed {
             if *n > 0 {
-                self.metrics.malformed.get_or_create(&metrics::ReasonLabel { reason: reason.to_string() }).inner().store(*n, std::sync::atomic::Ordering::Relaxed);
+                self.metrics
+                    .malformed
+                    .get_or_create(&metrics::ReasonLabel { reason: reason.to_string() })
+                    .inner()
+                    .store(*n, std::sync::atomic::Ordering::Relaxed);
             }
         }
         let v = serde_json::json!({

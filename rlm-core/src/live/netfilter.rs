@@ -78,14 +78,8 @@ impl QueuePlan {
         let mut t = String::from("*mangle\n");
         t.push_str(&format!(":{chain} - [0:0]\n"));
         t.push_str(&format!("-A FORWARD -m physdev --physdev-is-bridged -p tcp -j {chain}\n"));
-        t.push_str(&format!(
-            "-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN{syn_ports} -j {q}\n",
-            self.client_port
-        ));
-        t.push_str(&format!(
-            "-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN,ACK{synack_ports} -j {q}\n",
-            self.server_port
-        ));
+        t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN{syn_ports} -j {q}\n", self.client_port));
+        t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN,ACK{synack_ports} -j {q}\n", self.server_port));
         t.push_str("COMMIT\n");
         t
     }
@@ -138,12 +132,10 @@ fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<()> {
 /// Whether the kernel and nft accept a `queue` statement (checked without changing anything).
 pub fn nft_queue_available() -> bool {
     let probe = "table inet rlm_probe { chain c { type filter hook forward priority 0; tcp flags syn queue flags bypass to 0 } }\n";
-    Command::new("nft").args(["-c", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().is_ok_and(
-        |mut c| {
-            let ok = c.stdin.take().is_some_and(|mut s| s.write_all(probe.as_bytes()).is_ok());
-            ok && c.wait().is_ok_and(|s| s.success())
-        },
-    )
+    Command::new("nft").args(["-c", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().is_ok_and(|mut c| {
+        let ok = c.stdin.take().is_some_and(|mut s| s.write_all(probe.as_bytes()).is_ok());
+        ok && c.wait().is_ok_and(|s| s.success())
+    })
 }
 
 /// The sysctls that make bridged traffic visible to iptables and nftables' inet family.
@@ -257,8 +249,12 @@ mod tests {
         let t = plan(1).iptables_install();
         assert!(t.contains(":RLM-br0 - [0:0]"));
         assert!(t.contains("-A FORWARD -m physdev --physdev-is-bridged -p tcp -j RLM-br0"));
-        assert!(t.contains("--physdev-in app-c -p tcp --tcp-flags SYN,ACK,RST SYN -m multiport --dports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"));
-        assert!(t.contains("--physdev-in app-s -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m multiport --sports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"));
+        assert!(
+            t.contains("--physdev-in app-c -p tcp --tcp-flags SYN,ACK,RST SYN -m multiport --dports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass")
+        );
+        assert!(t.contains(
+            "--physdev-in app-s -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m multiport --sports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"
+        ));
         assert!(plan(4).iptables_install().contains("--queue-balance 0:3 --queue-bypass"));
         let r = plan(1).iptables_remove();
         assert!(r.contains("-D FORWARD") && r.contains("-F RLM-br0") && r.contains("-X RLM-br0"));
