@@ -159,6 +159,7 @@ pub fn run(opts: AnalyzeOptions) -> Result<String> {
                     w.write_all(b"\n")?;
                 }
             }
+            Event::Decision(_) => {}
             Event::Pageview(p) => {
                 if let Some(w) = pv_out.as_mut() {
                     serde_json::to_writer(&mut *w, &p)?;
