@@ -27,6 +27,14 @@ enum Command {
     /// Exit status: 0 stopped by a signal; 1 failed (before installing anything if the bridge,
     /// the rule file or the privileges are wrong); 2 a usage error.
     Run(commands::RunArgs),
+    /// Check rule files: print a summary of each, or its errors (FILE:LINE:COL, the line, a caret).
+    ///
+    /// Exit status: 0 all valid; 1 one is not; 2 a usage error.
+    Check {
+        /// The rule files.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<std::ffi::OsString>,
+    },
     /// Print what a running rlm says about itself (its classes, their response times, the rules firing).
     Status {
         /// Where it serves /status.
@@ -59,6 +67,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => commands::run(args),
+        Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
         Command::Status { metrics } => commands::status(metrics),
         Command::Analyze { capture, transactions, pageviews, server_ports, connect_timeout, quiet } => {
             let mut config = Config { server_ports, ..Config::default() };
