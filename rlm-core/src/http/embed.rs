@@ -6,6 +6,11 @@
 //! reference with its position in the body (the offset of the tag), which
 //! the embed-removal action uses to blank it in place.
 
+#[cfg(test)]
+mod differential;
+#[cfg(test)]
+mod reference;
+
 /// What kind of object a reference fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EmbedKind {
