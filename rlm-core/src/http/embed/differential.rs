@@ -83,7 +83,7 @@ fn attribute() -> impl Strategy<Value = String> {
     let name = prop_oneof![
         4 => pick(&["src", "href", "rel", "srcset", "data", "style", "background", "type", "poster"]),
         2 => pick(&["class", "id", "alt", "title", "width", "data-src", "onclick", "loading"]),
-        1 => pick(&["srcsrcsrcsrcsrcsrc", "backgroundbackground", "a\"b", "x'", "=x", "<", "s/rc", ">"]),
+        1 => pick(&["srcsrcsrcsrcsrcsrc", "backgroundbackground", "a\"b", "x'", "=x", "=src", "=style", "<", "s/rc", ">"]),
     ];
     let form = prop_oneof![Just(""), Just("\""), Just("'"), Just("=")];
     let gap = || pick(&["", "", " ", "\n", " \t"]);
