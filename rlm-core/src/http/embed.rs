@@ -160,6 +160,23 @@ fn attr_of(name: &[u8]) -> Attr {
     }
 }
 
+/// `attr_of` of the name lowercased and cut to `MAX_NAME` bytes (no name that long is known).
+fn attr_of_any_case(name: &[u8]) -> Attr {
+    let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+    match name.len() {
+        3 if is(b"src") => Attr::Src,
+        3 if is(b"rel") => Attr::Rel,
+        4 if is(b"href") => Attr::Href,
+        4 if is(b"data") => Attr::Data,
+        4 if is(b"type") => Attr::Type,
+        5 if is(b"style") => Attr::Style,
+        6 if is(b"srcset") => Attr::Srcset,
+        6 if is(b"poster") => Attr::Poster,
+        10 if is(b"background") => Attr::Background,
+        _ => Attr::Other,
+    }
+}
+
 /// The tags that mean something to the scanner; every other tag can only carry `style` and
 /// `background`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,6 +207,25 @@ impl Tag {
             b"video" | b"audio" => Tag::Media,
             b"input" => Tag::Input,
             b"style" => Tag::Style,
+            _ => Tag::Other,
+        }
+    }
+
+    /// `Tag::of` the name lowercased and cut to `MAX_NAME` bytes (no name that long is known).
+    fn of_any_case(name: &[u8]) -> Tag {
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        match name.len() {
+            3 if is(b"img") => Tag::Img,
+            4 if is(b"link") => Tag::Link,
+            5 if is(b"frame") => Tag::Frame,
+            5 if is(b"embed") => Tag::Embed,
+            5 if is(b"video") || is(b"audio") => Tag::Media,
+            5 if is(b"input") => Tag::Input,
+            5 if is(b"style") => Tag::Style,
+            6 if is(b"script") => Tag::Script,
+            6 if is(b"iframe") => Tag::Frame,
+            6 if is(b"object") => Tag::Object,
+            6 if is(b"source") => Tag::Source,
             _ => Tag::Other,
         }
     }
@@ -349,7 +385,11 @@ impl CssScanner {
 
 /// Decode the few HTML character references that occur in URLs, trim, and drop non-fetches.
 fn clean_url(raw: &[u8]) -> Option<String> {
-    let s = String::from_utf8_lossy(raw.trim_ascii());
+    let raw = raw.trim_ascii();
+    let s = match std::str::from_utf8(raw) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(raw),
+    };
     let s = if s.contains('&') {
         s.replace("&amp;", "&").replace("&#38;", "&").replace("&quot;", "\"").replace("&#39;", "'").replace("&lt;", "<").replace("&gt;", ">")
     } else {
@@ -448,17 +488,14 @@ impl EmbedScanner {
         while i < data.len() {
             // Each arm consumes at least one byte, or the rest of `data`.
             i = match self.state {
-                Html::Text => match memchr(b'<', &data[i..]) {
-                    Some(p) => {
-                        self.tag_start = base + (i + p) as u64;
-                        self.state = Html::TagOpen;
-                        i + p + 1
-                    }
-                    None => return,
-                },
+                Html::Text => self.text(data, i, base, out),
                 Html::TagOpen => {
                     self.tag_open(data[i], base + i as u64);
-                    i + 1
+                    if self.state == Html::TagName {
+                        self.in_tag(data, i + 1, base, out, Some(i))
+                    } else {
+                        i + 1
+                    }
                 }
                 Html::MarkupDecl { dashes } => {
                     self.state = match (data[i], dashes) {
@@ -475,17 +512,48 @@ impl EmbedScanner {
                         self.state = Html::Text;
                         i + p + 1
                     }
-                    None => return,
+                    None => data.len(),
                 },
-                Html::TagName => self.tag_name(data, i, base, out),
-                Html::BeforeAttrName => self.before_attr_name(data, i, base, out),
-                Html::AttrName => self.attr_name(data, i, base, out),
-                Html::AfterAttrName => self.after_attr_name(data, i, base, out),
-                Html::BeforeAttrValue => self.before_attr_value(data, i, base, out),
-                Html::Quoted(q) => self.quoted(data, i, q),
-                Html::Unquoted => self.unquoted(data, i, base, out),
+                Html::TagName
+                | Html::BeforeAttrName
+                | Html::AttrName
+                | Html::AfterAttrName
+                | Html::BeforeAttrValue
+                | Html::Quoted(_)
+                | Html::Unquoted => self.in_tag(data, i, base, out, None),
                 Html::RawText { style, matched } => self.raw_text(data, i, base, style, matched, out),
             };
+        }
+    }
+
+    /// Text, and the tags in it, as long as the state comes back to text: jump to each `<`
+    /// and take the common tags (`<name`, `</name>`) without going through `feed`'s dispatch.
+    #[inline(always)]
+    fn text(&mut self, data: &[u8], mut i: usize, base: u64, out: &mut Vec<EmbedRef>) -> usize {
+        loop {
+            let Some(p) = memchr(b'<', &data[i..]) else { return data.len() };
+            let j = i + p;
+            self.tag_start = base + j as u64;
+            i = match data.get(j + 1) {
+                Some(&b) if b.is_ascii_alphabetic() => {
+                    self.tag_open(b, base + j as u64 + 1);
+                    self.in_tag(data, j + 2, base, out, Some(j + 1))
+                }
+                Some(b'/') => match memchr(b'>', &data[j + 2..]) {
+                    Some(q) => j + 2 + q + 1,
+                    None => {
+                        self.state = Html::Bogus;
+                        return data.len();
+                    }
+                },
+                _ => {
+                    self.state = Html::TagOpen;
+                    return j + 1;
+                }
+            };
+            if self.state != Html::Text {
+                return i;
+            }
         }
     }
 
@@ -536,132 +604,174 @@ impl EmbedScanner {
         data.len()
     }
 
-    fn tag_name(&mut self, data: &[u8], i: usize, base: u64, out: &mut Vec<EmbedRef>) -> usize {
-        let rest = &data[i..];
-        let end = find_class(rest, NAME_END);
-        let name = &rest[..end.unwrap_or(rest.len())];
-        let len = self.tag_len as usize;
-        let take = name.len().min(MAX_NAME - len);
-        for (d, s) in self.tag[len..len + take].iter_mut().zip(name) {
-            *d = s.to_ascii_lowercase();
-        }
-        self.tag_len += take as u8;
-        let Some(k) = end else { return data.len() };
-        self.kind = Tag::of(&self.tag[..self.tag_len as usize]);
-        self.wants = self.kind.wants();
-        let j = i + k;
-        if data[j] == b'>' {
-            self.end_tag(base + j as u64 + 1, out);
-        } else {
-            self.state = Html::BeforeAttrName;
-        }
-        j + 1
-    }
-
-    fn before_attr_name(&mut self, data: &[u8], i: usize, base: u64, out: &mut Vec<EmbedRef>) -> usize {
-        let Some(k) = skip_class(&data[i..], BEFORE_ATTR) else { return data.len() };
-        let j = i + k;
-        match data[j] {
-            b'>' => self.end_tag(base + j as u64 + 1, out),
-            b => self.start_attr(b),
-        }
-        j + 1
-    }
-
-    fn attr_name(&mut self, data: &[u8], i: usize, base: u64, out: &mut Vec<EmbedRef>) -> usize {
-        let rest = &data[i..];
-        let end = find_class(rest, ATTR_END);
-        let name = &rest[..end.unwrap_or(rest.len())];
-        let len = self.attr_len as usize;
-        let take = name.len().min(MAX_NAME - len);
-        for (d, s) in self.attr_name[len..len + take].iter_mut().zip(name) {
-            *d = s.to_ascii_lowercase();
-        }
-        self.attr_len += take as u8;
-        let Some(k) = end else { return data.len() };
-        // The name is complete: no later state adds to it.
-        self.attr = attr_of(&self.attr_name[..self.attr_len as usize]);
-        let bit = self.attr.bit();
-        self.keep = self.wants & bit != 0 && self.have & bit == 0;
-        let j = i + k;
-        match data[j] {
-            b'>' => {
-                self.store_attr();
+    /// Inside a tag, from `self.state` (one of `TagName` to `Unquoted`) at `data[i]`, up to its
+    /// `>` or the end of `data`. One pass through the loop reads one attribute; its states
+    /// follow each other as plain branches, and `self.state` is written only where the tag or
+    /// `data` ends. `name_from`: where in `data` the tag name began, when it began in this
+    /// piece (`data[i - 1]`); then names are compared where they lie, not copied. Returns the
+    /// index after the bytes consumed.
+    #[inline(always)]
+    fn in_tag(&mut self, data: &[u8], mut i: usize, base: u64, out: &mut Vec<EmbedRef>, name_from: Option<usize>) -> usize {
+        let n = data.len();
+        let mut st = self.state;
+        macro_rules! end_tag {
+            ($j:expr) => {{
+                let j = $j;
                 self.end_tag(base + j as u64 + 1, out);
-            }
-            b'=' => self.start_value(),
-            b'/' => {
-                self.store_attr();
-                self.state = Html::BeforeAttrName;
-            }
-            _ => self.state = Html::AfterAttrName,
+                return j + 1;
+            }};
         }
-        j + 1
-    }
-
-    fn after_attr_name(&mut self, data: &[u8], i: usize, base: u64, out: &mut Vec<EmbedRef>) -> usize {
-        let Some(k) = skip_class(&data[i..], SPACE) else { return data.len() };
-        let j = i + k;
-        match data[j] {
-            b'>' => {
-                self.store_attr();
-                self.end_tag(base + j as u64 + 1, out);
-            }
-            b'=' => self.start_value(),
-            b => {
-                self.store_attr();
-                self.start_attr(b);
-            }
+        macro_rules! pause {
+            () => {{
+                self.state = st;
+                return n;
+            }};
         }
-        j + 1
-    }
-
-    fn before_attr_value(&mut self, data: &[u8], i: usize, base: u64, out: &mut Vec<EmbedRef>) -> usize {
-        let Some(k) = skip_class(&data[i..], SPACE) else { return data.len() };
-        let j = i + k;
-        match data[j] {
-            q @ (b'"' | b'\'') => self.state = Html::Quoted(q),
-            b'>' => {
-                self.store_attr();
-                self.end_tag(base + j as u64 + 1, out);
+        if st == Html::TagName {
+            let rest = &data[i..];
+            let Some(k) = find_class(rest, NAME_END) else {
+                self.push_name(rest, true);
+                pause!()
+            };
+            let j = i + k;
+            self.kind = match name_from {
+                Some(from) => Tag::of_any_case(&data[from..j]),
+                None => {
+                    self.push_name(&rest[..k], true);
+                    Tag::of(&self.tag[..self.tag_len as usize])
+                }
+            };
+            self.wants = self.kind.wants();
+            if data[j] == b'>' {
+                end_tag!(j)
             }
-            b => {
-                self.push_value(&[b]);
-                self.state = Html::Unquoted;
-            }
+            i = j + 1;
+            st = Html::BeforeAttrName;
         }
-        j + 1
-    }
-
-    fn quoted(&mut self, data: &[u8], i: usize, q: u8) -> usize {
-        let rest = &data[i..];
-        match memchr(q, rest) {
-            Some(k) => {
+        // Where in `data` the current attribute name began, if it did in this piece.
+        let mut attr_from = None;
+        loop {
+            if st == Html::BeforeAttrName {
+                let Some(k) = skip_class(&data[i..], BEFORE_ATTR) else { pause!() };
+                let j = i + k;
+                if data[j] == b'>' {
+                    end_tag!(j)
+                }
+                self.start_attr(data[j]);
+                attr_from = Some(j);
+                i = j + 1;
+                st = Html::AttrName;
+            }
+            if st == Html::AttrName {
+                let rest = &data[i..];
+                let Some(k) = find_class(rest, ATTR_END) else {
+                    self.push_name(rest, false);
+                    pause!()
+                };
+                let j = i + k;
+                // The name is complete: no later state adds to it.
+                self.attr = match attr_from {
+                    Some(from) => attr_of_any_case(&data[from..j]),
+                    None => {
+                        self.push_name(&rest[..k], false);
+                        attr_of(&self.attr_name[..self.attr_len as usize])
+                    }
+                };
+                attr_from = None;
+                let bit = self.attr.bit();
+                self.keep = self.wants & bit != 0 && self.have & bit == 0;
+                i = j + 1;
+                match data[j] {
+                    b'>' => {
+                        self.store_attr();
+                        end_tag!(j)
+                    }
+                    b'=' => {
+                        self.start_value();
+                        st = Html::BeforeAttrValue;
+                    }
+                    b'/' => {
+                        self.store_attr();
+                        st = Html::BeforeAttrName;
+                        continue;
+                    }
+                    _ => st = Html::AfterAttrName,
+                }
+            }
+            if st == Html::AfterAttrName {
+                let Some(k) = skip_class(&data[i..], SPACE) else { pause!() };
+                let j = i + k;
+                i = j + 1;
+                match data[j] {
+                    b'>' => {
+                        self.store_attr();
+                        end_tag!(j)
+                    }
+                    b'=' => {
+                        self.start_value();
+                        st = Html::BeforeAttrValue;
+                    }
+                    b => {
+                        self.store_attr();
+                        self.start_attr(b);
+                        attr_from = Some(j);
+                        st = Html::AttrName;
+                        continue;
+                    }
+                }
+            }
+            if st == Html::BeforeAttrValue {
+                let Some(k) = skip_class(&data[i..], SPACE) else { pause!() };
+                let j = i + k;
+                i = j + 1;
+                match data[j] {
+                    q @ (b'"' | b'\'') => st = Html::Quoted(q),
+                    b'>' => {
+                        self.store_attr();
+                        end_tag!(j)
+                    }
+                    b => {
+                        self.push_value(&[b]);
+                        st = Html::Unquoted;
+                    }
+                }
+            }
+            if let Html::Quoted(q) = st {
+                let rest = &data[i..];
+                let Some(k) = memchr(q, rest) else {
+                    self.push_value(rest);
+                    pause!()
+                };
                 self.push_value(&rest[..k]);
                 self.store_attr();
-                self.state = Html::BeforeAttrName;
-                i + k + 1
-            }
-            None => {
-                self.push_value(rest);
-                data.len()
+                i += k + 1;
+                st = Html::BeforeAttrName;
+            } else {
+                debug_assert_eq!(st, Html::Unquoted);
+                let rest = &data[i..];
+                let end = find_class(rest, UNQUOTED_END);
+                self.push_value(&rest[..end.unwrap_or(rest.len())]);
+                let Some(k) = end else { pause!() };
+                let j = i + k;
+                self.store_attr();
+                if data[j] == b'>' {
+                    end_tag!(j)
+                }
+                i = j + 1;
+                st = Html::BeforeAttrName;
             }
         }
     }
 
-    fn unquoted(&mut self, data: &[u8], i: usize, base: u64, out: &mut Vec<EmbedRef>) -> usize {
-        let rest = &data[i..];
-        let end = find_class(rest, UNQUOTED_END);
-        self.push_value(&rest[..end.unwrap_or(rest.len())]);
-        let Some(k) = end else { return data.len() };
-        let j = i + k;
-        self.store_attr();
-        if data[j] == b'>' {
-            self.end_tag(base + j as u64 + 1, out);
-        } else {
-            self.state = Html::BeforeAttrName;
+    /// Append to the tag name (`tag`) or attribute name, lowercased, up to `MAX_NAME` bytes.
+    fn push_name(&mut self, s: &[u8], tag: bool) {
+        let (buf, len) = if tag { (&mut self.tag, &mut self.tag_len) } else { (&mut self.attr_name, &mut self.attr_len) };
+        let at = *len as usize;
+        let take = s.len().min(MAX_NAME - at);
+        for (d, c) in buf[at..at + take].iter_mut().zip(s) {
+            *d = c.to_ascii_lowercase();
         }
-        j + 1
+        *len += take as u8;
     }
 
     /// Inside `<script>` or `<style>`: find where `</script` (`</style`), in any case, ends.
@@ -714,13 +824,11 @@ impl EmbedScanner {
         self.attr_len = 1;
         self.values.truncate(self.stored);
         self.value_overflow = false;
-        self.state = Html::AttrName;
     }
 
     fn start_value(&mut self) {
         self.values.truncate(self.stored);
         self.value_overflow = false;
-        self.state = Html::BeforeAttrValue;
     }
 
     /// Append to the current value if it is kept; past `MAX_VALUE` bytes it is only marked as
