@@ -390,14 +390,15 @@ fn clean_url(raw: &[u8]) -> Option<String> {
         Ok(s) => std::borrow::Cow::Borrowed(s),
         Err(_) => String::from_utf8_lossy(raw),
     };
-    let s = if s.contains('&') {
+    let s = if memchr(b'&', s.as_bytes()).is_some() {
         s.replace("&amp;", "&").replace("&#38;", "&").replace("&quot;", "\"").replace("&#39;", "'").replace("&lt;", "<").replace("&gt;", ">")
     } else {
         s.into_owned()
     };
     let b = s.as_bytes();
     let skipped = |p: &str| b.len() >= p.len() && b[..p.len()].eq_ignore_ascii_case(p.as_bytes());
-    if s.is_empty() || s.starts_with('#') || ["data:", "javascript:", "about:", "mailto:", "blob:"].into_iter().any(skipped) {
+    let scheme = b.first().is_some_and(u8::is_ascii_alphabetic);
+    if s.is_empty() || s.starts_with('#') || scheme && ["data:", "javascript:", "about:", "mailto:", "blob:"].into_iter().any(skipped) {
         return None;
     }
     Some(s)

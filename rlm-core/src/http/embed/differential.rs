@@ -74,6 +74,8 @@ fn attr_value() -> impl Strategy<Value = String> {
             "stylesheet", "icon", "shortcut icon", "apple-touch-icon", "preload", "modulepreload", "alternate stylesheet",
             "STYLESHEET", "image", "IMAGE", "text", "data:image/gif;base64,AA", "javascript:void(0)", "#top", "about:blank",
             "/a?x=1&amp;y=2", "/a.png 1x, /b.png 2x", " /c.webp 480w , data:x 1x,/d.png", "", " ", "/x y",
+            "DATA:x", " JavaScript:go()", "Mailto:a@b", "blob:x", "ABOUT:", "data", "about", "/&#38;&quot;&#39;&lt;&gt;",
+            "\u{e9}t\u{e9}.png", "//cdn/x.png", "x:y", "0:x",
         ]),
         css_text(),
     ]
@@ -131,8 +133,15 @@ fn fragment() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A tag whose URL is arbitrary bytes (not always UTF-8).
+fn raw_url_tag() -> impl Strategy<Value = Vec<u8>> {
+    (pick(&["<img src=\"", "<img srcset=\"", "<p style=\"background:url(", "<link rel=stylesheet href=\"", "<td background=\""]),
+     prop::collection::vec(prop_oneof![3 => prop::sample::select(b"/a&; :,x".to_vec()), 1 => any::<u8>()], 0..12))
+        .prop_map(|(open, url)| [open.as_bytes(), &url, b")\">"].concat())
+}
+
 fn page() -> impl Strategy<Value = Vec<u8>> {
-    prop::collection::vec(fragment(), 0..24).prop_map(|v| v.concat().into_bytes())
+    prop::collection::vec(prop_oneof![8 => fragment().prop_map(String::into_bytes), 1 => raw_url_tag()], 0..24).prop_map(|v| v.concat())
 }
 
 /// Bytes that matter to some state, and any byte.

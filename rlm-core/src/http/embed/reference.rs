@@ -1,7 +1,7 @@
 //! The original byte-at-a-time embed scanner, kept verbatim as the reference that the fast
 //! scanner is checked against (differential tests in `super::tests`). Test-only.
 
-use super::{clean_url, srcset_urls, EmbedKind, EmbedRef};
+use super::{EmbedKind, EmbedRef};
 
 const MAX_NAME: usize = 16;
 const MAX_VALUE: usize = 4096;
@@ -150,6 +150,30 @@ impl CssScanner {
             self.overflow = true;
         }
     }
+}
+
+/// Decode the few HTML character references that occur in URLs, trim, and drop non-fetches.
+fn clean_url(raw: &[u8]) -> Option<String> {
+    let s = String::from_utf8_lossy(raw.trim_ascii());
+    let s = if s.contains('&') {
+        s.replace("&amp;", "&").replace("&#38;", "&").replace("&quot;", "\"").replace("&#39;", "'").replace("&lt;", "<").replace("&gt;", ">")
+    } else {
+        s.into_owned()
+    };
+    let lower = s.to_ascii_lowercase();
+    if s.is_empty() || s.starts_with('#') || ["data:", "javascript:", "about:", "mailto:", "blob:"].iter().any(|p| lower.starts_with(p)) {
+        return None;
+    }
+    Some(s)
+}
+
+/// Candidates of a `srcset`: comma-separated "URL [descriptor]".
+fn srcset_urls(v: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(v)
+        .split(',')
+        .filter_map(|c| c.split_ascii_whitespace().next())
+        .filter_map(|u| clean_url(u.as_bytes()))
+        .collect()
 }
 
 /// The streaming scanner: feed it body bytes in order, collect references.
