@@ -9,10 +9,12 @@
 //! the next `<`, comments to the next `>` (then looks back for `--`), `<script>`/`<style>`
 //! contents to the next `<` that may start the closing tag, quoted attribute values to their
 //! closing quote, CSS to the next `u` or `@`. Names and the few bytes between attributes go
-//! through a byte-class table. Only the values of attributes the tag can use are buffered
-//! (`src` of an `<img>`, `style` and `background` of any tag): a `class` value is skipped.
-//! The states and their transitions are those of the original byte-at-a-time machine, which
-//! `reference` keeps for the differential tests.
+//! through a byte-class table, and a tag is read from its name to its `>` in one loop whose
+//! states follow each other as plain branches. Names are compared where they lie (copied only
+//! when a packet boundary splits them), and only the values of attributes the tag can use are
+//! buffered (`src` of an `<img>`, `style` and `background` of any tag): a `class` value is
+//! skipped. The states and their transitions are those of the original byte-at-a-time
+//! machine, which `reference` keeps for the differential tests.
 
 use memchr::{memchr, memchr2, memchr3};
 
@@ -420,13 +422,14 @@ pub struct EmbedScanner {
     state: Html,
     offset: u64,
     tag_start: u64,
-    /// The tag name, lowercased, its first `MAX_NAME` bytes.
+    /// The tag name, lowercased, its first `MAX_NAME` bytes; past the first byte, only filled
+    /// when the name is split across pieces (else it is compared where it lies).
     tag: [u8; MAX_NAME],
     tag_len: u8,
     /// What the finished tag name is, and the attributes worth buffering for it.
     kind: Tag,
     wants: u16,
-    /// The attribute name being read, lowercased, its first `MAX_NAME` bytes.
+    /// The attribute name being read, lowercased, its first `MAX_NAME` bytes; like `tag`.
     attr_name: [u8; MAX_NAME],
     attr_len: u8,
     /// The current attribute, once its name is finished, and whether its value is buffered.
