@@ -8,13 +8,16 @@
 //! section, interface and packet blocks), reading them from any [`Read`] into one reused buffer
 //! costs no allocation per frame, and every way a file can end badly becomes a reason we word
 //! ourselves. `tests/cli.rs` holds the reader to libpcap's reading of every vendored trace.
+//!
+//! A thread reads (and decompresses) ahead, so that work runs beside the engine's.
 
-use std::cell::Cell;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
@@ -177,7 +180,7 @@ pub struct CaptureReader {
     eof: bool,
     format: Format,
     /// Bytes taken from the underlying file or stdin (before decompression).
-    raw_read: Rc<Cell<u64>>,
+    raw_read: Arc<AtomicU64>,
     /// Size of the underlying file, when it is one.
     size: Option<u64>,
     /// The last timestamp (for pcapng simple packet blocks, which carry none).
@@ -189,14 +192,85 @@ pub struct CaptureReader {
 /// Counts the bytes read through it (for the progress bar).
 struct Counting<R> {
     inner: R,
-    n: Rc<Cell<u64>>,
+    n: Arc<AtomicU64>,
 }
 
 impl<R: Read> Read for Counting<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.n.set(self.n.get() + n as u64);
+        self.n.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
+    }
+}
+
+/// Size of the read-ahead thread's chunks.
+const CHUNK: usize = 1 << 20;
+
+/// Reads ahead on a thread of its own, so the system calls and the decompression run beside the
+/// engine instead of between its frames. Each chunk is what one `read` returned (a pipe's data is
+/// passed on as soon as it arrives); chunks go back to the thread for reuse.
+struct ReadAhead {
+    rx: Receiver<io::Result<(Vec<u8>, usize)>>,
+    back: SyncSender<Vec<u8>>,
+    cur: Option<Vec<u8>>,
+    pos: usize,
+    len: usize,
+    done: bool,
+}
+
+impl ReadAhead {
+    fn spawn(mut input: Box<dyn Read + Send>) -> io::Result<ReadAhead> {
+        let (tx, rx) = sync_channel::<io::Result<(Vec<u8>, usize)>>(2);
+        let (back, back_rx) = sync_channel::<Vec<u8>>(4);
+        std::thread::Builder::new().name("capture-read".into()).spawn(move || loop {
+            let mut buf = back_rx.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
+            let r = loop {
+                match input.read(&mut buf) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    r => break r,
+                }
+            };
+            let end = !matches!(r, Ok(n) if n > 0);
+            // The receiver gone (the replay stopped) ends the thread too.
+            if tx.send(r.map(|n| (buf, n))).is_err() || end {
+                return;
+            }
+        })?;
+        Ok(ReadAhead { rx, back, cur: None, pos: 0, len: 0, done: false })
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.len {
+                let k = out.len().min(self.len - self.pos);
+                let cur = self.cur.as_ref().expect("a chunk");
+                out[..k].copy_from_slice(&cur[self.pos..self.pos + k]);
+                self.pos += k;
+                return Ok(k);
+            }
+            if self.done {
+                return Ok(0);
+            }
+            if let Some(b) = self.cur.take() {
+                let _ = self.back.try_send(b);
+            }
+            match self.rx.recv() {
+                Ok(Ok((buf, n))) => {
+                    self.done = n == 0;
+                    (self.cur, self.pos, self.len) = (Some(buf), 0, n);
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.done = true;
+                    return Err(io::Error::other("the reading thread stopped"));
+                }
+            }
+        }
     }
 }
 
@@ -229,9 +303,14 @@ fn sniff_compression(head: &[u8]) -> Result<Compression, &'static str> {
 /// (missing, a directory, not a capture, an unsupported link type) are one-line and happen before
 /// any frame is read.
 pub fn open(source: &Source) -> Result<CaptureReader> {
-    let raw_read = Rc::new(Cell::new(0u64));
-    let (input, size): (Box<dyn Read>, Option<u64>) = match source {
-        Source::Stdin => (Box::new(Counting { inner: io::stdin().lock(), n: raw_read.clone() }), None),
+    let raw_read = Arc::new(AtomicU64::new(0));
+    let (input, size): (Box<dyn Read + Send>, Option<u64>) = match source {
+        Source::Stdin => {
+            // Standard input's own descriptor, unbuffered: large reads, and Send for the read-ahead thread.
+            use std::os::fd::AsFd;
+            let fd = io::stdin().as_fd().try_clone_to_owned().context("cannot read capture (standard input)")?;
+            (Box::new(Counting { inner: File::from(fd), n: raw_read.clone() }), None)
+        }
         Source::File(path) => {
             let meta = std::fs::metadata(path).with_context(|| format!("cannot open capture {}", path.display()))?;
             if meta.is_dir() {
@@ -246,13 +325,13 @@ pub fn open(source: &Source) -> Result<CaptureReader> {
 }
 
 /// A reader over any byte stream (plain, gzip or zstd), named `name` in messages.
-pub fn from_read(name: &str, input: Box<dyn Read>) -> Result<CaptureReader> {
-    let raw_read = Rc::new(Cell::new(0u64));
+pub fn from_read(name: &str, input: Box<dyn Read + Send>) -> Result<CaptureReader> {
+    let raw_read = Arc::new(AtomicU64::new(0));
     let input = Box::new(Counting { inner: input, n: raw_read.clone() });
     from_reader(name.to_string(), input, None, raw_read)
 }
 
-fn from_reader(name: String, mut input: Box<dyn Read>, size: Option<u64>, raw_read: Rc<Cell<u64>>) -> Result<CaptureReader> {
+fn from_reader(name: String, mut input: Box<dyn Read + Send>, size: Option<u64>, raw_read: Arc<AtomicU64>) -> Result<CaptureReader> {
     let mut head = [0u8; 4];
     let n = read_full(&mut *input, &mut head).with_context(|| format!("cannot read capture {name}"))?;
     let head = head[..n].to_vec();
@@ -261,7 +340,7 @@ fn from_reader(name: String, mut input: Box<dyn Read>, size: Option<u64>, raw_re
         Err(why) => bail!("cannot read capture {name}: {why}"),
     };
     let rejoined = Cursor::new(head).chain(input);
-    let input: Box<dyn Read> = match compression {
+    let input: Box<dyn Read + Send> = match compression {
         Compression::None => Box::new(rejoined),
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(BufReader::with_capacity(256 << 10, rejoined))),
         Compression::Zstd => Box::new(
@@ -269,6 +348,7 @@ fn from_reader(name: String, mut input: Box<dyn Read>, size: Option<u64>, raw_re
                 .with_context(|| format!("cannot read capture {name}: zstd"))?,
         ),
     };
+    let input = Box::new(ReadAhead::spawn(input).with_context(|| format!("cannot read capture {name}"))?);
     let mut r = CaptureReader {
         name,
         input,
@@ -299,7 +379,7 @@ impl CaptureReader {
 
     /// Bytes read from the file or standard input so far (compressed bytes for a compressed capture).
     pub fn bytes_read(&self) -> u64 {
-        self.raw_read.get()
+        self.raw_read.load(Ordering::Relaxed)
     }
 
     /// The file's size, when the capture is a regular file.
