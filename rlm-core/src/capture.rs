@@ -95,8 +95,6 @@ impl fmt::Display for Cut {
 
 /// Records longer than this are taken as damage, not data (libpcap's largest snap length is 256 KiB).
 const MAX_RECORD: usize = 16 << 20;
-/// The read buffer: large reads, and a record never straddles more than one refill.
-const BUF_SIZE: usize = 1 << 20;
 
 const PCAPNG_SHB: u32 = 0x0A0D_0D0A;
 const PCAPNG_IDB: u32 = 1;
@@ -172,7 +170,7 @@ enum Format {
 /// A pcap or pcapng reader over any byte stream.
 pub struct CaptureReader {
     name: String,
-    input: Box<dyn Read>,
+    input: ReadAhead,
     compression: Compression,
     buf: Vec<u8>,
     pos: usize,
@@ -203,19 +201,19 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
-/// Size of the read-ahead thread's chunks.
+/// Bytes the read-ahead thread reads at a time.
 const CHUNK: usize = 1 << 20;
+/// Room left before each chunk's data for the unread end of the chunk before it, so that a record
+/// cut by a chunk boundary is made whole by copying its first part only (larger than any snap
+/// length libpcap writes; a longer record is gathered by copying).
+const HEAD: usize = 320 << 10;
 
 /// Reads ahead on a thread of its own, so the system calls and the decompression run beside the
-/// engine instead of between its frames. Each chunk is what one `read` returned (a pipe's data is
-/// passed on as soon as it arrives); chunks go back to the thread for reuse.
+/// engine instead of between its frames. Each chunk holds what one `read` returned (a pipe's data
+/// is passed on as soon as it arrives) at offset HEAD; chunks go back to the thread for reuse.
 struct ReadAhead {
     rx: Receiver<io::Result<(Vec<u8>, usize)>>,
     back: SyncSender<Vec<u8>>,
-    cur: Option<Vec<u8>>,
-    pos: usize,
-    len: usize,
-    done: bool,
 }
 
 impl ReadAhead {
@@ -223,9 +221,12 @@ impl ReadAhead {
         let (tx, rx) = sync_channel::<io::Result<(Vec<u8>, usize)>>(2);
         let (back, back_rx) = sync_channel::<Vec<u8>>(4);
         std::thread::Builder::new().name("capture-read".into()).spawn(move || loop {
-            let mut buf = back_rx.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
+            let mut buf = back_rx.try_recv().unwrap_or_default();
+            if buf.len() < HEAD + CHUNK {
+                buf.resize(HEAD + CHUNK, 0);
+            }
             let r = loop {
-                match input.read(&mut buf) {
+                match input.read(&mut buf[HEAD..]) {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     r => break r,
                 }
@@ -236,40 +237,17 @@ impl ReadAhead {
                 return;
             }
         })?;
-        Ok(ReadAhead { rx, back, cur: None, pos: 0, len: 0, done: false })
+        Ok(ReadAhead { rx, back })
     }
-}
 
-impl Read for ReadAhead {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if self.pos < self.len {
-                let k = out.len().min(self.len - self.pos);
-                let cur = self.cur.as_ref().expect("a chunk");
-                out[..k].copy_from_slice(&cur[self.pos..self.pos + k]);
-                self.pos += k;
-                return Ok(k);
-            }
-            if self.done {
-                return Ok(0);
-            }
-            if let Some(b) = self.cur.take() {
-                let _ = self.back.try_send(b);
-            }
-            match self.rx.recv() {
-                Ok(Ok((buf, n))) => {
-                    self.done = n == 0;
-                    (self.cur, self.pos, self.len) = (Some(buf), 0, n);
-                }
-                Ok(Err(e)) => {
-                    self.done = true;
-                    return Err(e);
-                }
-                Err(_) => {
-                    self.done = true;
-                    return Err(io::Error::other("the reading thread stopped"));
-                }
-            }
+    /// The next chunk and its length (0 at the end), or why the stream failed.
+    fn next(&self) -> io::Result<(Vec<u8>, usize)> {
+        self.rx.recv().unwrap_or_else(|_| Err(io::Error::other("the reading thread stopped")))
+    }
+
+    fn give_back(&self, buf: Vec<u8>) {
+        if !buf.is_empty() {
+            let _ = self.back.try_send(buf);
         }
     }
 }
@@ -348,12 +326,12 @@ fn from_reader(name: String, mut input: Box<dyn Read + Send>, size: Option<u64>,
                 .with_context(|| format!("cannot read capture {name}: zstd"))?,
         ),
     };
-    let input = Box::new(ReadAhead::spawn(input).with_context(|| format!("cannot read capture {name}"))?);
+    let input = ReadAhead::spawn(input).with_context(|| format!("cannot read capture {name}"))?;
     let mut r = CaptureReader {
         name,
         input,
         compression,
-        buf: vec![0; BUF_SIZE],
+        buf: Vec::new(),
         pos: 0,
         end: 0,
         eof: false,
@@ -398,25 +376,35 @@ impl CaptureReader {
     /// Returns how many are available.
     fn fill(&mut self, need: usize) -> Result<usize, Cut> {
         while self.end - self.pos < need && !self.eof {
-            if self.buf.len() - self.pos < need {
-                // Move what is left to the front, and grow for a record larger than the buffer.
-                self.buf.copy_within(self.pos..self.end, 0);
-                self.end -= self.pos;
-                self.pos = 0;
-                if self.buf.len() < need {
-                    self.buf.resize(need.next_power_of_two(), 0);
-                }
-            }
-            match self.input.read(&mut self.buf[self.end..]) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            let (mut next, n) = match self.input.next() {
+                Ok(chunk) => chunk,
                 Err(e) => {
+                    self.eof = true;
                     return Err(Cut(match self.compression {
                         Compression::None => format!("read error: {e}"),
                         c => format!("{} stream: {e}", c.name()),
-                    }))
+                    }));
                 }
+            };
+            if n == 0 {
+                self.eof = true;
+                self.input.give_back(next);
+                break;
+            }
+            let tail = self.end - self.pos;
+            if tail <= HEAD {
+                // The unread end of this chunk goes just before the next one's data.
+                next[HEAD - tail..HEAD].copy_from_slice(&self.buf[self.pos..self.end]);
+                let old = std::mem::replace(&mut self.buf, next);
+                self.input.give_back(old);
+                (self.pos, self.end) = (HEAD - tail, HEAD + n);
+            } else {
+                // A record longer than the headroom: gather it here.
+                self.buf.copy_within(self.pos..self.end, 0);
+                self.buf.truncate(tail);
+                self.buf.extend_from_slice(&next[HEAD..HEAD + n]);
+                (self.pos, self.end) = (0, self.buf.len());
+                self.input.give_back(next);
             }
         }
         Ok(self.end - self.pos)
@@ -812,6 +800,38 @@ mod tests {
         huge.extend(u32::MAX.to_le_bytes());
         huge.extend(u32::MAX.to_le_bytes());
         assert!(frames(&mut reader(huge).unwrap()).1.unwrap().0.contains("claims"));
+    }
+
+    /// Hands out its bytes in pieces of varying size, as a pipe does.
+    struct Trickle(Vec<u8>, usize, crate::testkit::Rng);
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = (self.2.below(70_000) as usize + 1).min(buf.len()).min(self.0.len() - self.1);
+            buf[..n].copy_from_slice(&self.0[self.1..self.1 + n]);
+            self.1 += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn records_across_chunks_and_larger_than_the_headroom() {
+        let mut rng = crate::testkit::Rng::new(3);
+        let sizes: Vec<usize> = (0..3000).map(|i| if i % 997 == 5 { HEAD + 12_345 + i } else if i % 333 == 0 { 3 * CHUNK / 2 } else { rng.below(1600) as usize }).collect();
+        let bodies: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| (0..n).map(|k| (k * 31 + i) as u8).collect()).collect();
+        let records: Vec<(u32, u32, &[u8])> = bodies.iter().enumerate().map(|(i, b)| (i as u32, 0, &b[..])).collect();
+        let bytes = pcap(false, false, &records);
+        for trickle in [false, true] {
+            let input: Box<dyn Read + Send> = if trickle { Box::new(Trickle(bytes.clone(), 0, crate::testkit::Rng::new(9))) } else { Box::new(Cursor::new(bytes.clone())) };
+            let mut r = from_read("test", input).unwrap();
+            let (f, cut) = frames(&mut r);
+            assert_eq!(cut, None);
+            assert_eq!(f.len(), bodies.len());
+            for (i, ((ts, data), body)) in f.iter().zip(&bodies).enumerate() {
+                assert_eq!((*ts, data.len()), (i as u64 * 1_000_000_000, body.len()), "record {i}");
+                assert!(data == body, "record {i} differs");
+            }
+        }
     }
 
     #[test]
