@@ -639,7 +639,7 @@ mod tests {
             assert_eq!(got.histogram.iter().map(|b| b.count).sum::<u64>(), n as u64);
             // Bins agree with exact binning except for values within 0.1% of a boundary.
             let width = got.histogram[0].hi_s.unwrap();
-            let mut exact_bins = vec![0u64; BINS + 1];
+            let mut exact_bins = [0u64; BINS + 1];
             v.iter().for_each(|&x| exact_bins[bin_of(x, width)] += 1);
             let moved: u64 = exact_bins.iter().zip(&got.histogram).map(|(a, b)| a.abs_diff(b.count)).sum();
             let near = v.iter().filter(|&&x| ((x / width).round() - x / width).abs() * width <= x * 1e-3 + 1e-6).count() as u64;

@@ -329,7 +329,8 @@ fn pcap_frames(path: &Path) -> Vec<(i64, i64, Vec<u8>)> {
     let mut cap = pcap::Capture::from_file(path).unwrap();
     let mut out = Vec::new();
     while let Ok(p) = cap.next_packet() {
-        out.push((p.header.ts.tv_sec as i64, p.header.ts.tv_usec as i64, p.data.to_vec()));
+        let ts = p.header.ts;
+        out.push((ts.tv_sec, ts.tv_usec, p.data.to_vec()));
     }
     out
 }
