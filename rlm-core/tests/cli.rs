@@ -393,3 +393,46 @@ fn pcapng_capture_gives_the_same_records_as_pcap() {
     assert!(a.status.success() && b.status.success());
     assert_eq!(a.stdout, b.stdout);
 }
+
+/// A little-endian microsecond pcap of `frames` with link type `dlt`.
+fn to_pcap(dlt: u32, frames: &[(i64, i64, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for x in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, dlt] {
+        out.extend(x.to_le_bytes());
+    }
+    for (s, us, data) in frames {
+        for x in [*s as u32, *us as u32, data.len() as u32, data.len() as u32] {
+            out.extend(x.to_le_bytes());
+        }
+        out.extend(data);
+    }
+    out
+}
+
+#[test]
+fn raw_ip_linux_sll_and_loopback_captures_give_the_same_records() {
+    let d = tmpdir("links");
+    let eth = pcap_frames(&trace("http-single-conn-22.pcap"));
+    assert!(eth.iter().all(|(_, _, f)| f[12..14] == [0x08, 0x00]), "IPv4 over Ethernet");
+    let expect = rlm().args(["analyze", "--quiet", "--transactions", "-"]).arg(trace("http-single-conn-22.pcap")).output().unwrap();
+    let with = |dlt: u32, head: &dyn Fn(&[u8]) -> Vec<u8>| {
+        let frames: Vec<_> = eth.iter().map(|(s, us, f)| (*s, *us, [head(f), f[14..].to_vec()].concat())).collect();
+        (dlt, to_pcap(dlt, &frames))
+    };
+    let variants = [
+        with(101, &|_| vec![]),
+        with(113, &|f| [&[0, 0, 0, 1, 0, 6][..], &f[6..12], &[0, 0], &[0x08, 0x00]].concat()),
+        with(0, &|_| 2u32.to_le_bytes().to_vec()),
+    ];
+    for (dlt, bytes) in variants {
+        let f = d.join(format!("link-{dlt}.pcap"));
+        std::fs::write(&f, bytes).unwrap();
+        let out = rlm().args(["analyze", "--quiet", "--transactions", "-"]).arg(&f).output().unwrap();
+        assert!(out.status.success(), "link type {dlt}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, expect.stdout, "link type {dlt}");
+    }
+    let f = d.join("link-147.pcap");
+    std::fs::write(&f, to_pcap(147, &eth)).unwrap();
+    let out = rlm().arg("analyze").arg(&f).output().unwrap();
+    assert!(one_line_error(&out).contains("unsupported link type 147"));
+}
