@@ -66,10 +66,12 @@ impl<'s> Parser<'s> {
     fn prev_span(&self) -> Span {
         self.i.checked_sub(1).and_then(|j| self.toks.get(j)).map_or(Span::default(), |t| t.span)
     }
-    /// Whether the token at `j` begins a statement: `CLASS`, or `IF` but not `IF PREDICTED`.
+    /// Whether the token at `j` begins a statement: `IF` but not `IF PREDICTED` (a selector),
+    /// `CLASS` but not `CLASS ==` (a test).
     fn starts_statement_at(&self, j: usize) -> bool {
-        let t = self.toks.get(j);
-        (self.is_kw(t, "IF") && !self.is_kw(self.toks.get(j + 1), "PREDICTED")) || self.is_kw(t, "CLASS")
+        let (t, next) = (self.toks.get(j), self.toks.get(j + 1));
+        (self.is_kw(t, "IF") && !self.is_kw(next, "PREDICTED"))
+            || (self.is_kw(t, "CLASS") && !next.is_some_and(|n| matches!(n.kind, Kind::Eq | Kind::EqEq | Kind::Ne)))
     }
     fn starts_statement(&self) -> bool {
         self.starts_statement_at(self.i)
@@ -196,6 +198,12 @@ impl<'s> Parser<'s> {
         }
         self.expect_kw("IF", "IF after the class name")?;
         let cond = self.cond()?;
+        if self.peek_kw("THEN") {
+            let span = self.peek().map(|t| t.span).unwrap_or_default();
+            return Err(Error::new(span, "a class declaration has no THEN: it only names the clients its condition matches")
+                .expected("AND, OR, or the next rule or class")
+                .help(format!("act on the class in a rule: IF CLASS == {name} THEN ...")));
+        }
         Ok(ClassDecl { name: Ident { name: name.to_string(), span }, cond, span: kw.to(self.prev_span()) })
     }
 

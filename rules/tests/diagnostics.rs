@@ -48,6 +48,8 @@ const CASES: &[(&str, u32, u32, &str)] = &[
     ("CLASS H IF IP.SRC == 1.2.3.4\nIF RT.H > 2s FOR 2h THEN DROP SYN", 2, 19, "unknown unit 'h'"),
     ("CLASS 9X IF IP.SRC == 1.2.3.4", 1, 7, "'9X' is not a class name"),
     ("CLASS HIGH IP.SRC == 1.2.3.4", 1, 12, "expected IF after the class name"),
+    ("CLASS HIGH IF IP.SRC == 1.2.3.4 THEN DROP SYN", 1, 33, "a class declaration has no THEN"),
+    ("CLASS HIGH IF IP.SRC == 1.2.3.4\nIF RT > 1s AND\nCLASS = HIGH THEN DROP SYN\nCLASS X IF", 4, 11, "expected a test, found the end of the file"),
     ("IF RT > 2s THEN FAST SYN GAP 0ms", 1, 30, "shorter than a retransmission GAP may be (1ms)"),
     ("IF RT > 2s THEN FAST SYN GAP 2min", 1, 31, "unknown unit"),
     ("IF RT > 2s THEN FAST SYN GAP 61s", 1, 30, "longer than a retransmission GAP may be (60s)"),
@@ -236,6 +238,7 @@ fn what_is_fine() {
         "IF RT > 1s THEN REMOVE EMBEDS\n  IF PREDICTED RT > 3s\nIF RT > 2s THEN DROP SYN",
         "IF IP.SRC == 10.4.*.* THEN LIMIT SYN 600/min BURST 5",
         "IF URL == \"quote\\\"d\\\\\" THEN REWRITE EMBEDS",
+        "CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT > 1s AND\nCLASS == HIGH OR\nCLASS != DEFAULT THEN\nDROP SYN\nCLASS LOW IF IP.SRC == 10.5.*.*",
     ] {
         compile("t.rlm", src).unwrap_or_else(|e| panic!("{src:?}\n{e}"));
     }
