@@ -341,3 +341,11 @@ fn undecidable_at_the_node_is_an_error() {
         }
     }
 }
+
+#[test]
+fn shareable_across_threads() {
+    fn send_sync<T: Send + Sync + Clone>() {}
+    send_sync::<RuleSet>();
+    send_sync::<rules::Holds>();
+    send_sync::<Firing>();
+}
