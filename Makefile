@@ -15,7 +15,7 @@ LAB_OUT ?= lab-out
 LAB := ./target/release/rlm-lab
 EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop
 
-.PHONY: deps build test unit lab-quick lab demo bench bench-analyze fuzz clean
+.PHONY: deps build test unit lab-quick lab demo bench bench-analyze fuzz fuzz-rules clean
 
 # Install only what is missing, so a second run costs nothing and needs no network.
 deps:
@@ -58,6 +58,10 @@ bench-analyze: deps
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd fuzz && $(CARGO) +nightly fuzz run engine_frames -- -max_total_time=600 -timeout=10 -rss_limit_mb=2048
+
+fuzz-rules:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && $(CARGO) +nightly fuzz run rules_parse -- -max_total_time=60 -timeout=10 -rss_limit_mb=2048
 
 clean:
 	$(CARGO) clean

@@ -328,7 +328,7 @@ impl fmt::Display for ActionKind {
             ActionKind::RewriteEmbeds { select, mapping } => {
                 write!(f, "REWRITE EMBEDS{select}")?;
                 if let Some(m) = mapping {
-                    write!(f, " USING {}", Glob::new(m.clone()))?;
+                    write!(f, " USING {}", crate::glob::quote(m))?;
                 }
                 Ok(())
             }

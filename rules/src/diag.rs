@@ -34,11 +34,13 @@ pub(crate) struct Error {
     pub message: String,
     pub expected: Option<String>,
     pub help: Option<String>,
+    /// Follows from an error already reported (a character the lexer could not read); dropped.
+    pub silent: bool,
 }
 
 impl Error {
     pub fn new(span: Span, message: impl Into<String>) -> Error {
-        Error { span, message: message.into(), expected: None, help: None }
+        Error { span, message: message.into(), expected: None, help: None, silent: false }
     }
     pub fn expected(mut self, what: impl Into<String>) -> Error {
         self.expected = Some(what.into());

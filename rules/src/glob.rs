@@ -57,17 +57,24 @@ fn utf8_len(first: u8) -> usize {
     }
 }
 
+/// A string literal of the rule language for `s` (`"a\"b"`).
+pub(crate) fn quote(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    q.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            q.push('\\');
+        }
+        q.push(c);
+    }
+    q.push('"');
+    q
+}
+
 impl fmt::Display for Glob {
     /// As a string literal.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("\"")?;
-        for c in self.0.chars() {
-            if c == '"' || c == '\\' {
-                f.write_str("\\")?;
-            }
-            write!(f, "{c}")?;
-        }
-        f.write_str("\"")
+        f.write_str(&quote(&self.0))
     }
 }
 

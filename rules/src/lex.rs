@@ -20,6 +20,9 @@ pub(crate) enum Kind {
     Comma,
     LParen,
     RParen,
+    /// Input the lexer reported an error for (an odd character, an unterminated string): the
+    /// parser stops the statement there without a second error.
+    Bad,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,6 +77,7 @@ pub(crate) fn lex(src: &str, errors: &mut Vec<Error>) -> Vec<Tok> {
                         errors.push(
                             Error::new(Span::new(i, i + 1), "'!' on its own is not an operator").expected("!= or NOT").help("write NOT for negation"),
                         );
+                        toks.push(one(Kind::Bad, 1, line_start));
                         line_start = false;
                         continue;
                     }
@@ -116,12 +120,17 @@ pub(crate) fn lex(src: &str, errors: &mut Vec<Error>) -> Vec<Tok> {
                     None => {
                         let stop = it.peek().map_or(src.len(), |&(j, _)| j);
                         errors.push(Error::new(Span::new(i, stop), "this string has no closing quote").expected("'\"' before the end of the line"));
+                        toks.push(Tok { kind: Kind::Bad, span: Span::new(i, stop), line_start });
                     }
                     Some(end) => {
                         if let Some(s) = bad_escape {
                             errors.push(Error::new(s, "unknown escape in a string").expected("\\\" or \\\\"));
+                            toks.push(Tok { kind: Kind::Bad, span: Span::new(i, end), line_start });
                         } else if value.len() > MAX_STRING {
-                            errors.push(Error::new(Span::new(i, end), format!("this string is longer than {MAX_STRING} bytes")));
+                            errors.push(
+                                Error::new(Span::new(i, end), format!("this string is longer than {MAX_STRING} bytes")).expected("a shorter string"),
+                            );
+                            toks.push(Tok { kind: Kind::Bad, span: Span::new(i, end), line_start });
                         } else {
                             toks.push(Tok { kind: Kind::Str(value), span: Span::new(i, end), line_start });
                         }
@@ -140,6 +149,7 @@ pub(crate) fn lex(src: &str, errors: &mut Vec<Error>) -> Vec<Tok> {
                 toks.push(Tok { kind: Kind::Word, span: Span::new(i, end), line_start });
             }
             c => {
+                toks.push(Tok { kind: Kind::Bad, span: Span::new(i, i + c.len_utf8()), line_start });
                 errors.push(
                     Error::new(Span::new(i, i + c.len_utf8()), format!("unexpected character {c:?}"))
                         .expected("a keyword, a field, a value, an operator (== = != < <= > >=), '+', ',', '(', ')', a \"string\" or a # comment"),

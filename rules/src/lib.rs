@@ -66,6 +66,7 @@ pub use parse::{MAX_DEPTH, MAX_EMBED_POS, MAX_ERRORS};
 pub const MAX_FILE_SIZE: usize = 1 << 20;
 
 fn diagnostics(file: &str, src: &str, mut errors: Vec<diag::Error>) -> Diagnostics {
+    errors.retain(|e| !e.silent);
     errors.sort_by_key(|e| (e.span.start, e.span.end));
     errors.dedup_by(|a, b| a.span == b.span && a.message == b.message);
     let map = diag::SourceMap::new(src);

@@ -66,10 +66,12 @@ impl<'s> Parser<'s> {
     fn prev_span(&self) -> Span {
         self.i.checked_sub(1).and_then(|j| self.toks.get(j)).map_or(Span::default(), |t| t.span)
     }
-    /// Whether the token at `j` begins a statement: `CLASS`, or `IF` but not `IF PREDICTED`.
+    /// Whether the token at `j` begins a statement: `IF` but not `IF PREDICTED` (a selector),
+    /// `CLASS` but not `CLASS ==` (a test).
     fn starts_statement_at(&self, j: usize) -> bool {
-        let t = self.toks.get(j);
-        (self.is_kw(t, "IF") && !self.is_kw(self.toks.get(j + 1), "PREDICTED")) || self.is_kw(t, "CLASS")
+        let (t, next) = (self.toks.get(j), self.toks.get(j + 1));
+        (self.is_kw(t, "IF") && !self.is_kw(next, "PREDICTED"))
+            || (self.is_kw(t, "CLASS") && !next.is_some_and(|n| matches!(n.kind, Kind::Eq | Kind::EqEq | Kind::Ne)))
     }
     fn starts_statement(&self) -> bool {
         self.starts_statement_at(self.i)
@@ -95,8 +97,13 @@ impl<'s> Parser<'s> {
     }
 
     fn expected<T>(&self, what: &str) -> R<T> {
+        self.expected_as(what, what)
+    }
+
+    /// "expected `short`, found ...", with the `long` list under the caret.
+    fn expected_as<T>(&self, short: &str, long: &str) -> R<T> {
         let (span, found) = self.found();
-        Err(Error::new(span, format!("expected {what}, found {found}")).expected(what))
+        Err(Error::new(span, format!("expected {short}, found {found}")).expected(long))
     }
 
     fn expect_kw(&mut self, kw: &str, what: &str) -> R<Span> {
@@ -157,7 +164,9 @@ impl<'s> Parser<'s> {
             };
             match r {
                 Ok(item) => items.push(item),
-                Err(e) => {
+                Err(mut e) => {
+                    // An error at input the lexer already reported is not reported again.
+                    e.silent = self.peek().is_some_and(|t| t.kind == Kind::Bad && t.span == e.span);
                     self.errors.push(e);
                     self.recover(start);
                 }
@@ -189,6 +198,12 @@ impl<'s> Parser<'s> {
         }
         self.expect_kw("IF", "IF after the class name")?;
         let cond = self.cond()?;
+        if self.peek_kw("THEN") {
+            let span = self.peek().map(|t| t.span).unwrap_or_default();
+            return Err(Error::new(span, "a class declaration has no THEN: it only names the clients its condition matches")
+                .expected("AND, OR, or the next rule or class")
+                .help(format!("act on the class in a rule: IF CLASS == {name} THEN ...")));
+        }
         Ok(ClassDecl { name: Ident { name: name.to_string(), span }, cond, span: kw.to(self.prev_span()) })
     }
 
@@ -297,12 +312,12 @@ impl<'s> Parser<'s> {
     }
 
     fn atom(&mut self) -> R<Cond> {
-        let Some(t) = self.peek().cloned() else { return self.expected(EXPECT_TEST) };
-        if t.kind != Kind::Word || self.at_line_keyword() {
-            return self.expected(EXPECT_TEST);
-        }
+        let Some(t) = self.peek().cloned() else { return self.expected_as("a test", EXPECT_TEST) };
         let field = self.text(&t);
         let upper = field.to_ascii_uppercase();
+        if t.kind != Kind::Word || self.at_line_keyword() || matches!(upper.as_str(), "THEN" | "AND" | "OR" | "IF") {
+            return self.expected_as("a test", EXPECT_TEST);
+        }
         self.bump();
         let test = match upper.as_str() {
             "IP.SRC" | "IP.DST" => {
@@ -370,7 +385,7 @@ impl<'s> Parser<'s> {
     }
 
     fn action(&mut self) -> R<Action> {
-        let Some(t) = self.bump() else { return self.expected(EXPECT_ACTION) };
+        let Some(t) = self.bump() else { return self.expected_as("an action", EXPECT_ACTION) };
         let word = self.text(&t).to_ascii_uppercase();
         let kind = match word.as_str() {
             "DROP" => {
@@ -547,9 +562,9 @@ fn class_field(field: &str, span: Span) -> R<(ClassRef, Stat)> {
             let u = s.to_ascii_uppercase();
             if u == "MEAN" {
                 Stat::Mean
-            } else if let Some(p) = u.strip_prefix('P').filter(|p| !p.is_empty() && p.len() <= 2 && p.bytes().all(|b| b.is_ascii_digit())) {
+            } else if let Some(p) = u.strip_prefix('P').filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
                 match p.parse::<u8>() {
-                    Ok(v @ 1..=99) => Stat::Percentile(v),
+                    Ok(v @ 1..=99) if p.len() <= 2 => Stat::Percentile(v),
                     _ => return Err(Error::new(sspan, format!("'{s}' is not a percentile")).expected("P1 to P99")),
                 }
             } else {
