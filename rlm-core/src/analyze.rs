@@ -33,7 +33,58 @@ pub struct AnalyzeOptions {
     pub config: Config,
     /// Show a progress bar (when stderr is a terminal).
     pub progress: bool,
+    /// A rule file to replay over the capture (what-if): what each rule would have done.
+    pub rules: Option<rules::RuleSet>,
+    /// Where the rules' decisions go as JSON lines; `-` is standard output.
+    pub decisions: Option<PathBuf>,
 }
+
+/// Class response times are reported over time in buckets of this many seconds.
+pub const WHAT_IF_BUCKET_S: u64 = 10;
+
+/// What a rule would have done over the capture.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RuleReport {
+    /// `FILE:LINE:COL`.
+    pub rule: String,
+    pub text: String,
+    /// SYNs it would have dropped (DROP SYN) and refused for want of tokens (LIMIT SYN).
+    pub syns_dropped: u64,
+    pub syns_limited: u64,
+    /// Distinct clients and connections it would have acted on.
+    pub clients: u64,
+    pub connections: u64,
+    pub first_ts: Option<f64>,
+    pub last_ts: Option<f64>,
+    /// The first few connections it would have acted on (`client -> server`).
+    pub examples: Vec<String>,
+    #[serde(skip)]
+    seen_clients: std::collections::HashSet<String>,
+    #[serde(skip)]
+    seen_conns: std::collections::HashSet<String>,
+}
+
+/// One bucket of class response times.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassRtPoint {
+    /// Start of the bucket, Unix seconds.
+    pub ts: u64,
+    pub class: String,
+    pub pageviews: u64,
+    pub mean_s: f64,
+}
+
+/// The what-if part of the summary (`--rules`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WhatIf {
+    pub rules_file: String,
+    pub rules: Vec<RuleReport>,
+    /// Pageviews of each class per bucket of `WHAT_IF_BUCKET_S` seconds.
+    pub class_rt: Vec<ClassRtPoint>,
+}
+
+/// Bounded memory: clients and connections are counted exactly up to this many per rule.
+const MAX_DISTINCT: usize = 100_000;
 
 /// A command line that cannot be run as given (exit status 2): an output that would overwrite
 /// the capture or another output.
@@ -171,7 +222,14 @@ pub struct RtStream {
 
 impl Default for RtStream {
     fn default() -> Self {
-        RtStream { hist: Histogram::new_with_bounds(1, RT_MAX_US, 3).expect("valid bounds"), sum_s: 0.0, count: 0, over_3s: 0, min_s: f64::INFINITY, max_s: 0.0 }
+        RtStream {
+            hist: Histogram::new_with_bounds(1, RT_MAX_US, 3).expect("valid bounds"),
+            sum_s: 0.0,
+            count: 0,
+            over_3s: 0,
+            min_s: f64::INFINITY,
+            max_s: 0.0,
+        }
     }
 }
 
@@ -299,6 +357,8 @@ pub struct Summary {
     pub pageviews: PageviewCounts,
     /// Of the complete pageviews only.
     pub response_time: RtStats,
+    /// What the rules given with `--rules` would have done.
+    pub what_if: Option<WhatIf>,
 }
 
 impl Summary {
@@ -325,6 +385,7 @@ impl Summary {
             transactions: TransactionCounts { total: stats.transactions, ..tx },
             pageviews: pv,
             response_time: rt.stats(),
+            what_if: None,
         }
     }
 
@@ -366,6 +427,44 @@ impl Summary {
             let counts: Vec<u64> = r.histogram.iter().map(|b| b.count).collect();
             let width = r.histogram.first().and_then(|b| b.hi_s).unwrap_or(1.0);
             s.push_str(&render_bins(&counts, width, r.mean_s, r.p95_s));
+        }
+        if let Some(w) = &self.what_if {
+            let _ = writeln!(s, "  what-if with {} (the capture is as it happened; this is what the rules would have done):", w.rules_file);
+            for r in &w.rules {
+                let _ = writeln!(s, "    {} {}", r.rule, r.text);
+                if r.syns_dropped + r.syns_limited == 0 {
+                    let _ = writeln!(s, "      never acted");
+                    continue;
+                }
+                let _ = writeln!(
+                    s,
+                    "      {} SYNs dropped, {} refused by the token bucket, {} connections of {} clients, from {:.3} to {:.3}",
+                    r.syns_dropped,
+                    r.syns_limited,
+                    r.connections,
+                    r.clients,
+                    r.first_ts.unwrap_or(0.0),
+                    r.last_ts.unwrap_or(0.0)
+                );
+                for e in &r.examples {
+                    let _ = writeln!(s, "      e.g. {e}");
+                }
+            }
+            if !w.class_rt.is_empty() {
+                let _ = writeln!(s, "    class response times per {WHAT_IF_BUCKET_S} s (pageviews, mean):");
+                let mut by_ts: BTreeMap<u64, Vec<&ClassRtPoint>> = BTreeMap::new();
+                for p in &w.class_rt {
+                    by_ts.entry(p.ts).or_default().push(p);
+                }
+                let step = by_ts.len().div_ceil(30).max(1);
+                for (ts, points) in by_ts.iter().step_by(step) {
+                    let cells: Vec<String> = points.iter().map(|p| format!("{} {} {:.2} s", p.class, p.pageviews, p.mean_s)).collect();
+                    let _ = writeln!(s, "      {ts}: {}", cells.join(", "));
+                }
+                if step > 1 {
+                    let _ = writeln!(s, "      (every {step}th bucket shown; --summary-json has them all)");
+                }
+            }
         }
         s
     }
@@ -517,7 +616,12 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
     let source = Source::from_arg(&opts.capture);
     let dests = check_outputs(
         &source,
-        &[("--transactions", &opts.transactions), ("--pageviews", &opts.pageviews), ("--summary-json", &opts.summary_json)],
+        &[
+            ("--transactions", &opts.transactions),
+            ("--pageviews", &opts.pageviews),
+            ("--summary-json", &opts.summary_json),
+            ("--decisions", &opts.decisions),
+        ],
     )?;
     let summary_to_stderr = dests.iter().flatten().any(|d| *d == Dest::Stdout);
     // The capture is opened (and recognised) before any output is created.
@@ -528,7 +632,24 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
         // Created now, so an unwritable path fails before the work, not after.
         File::create(p).with_context(|| format!("cannot write {}", p.display()))?;
     }
+    let mut dec_out = JsonOut::create(&dests[3])?;
     let mut engine = Engine::new(opts.config);
+    let mut what_if = opts.rules.as_ref().map(|r| WhatIf {
+        rules_file: r.file_name().to_string(),
+        rules: (0..r.rule_count())
+            .map(|i| {
+                let id = rules::RuleId(i as u32);
+                RuleReport {
+                    rule: r.rule_position(id).map(|(l, c)| format!("{}:{l}:{c}", r.file_name())).unwrap_or_default(),
+                    text: r.rule(id).map(|x| x.to_string().replace("\n  ", " ")).unwrap_or_default(),
+                    ..RuleReport::default()
+                }
+            })
+            .collect(),
+        class_rt: Vec::new(),
+    });
+    let mut class_buckets: BTreeMap<(u64, String), (u64, f64)> = BTreeMap::new();
+    engine.set_rules(opts.rules);
     let mut rt = RtStream::default();
     let mut tx = TransactionCounts::default();
     let mut pv = PageviewCounts::default();
@@ -553,8 +674,38 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
                     w.write(&t)?;
                 }
             }
-            Event::Decision(_) => {}
+            Event::Decision(d) => {
+                if let Some(r) = what_if.as_mut().and_then(|w| w.rules.iter_mut().find(|r| r.rule == d.rule)) {
+                    if d.action == "LIMIT SYN" {
+                        r.syns_limited += 1;
+                    } else {
+                        r.syns_dropped += 1;
+                    }
+                    r.first_ts.get_or_insert(d.ts.secs());
+                    r.last_ts = Some(d.ts.secs());
+                    let conn = format!("{} -> {}", d.client, d.server);
+                    if r.seen_conns.len() < MAX_DISTINCT && r.seen_conns.insert(conn.clone()) {
+                        r.connections += 1;
+                        if r.examples.len() < 5 {
+                            r.examples.push(format!("{conn} ({}, class {})", d.action, d.class));
+                        }
+                    }
+                    let client = d.client.rsplit_once(':').map_or(d.client.clone(), |(h, _)| h.to_string());
+                    if r.seen_clients.len() < MAX_DISTINCT && r.seen_clients.insert(client) {
+                        r.clients += 1;
+                    }
+                }
+                if let Some(w) = dec_out.as_mut() {
+                    w.write(&d)?;
+                }
+            }
             Event::Pageview(p) => {
+                if let (Some(class), false) = (&p.class, p.incomplete) {
+                    let b = (p.end_ts.max(0.0) as u64) / WHAT_IF_BUCKET_S * WHAT_IF_BUCKET_S;
+                    let e = class_buckets.entry((b, class.clone())).or_insert((0, 0.0));
+                    e.0 += 1;
+                    e.1 += p.rt_s;
+                }
                 pv.total += 1;
                 if p.failed_connections > 0 {
                     pv.with_failed_connections += 1;
@@ -581,12 +732,19 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
         b.finish_and_clear();
     }
     // What was written is flushed whatever happened.
-    let flushed = [tx_out.as_mut().map(JsonOut::flush), pv_out.as_mut().map(JsonOut::flush)];
+    let flushed = [tx_out.as_mut().map(JsonOut::flush), pv_out.as_mut().map(JsonOut::flush), dec_out.as_mut().map(JsonOut::flush)];
     let replayed = replayed?;
     for f in flushed.into_iter().flatten() {
         f?;
     }
-    let summary = Summary::new(reader.name(), replayed.frames, replayed.cut.map(|c| c.0), engine.stats(), tx, pv, &rt);
+    let mut summary = Summary::new(reader.name(), replayed.frames, replayed.cut.map(|c| c.0), engine.stats(), tx, pv, &rt);
+    if let Some(mut w) = what_if {
+        w.class_rt = class_buckets
+            .into_iter()
+            .map(|((ts, class), (n, sum))| ClassRtPoint { ts, class, pageviews: n, mean_s: sum / n.max(1) as f64 })
+            .collect();
+        summary.what_if = Some(w);
+    }
     if let Some(dest) = &dests[2] {
         let mut out = JsonOut::create(&Some(dest.clone()))?.ok_or_else(|| anyhow!("summary output"))?;
         out.line.clear();

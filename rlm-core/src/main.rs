@@ -51,7 +51,9 @@ enum Command {
     ///
     /// Exit status: 0 done; 1 the capture could not be read, or was cut short (the summary of what
     /// was read is still printed and every output written); 2 a usage error.
-    #[command(after_help = "Examples:\n  rlm analyze capture.pcapng.zst --pageviews pv.jsonl --summary-json summary.json\n  tcpdump -i eth0 -w - 'tcp port 80' | rlm analyze - --transactions - > tx.jsonl")]
+    #[command(
+        after_help = "Examples:\n  rlm analyze capture.pcapng.zst --pageviews pv.jsonl --summary-json summary.json\n  tcpdump -i eth0 -w - 'tcp port 80' | rlm analyze - --transactions - > tx.jsonl"
+    )]
     Analyze {
         /// The capture file, or `-` for standard input. Compression (gzip, zstd) is recognised by its magic bytes.
         capture: PathBuf,
@@ -73,6 +75,13 @@ enum Command {
         /// Do not show a progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Replay a rule file over the capture (what-if): when each rule would have fired, what it
+        /// would have done to which connections, and the class response times over time.
+        #[arg(long, value_name = "FILE")]
+        rules: Option<PathBuf>,
+        /// Write each decision the rules would have taken as a JSON line (`-`: standard output).
+        #[arg(long, value_name = "FILE", requires = "rules")]
+        decisions: Option<PathBuf>,
     },
 }
 
@@ -82,18 +91,29 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run(args),
         Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
         Command::Status { metrics } => commands::status(metrics),
-        Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet } => {
+        Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions } => {
+            let rules = match rules.as_deref().map(rules::check_file).transpose() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
             let mut config = Config { server_ports, ..Config::default() };
             if !(connect_timeout.is_finite() && connect_timeout > 0.0) {
                 eprintln!("rlm: --connect-timeout must be a positive number of seconds");
                 return ExitCode::from(2);
             }
             config.pageview.connect_timeout = Duration::from_secs_f64(connect_timeout);
-            match analyze::run(AnalyzeOptions { capture, transactions, pageviews, summary_json, config, progress: !quiet }) {
+            match analyze::run(AnalyzeOptions { capture, transactions, pageviews, summary_json, config, progress: !quiet, rules, decisions }) {
                 Ok(report) => {
                     // With an output on standard output, the summary keeps out of its way.
                     let text = report.summary.text();
-                    let _ = if report.summary_to_stderr { std::io::stderr().write_all(text.as_bytes()) } else { std::io::stdout().write_all(text.as_bytes()) };
+                    let _ = if report.summary_to_stderr {
+                        std::io::stderr().write_all(text.as_bytes())
+                    } else {
+                        std::io::stdout().write_all(text.as_bytes())
+                    };
                     if report.summary.cut.is_some() {
                         ExitCode::from(1)
                     } else {

@@ -290,7 +290,7 @@ impl Policy {
 
     /// A rule's text in canonical form.
     pub fn rule_text(&self, rule: RuleId) -> String {
-        self.rules.rule(rule).map(|r| r.to_string().replace('\n', " ")).unwrap_or_default()
+        self.rules.rule(rule).map(|r| r.to_string().replace("\n  ", " ")).unwrap_or_default()
     }
 
     /// Whether a rule fired within the last `recent` (for status: "firing").

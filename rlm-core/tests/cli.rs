@@ -102,8 +102,22 @@ fn writes_json_lines_with_the_documented_fields() {
     assert_eq!(t["response_body_len"], 4705);
     let p = &json_lines(&std::fs::read_to_string(&pv).unwrap())[0];
     for f in [
-        "id", "client", "host", "container", "start_ts", "end_ts", "rt_s", "objects", "object_uris", "syn_retransmissions",
-        "failed_connections", "t_conn_s", "t_server_s", "t_transfer_s", "events", "incomplete",
+        "id",
+        "client",
+        "host",
+        "container",
+        "start_ts",
+        "end_ts",
+        "rt_s",
+        "objects",
+        "object_uris",
+        "syn_retransmissions",
+        "failed_connections",
+        "t_conn_s",
+        "t_server_s",
+        "t_transfer_s",
+        "events",
+        "incomplete",
     ] {
         assert!(p.get(f).is_some(), "pageview lacks {f}: {p}");
     }
@@ -269,7 +283,11 @@ fn truncated_capture_prints_its_summary_names_the_cut_and_keeps_the_records() {
     let f = d.join("truncated.pcap");
     std::fs::write(&f, &whole[..whole.len() * 2 / 3]).unwrap();
     std::fs::write(d.join("truncated.pcap.gz"), gzip(&whole[..whole.len() * 2 / 3])).unwrap();
-    std::fs::write(d.join("truncated-stream.gz"), { let g = gzip(&whole); g[..g.len() * 2 / 3].to_vec() }).unwrap();
+    std::fs::write(d.join("truncated-stream.gz"), {
+        let g = gzip(&whole);
+        g[..g.len() * 2 / 3].to_vec()
+    })
+    .unwrap();
     for name in ["truncated.pcap", "truncated.pcap.gz", "truncated-stream.gz"] {
         let (tx, pv, sj) = (d.join("tx.jsonl"), d.join("pv.jsonl"), d.join("summary.json"));
         let out = rlm()
@@ -308,10 +326,32 @@ fn summary_json_has_the_documented_fields() {
     let d = tmpdir("summary-json");
     let sj = d.join("summary.json");
     let pv = d.join("pv.jsonl");
-    let out = rlm().args(["analyze", "--quiet"]).arg(trace("http-single-conn-22.pcap")).arg("--summary-json").arg(&sj).arg("--pageviews").arg(&pv).output().unwrap();
+    let out = rlm()
+        .args(["analyze", "--quiet"])
+        .arg(trace("http-single-conn-22.pcap"))
+        .arg("--summary-json")
+        .arg(&sj)
+        .arg("--pageviews")
+        .arg(&pv)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&sj).unwrap()).unwrap();
-    for f in ["capture", "complete", "cut", "frames", "bytes", "tcp_segments", "ignored", "malformed_total", "malformed", "connections", "transactions", "pageviews", "response_time"] {
+    for f in [
+        "capture",
+        "complete",
+        "cut",
+        "frames",
+        "bytes",
+        "tcp_segments",
+        "ignored",
+        "malformed_total",
+        "malformed",
+        "connections",
+        "transactions",
+        "pageviews",
+        "response_time",
+    ] {
         assert!(s.get(f).is_some(), "summary lacks {f}: {s}");
     }
     assert_eq!(s["complete"], true);
@@ -463,4 +503,41 @@ fn raw_ip_linux_sll_and_loopback_captures_give_the_same_records() {
     std::fs::write(&f, to_pcap(147, &eth)).unwrap();
     let out = rlm().arg("analyze").arg(&f).output().unwrap();
     assert!(one_line_error(&out).contains("unsupported link type 147"));
+}
+
+#[test]
+fn what_if_replays_a_rule_file_over_a_capture() {
+    let d = tmpdir("whatif");
+    let rules = d.join("r.rlm");
+    std::fs::write(&rules, "CLASS C IF IP.SRC == 141.142.*.*\nIF CLASS == C THEN DROP SYN\nIF RT.C > 100s THEN DROP SYN\n").unwrap();
+    let (sum, dec) = (d.join("s.json"), d.join("dec.jsonl"));
+    let out = rlm()
+        .args(["analyze", "--quiet", "--rules"])
+        .arg(&rules)
+        .arg("--decisions")
+        .arg(&dec)
+        .arg("--summary-json")
+        .arg(&sum)
+        .arg(trace("get.pcap"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("what-if with") && text.contains("r.rlm:2:1 IF CLASS == C THEN DROP SYN"), "{text}");
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    let w = &s["what_if"];
+    assert_eq!(w["rules"][0]["syns_dropped"], 1);
+    assert_eq!(w["rules"][0]["connections"], 1);
+    assert_eq!(w["rules"][1]["syns_dropped"], 0, "RT.C never exceeds 100 s");
+    assert_eq!(w["class_rt"][0]["class"], "C");
+    let decisions = json_lines(&std::fs::read_to_string(&dec).unwrap());
+    assert_eq!(decisions.len(), 1);
+    assert_eq!((decisions[0]["action"].as_str(), decisions[0]["class"].as_str()), (Some("DROP SYN"), Some("C")));
+    // A bad rule file: its diagnostics, exit 2, nothing written.
+    std::fs::write(&rules, "IF RT.NOPE > 1s THEN DROP SYN\n").unwrap();
+    let _ = std::fs::remove_file(&sum);
+    let out = rlm().args(["analyze", "--quiet", "--rules"]).arg(&rules).arg("--summary-json").arg(&sum).arg(trace("get.pcap")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("r.rlm:1:7"));
+    assert!(!sum.exists());
 }
