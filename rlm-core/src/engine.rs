@@ -680,6 +680,11 @@ impl Engine {
         let syns = c.hs.syn.count;
         self.process_http(now, id, &mut evs);
         self.http_events = evs;
+        // A closed connection stays only to absorb stragglers: its slot is freed after the
+        // linger, not after the idle timeout armed when it opened.
+        if !matches!(reason, CloseReason::Shutdown | CloseReason::Refused | CloseReason::ConnectTimeout | CloseReason::Evicted) {
+            self.push_timer(now + self.cfg.closed_linger, id, TimerKind::Idle);
+        }
         let failed = match (reason, never_established, first_syn) {
             (CloseReason::ConnectTimeout, _, Some(s)) => Some((s, s + self.cfg.pageview.connect_timeout, syns)),
             (CloseReason::Refused, _, Some(s)) => Some((s, now, syns)),
