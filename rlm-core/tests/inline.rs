@@ -87,7 +87,23 @@ fn serve() {
     });
 }
 
-fn rlm(rules: &std::path::Path) -> Child {
+/// The rlm process, killed if the test fails before stopping it.
+struct Rlm(Option<Child>);
+
+impl Drop for Rlm {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn rlm(rules: &std::path::Path) -> Rlm {
+    Rlm(Some(rlm_child(rules)))
+}
+
+fn rlm_child(rules: &std::path::Path) -> Child {
     Command::new("ip")
         .args(["netns", "exec", NS_B, env!("CARGO_BIN_EXE_rlm"), "run", "--bridge", "br0", "--client-port", "bc", "--server-port", "bs"])
         .arg("--rules")
@@ -116,7 +132,8 @@ fn wait_ready() {
     panic!("rlm did not come up");
 }
 
-fn stop(mut child: Child) -> String {
+fn stop(mut rlm: Rlm) -> String {
+    let child = rlm.0.take().expect("running");
     // SAFETY: sending SIGTERM to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().expect("wait");
@@ -215,7 +232,7 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
         }
         (ok, slow, failed)
     });
-    let pid = child.id() as i32;
+    let pid = child.0.as_ref().expect("running").id() as i32;
     for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(400));
         std::fs::write(&rules, text).unwrap();
