@@ -106,7 +106,10 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
     let status: metrics::Status = Arc::new(Mutex::new(serde_json::json!({"state": "starting"})));
     metrics::serve(cfg.metrics, Arc::new(registry), status.clone()).await?;
     let nfq = nfqueue::open(cfg.queue_base, cfg.queues, cfg.queue_max_len)?;
-    let tap = tap::open(&cfg.server_port, cfg.tap_snaplen)?;
+    // SYN/ACKs are queued only for rules that act on them (FAST SYN/ACK comes with a later
+    // issue; such rules count as deferred), so each connection costs one trip through userspace.
+    let queue_synacks = false;
+    let tap = tap::open(&cfg.server_port, cfg.tap_snaplen, queue_synacks)?;
     let plan = netfilter::QueuePlan {
         bridge: cfg.bridge.clone(),
         client_port: cfg.client_port.clone(),
@@ -114,12 +117,13 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         queue_base: cfg.queue_base,
         queues: cfg.queues,
         server_ports: cfg.server_ports.clone(),
+        queue_synacks,
     };
     let installed = netfilter::install(&plan)?;
     info!(
         bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
         backend = ?installed.backend(), queues = ?nfq.queues, metrics = %cfg.metrics,
-        "installed: SYNs from the client port and SYN/ACKs from the server port are queued (bypass when rlm is gone)"
+        "installed: the clients' SYNs are queued (bypass when rlm is gone); the rest is measured from the tap on the server port"
     );
     let result = match drop_capabilities() {
         Ok(()) => {
@@ -289,7 +293,7 @@ impl Loop {
             let ts = crate::Timestamp(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000);
             let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
             self.metrics.loop_lag.observe(lag as f64 / 1e9);
-            if tap::is_syn(p.data) {
+            if tap::is_queued_syn(p.data, false) {
                 continue;
             }
             self.engine.handle_link(ts, Port::Unknown, LinkType::Ethernet, p.data);

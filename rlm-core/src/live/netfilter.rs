@@ -27,6 +27,9 @@ pub struct QueuePlan {
     pub queues: u16,
     /// TCP ports of the servers whose SYNs and SYN/ACKs are queued.
     pub server_ports: Vec<u16>,
+    /// Queue the servers' SYN/ACKs too (only when a rule acts at the SYN/ACK node; otherwise the
+    /// tap sees them, and each connection costs one trip through userspace, not two).
+    pub queue_synacks: bool,
 }
 
 /// Which mechanism carries the queue rules.
@@ -79,7 +82,12 @@ impl QueuePlan {
         t.push_str(&format!(":{chain} - [0:0]\n"));
         t.push_str(&format!("-A FORWARD -m physdev --physdev-is-bridged -p tcp -j {chain}\n"));
         t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN{syn_ports} -j {q}\n", self.client_port));
-        t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN,ACK{synack_ports} -j {q}\n", self.server_port));
+        if self.queue_synacks {
+            t.push_str(&format!(
+                "-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN,ACK{synack_ports} -j {q}\n",
+                self.server_port
+            ));
+        }
         t.push_str("COMMIT\n");
         t
     }
@@ -104,11 +112,15 @@ impl QueuePlan {
             let list: Vec<String> = self.server_ports.iter().map(u16::to_string).collect();
             (format!("tcp dport {{ {} }} ", list.join(", ")), format!("tcp sport {{ {} }} ", list.join(", ")))
         };
+        let synack = if self.queue_synacks {
+            format!("    iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn|ack {q}\n", self.bridge, ports.1)
+        } else {
+            String::new()
+        };
         format!(
             "table inet {table} {{\n  chain forward {{\n    type filter hook forward priority mangle; policy accept;\n    \
-             iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn {q}\n    \
-             iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn|ack {q}\n  }}\n}}\n",
-            self.bridge, ports.0, self.bridge, ports.1
+             iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn {q}\n{synack}  }}\n}}\n",
+            self.bridge, ports.0
         )
     }
 }
@@ -241,6 +253,7 @@ mod tests {
             queue_base: 0,
             queues,
             server_ports: vec![80, 8080],
+            queue_synacks: true,
         }
     }
 
@@ -256,6 +269,8 @@ mod tests {
             "--physdev-in app-s -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m multiport --sports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"
         ));
         assert!(plan(4).iptables_install().contains("--queue-balance 0:3 --queue-bypass"));
+        let syn_only = QueuePlan { queue_synacks: false, ..plan(1) };
+        assert!(!syn_only.iptables_install().contains("SYN,ACK -m") && !syn_only.nft_install().contains("== syn|ack"));
         let r = plan(1).iptables_remove();
         assert!(r.contains("-D FORWARD") && r.contains("-F RLM-br0") && r.contains("-X RLM-br0"));
     }
