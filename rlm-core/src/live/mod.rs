@@ -293,7 +293,8 @@ impl Loop {
             let ts = crate::Timestamp(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000);
             let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
             self.metrics.loop_lag.observe(lag as f64 / 1e9);
-            if tap::is_queued_syn(p.data, false) {
+            // IPv4 SYNs are filtered out in the kernel; only IPv6 frames need a look here.
+            if p.data.get(12..14) == Some(&[0x86, 0xdd][..]) && tap::is_queued_syn(p.data, false) {
                 continue;
             }
             self.engine.handle_link(ts, Port::Unknown, LinkType::Ethernet, p.data);
