@@ -109,7 +109,7 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
     // SYN/ACKs are queued only for rules that act on them (FAST SYN/ACK comes with a later
     // issue; such rules count as deferred), so each connection costs one trip through userspace.
     let queue_synacks = false;
-    let tap = tap::open(&cfg.server_port, cfg.tap_snaplen, queue_synacks)?;
+    let tap = tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?;
     let plan = netfilter::QueuePlan {
         bridge: cfg.bridge.clone(),
         client_port: cfg.client_port.clone(),
