@@ -21,7 +21,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Sit inline on a bridge: queue SYNs and SYN/ACKs, measure pageviews from a tap, enforce the rule file.
+    /// Sit inline on a bridge: queue the clients' SYNs, measure pageviews from a tap, enforce the rule file.
     ///
     /// Installs its netfilter rules (removed on SIGINT/SIGTERM; bypassed if rlm dies), serves
     /// Prometheus /metrics and /status on localhost, and reloads the rule file on SIGHUP.

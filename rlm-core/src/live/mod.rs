@@ -2,8 +2,8 @@
 //!
 //! ```text
 //!  client port ──▶ br0 ──▶ server port        packets forwarded by the kernel
-//!        │ SYN                 ▲ SYN/ACK       queued (NFQUEUE, --queue-bypass, fail-open):
-//!        ▼                     │               the engine's verdict decides (accept, drop)
+//!        │ SYN                                 queued (NFQUEUE, --queue-bypass, fail-open):
+//!        ▼                                     the engine's verdict decides (accept, drop)
 //!      rlm event loop ◀── tap on the server port (libpcap): every other packet, measured only
 //! ```
 //! One thread, driven by tokio: the NFQUEUE socket and the tap are drained in batches when
