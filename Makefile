@@ -6,7 +6,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
 # Debian packages the build and the tests need.
-APT_PACKAGES := build-essential pkg-config libpcap-dev clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping iptables nginx postgresql fonts-dejavu-core iperf3 wrk
+APT_PACKAGES := build-essential pkg-config libpcap-dev clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping iptables nginx postgresql fonts-dejavu-core libndpi-bin time iperf3 wrk
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
@@ -15,7 +15,7 @@ LAB_OUT ?= lab-out
 LAB := ./target/release/rlm-lab
 EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop maxclients syn-throttle syn-police throughput
 
-.PHONY: deps build test unit lab-quick lab demo bench fuzz clean
+.PHONY: deps build test unit lab-quick lab demo bench bench-analyze fuzz fuzz-rules clean
 
 # Install only what is missing, so a second run costs nothing and needs no network.
 deps:
@@ -49,10 +49,19 @@ demo: build
 bench: deps
 	$(CARGO) bench -p rlm-core --bench engine
 
+# rlm analyze against ndpiReader on synthetic 1 M-packet captures, and peak memory at 10 M packets
+# (about 10 minutes; figures in target/bench-analyze.json). See docs/performance.md.
+bench-analyze: deps
+	bash rlm-core/benches/analyze_vs_ndpi.sh
+
 # A 10-minute fuzz run of the engine (needs the nightly toolchain and cargo-fuzz).
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd fuzz && $(CARGO) +nightly fuzz run engine_frames -- -max_total_time=600 -timeout=10 -rss_limit_mb=2048
+
+fuzz-rules:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && $(CARGO) +nightly fuzz run rules_parse -- -max_total_time=60 -timeout=10 -rss_limit_mb=2048
 
 clean:
 	$(CARGO) clean

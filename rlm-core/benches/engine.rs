@@ -4,7 +4,11 @@
 //!   bookkeeping): the per-packet cost every forwarded packet pays.
 //! - `http_pageviews`: whole pageviews (handshakes, requests, HTML with embeds scanned, images,
 //!   FINs): the full measurement path, per packet.
-//! - `embed_scanner`: the HTML scanner alone, per byte.
+//! - `embed_scanner`: the HTML scanner alone, per byte, on dense markup (a tag every ~40 bytes,
+//!   an image in every other tag).
+//! - `embed_scanner_realistic`: the HTML scanner alone, per byte, on a ~80 KB news-style page
+//!   (mostly text in nested divs, anchors and spans with class attributes, inline scripts, a
+//!   style block, comments, 40 embeds).
 
 use std::time::{Duration, Instant};
 
@@ -56,6 +60,162 @@ fn page_frames(n_pages: usize) -> Vec<Vec<u8>> {
     frames
 }
 
+/// A news front page: head with stylesheet, preload, icon, inline and external scripts and a
+/// style block; a header with navigation; 30 story cards (two in three with a lazy image and srcset, some bylines with an avatar,
+/// summaries of running text with inline links); ad slots as comments and inline scripts; a
+/// video iframe; a JSON-LD block; a footer of links.
+fn realistic_page() -> Vec<u8> {
+    const WORDS: &[&str] = &[
+        "the", "minister", "said", "on", "tuesday", "that", "negotiations", "over", "budget", "would", "continue", "through",
+        "weekend", "despite", "growing", "pressure", "from", "regional", "governments", "and", "opposition", "parties", "who",
+        "argue", "proposed", "cuts", "to", "public", "transport", "fall", "hardest", "rural", "communities", "analysts", "expect",
+        "a", "compromise", "before", "end", "of", "month", "although", "several", "key", "issues", "remain", "unresolved",
+    ];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let text = |words: usize, rnd: &mut dyn FnMut(usize) -> usize| {
+        let mut t = String::new();
+        for w in 0..words {
+            if w > 0 {
+                t.push(' ');
+            }
+            t.push_str(WORDS[rnd(WORDS.len())]);
+            if rnd(12) == 0 {
+                t.push(if rnd(2) == 0 { ',' } else { '.' });
+            }
+        }
+        t
+    };
+    let sections = ["world", "politics", "business", "technology", "science", "health", "sport", "culture", "travel", "opinion", "climate", "video"];
+    let mut h = String::with_capacity(100_000);
+    h.push_str(r#"<!DOCTYPE html>
+<html lang="en" class="no-js">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Daily Courier - News, analysis and opinion</title>
+<meta name="description" content="Breaking news, analysis and opinion from the Daily Courier newsroom.">
+<meta property="og:image" content="https://www.dailycourier.example/static/img/og-default.png">
+<link rel="canonical" href="https://www.dailycourier.example/">
+<link rel="stylesheet" href="/static/css/main.3f9a2c.css">
+<link rel="preload" href="/static/fonts/inter-var.woff2" as="font" type="font/woff2" crossorigin>
+<link rel="icon" href="/favicon.ico" sizes="any">
+<link rel="alternate" type="application/rss+xml" title="RSS" href="/rss.xml">
+<script>
+  window.dataLayer = window.dataLayer || [];
+  function gtag(){ dataLayer.push(arguments); }
+  gtag('js', new Date());
+  gtag('config', 'G-X1Y2Z3', { 'anonymize_ip': true, 'page_path': location.pathname });
+  (function (d) { var c = d.documentElement.className; d.documentElement.className = c.replace('no-js', 'js'); })(document);
+  for (var i = 0; i < 3 && i <= 2; i++) { if (i > 1) { document.write("<b>" + i + "</b>"); } }
+</script>
+<script src="/static/js/vendor.8d1e.js" defer></script>
+<style>
+  :root { --accent: #c8102e; --text: #1a1a1a; --muted: #666; }
+  body { margin: 0; font: 16px/1.5 Inter, system-ui, sans-serif; color: var(--text); }
+  .site-header { background: #fff url("/static/img/header-bg.png") repeat-x; border-bottom: 1px solid #ddd; }
+  .container { max-width: 1200px; margin: 0 auto; padding: 0 16px; }
+  .nav-list { display: flex; list-style: none; gap: 12px; margin: 0; padding: 0; }
+  .nav-link { color: var(--text); text-decoration: none; font-weight: 600; text-transform: uppercase; }
+  .story-card { display: grid; grid-template-columns: 1fr 2fr; gap: 16px; padding: 16px 0; border-bottom: 1px solid #eee; }
+  .story-card__title { font-size: 1.25rem; line-height: 1.3; margin: 4px 0 8px; }
+  .story-card__summary { color: #333; margin: 0 0 8px; }
+  .kicker { color: var(--accent); font-size: .8rem; font-weight: 700; text-transform: uppercase; }
+  .byline, time { color: var(--muted); font-size: .85rem; }
+  .ad-slot { min-height: 250px; background: #f6f6f6 url(/static/img/ad-placeholder.svg) center no-repeat; }
+  @media (max-width: 700px) { .story-card { grid-template-columns: 1fr; } .nav-list { overflow-x: auto; } }
+  .footer { background: #111; color: #bbb; padding: 32px 0; } .footer a { color: #ddd; }
+</style>
+</head>
+<body class="home page-front">
+<!-- ============ header ============ -->
+<header class="site-header" role="banner">
+<div class="container header-inner">
+<a class="logo" href="/" aria-label="Daily Courier home"><img src="/static/img/logo.svg" alt="Daily Courier" width="180" height="32"></a>
+<nav class="main-nav" aria-label="Sections"><ul class="nav-list">
+"#);
+    for s in sections {
+        h.push_str(&format!("<li class=\"nav-item\"><a class=\"nav-link\" href=\"/section/{s}\" data-track=\"nav:{s}\">{s}</a></li>\n"));
+    }
+    h.push_str("</ul></nav>\n</div>\n</header>\n<main id=\"content\" class=\"content container\">\n");
+    for n in 0..30 {
+        let s = sections[n % sections.len()];
+        let slug = text(5, &mut rnd).replace([' ', ',', '.'], "-");
+        let url = format!("/{s}/2024/05/{}/{slug}-{n}", 10 + n % 20);
+        h.push_str(&format!("<article class=\"story-card story-card--{}\" data-story-id=\"{}\">\n", if n % 5 == 0 { "lead" } else { "standard" }, 48_213 + n));
+        if n % 3 != 2 {
+            h.push_str(&format!(
+                "<div class=\"story-card__media\"><a href=\"{url}\" class=\"story-link\" tabindex=\"-1\"><img src=\"/img/2024/05/story-{n}-400.jpg\" srcset=\"/img/2024/05/story-{n}-400.jpg 400w, /img/2024/05/story-{n}-800.jpg 800w\" sizes=\"(max-width: 700px) 100vw, 400px\" alt=\"{}\" loading=\"lazy\" width=\"400\" height=\"225\"></a></div>\n",
+                text(6, &mut rnd)
+            ));
+        }
+        h.push_str(&format!(
+            "<div class=\"story-card__body\">\n<span class=\"kicker\">{s}</span>\n<h2 class=\"story-card__title\"><a href=\"{url}\" class=\"story-link\">{}</a></h2>\n",
+            text(10, &mut rnd)
+        ));
+        h.push_str(&format!(
+            "<p class=\"story-card__summary\">{} <a href=\"/topics/{}\" class=\"inline-link\">{}</a> {}. <em>{}</em> {} <strong>{}</strong> {}.</p>\n",
+            text(70, &mut rnd),
+            WORDS[n % WORDS.len()],
+            text(3, &mut rnd),
+            text(60, &mut rnd),
+            text(4, &mut rnd),
+            text(45, &mut rnd),
+            text(3, &mut rnd),
+            text(40, &mut rnd)
+        ));
+        h.push_str(&format!(
+            "<div class=\"story-card__meta\"><span class=\"byline\">{}By <a href=\"/authors/author-{}\" rel=\"author\">Author {}</a></span> <time datetime=\"2024-05-{:02}T{:02}:30:00Z\">{} hours ago</time> <span class=\"comments-count\"><a href=\"{url}#comments\">{} comments</a></span></div>\n</div>\n</article>\n",
+            if n % 4 == 0 { format!("<img class=\"avatar\" src=\"/img/authors/author-{}.jpg\" width=\"24\" height=\"24\" alt=\"\"> ", n % 7) } else { String::new() },
+            n % 7,
+            n % 7,
+            10 + n % 20, n % 24, 1 + n % 12, n * 3 % 50
+        ));
+        if n % 6 == 5 {
+            h.push_str(&format!(
+                "<!-- ad slot {n}: leaderboard, lazy -->\n<div class=\"ad-slot\" id=\"div-gpt-ad-{n}\" data-slot=\"/1234/front/{s}\"></div>\n<script>googletag.cmd.push(function() {{ if (window.innerWidth > 700 && !adsBlocked) {{ googletag.display('div-gpt-ad-{n}'); }} }});</script>\n"
+            ));
+        }
+        if n == 11 {
+            h.push_str("<div class=\"video-embed\"><iframe src=\"https://video.example/embed/8f2k1\" width=\"640\" height=\"360\" allow=\"autoplay; fullscreen\" loading=\"lazy\"></iframe></div>\n");
+        }
+        if n == 17 {
+            h.push_str("<section class=\"promo\" style=\"background-image: url('/img/promo/subscribe-banner.jpg'); background-size: cover\"><div class=\"promo-inner\"><h3>Subscribe</h3><p>Get the Courier delivered every morning.</p><a class=\"btn btn-primary\" href=\"/subscribe\">Subscribe now</a></div></section>\n");
+        }
+    }
+    h.push_str("</main>\n<script type=\"application/ld+json\">\n{\"@context\":\"https://schema.org\",\"@type\":\"NewsMediaOrganization\",\"name\":\"Daily Courier\",\"url\":\"https://www.dailycourier.example/\",\"logo\":{\"@type\":\"ImageObject\",\"url\":\"https://www.dailycourier.example/static/img/logo.png\"},\"sameAs\":[");
+    for s in sections {
+        h.push_str(&format!("\"https://social.example/dailycourier/{s}\","));
+    }
+    h.push_str("\"https://social.example/dailycourier\"]}\n</script>\n<!-- ============ footer ============ -->\n<footer class=\"footer\"><div class=\"container footer-grid\">\n");
+    for col in 0..4 {
+        h.push_str(&format!("<div class=\"footer-col\"><h4 class=\"footer-title\">Column {col}</h4><ul class=\"footer-links\">"));
+        for k in 0..10 {
+            h.push_str(&format!("<li><a href=\"/info/{col}/{k}\" class=\"footer-link\">{}</a></li>", text(2, &mut rnd)));
+        }
+        h.push_str("</ul></div>\n");
+    }
+    h.push_str(r#"<p class="copyright">&copy; 2024 Daily Courier Media Group. All rights reserved.</p>
+</div></footer>
+<script src="/static/js/app.51c0.js" defer></script>
+<script>
+  (function () {
+    var consent = document.cookie.indexOf('consent=1') >= 0;
+    if (!consent) { var b = document.createElement('div'); b.className = 'consent-banner'; b.innerHTML = '<p>We use cookies.</p><button id="ok">OK</button>'; document.body.appendChild(b); }
+    window.addEventListener('load', function () { var t = performance.now(); navigator.sendBeacon && navigator.sendBeacon('/beacon', JSON.stringify({ t: t, p: location.pathname })); });
+  })();
+</script>
+</body>
+</html>
+"#);
+    h.into_bytes()
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
     g.measurement_time(Duration::from_secs(8));
@@ -105,6 +265,26 @@ fn bench(c: &mut Criterion) {
             let mut s = EmbedScanner::html();
             let mut out = Vec::new();
             for chunk in html.chunks(1448) {
+                s.feed(chunk, &mut out);
+            }
+            out.len()
+        })
+    });
+
+    let page = realistic_page();
+    let embeds = {
+        let mut s = EmbedScanner::html();
+        let mut out = Vec::new();
+        s.feed(&page, &mut out);
+        out.len()
+    };
+    assert!((60_000..=100_000).contains(&page.len()) && (30..=50).contains(&embeds), "realistic page: {} bytes, {embeds} embeds", page.len());
+    g.throughput(Throughput::Bytes(page.len() as u64));
+    g.bench_function("embed_scanner_realistic", |b| {
+        b.iter(|| {
+            let mut s = EmbedScanner::html();
+            let mut out = Vec::new();
+            for chunk in page.chunks(1448) {
                 s.feed(chunk, &mut out);
             }
             out.len()

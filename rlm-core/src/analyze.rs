@@ -1,25 +1,103 @@
-//! `rlm analyze`: run the engine over a capture; write transactions and pageviews as JSON lines
-//! and a human summary.
+//! `rlm analyze`: run the engine over a capture; write transactions and pageviews as JSON lines,
+//! a human summary and, on request, the summary as JSON.
+//!
+//! Memory depends on what is open at once (connections, pageviews), not on the capture's length:
+//! records are written as they come and the summary's response-time statistics are streamed into
+//! an HDR histogram (3 significant digits) with a running sum.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
+use hdrhistogram::Histogram;
+use serde::Serialize;
 
+use crate::capture::{self, Source};
 use crate::engine::{Config, Engine, Event, Stats};
-use crate::pageview::PageviewRecord;
 
 /// Options of one analysis.
 pub struct AnalyzeOptions {
+    /// The capture; `-` is standard input.
     pub capture: PathBuf,
+    /// Where transactions go as JSON lines; `-` is standard output.
     pub transactions: Option<PathBuf>,
+    /// Where pageviews go as JSON lines; `-` is standard output.
     pub pageviews: Option<PathBuf>,
+    /// Where the summary goes as JSON; `-` is standard output.
+    pub summary_json: Option<PathBuf>,
     pub config: Config,
     /// Show a progress bar (when stderr is a terminal).
     pub progress: bool,
+    /// A rule file to replay over the capture (what-if): what each rule would have done.
+    pub rules: Option<rules::RuleSet>,
+    /// Where the rules' decisions go as JSON lines; `-` is standard output.
+    pub decisions: Option<PathBuf>,
 }
+
+/// Class response times are reported over time in buckets of this many seconds.
+pub const WHAT_IF_BUCKET_S: u64 = 10;
+
+/// What a rule would have done over the capture.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RuleReport {
+    /// `FILE:LINE:COL`.
+    pub rule: String,
+    pub text: String,
+    /// SYNs it would have dropped (DROP SYN) and refused for want of tokens (LIMIT SYN).
+    pub syns_dropped: u64,
+    pub syns_limited: u64,
+    /// Distinct clients and connections it would have acted on.
+    pub clients: u64,
+    pub connections: u64,
+    pub first_ts: Option<f64>,
+    pub last_ts: Option<f64>,
+    /// The first few connections it would have acted on (`client -> server`).
+    pub examples: Vec<String>,
+    #[serde(skip)]
+    seen_clients: std::collections::HashSet<String>,
+    #[serde(skip)]
+    seen_conns: std::collections::HashSet<String>,
+}
+
+/// One bucket of class response times.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassRtPoint {
+    /// Start of the bucket, Unix seconds.
+    pub ts: u64,
+    pub class: String,
+    pub pageviews: u64,
+    pub mean_s: f64,
+}
+
+/// The what-if part of the summary (`--rules`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WhatIf {
+    pub rules_file: String,
+    pub rules: Vec<RuleReport>,
+    /// Pageviews of each class per bucket of `WHAT_IF_BUCKET_S` seconds.
+    pub class_rt: Vec<ClassRtPoint>,
+}
+
+/// Bounded memory: clients and connections are counted exactly up to this many per rule.
+const MAX_DISTINCT: usize = 100_000;
+
+/// A command line that cannot be run as given (exit status 2): an output that would overwrite
+/// the capture or another output.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
 
 /// Response-time statistics of a set of pageviews.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -57,31 +135,32 @@ impl RtSummary {
     }
 }
 
-/// A text histogram of response times with the mean and 95th percentile marked (004 Figures 10-16).
-pub fn histogram(rts: &[f64], summary: &RtSummary) -> String {
+/// Bins of the text histogram: 24 of equal width from 0, then everything above.
+const BINS: usize = 24;
+
+/// The width of one bin for the given mean and 95th percentile.
+fn bin_width(mean_s: f64, p95_s: f64) -> f64 {
+    (p95_s * 1.5).max(mean_s * 2.0).max(1.0) / BINS as f64
+}
+
+fn bin_of(rt_s: f64, width: f64) -> usize {
+    ((rt_s / width) as usize).min(BINS)
+}
+
+/// The text histogram of `counts` (BINS + 1 bins of `width`), mean and p95 marked.
+fn render_bins(counts: &[u64], width: f64, mean_s: f64, p95_s: f64) -> String {
     let mut out = String::new();
-    if rts.is_empty() {
-        return out;
-    }
-    let top = (summary.p95_s * 1.5).max(summary.mean_s * 2.0).max(1.0);
-    let bins = 24usize;
-    let width = top / bins as f64;
-    let mut counts = vec![0usize; bins + 1];
-    for &r in rts {
-        let i = ((r / width) as usize).min(bins);
-        counts[i] += 1;
-    }
-    let maxc = *counts.iter().max().unwrap_or(&1).max(&1);
-    for (i, c) in counts.iter().enumerate() {
+    let maxc = counts.iter().copied().max().unwrap_or(1).max(1);
+    for (i, &c) in counts.iter().enumerate() {
         let lo = i as f64 * width;
-        let label = if i == bins { format!("   >= {lo:6.2} s") } else { format!("{lo:6.2}-{:6.2} s", lo + width) };
-        let bar = "#".repeat((c * 40).div_ceil(maxc));
+        let label = if i == BINS { format!("   >= {lo:6.2} s") } else { format!("{lo:6.2}-{:6.2} s", lo + width) };
+        let bar = "#".repeat(((c * 40).div_ceil(maxc)) as usize);
         let mut marks = String::new();
-        let within = |x: f64| x >= lo && (i == bins || x < lo + width);
-        if within(summary.mean_s) {
+        let within = |x: f64| x >= lo && (i == BINS || x < lo + width);
+        if within(mean_s) {
             marks.push_str(" <- mean");
         }
-        if within(summary.p95_s) {
+        if within(p95_s) {
             marks.push_str(" <- p95");
         }
         let _ = writeln!(out, "  {label} |{bar:<40} {c}{marks}");
@@ -89,61 +168,492 @@ pub fn histogram(rts: &[f64], summary: &RtSummary) -> String {
     out
 }
 
-fn open_out(p: &Option<PathBuf>) -> Result<Option<BufWriter<File>>> {
-    p.as_ref()
-        .map(|p| File::create(p).map(BufWriter::new).with_context(|| format!("cannot write {}", p.display())))
-        .transpose()
+/// A text histogram of response times with the mean and 95th percentile marked (004 Figures 10-16).
+pub fn histogram(rts: &[f64], summary: &RtSummary) -> String {
+    if rts.is_empty() {
+        return String::new();
+    }
+    let width = bin_width(summary.mean_s, summary.p95_s);
+    let mut counts = vec![0u64; BINS + 1];
+    for &r in rts {
+        counts[bin_of(r, width)] += 1;
+    }
+    render_bins(&counts, width, summary.mean_s, summary.p95_s)
 }
 
-/// The summary text printed on stdout.
-pub fn summary_text(capture: &Path, frames: u64, stats: &Stats, pvs: &[PageviewRecord]) -> String {
-    let mut s = String::new();
-    let malformed: u64 = stats.malformed.values().sum();
-    let ignored: u64 = stats.ignored.values().sum();
-    let _ = writeln!(s, "rlm analyze {}", capture.display());
-    let _ = writeln!(s, "  frames {frames}: tcp {}, ignored {ignored}, malformed {malformed}", stats.tcp_segments);
-    for (k, v) in stats.malformed.iter().filter(|(_, v)| **v > 0) {
-        let _ = writeln!(s, "    malformed {k}: {v}");
-    }
-    let _ = writeln!(
-        s,
-        "  connections {} (failed {}, joined midstream {}, not HTTP {}, evicted {}); SYN retransmissions {}, SYN/ACK retransmissions {}",
-        stats.connections,
-        stats.connections_failed,
-        stats.connections_midstream,
-        stats.connections_not_http,
-        stats.connections_evicted,
-        stats.syn_retransmissions,
-        stats.synack_retransmissions
-    );
-    let _ = writeln!(s, "  transactions {} ({} with anomalies)", stats.transactions, stats.transactions_with_anomalies);
-    let rts: Vec<f64> = pvs.iter().map(|p| p.rt_s).collect();
-    let failed = pvs.iter().filter(|p| p.failed_connections > 0).count();
-    let sum = RtSummary::of(&rts, failed);
-    let _ = writeln!(
-        s,
-        "  pageviews {}: mean {:.3} s, p50 {:.3} s, p95 {:.3} s, over 3 s {:.1}%, with failed connections {}",
-        sum.count,
-        sum.mean_s,
-        sum.p50_s,
-        sum.p95_s,
-        sum.gt3s_frac * 100.0,
-        sum.failed
-    );
-    if !rts.is_empty() {
-        let _ = writeln!(s, "  pageview response time distribution:");
-        s.push_str(&histogram(&rts, &sum));
-    }
-    s
+/// One bin of the response-time histogram in the JSON summary.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Bucket {
+    pub lo_s: f64,
+    /// None for the last, open-ended bin.
+    pub hi_s: Option<f64>,
+    pub count: u64,
 }
 
-/// Run the analysis; print the summary; return it.
-pub fn run(opts: AnalyzeOptions) -> Result<String> {
-    let mut tx_out = open_out(&opts.transactions)?;
-    let mut pv_out = open_out(&opts.pageviews)?;
+/// Response-time statistics of the complete pageviews.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RtStats {
+    pub count: u64,
+    pub mean_s: f64,
+    /// Percentiles are nearest-rank, within 0.1% (3 significant digits).
+    pub p50_s: f64,
+    pub p95_s: f64,
+    pub p99_s: f64,
+    pub min_s: f64,
+    pub max_s: f64,
+    /// Share of pageviews over 3 s (exact).
+    pub over_3s_frac: f64,
+    pub histogram: Vec<Bucket>,
+}
+
+/// Response times above this (a day, in µs) are counted at it in the histogram (230 KB of counts).
+const RT_MAX_US: u64 = 86_400 * 1_000_000;
+
+/// Streaming response-time statistics: constant memory whatever the number of pageviews.
+pub struct RtStream {
+    /// Microseconds, 3 significant digits.
+    hist: Histogram<u64>,
+    sum_s: f64,
+    count: u64,
+    over_3s: u64,
+    min_s: f64,
+    max_s: f64,
+}
+
+impl Default for RtStream {
+    fn default() -> Self {
+        RtStream {
+            hist: Histogram::new_with_bounds(1, RT_MAX_US, 3).expect("valid bounds"),
+            sum_s: 0.0,
+            count: 0,
+            over_3s: 0,
+            min_s: f64::INFINITY,
+            max_s: 0.0,
+        }
+    }
+}
+
+impl RtStream {
+    pub fn record(&mut self, rt_s: f64) {
+        let rt_s = if rt_s.is_finite() { rt_s.max(0.0) } else { 0.0 };
+        self.hist.saturating_record((rt_s * 1e6).round() as u64);
+        self.sum_s += rt_s;
+        self.count += 1;
+        if rt_s > 3.0 {
+            self.over_3s += 1;
+        }
+        self.min_s = self.min_s.min(rt_s);
+        self.max_s = self.max_s.max(rt_s);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Nearest-rank percentile, within the histogram's precision and clamped to what was seen.
+    pub fn percentile(&self, p: f64) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        let rank = (((p / 100.0) * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for v in self.hist.iter_recorded() {
+            seen += v.count_since_last_iteration();
+            if seen >= rank {
+                let us = self.hist.median_equivalent(v.value_iterated_to());
+                return (us as f64 / 1e6).clamp(self.min_s, self.max_s);
+            }
+        }
+        self.max_s
+    }
+
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum_s / self.count as f64
+        }
+    }
+
+    /// The histogram's bins (BINS + 1, see [`histogram`]).
+    fn bins(&self, width: f64) -> Vec<u64> {
+        let mut counts = vec![0u64; BINS + 1];
+        for v in self.hist.iter_recorded() {
+            let s = (self.hist.median_equivalent(v.value_iterated_to()) as f64 / 1e6).clamp(self.min_s, self.max_s);
+            counts[bin_of(s, width)] += v.count_since_last_iteration();
+        }
+        counts
+    }
+
+    pub fn stats(&self) -> RtStats {
+        if self.count == 0 {
+            return RtStats::default();
+        }
+        let (mean_s, p95_s) = (self.mean(), self.percentile(95.0));
+        let width = bin_width(mean_s, p95_s);
+        let histogram = self
+            .bins(width)
+            .into_iter()
+            .enumerate()
+            .map(|(i, count)| Bucket { lo_s: i as f64 * width, hi_s: (i < BINS).then(|| (i + 1) as f64 * width), count })
+            .collect();
+        RtStats {
+            count: self.count,
+            mean_s,
+            p50_s: self.percentile(50.0),
+            p95_s,
+            p99_s: self.percentile(99.0),
+            min_s: self.min_s,
+            max_s: self.max_s,
+            over_3s_frac: self.over_3s as f64 / self.count as f64,
+            histogram,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ConnectionCounts {
+    pub total: u64,
+    pub failed: u64,
+    pub midstream: u64,
+    pub not_http: u64,
+    pub evicted: u64,
+    pub syn_retransmissions: u64,
+    pub synack_retransmissions: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TransactionCounts {
+    pub total: u64,
+    pub with_anomalies: u64,
+    /// Cut off by the end of the capture (anomaly `incomplete`).
+    pub incomplete: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PageviewCounts {
+    pub total: u64,
+    /// Cut off by the end of the capture: left out of the response-time statistics.
+    pub incomplete: u64,
+    pub with_failed_connections: u64,
+}
+
+/// What `rlm analyze` read and found; printed as text, written as JSON by `--summary-json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub capture: String,
+    /// Read to its end (false: cut short, see `cut`).
+    pub complete: bool,
+    /// Why the capture ended before its end.
+    pub cut: Option<String>,
+    pub frames: u64,
+    pub bytes: u64,
+    pub tcp_segments: u64,
+    pub ignored: BTreeMap<&'static str, u64>,
+    pub malformed_total: u64,
+    pub malformed: BTreeMap<&'static str, u64>,
+    pub connections: ConnectionCounts,
+    pub transactions: TransactionCounts,
+    pub pageviews: PageviewCounts,
+    /// Of the complete pageviews only.
+    pub response_time: RtStats,
+    /// What the rules given with `--rules` would have done.
+    pub what_if: Option<WhatIf>,
+}
+
+impl Summary {
+    fn new(capture: &str, frames: u64, cut: Option<String>, stats: &Stats, tx: TransactionCounts, pv: PageviewCounts, rt: &RtStream) -> Summary {
+        Summary {
+            capture: capture.to_string(),
+            complete: cut.is_none(),
+            cut,
+            frames,
+            bytes: stats.bytes,
+            tcp_segments: stats.tcp_segments,
+            ignored: stats.ignored.clone(),
+            malformed_total: stats.malformed.values().sum(),
+            malformed: stats.malformed.clone(),
+            connections: ConnectionCounts {
+                total: stats.connections,
+                failed: stats.connections_failed,
+                midstream: stats.connections_midstream,
+                not_http: stats.connections_not_http,
+                evicted: stats.connections_evicted,
+                syn_retransmissions: stats.syn_retransmissions,
+                synack_retransmissions: stats.synack_retransmissions,
+            },
+            transactions: TransactionCounts { total: stats.transactions, ..tx },
+            pageviews: pv,
+            response_time: rt.stats(),
+            what_if: None,
+        }
+    }
+
+    /// The human summary.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "rlm analyze {}", self.capture);
+        if let Some(cut) = &self.cut {
+            let _ = writeln!(s, "  capture cut short after {} frames: {cut}", self.frames);
+        }
+        let ignored: u64 = self.ignored.values().sum();
+        let _ = writeln!(s, "  frames {}: tcp {}, ignored {ignored}, malformed {}", self.frames, self.tcp_segments, self.malformed_total);
+        for (k, v) in self.malformed.iter().filter(|(_, v)| **v > 0) {
+            let _ = writeln!(s, "    malformed {k}: {v}");
+        }
+        let c = &self.connections;
+        let _ = writeln!(
+            s,
+            "  connections {} (failed {}, joined midstream {}, not HTTP {}, evicted {}); SYN retransmissions {}, SYN/ACK retransmissions {}",
+            c.total, c.failed, c.midstream, c.not_http, c.evicted, c.syn_retransmissions, c.synack_retransmissions
+        );
+        let t = &self.transactions;
+        let _ = writeln!(s, "  transactions {} ({} with anomalies, {} incomplete)", t.total, t.with_anomalies, t.incomplete);
+        let p = &self.pageviews;
+        let _ = writeln!(s, "  pageviews {} ({} incomplete, {} with failed connections)", p.total, p.incomplete, p.with_failed_connections);
+        let r = &self.response_time;
+        let _ = writeln!(
+            s,
+            "  response time of {} complete pageviews: mean {:.3} s, p50 {:.3} s, p95 {:.3} s, p99 {:.3} s, over 3 s {:.1}%",
+            r.count,
+            r.mean_s,
+            r.p50_s,
+            r.p95_s,
+            r.p99_s,
+            r.over_3s_frac * 100.0
+        );
+        if r.count > 0 {
+            let _ = writeln!(s, "  pageview response time distribution:");
+            let counts: Vec<u64> = r.histogram.iter().map(|b| b.count).collect();
+            let width = r.histogram.first().and_then(|b| b.hi_s).unwrap_or(1.0);
+            s.push_str(&render_bins(&counts, width, r.mean_s, r.p95_s));
+        }
+        if let Some(w) = &self.what_if {
+            let _ = writeln!(s, "  what-if with {} (the capture is as it happened; this is what the rules would have done):", w.rules_file);
+            for r in &w.rules {
+                let _ = writeln!(s, "    {} {}", r.rule, r.text);
+                if r.syns_dropped + r.syns_limited == 0 {
+                    let _ = writeln!(s, "      never acted");
+                    continue;
+                }
+                let _ = writeln!(
+                    s,
+                    "      {} SYNs dropped, {} refused by the token bucket, {} connections of {} clients, from {:.3} to {:.3}",
+                    r.syns_dropped,
+                    r.syns_limited,
+                    r.connections,
+                    r.clients,
+                    r.first_ts.unwrap_or(0.0),
+                    r.last_ts.unwrap_or(0.0)
+                );
+                for e in &r.examples {
+                    let _ = writeln!(s, "      e.g. {e}");
+                }
+            }
+            if !w.class_rt.is_empty() {
+                let _ = writeln!(s, "    class response times per {WHAT_IF_BUCKET_S} s (pageviews, mean):");
+                let mut by_ts: BTreeMap<u64, Vec<&ClassRtPoint>> = BTreeMap::new();
+                for p in &w.class_rt {
+                    by_ts.entry(p.ts).or_default().push(p);
+                }
+                let step = by_ts.len().div_ceil(30).max(1);
+                for (ts, points) in by_ts.iter().step_by(step) {
+                    let cells: Vec<String> = points.iter().map(|p| format!("{} {} {:.2} s", p.class, p.pageviews, p.mean_s)).collect();
+                    let _ = writeln!(s, "      {ts}: {}", cells.join(", "));
+                }
+                if step > 1 {
+                    let _ = writeln!(s, "      (every {step}th bucket shown; --summary-json has them all)");
+                }
+            }
+        }
+        s
+    }
+}
+
+/// The identity of a file, for telling whether two paths are the same file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum FileId {
+    /// An existing file: (device, inode); hard links and symlinks to it compare equal.
+    Inode(u64, u64),
+    /// A file still to be created: its canonical directory and name.
+    ToBe(PathBuf),
+}
+
+fn id_of_meta(m: &std::fs::Metadata) -> FileId {
+    FileId::Inode(m.dev(), m.ino())
+}
+
+/// The identity of `path` without opening or creating anything.
+fn file_id(path: &Path) -> FileId {
+    if let Ok(m) = std::fs::metadata(path) {
+        return id_of_meta(&m);
+    }
+    // Not there yet: a dangling symlink creates its target, so follow it.
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&p) {
+                Ok(t) => p = p.parent().map(|d| d.join(&t)).unwrap_or(t),
+                Err(_) => break,
+            },
+            _ => break,
+        }
+    }
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match (std::fs::canonicalize(dir), p.file_name()) {
+        (Ok(d), Some(name)) => FileId::ToBe(d.join(name)),
+        _ => FileId::ToBe(std::path::absolute(&p).unwrap_or(p)),
+    }
+}
+
+/// The identity of an open standard stream, when it is a file.
+fn fd_id(fd: std::os::fd::BorrowedFd<'_>) -> Option<FileId> {
+    let owned = fd.try_clone_to_owned().ok()?;
+    File::from(owned).metadata().ok().map(|m| id_of_meta(&m))
+}
+
+/// Where one output goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Dest {
+    Stdout,
+    File(PathBuf),
+}
+
+/// Refuse outputs that would overwrite the capture or each other, before anything is opened.
+/// Returns each output's destination (an output naming standard output's own file is stdout).
+fn check_outputs(capture: &Source, outputs: &[(&'static str, &Option<PathBuf>)]) -> Result<Vec<Option<Dest>>, UsageError> {
+    let null = std::fs::metadata("/dev/null").ok().map(|m| id_of_meta(&m));
+    let stdout = fd_id(std::io::stdout().as_fd());
+    let capture_id = match capture {
+        Source::Stdin => fd_id(std::io::stdin().as_fd()),
+        Source::File(p) => std::fs::metadata(p).ok().map(|m| id_of_meta(&m)),
+    }
+    .filter(|id| Some(id) != null.as_ref());
+    let mut seen: Vec<(&'static str, String, Option<FileId>, bool)> = Vec::new();
+    let mut dests = Vec::new();
+    for (flag, path) in outputs {
+        let Some(path) = path else {
+            dests.push(None);
+            continue;
+        };
+        let shown = path.display().to_string();
+        let (id, on_stdout) = if path.as_os_str() == "-" {
+            (stdout.clone(), true)
+        } else {
+            let id = file_id(path);
+            let on_stdout = stdout.as_ref() == Some(&id) && Some(&id) != null.as_ref();
+            (Some(id), on_stdout)
+        };
+        // Writing twice to /dev/null harms nobody.
+        let id = id.filter(|id| Some(id) != null.as_ref());
+        if let (Some(id), Some(cap)) = (&id, &capture_id) {
+            if id == cap {
+                let what = if shown == capture.to_string() { String::new() } else { format!(" ({capture}, the same file)") };
+                return Err(UsageError(format!("{flag} {shown} is the input capture{what}; refusing to overwrite it")));
+            }
+        }
+        for (other_flag, other_shown, other_id, other_stdout) in &seen {
+            if on_stdout && *other_stdout {
+                return Err(UsageError(format!(
+                    "{other_flag} {other_shown} and {flag} {shown} both go to standard output; only one output may be `-`"
+                )));
+            }
+            if id.is_some() && id == *other_id {
+                return Err(UsageError(format!("{other_flag} {other_shown} and {flag} {shown} are the same file; give each output its own")));
+            }
+        }
+        seen.push((flag, shown, id, on_stdout));
+        dests.push(Some(if on_stdout { Dest::Stdout } else { Dest::File(path.to_path_buf()) }));
+    }
+    Ok(dests)
+}
+
+/// A JSON-lines output: records are serialized into one reused buffer, then written in one call.
+struct JsonOut {
+    name: String,
+    w: Box<dyn Write>,
+    line: Vec<u8>,
+}
+
+impl JsonOut {
+    fn create(dest: &Option<Dest>) -> Result<Option<JsonOut>> {
+        Ok(match dest {
+            None => None,
+            Some(Dest::Stdout) => Some(JsonOut {
+                name: "standard output".into(),
+                w: Box::new(BufWriter::with_capacity(256 << 10, std::io::stdout().lock())),
+                line: Vec::with_capacity(4096),
+            }),
+            Some(Dest::File(p)) => {
+                let f = File::create(p).with_context(|| format!("cannot write {}", p.display()))?;
+                Some(JsonOut { name: p.display().to_string(), w: Box::new(BufWriter::with_capacity(256 << 10, f)), line: Vec::with_capacity(4096) })
+            }
+        })
+    }
+
+    fn write<T: Serialize>(&mut self, v: &T) -> Result<()> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, v)?;
+        self.line.push(b'\n');
+        self.w.write_all(&self.line).with_context(|| format!("cannot write {}", self.name))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.w.flush().with_context(|| format!("cannot write {}", self.name))
+    }
+}
+
+/// What an analysis produced.
+pub struct Report {
+    pub summary: Summary,
+    /// Some output is standard output: the human summary goes to standard error.
+    pub summary_to_stderr: bool,
+}
+
+/// Run the analysis. A capture cut short still gives a report (with `summary.cut`); errors are
+/// a [`UsageError`] (refused before anything was opened) or a failure to read or write.
+pub fn run(opts: AnalyzeOptions) -> Result<Report> {
+    let source = Source::from_arg(&opts.capture);
+    let dests = check_outputs(
+        &source,
+        &[
+            ("--transactions", &opts.transactions),
+            ("--pageviews", &opts.pageviews),
+            ("--summary-json", &opts.summary_json),
+            ("--decisions", &opts.decisions),
+        ],
+    )?;
+    let summary_to_stderr = dests.iter().flatten().any(|d| *d == Dest::Stdout);
+    // The capture is opened (and recognised) before any output is created.
+    let mut reader = capture::open(&source)?;
+    let mut tx_out = JsonOut::create(&dests[0])?;
+    let mut pv_out = JsonOut::create(&dests[1])?;
+    if let Some(Dest::File(p)) = &dests[2] {
+        // Created now, so an unwritable path fails before the work, not after.
+        File::create(p).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    let mut dec_out = JsonOut::create(&dests[3])?;
     let mut engine = Engine::new(opts.config);
-    let mut pvs: Vec<PageviewRecord> = Vec::new();
-    let size = std::fs::metadata(&opts.capture).map(|m| m.len()).unwrap_or(0);
+    let mut what_if = opts.rules.as_ref().map(|r| WhatIf {
+        rules_file: r.file_name().to_string(),
+        rules: (0..r.rule_count())
+            .map(|i| {
+                let id = rules::RuleId(i as u32);
+                RuleReport {
+                    rule: r.rule_position(id).map(|(l, c)| format!("{}:{l}:{c}", r.file_name())).unwrap_or_default(),
+                    text: r.rule(id).map(|x| x.to_string().replace("\n  ", " ")).unwrap_or_default(),
+                    ..RuleReport::default()
+                }
+            })
+            .collect(),
+        class_rt: Vec::new(),
+    });
+    let mut class_buckets: BTreeMap<(u64, String), (u64, f64)> = BTreeMap::new();
+    engine.set_rules(opts.rules);
+    let mut rt = RtStream::default();
+    let mut tx = TransactionCounts::default();
+    let mut pv = PageviewCounts::default();
+    let size = reader.size().unwrap_or(0);
     let bar = (opts.progress && std::io::stderr().is_terminal() && size > 4 << 20).then(|| {
         let b = indicatif::ProgressBar::new(size);
         b.set_style(
@@ -154,17 +664,60 @@ pub fn run(opts: AnalyzeOptions) -> Result<String> {
     let mut on_event = |ev: Event| -> Result<()> {
         match ev {
             Event::Transaction(t) => {
+                if t.anomalies.contains(&"incomplete") {
+                    tx.incomplete += 1;
+                }
+                if !t.anomalies.is_empty() {
+                    tx.with_anomalies += 1;
+                }
                 if let Some(w) = tx_out.as_mut() {
-                    serde_json::to_writer(&mut *w, &t)?;
-                    w.write_all(b"\n")?;
+                    w.write(&t)?;
+                }
+            }
+            Event::Decision(d) => {
+                if let Some(r) = what_if.as_mut().and_then(|w| w.rules.iter_mut().find(|r| r.rule == d.rule)) {
+                    if d.action == "LIMIT SYN" {
+                        r.syns_limited += 1;
+                    } else {
+                        r.syns_dropped += 1;
+                    }
+                    r.first_ts.get_or_insert(d.ts.secs());
+                    r.last_ts = Some(d.ts.secs());
+                    let conn = format!("{} -> {}", d.client, d.server);
+                    if r.seen_conns.len() < MAX_DISTINCT && r.seen_conns.insert(conn.clone()) {
+                        r.connections += 1;
+                        if r.examples.len() < 5 {
+                            r.examples.push(format!("{conn} ({}, class {})", d.action, d.class));
+                        }
+                    }
+                    let client = d.client.rsplit_once(':').map_or(d.client.clone(), |(h, _)| h.to_string());
+                    if r.seen_clients.len() < MAX_DISTINCT && r.seen_clients.insert(client) {
+                        r.clients += 1;
+                    }
+                }
+                if let Some(w) = dec_out.as_mut() {
+                    w.write(&d)?;
                 }
             }
             Event::Pageview(p) => {
-                if let Some(w) = pv_out.as_mut() {
-                    serde_json::to_writer(&mut *w, &p)?;
-                    w.write_all(b"\n")?;
+                if let (Some(class), false) = (&p.class, p.incomplete) {
+                    let b = (p.end_ts.max(0.0) as u64) / WHAT_IF_BUCKET_S * WHAT_IF_BUCKET_S;
+                    let e = class_buckets.entry((b, class.clone())).or_insert((0, 0.0));
+                    e.0 += 1;
+                    e.1 += p.rt_s;
                 }
-                pvs.push(p);
+                pv.total += 1;
+                if p.failed_connections > 0 {
+                    pv.with_failed_connections += 1;
+                }
+                if p.incomplete {
+                    pv.incomplete += 1;
+                } else {
+                    rt.record(p.rt_s);
+                }
+                if let Some(w) = pv_out.as_mut() {
+                    w.write(&p)?;
+                }
             }
         }
         Ok(())
@@ -174,18 +727,33 @@ pub fn run(opts: AnalyzeOptions) -> Result<String> {
             b.set_position(done);
         }
     };
-    let result = crate::capture::replay(&opts.capture, &mut engine, &mut on_event, Some(&mut tick));
+    let replayed = capture::replay_reader(&mut reader, &mut engine, &mut on_event, Some(&mut tick));
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    if let Some(w) = tx_out.as_mut() {
-        w.flush()?;
+    // What was written is flushed whatever happened.
+    let flushed = [tx_out.as_mut().map(JsonOut::flush), pv_out.as_mut().map(JsonOut::flush), dec_out.as_mut().map(JsonOut::flush)];
+    let replayed = replayed?;
+    for f in flushed.into_iter().flatten() {
+        f?;
     }
-    if let Some(w) = pv_out.as_mut() {
-        w.flush()?;
+    let mut summary = Summary::new(reader.name(), replayed.frames, replayed.cut.map(|c| c.0), engine.stats(), tx, pv, &rt);
+    if let Some(mut w) = what_if {
+        w.class_rt = class_buckets
+            .into_iter()
+            .map(|((ts, class), (n, sum))| ClassRtPoint { ts, class, pageviews: n, mean_s: sum / n.max(1) as f64 })
+            .collect();
+        summary.what_if = Some(w);
     }
-    let frames = result?;
-    Ok(summary_text(&opts.capture, frames, engine.stats(), &pvs))
+    if let Some(dest) = &dests[2] {
+        let mut out = JsonOut::create(&Some(dest.clone()))?.ok_or_else(|| anyhow!("summary output"))?;
+        out.line.clear();
+        serde_json::to_writer_pretty(&mut out.line, &summary)?;
+        out.line.push(b'\n');
+        out.w.write_all(&out.line).with_context(|| format!("cannot write {}", out.name))?;
+        out.flush()?;
+    }
+    Ok(Report { summary, summary_to_stderr })
 }
 
 #[cfg(test)]
@@ -204,5 +772,57 @@ mod tests {
         let h = histogram(&v, &s);
         assert!(h.contains("<- mean") && h.contains("<- p95"));
         assert_eq!(RtSummary::of(&[], 0).count, 0);
+    }
+
+    #[test]
+    fn streaming_statistics_agree_with_the_exact_ones() {
+        let mut rng = crate::testkit::Rng::new(7);
+        for n in [1usize, 2, 3, 10, 99, 1000, 20_000] {
+            // Log-normal-ish response times from 1 ms to minutes.
+            let v: Vec<f64> = (0..n).map(|_| (rng.next_f64() * 12.0 - 7.0).exp()).collect();
+            let mut st = RtStream::default();
+            v.iter().for_each(|&x| st.record(x));
+            let exact = RtSummary::of(&v, 0);
+            let got = st.stats();
+            assert_eq!(got.count as usize, n);
+            assert!((got.mean_s - exact.mean_s).abs() <= 1e-9 * exact.mean_s.max(1.0));
+            assert!((got.over_3s_frac - exact.gt3s_frac).abs() < 1e-12);
+            let mut sorted = v.clone();
+            sorted.sort_by(f64::total_cmp);
+            for (p, g) in [(50.0, got.p50_s), (95.0, got.p95_s), (99.0, got.p99_s)] {
+                let e = percentile(&sorted, p);
+                // 3 significant digits, plus 1 µs of rounding.
+                assert!((g - e).abs() <= e * 1e-3 + 1e-6, "n {n} p{p}: {g} vs {e}");
+            }
+            assert_eq!(got.histogram.len(), BINS + 1);
+            assert_eq!(got.histogram.iter().map(|b| b.count).sum::<u64>(), n as u64);
+            // Bins agree with exact binning except for values within 0.1% of a boundary.
+            let width = got.histogram[0].hi_s.unwrap();
+            let mut exact_bins = [0u64; BINS + 1];
+            v.iter().for_each(|&x| exact_bins[bin_of(x, width)] += 1);
+            let moved: u64 = exact_bins.iter().zip(&got.histogram).map(|(a, b)| a.abs_diff(b.count)).sum();
+            let near = v.iter().filter(|&&x| ((x / width).round() - x / width).abs() * width <= x * 1e-3 + 1e-6).count() as u64;
+            assert!(moved <= 2 * near, "n {n}: {moved} moved, {near} near a boundary");
+        }
+        assert_eq!(RtStream::default().stats(), RtStats::default());
+    }
+
+    #[test]
+    fn same_file_is_recognised_through_links_and_path_variants() {
+        let d = std::env::temp_dir().join(format!("rlm-analyze-ids-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("a.jsonl");
+        std::fs::write(&f, b"x").unwrap();
+        std::os::unix::fs::symlink(&f, d.join("link")).unwrap();
+        std::fs::hard_link(&f, d.join("hard")).unwrap();
+        let id = file_id(&f);
+        assert_eq!(file_id(&d.join("link")), id);
+        assert_eq!(file_id(&d.join("hard")), id);
+        assert_eq!(file_id(&d.join(".").join("a.jsonl")), id);
+        // Files still to be created compare by canonical directory and name; a dangling link by its target.
+        std::os::unix::fs::symlink(d.join("later"), d.join("dangling")).unwrap();
+        assert_eq!(file_id(&d.join("dangling")), file_id(&d.join("later")));
+        assert_ne!(file_id(&d.join("later")), file_id(&d.join("other")));
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

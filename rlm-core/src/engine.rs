@@ -11,7 +11,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -19,8 +19,10 @@ use serde::Serialize;
 use crate::flow::{CloseReason, ConnId, ConnState, FlowNote, FlowTable, HttpOptions};
 use crate::http::{HttpEvent, Txn};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
+use crate::policy::{Policy, SynDecision};
 use crate::time::Timestamp;
 use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed, Segment};
+use rules::RuleSet;
 
 /// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).
 pub const WELL_KNOWN_HTTP_PORTS: &[u16] = &[80, 81, 631, 1080, 3128, 8000, 8080, 8888];
@@ -37,10 +39,14 @@ pub enum Port {
 }
 
 /// What to do with the frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Forward it unchanged.
     Accept,
+    /// Do not forward it.
+    Drop,
+    /// Forward this instead (the whole frame as it was given, rewritten: content adaptation).
+    Replace(Box<[u8]>),
 }
 
 /// Engine configuration.
@@ -58,6 +64,8 @@ pub struct Config {
     pub scan_embeds: bool,
     /// Decode gzip/deflate bodies so that body lengths are decoded sizes, as Zeek's.
     pub decode_bodies: bool,
+    /// Sliding window of the per-class response-time statistics the rules read (`RT.<CLASS>`).
+    pub class_window: Duration,
     pub pageview: PageviewConfig,
 }
 
@@ -70,6 +78,7 @@ impl Default for Config {
             closed_linger: Duration::from_secs(4),
             scan_embeds: true,
             decode_bodies: true,
+            class_window: Duration::from_secs(30),
             pageview: PageviewConfig::default(),
         }
     }
@@ -173,11 +182,27 @@ pub fn conn_uid(client: Endpoint, server: Endpoint, first_seen: Timestamp) -> St
     out
 }
 
+/// A rule acted on a packet (or would have, when replaying a capture).
+#[derive(Clone, Debug, Serialize)]
+pub struct DecisionRecord {
+    pub ts: UnixMicros,
+    /// `FILE:LINE:COL` of the rule.
+    pub rule: String,
+    /// `DROP SYN`, or `LIMIT SYN` when the bucket was empty.
+    pub action: &'static str,
+    pub class: String,
+    pub client: String,
+    pub server: String,
+    /// The SYN was a retransmission by the client.
+    pub retransmission: bool,
+}
+
 /// What the engine reports.
 #[derive(Clone, Debug)]
 pub enum Event {
     Transaction(TransactionRecord),
     Pageview(PageviewRecord),
+    Decision(DecisionRecord),
 }
 
 /// Sizes of the engine's tables.
@@ -211,6 +236,8 @@ pub struct Stats {
     pub connections_not_http: u64,
     pub syn_retransmissions: u64,
     pub synack_retransmissions: u64,
+    /// SYNs the rules dropped (DROP SYN, or LIMIT SYN with an empty bucket).
+    pub syns_dropped: u64,
     pub retransmitted_segments: u64,
     pub gap_bytes: u64,
     pub transactions: u64,
@@ -237,6 +264,9 @@ pub struct Engine {
     notes: Vec<FlowNote>,
     http_events: Vec<HttpEvent>,
     last_now: Timestamp,
+    policy: Option<Policy>,
+    /// The verdict on the frame being handled.
+    verdict: Verdict,
 }
 
 impl Engine {
@@ -258,7 +288,24 @@ impl Engine {
             notes: Vec::new(),
             http_events: Vec::new(),
             last_now: Timestamp::ZERO,
+            policy: None,
+            verdict: Verdict::Accept,
         }
+    }
+
+    /// Put a rule set in force (or none). Flows, pageviews and class statistics carry over: a
+    /// reload loses nothing.
+    pub fn set_rules(&mut self, rules: Option<RuleSet>) {
+        match (rules, self.policy.as_mut()) {
+            (Some(r), Some(p)) => p.replace_rules(r),
+            (Some(r), None) => self.policy = Some(Policy::new(r, self.cfg.class_window)),
+            (None, _) => self.policy = None,
+        }
+    }
+
+    /// The rules in force and their state.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.policy.as_ref()
     }
 
     pub fn config(&self) -> &Config {
@@ -310,6 +357,7 @@ impl Engine {
         // Time never runs backwards for the engine, whatever the capture says.
         let now = now.max(self.last_now);
         self.last_now = now;
+        self.verdict = Verdict::Accept;
         match wire::decode(link, frame) {
             Decoded::Tcp(seg) => {
                 self.stats.tcp_segments += 1;
@@ -318,7 +366,7 @@ impl Engine {
             Decoded::Ignored(i) => *self.stats.ignored.entry(i.name()).or_default() += 1,
             Decoded::Malformed(m) => *self.stats.malformed.entry(m.name()).or_default() += 1,
         }
-        Verdict::Accept
+        std::mem::replace(&mut self.verdict, Verdict::Accept)
     }
 
     /// The next event, if any.
@@ -477,8 +525,10 @@ impl Engine {
                     } else {
                         self.push_timer(now + self.cfg.pageview.connect_timeout, id, TimerKind::Connect);
                     }
-                    let client = self.flows.get(id).expect("live").client.ip;
-                    self.pageviews.on_syn(now, id, client, retransmission);
+                    let c = self.flows.get(id).expect("live");
+                    let (client, server) = (c.client, c.server);
+                    self.at_syn(now, client, server, retransmission);
+                    self.pageviews.on_syn(now, id, client.ip, retransmission);
                 }
                 FlowNote::SynAck { retransmission } => {
                     if retransmission {
@@ -630,6 +680,11 @@ impl Engine {
         let syns = c.hs.syn.count;
         self.process_http(now, id, &mut evs);
         self.http_events = evs;
+        // A closed connection stays only to absorb stragglers: its slot is freed after the
+        // linger, not after the idle timeout armed when it opened.
+        if !matches!(reason, CloseReason::Shutdown | CloseReason::Refused | CloseReason::ConnectTimeout | CloseReason::Evicted) {
+            self.push_timer(now + self.cfg.closed_linger, id, TimerKind::Idle);
+        }
         let failed = match (reason, never_established, first_syn) {
             (CloseReason::ConnectTimeout, _, Some(s)) => Some((s, s + self.cfg.pageview.connect_timeout, syns)),
             (CloseReason::Refused, _, Some(s)) => Some((s, now, syns)),
@@ -642,9 +697,42 @@ impl Engine {
         self.collect_pageviews();
     }
 
+    /// The SYN node: the rules decide whether the client's SYN goes on. A dropped SYN stays in
+    /// the pageview's accounting: the client will retransmit it and wait.
+    fn at_syn(&mut self, now: Timestamp, client: Endpoint, server: Endpoint, retransmission: bool) {
+        let Some(policy) = self.policy.as_mut() else { return };
+        let (c, s) = (SocketAddr::new(client.ip, client.port), SocketAddr::new(server.ip, server.port));
+        let class = policy.classify(c, s);
+        let rt = self.pageviews.elapsed_for_client(client.ip, now);
+        if let SynDecision::Drop { rule, limited } = policy.at_syn(now, c, s, class, Some(rt)) {
+            self.verdict = Verdict::Drop;
+            self.stats.syns_dropped += 1;
+            self.events.push_back(Event::Decision(DecisionRecord {
+                ts: UnixMicros::of(now),
+                rule: policy.rule_label(rule),
+                action: if limited { "LIMIT SYN" } else { "DROP SYN" },
+                class: policy.class_name(class).to_string(),
+                client: client.to_string(),
+                server: server.to_string(),
+                retransmission,
+            }));
+        }
+    }
+
     fn collect_pageviews(&mut self) {
-        for pv in self.pageviews.take_done() {
+        for mut pv in self.pageviews.take_done() {
             self.stats.pageviews += 1;
+            if let Some(policy) = self.policy.as_mut() {
+                let client: Option<IpAddr> = pv.client.parse().ok();
+                let server: SocketAddr = pv.server.as_deref().and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+                if let Some(ip) = client {
+                    let class = policy.classify_ip(ip, server);
+                    pv.class = Some(policy.class_name(class).to_string());
+                    if !pv.incomplete {
+                        policy.on_pageview(self.last_now, class, pv.rt_s);
+                    }
+                }
+            }
             self.events.push_back(Event::Pageview(pv));
         }
     }

@@ -13,10 +13,11 @@ pub mod flow;
 pub mod http;
 pub mod live;
 pub mod pageview;
+pub mod policy;
 pub mod testkit;
 pub mod time;
 pub mod wire;
 
-pub use engine::{Config, Engine, Event, Port, Stats, TransactionRecord, Verdict};
+pub use engine::{Config, DecisionRecord, Engine, Event, Port, Stats, TransactionRecord, Verdict};
 pub use pageview::{PageviewConfig, PageviewRecord};
 pub use time::Timestamp;

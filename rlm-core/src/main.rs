@@ -1,12 +1,15 @@
 //! `rlm`: the appliance's command line.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use rlm_core::analyze::{self, AnalyzeOptions};
+mod commands;
+
+use rlm_core::analyze::{self, AnalyzeOptions, UsageError};
 use rlm_core::Config;
 
 #[derive(Parser)]
@@ -18,46 +21,109 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Rebuild transactions and pageviews from a capture file (pcap or pcapng).
+    /// Sit inline on a bridge: queue the clients' SYNs, measure pageviews from a tap, enforce the rule file.
+    ///
+    /// Installs its netfilter rules (removed on SIGINT/SIGTERM; bypassed if rlm dies), serves
+    /// Prometheus /metrics and /status on localhost, and reloads the rule file on SIGHUP.
+    /// Exit status: 0 stopped by a signal; 1 failed (before installing anything if the bridge,
+    /// the rule file or the privileges are wrong); 2 a usage error.
+    Run(commands::RunArgs),
+    /// Check rule files: print a summary of each, or its errors (FILE:LINE:COL, the line, a caret).
+    ///
+    /// Exit status: 0 all valid; 1 one is not; 2 a usage error.
+    Check {
+        /// The rule files.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<std::ffi::OsString>,
+    },
+    /// Print what a running rlm says about itself (its classes, their response times, the rules firing).
+    Status {
+        /// Where it serves /status.
+        #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR")]
+        metrics: std::net::SocketAddr,
+    },
+    /// Rebuild transactions and pageviews from a capture (pcap or pcapng, plain, gzip or zstd).
+    ///
+    /// Prints a summary: frames, connections, transactions and pageviews, with those cut off by
+    /// the end of the capture counted apart and left out of the response-time statistics (mean,
+    /// p50, p95, p99, share over 3 s, histogram). Outputs are refused, before anything is opened,
+    /// when one is the capture itself or two are the same file (through links or other spellings).
+    ///
+    /// Exit status: 0 done; 1 the capture could not be read, or was cut short (the summary of what
+    /// was read is still printed and every output written); 2 a usage error.
+    #[command(
+        after_help = "Examples:\n  rlm analyze capture.pcapng.zst --pageviews pv.jsonl --summary-json summary.json\n  tcpdump -i eth0 -w - 'tcp port 80' | rlm analyze - --transactions - > tx.jsonl"
+    )]
     Analyze {
-        /// The capture file.
+        /// The capture file, or `-` for standard input. Compression (gzip, zstd) is recognised by its magic bytes.
         capture: PathBuf,
-        /// Write one JSON object per transaction to this file.
-        #[arg(long)]
+        /// Write one JSON object per transaction to this file (`-`: standard output).
+        #[arg(long, value_name = "FILE")]
         transactions: Option<PathBuf>,
-        /// Write one JSON object per pageview to this file.
-        #[arg(long)]
+        /// Write one JSON object per pageview to this file (`-`: standard output).
+        #[arg(long, value_name = "FILE")]
         pageviews: Option<PathBuf>,
+        /// Write the summary as one JSON object to this file (`-`: standard output).
+        #[arg(long = "summary-json", value_name = "FILE")]
+        summary_json: Option<PathBuf>,
         /// A port the web servers listen on (repeatable). Default: any port, HTTP detected from its first bytes.
-        #[arg(long = "server-port")]
+        #[arg(long = "server-port", value_name = "PORT")]
         server_ports: Vec<u16>,
         /// The clients' connect timeout charged to a failed connection, in seconds (004: 21 s, Windows XP).
-        #[arg(long, default_value_t = 21.0)]
+        #[arg(long, default_value_t = 21.0, value_name = "SECONDS")]
         connect_timeout: f64,
         /// Do not show a progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Replay a rule file over the capture (what-if): when each rule would have fired, what it
+        /// would have done to which connections, and the class response times over time.
+        #[arg(long, value_name = "FILE")]
+        rules: Option<PathBuf>,
+        /// Write each decision the rules would have taken as a JSON line (`-`: standard output).
+        #[arg(long, value_name = "FILE", requires = "rules")]
+        decisions: Option<PathBuf>,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Analyze { capture, transactions, pageviews, server_ports, connect_timeout, quiet } => {
+        Command::Run(args) => commands::run(args),
+        Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
+        Command::Status { metrics } => commands::status(metrics),
+        Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions } => {
+            let rules = match rules.as_deref().map(rules::check_file).transpose() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
             let mut config = Config { server_ports, ..Config::default() };
             if !(connect_timeout.is_finite() && connect_timeout > 0.0) {
                 eprintln!("rlm: --connect-timeout must be a positive number of seconds");
                 return ExitCode::from(2);
             }
             config.pageview.connect_timeout = Duration::from_secs_f64(connect_timeout);
-            match analyze::run(AnalyzeOptions { capture, transactions, pageviews, config, progress: !quiet }) {
-                Ok(summary) => {
-                    print!("{summary}");
-                    ExitCode::SUCCESS
+            match analyze::run(AnalyzeOptions { capture, transactions, pageviews, summary_json, config, progress: !quiet, rules, decisions }) {
+                Ok(report) => {
+                    // With an output on standard output, the summary keeps out of its way.
+                    let text = report.summary.text();
+                    let _ = if report.summary_to_stderr {
+                        std::io::stderr().write_all(text.as_bytes())
+                    } else {
+                        std::io::stdout().write_all(text.as_bytes())
+                    };
+                    if report.summary.cut.is_some() {
+                        ExitCode::from(1)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
                 }
                 Err(e) => {
-                    eprintln!("rlm: {e:#}");
-                    ExitCode::from(1)
+                    // One line: the chain of causes joined.
+                    eprintln!("rlm: {}", format!("{e:#}").replace('\n', " "));
+                    ExitCode::from(if e.is::<UsageError>() { 2 } else { 1 })
                 }
             }
         }

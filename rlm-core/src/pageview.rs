@@ -97,6 +97,10 @@ pub struct PageviewRecord {
     pub t_server_s: f64,
     pub t_transfer_s: f64,
     pub events: Vec<EventNode>,
+    /// The server of its first request ("ip:port"), when it made one.
+    pub server: Option<String>,
+    /// The service class of its client, when a rule file is in force.
+    pub class: Option<String>,
     /// Cut off by the end of the capture (or a shutdown) with something still in flight:
     /// a transaction unanswered, a handshake pending or listed objects not yet fetched.
     /// Its `rt_s` is a lower bound; summaries leave it out of the response-time statistics.
@@ -141,6 +145,8 @@ struct Expected {
 struct OpenPv {
     id: u64,
     client: IpAddr,
+    /// The server of its first request ("ip:port").
+    server: Option<String>,
     host: Option<String>,
     container: Option<String>,
     base: Option<url::Url>,
@@ -329,6 +335,12 @@ impl Pageviews {
         self.deadlines.peek().map(|Reverse((t, _, _))| *t)
     }
 
+    /// The elapsed time of the pageview a new SYN of this client would belong to (zero for a
+    /// new pageview), for rules that test `RT`.
+    pub fn elapsed_for_client(&self, client: IpAddr, now: Timestamp) -> Duration {
+        self.active_for_client(client, now).and_then(|id| self.open.get(&id)).map_or(Duration::ZERO, |p| now.saturating_since(p.start))
+    }
+
     /// The most recent open pageview of a client that could still be fetching objects.
     fn active_for_client(&self, client: IpAddr, now: Timestamp) -> Option<u64> {
         let ids = self.by_client.get(&client)?;
@@ -441,6 +453,7 @@ impl Pageviews {
             OpenPv {
                 id,
                 client,
+                server: None,
                 host: None,
                 container: None,
                 base: None,
@@ -519,6 +532,7 @@ impl Pageviews {
                 let id = self.new_pageview(r.client, start, now);
                 let p = self.open.get_mut(&id).expect("just created");
                 p.host = r.head.host.clone().or_else(|| Some(r.server.clone()));
+                p.server = Some(r.server.clone());
                 p.container = Some(r.head.uri.clone());
                 p.base = url.clone();
                 if let Some(k) = &key {
@@ -793,6 +807,8 @@ fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
         t_server_s: t_server.as_secs_f64(),
         t_transfer_s: t_transfer.as_secs_f64(),
         events,
+        server: p.server.clone(),
+        class: None,
         incomplete: false,
     }
 }

@@ -13,6 +13,9 @@ struct Run {
     engine: Engine,
     tx: Vec<TransactionRecord>,
     pv: Vec<PageviewRecord>,
+    decisions: Vec<rlm_core::DecisionRecord>,
+    /// The verdict on the last frame fed.
+    verdict: Option<rlm_core::Verdict>,
 }
 
 fn at(ms: u64) -> Timestamp {
@@ -28,7 +31,7 @@ impl Run {
         Run::with(Config::default())
     }
     fn with(cfg: Config) -> Run {
-        Run { engine: Engine::new(cfg), tx: Vec::new(), pv: Vec::new() }
+        Run { engine: Engine::new(cfg), tx: Vec::new(), pv: Vec::new(), decisions: Vec::new(), verdict: None }
     }
     fn advance(&mut self, ms: u64) {
         let now = at(ms);
@@ -42,7 +45,7 @@ impl Run {
     }
     fn feed(&mut self, ms: u64, frame: Vec<u8>) {
         self.advance(ms);
-        self.engine.handle(at(ms), Port::Unknown, &frame);
+        self.verdict = Some(self.engine.handle(at(ms), Port::Unknown, &frame));
         self.drain();
     }
     fn feed_all(&mut self, ms: u64, frames: Vec<Vec<u8>>) {
@@ -55,6 +58,7 @@ impl Run {
             match ev {
                 Event::Transaction(t) => self.tx.push(t),
                 Event::Pageview(p) => self.pv.push(p),
+                Event::Decision(d) => self.decisions.push(d),
             }
         }
     }
@@ -514,4 +518,56 @@ fn tail_loss_past_the_appliance_extends_the_pageview() {
     r.feed(400, segs.last().unwrap().clone());
     r.finish(5_000);
     assert!(approx(r.pv[0].rt_s, 0.400 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
+}
+
+fn rules(text: &str) -> rules::RuleSet {
+    rules::compile("test.rlm", text).unwrap_or_else(|d| panic!("{d}"))
+}
+
+#[test]
+fn drop_syn_keeps_the_dropped_syn_in_the_pageview_and_a_reload_keeps_the_flow() {
+    let mut r = Run::new();
+    r.engine.set_rules(Some(rules("CLASS LOW IF IP.SRC == 10.5.*.*\nIF CLASS == LOW THEN DROP SYN\n")));
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    r.feed(0, c.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    assert_eq!(r.decisions.len(), 1);
+    assert_eq!((r.decisions[0].action, r.decisions[0].class.as_str(), r.decisions[0].rule.as_str()), ("DROP SYN", "LOW", "test.rlm:2:1"));
+    // A HIGH-less client of no class passes.
+    let mut other = TcpConv::new("10.4.0.7:40001", "10.9.0.1:80");
+    r.feed(10, other.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    // The operator lifts the rule (SIGHUP with a new file); the client's retransmission at 3 s passes.
+    r.engine.set_rules(Some(rules("CLASS LOW IF IP.SRC == 10.5.*.*\n")));
+    r.feed(3_000, c.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    r.feed(3_000, c.synack());
+    r.feed(3_000 + RTT_MS, c.ack());
+    r.feed(3_100, c.client_data(&get("/page", "")));
+    r.feed_all(3_200, c.server_data(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"));
+    r.finish(20_000);
+    let pv = r.pv.iter().find(|p| p.client == "10.5.0.7").expect("the LOW client's pageview");
+    // The page took the dropped SYN's 3 s: RT runs from the first SYN, which the client sent.
+    assert!(pv.rt_s > 3.2 && pv.rt_s < 3.5, "{}", pv.rt_s);
+    assert_eq!(pv.syn_retransmissions, 1);
+    assert_eq!(pv.class.as_deref(), Some("LOW"));
+    assert_eq!(r.engine.stats().syns_dropped, 1);
+}
+
+#[test]
+fn limit_syn_admits_the_configured_rate() {
+    let mut r = Run::new();
+    r.engine.set_rules(Some(rules("CLASS LOW IF IP.SRC == 10.5.*.*\nIF CLASS == LOW THEN LIMIT SYN 20/s BURST 5\n")));
+    let mut passed = 0;
+    // 200 new connections a second for 5 s from LOW clients.
+    for i in 0..1000u64 {
+        let c = TcpConv::new(&format!("10.5.{}.{}:{}", i / 250, i % 250 + 1, 30000 + i), "10.9.0.1:80");
+        r.feed(i * 5, c.syn());
+        if r.verdict == Some(rlm_core::Verdict::Accept) {
+            passed += 1;
+        }
+    }
+    // 5 from the burst and 20 a second for 5 s.
+    assert!((100..=106).contains(&passed), "{passed}");
+    assert!(r.decisions.iter().all(|d| d.action == "LIMIT SYN"));
 }

@@ -1,8 +1,10 @@
-//! The rule language of the rlm appliance.
+//! The rule language of the rlm appliance (`docs/rules.md` is the reference).
 //!
-//! A rule file is a list of rules in the notation of RLM (004, section 6):
+//! A rule file declares service classes and rules in the notation of RLM (004, section 6):
 //!
 //! ```text
+//! CLASS HIGH IF IP.SRC == 10.4.*.*
+//! CLASS LOW IF IP.SRC != 10.4.*.*
 //! IF IP.SRC == *.*.*.* THEN
 //!   FAST SYN + SYN/ACK GAP 500ms
 //! IF IP.SRC != 10.4.*.* AND RT.HIGH > 3.0s THEN
@@ -10,435 +12,184 @@
 //!   HALT FAST SYN
 //! ```
 //!
-//! [`parse`] turns the text into a typed AST or a [`Diagnostic`] naming line and column;
-//! [`Rule::matches`] evaluates a rule's condition against what the engine knows at a node of a
-//! pageview's event graph ([`Facts`]). `#` starts a comment.
+//! [`compile`] reads and checks a file into a [`RuleSet`], or returns [`Diagnostics`] that name
+//! `FILE:LINE:COL`, show the line with a caret and say what was expected. The engine then calls
+//! [`RuleSet::classify`] once per pageview and [`RuleSet::eval`] (or `eval_syn`, `eval_synack`,
+//! `eval_request`, `eval_response`) at each node of the pageview's event graph, with the
+//! [`Facts`] it knows there; it gets back the [`Effect`]s of the rules that fire.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! let rules = rules::compile("example.rlm", "
+//!     CLASS HIGH IF IP.SRC == 10.4.*.*
+//!     IF IP.SRC != 10.4.*.* AND RT.HIGH > 3.0s THEN DROP SYN
+//! ").unwrap();
+//! let client: SocketAddr = "10.5.0.9:40000".parse().unwrap();
+//! let server: SocketAddr = "10.9.0.1:80".parse().unwrap();
+//! let class = rules.classify(client, server);
+//! assert_eq!(rules.class_name(class), "DEFAULT");
+//! let high_is_slow = |_: rules::Scope, _: rules::Stat| Some(std::time::Duration::from_millis(3500));
+//! let facts = rules::Facts::new(client, server, class, &high_is_slow);
+//! let mut fired = Vec::new();
+//! rules.eval_syn(&facts, &mut fired);
+//! assert_eq!(fired[0].effect, rules::Effect::DropSyn);
+//! ```
+//!
+//! No input makes this crate panic: sizes, nesting, numbers and counts are bounded and each
+//! bound is a diagnostic (the parser is fuzzed, see `fuzz/fuzz_targets/rules_parse.rs`).
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::net::Ipv4Addr;
-use std::time::Duration;
+pub mod addr;
+pub mod ast;
+mod check;
+mod diag;
+mod eval;
+mod glob;
+mod lex;
+mod num;
+mod parse;
 
-/// A position in the rule file, 1-based.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pos {
-    pub line: u32,
-    pub col: u32,
+use std::path::Path;
+
+pub use addr::AddrPattern;
+pub use ast::{Cmp, EmbedSelect, End, Stat, DEFAULT_GAP};
+pub use check::MAX_CLASSES;
+pub use diag::{Diagnostic, Diagnostics, Span};
+pub use eval::{
+    Aggregates, Bucket, BucketId, ClassId, Effect, Embeds, EmbedsId, Facts, Firing, HeldTest, Holds, NoAggregates, Node, RuleId, RuleSet, Scope,
+    DEFAULT_CLASS,
+};
+pub use glob::Glob;
+pub use num::{fmt_duration, Per, Rate};
+pub use parse::{MAX_DEPTH, MAX_EMBED_POS, MAX_ERRORS};
+
+/// The largest rule file read, in bytes.
+pub const MAX_FILE_SIZE: usize = 1 << 20;
+
+fn diagnostics(file: &str, src: &str, mut errors: Vec<diag::Error>) -> Diagnostics {
+    errors.retain(|e| !e.silent);
+    errors.sort_by_key(|e| (e.span.start, e.span.end));
+    errors.dedup_by(|a, b| a.span == b.span && a.message == b.message);
+    let map = diag::SourceMap::new(src);
+    Diagnostics(errors.into_iter().take(MAX_ERRORS).map(|e| map.diagnostic(file, e)).collect())
 }
 
-/// A parse error with where it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Diagnostic {
-    pub pos: Pos,
-    pub message: String,
+fn too_big(file: &str, src: &str) -> Option<Diagnostics> {
+    (src.len() > MAX_FILE_SIZE).then(|| {
+        let e = diag::Error::new(Span::default(), format!("the file is {} bytes; a rule file may have at most {MAX_FILE_SIZE}", src.len()));
+        diagnostics(file, src.get(..src.floor_char_boundary_compat(200)).unwrap_or(""), vec![e])
+    })
 }
 
-impl fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}, column {}: {}", self.pos.line, self.pos.col, self.message)
+trait FloorCharBoundary {
+    fn floor_char_boundary_compat(&self, i: usize) -> usize;
+}
+impl FloorCharBoundary for str {
+    fn floor_char_boundary_compat(&self, i: usize) -> usize {
+        (0..=i.min(self.len())).rev().find(|&j| self.is_char_boundary(j)).unwrap_or(0)
     }
 }
 
-impl std::error::Error for Diagnostic {}
-
-/// An IPv4 pattern such as `10.4.*.*`; a trailing `*` also matches any octets left out (`*.*.*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IpPattern {
-    /// Each octet, or None for `*`.
-    octets: [Option<u8>; 4],
-}
-
-impl IpPattern {
-    pub fn matches(&self, ip: Ipv4Addr) -> bool {
-        self.octets.iter().zip(ip.octets()).all(|(p, o)| p.is_none_or(|p| p == o))
+/// Read a rule file into its syntax tree, without checking names or nodes. `file` names it in
+/// diagnostics.
+pub fn parse(file: &str, src: &str) -> Result<ast::File, Diagnostics> {
+    if let Some(d) = too_big(file, src) {
+        return Err(d);
+    }
+    let mut errors = Vec::new();
+    let toks = lex::lex(src, &mut errors);
+    let mut p = parse::Parser::new(src, toks, errors);
+    let tree = p.file();
+    if p.errors.is_empty() {
+        Ok(tree)
+    } else {
+        Err(diagnostics(file, src, p.errors))
     }
 }
 
-impl fmt::Display for IpPattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self.octets.iter().map(|o| o.map_or("*".to_string(), |v| v.to_string())).collect();
-        f.write_str(&parts.join("."))
-    }
+/// Read and check a rule file: syntax, then class names, class conditions, the nodes each test
+/// can be decided at, and repeated actions. `file` names it in diagnostics.
+pub fn compile(file: &str, src: &str) -> Result<RuleSet, Diagnostics> {
+    let tree = parse(file, src)?;
+    check::check(file, src, tree).map_err(|errors| diagnostics(file, src, errors))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cmp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
+/// What [`check_file`] found wrong.
+#[derive(Debug)]
+pub enum CheckError {
+    /// The file could not be read (or is not UTF-8).
+    Io(String),
+    Invalid(Diagnostics),
 }
 
-impl Cmp {
-    fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+impl std::fmt::Display for CheckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Cmp::Eq => a == b,
-            Cmp::Ne => a != b,
-            Cmp::Lt => a < b,
-            Cmp::Le => a <= b,
-            Cmp::Gt => a > b,
-            Cmp::Ge => a >= b,
+            CheckError::Io(e) => f.write_str(e),
+            CheckError::Invalid(d) => write!(f, "{d}"),
         }
     }
 }
 
-/// One comparison of a condition.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Test {
-    /// `IP.SRC == pattern` / `IP.DST != pattern` (only `==`/`=` and `!=`).
-    IpSrc { negate: bool, pattern: IpPattern },
-    IpDst { negate: bool, pattern: IpPattern },
-    /// `PORT.DST == 80`.
-    PortDst { cmp: Cmp, port: u16 },
-    /// `RT > 2s`: elapsed response time of the packet's own pageview.
-    Rt { cmp: Cmp, limit: Duration },
-    /// `RT.HIGH > 3.0s`: mean response time of a service class.
-    ClassRt { class: String, cmp: Cmp, limit: Duration },
+impl std::error::Error for CheckError {}
+
+/// Read a rule file from disk and [`compile`] it (what `rlm check FILE` does).
+pub fn check_file(path: &Path) -> Result<RuleSet, CheckError> {
+    let name = path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|e| CheckError::Io(format!("{name}: {e}")))?;
+    if meta.is_dir() {
+        return Err(CheckError::Io(format!("{name}: is a directory")));
+    }
+    if meta.len() > MAX_FILE_SIZE as u64 {
+        return Err(CheckError::Io(format!("{name}: {} bytes; a rule file may have at most {MAX_FILE_SIZE}", meta.len())));
+    }
+    let bytes = std::fs::read(path).map_err(|e| CheckError::Io(format!("{name}: {e}")))?;
+    let src = String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        CheckError::Io(format!("{name}:{line}: error: the file is not UTF-8 (byte {at})"))
+    })?;
+    compile(&name, &src).map_err(CheckError::Invalid)
 }
 
-/// What a rule does when its condition holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    DropSyn,
-    /// Retransmit SYNs to the server (and/or SYN/ACKs to the client) every `gap`.
-    Fast { syn: bool, synack: bool, gap: Duration },
-    HaltFastSyn,
-    RemoveEmbeds,
-    RewriteEmbeds,
+/// One paragraph about a checked rule set, for `rlm check`: classes, rules, and what acts where.
+pub fn summary(rules: &RuleSet) -> String {
+    let classes: Vec<&str> = (0..rules.class_count()).map(|i| rules.class_name(ClassId(i as u16))).collect();
+    let mut s = format!(
+        "{}: ok: {} rule{}, classes {} (first match wins)",
+        rules.file_name(),
+        rules.rule_count(),
+        if rules.rule_count() == 1 { "" } else { "s" },
+        classes.join(", ")
+    );
+    for node in Node::ALL {
+        let ids: Vec<String> =
+            rules.rules_at(node).map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}"))).collect();
+        if !ids.is_empty() {
+            s.push_str(&format!("\n  at the {} node: {}", node.name(), ids.join(", ")));
+        }
+    }
+    s
 }
 
-/// `IF tests... THEN actions...`; the tests are joined by AND.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rule {
-    pub pos: Pos,
-    pub tests: Vec<Test>,
-    pub actions: Vec<Action>,
-}
-
-/// What the engine knows when it evaluates a rule.
-#[derive(Clone, Debug, Default)]
-pub struct Facts {
-    pub src: Option<Ipv4Addr>,
-    pub dst: Option<Ipv4Addr>,
-    pub dst_port: Option<u16>,
-    /// Elapsed RT of this packet's pageview, if it belongs to one.
-    pub rt: Option<Duration>,
-    /// Mean RT per service class.
-    pub class_rt: BTreeMap<String, Duration>,
-}
-
-impl Test {
-    /// Whether the comparison holds; a fact that is unknown makes it false.
-    pub fn holds(&self, f: &Facts) -> bool {
-        match self {
-            Test::IpSrc { negate, pattern } => f.src.is_some_and(|ip| pattern.matches(ip) != *negate),
-            Test::IpDst { negate, pattern } => f.dst.is_some_and(|ip| pattern.matches(ip) != *negate),
-            Test::PortDst { cmp, port } => f.dst_port.is_some_and(|p| cmp.holds(p, *port)),
-            Test::Rt { cmp, limit } => f.rt.is_some_and(|rt| cmp.holds(rt, *limit)),
-            Test::ClassRt { class, cmp, limit } => f.class_rt.get(class).is_some_and(|rt| cmp.holds(*rt, *limit)),
-        }
+/// `rlm check FILE...`: check each file, print its summary on stdout or its diagnostics on
+/// stderr; the exit code is 0 when all are valid, 1 when one is not, 2 for a usage error.
+pub fn check_command<I: IntoIterator<Item = std::ffi::OsString>>(files: I, out: &mut dyn std::io::Write, err: &mut dyn std::io::Write) -> u8 {
+    let files: Vec<std::ffi::OsString> = files.into_iter().collect();
+    if files.is_empty() {
+        let _ = writeln!(err, "usage: rlm check FILE...");
+        return 2;
     }
-}
-
-impl Rule {
-    pub fn matches(&self, f: &Facts) -> bool {
-        self.tests.iter().all(|t| t.holds(f))
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-struct Tok {
-    text: String,
-    pos: Pos,
-}
-
-/// Split into tokens: words, and the operators `== = != <= >= < > +`.
-fn lex(src: &str) -> Result<Vec<Tok>, Diagnostic> {
-    let mut toks = Vec::new();
-    for (ln, line) in src.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("");
-        let chars: Vec<(usize, char)> = line.char_indices().collect();
-        let mut i = 0;
-        while i < chars.len() {
-            let (_, c) = chars[i];
-            let pos = Pos { line: ln as u32 + 1, col: i as u32 + 1 };
-            if c.is_whitespace() {
-                i += 1;
-                continue;
+    let mut code = 0;
+    for f in files {
+        match check_file(Path::new(&f)) {
+            Ok(rules) => {
+                let _ = writeln!(out, "{}", summary(&rules));
             }
-            let two: String = chars[i..chars.len().min(i + 2)].iter().map(|(_, c)| *c).collect();
-            if ["==", "!=", "<=", ">="].contains(&two.as_str()) {
-                toks.push(Tok { text: two, pos });
-                i += 2;
-            } else if "=<>+".contains(c) {
-                toks.push(Tok { text: c.to_string(), pos });
-                i += 1;
-            } else if c.is_ascii_alphanumeric() || "*./_".contains(c) {
-                let start = i;
-                while i < chars.len() && (chars[i].1.is_ascii_alphanumeric() || "*./_".contains(chars[i].1)) {
-                    i += 1;
-                }
-                toks.push(Tok { text: chars[start..i].iter().map(|(_, c)| *c).collect(), pos });
-            } else {
-                return Err(Diagnostic { pos, message: format!("unexpected character '{c}'") });
+            Err(e) => {
+                let _ = writeln!(err, "{e}");
+                code = 1;
             }
         }
     }
-    Ok(toks)
-}
-
-struct Parser {
-    toks: Vec<Tok>,
-    i: usize,
-    end: Pos,
-}
-
-impl Parser {
-    fn peek(&self) -> Option<&Tok> {
-        self.toks.get(self.i)
-    }
-    fn peek_is(&self, word: &str) -> bool {
-        self.peek().is_some_and(|t| t.text.eq_ignore_ascii_case(word))
-    }
-    fn pos(&self) -> Pos {
-        self.peek().map(|t| t.pos).unwrap_or(self.end)
-    }
-    fn err<T>(&self, message: impl Into<String>) -> Result<T, Diagnostic> {
-        Err(Diagnostic { pos: self.pos(), message: message.into() })
-    }
-    fn next(&mut self, what: &str) -> Result<Tok, Diagnostic> {
-        match self.toks.get(self.i) {
-            Some(t) => {
-                self.i += 1;
-                Ok(t.clone())
-            }
-            None => self.err(format!("expected {what}, found the end of the file")),
-        }
-    }
-    fn expect(&mut self, word: &str) -> Result<(), Diagnostic> {
-        if self.peek_is(word) {
-            self.i += 1;
-            Ok(())
-        } else {
-            let found = self.peek().map(|t| format!("'{}'", t.text)).unwrap_or_else(|| "the end of the file".into());
-            self.err(format!("expected {word}, found {found}"))
-        }
-    }
-
-    fn rule(&mut self) -> Result<Rule, Diagnostic> {
-        let pos = self.pos();
-        self.expect("IF")?;
-        let mut tests = vec![self.test()?];
-        while self.peek_is("AND") {
-            self.i += 1;
-            tests.push(self.test()?);
-        }
-        self.expect("THEN")?;
-        let mut actions = vec![self.action()?];
-        while self.peek().is_some() && !self.peek_is("IF") {
-            actions.push(self.action()?);
-        }
-        Ok(Rule { pos, tests, actions })
-    }
-
-    fn cmp(&mut self) -> Result<Cmp, Diagnostic> {
-        let t = self.next("a comparison")?;
-        Ok(match t.text.as_str() {
-            "=" | "==" => Cmp::Eq,
-            "!=" => Cmp::Ne,
-            "<" => Cmp::Lt,
-            "<=" => Cmp::Le,
-            ">" => Cmp::Gt,
-            ">=" => Cmp::Ge,
-            other => return Err(Diagnostic { pos: t.pos, message: format!("expected a comparison (==, !=, <, <=, >, >=), found '{other}'") }),
-        })
-    }
-
-    fn test(&mut self) -> Result<Test, Diagnostic> {
-        let field = self.next("a field (IP.SRC, IP.DST, PORT.DST, RT, RT.<class>)")?;
-        let upper = field.text.to_ascii_uppercase();
-        match upper.as_str() {
-            "IP.SRC" | "IP.DST" => {
-                let cmp_pos = self.pos();
-                let negate = match self.cmp()? {
-                    Cmp::Eq => false,
-                    Cmp::Ne => true,
-                    _ => return Err(Diagnostic { pos: cmp_pos, message: "addresses compare only with == or !=".into() }),
-                };
-                let pattern = self.ip_pattern()?;
-                Ok(if upper == "IP.SRC" { Test::IpSrc { negate, pattern } } else { Test::IpDst { negate, pattern } })
-            }
-            "PORT.DST" => {
-                let cmp = self.cmp()?;
-                let t = self.next("a port number")?;
-                let port = t.text.parse().map_err(|_| Diagnostic { pos: t.pos, message: format!("'{}' is not a port number", t.text) })?;
-                Ok(Test::PortDst { cmp, port })
-            }
-            "RT" => {
-                let cmp = self.cmp()?;
-                Ok(Test::Rt { cmp, limit: self.duration()? })
-            }
-            _ if upper.starts_with("RT.") && upper.len() > 3 => {
-                let class = upper[3..].to_string();
-                let cmp = self.cmp()?;
-                Ok(Test::ClassRt { class, cmp, limit: self.duration()? })
-            }
-            _ => Err(Diagnostic { pos: field.pos, message: format!("unknown field '{}' (expected IP.SRC, IP.DST, PORT.DST, RT or RT.<class>)", field.text) }),
-        }
-    }
-
-    fn ip_pattern(&mut self) -> Result<IpPattern, Diagnostic> {
-        let t = self.next("an address pattern such as 10.4.*.*")?;
-        let bad = |why: &str| Diagnostic { pos: t.pos, message: format!("'{}' is not an address pattern: {why}", t.text) };
-        let parts: Vec<&str> = t.text.split('.').collect();
-        if parts.is_empty() || parts.len() > 4 {
-            return Err(bad("it needs one to four octets"));
-        }
-        if parts.len() < 4 && parts.last() != Some(&"*") {
-            return Err(bad("a short pattern must end in *"));
-        }
-        let mut octets = [None; 4];
-        for (i, p) in parts.iter().enumerate() {
-            octets[i] = match *p {
-                "*" => None,
-                n => Some(n.parse::<u8>().map_err(|_| bad(&format!("'{n}' is not an octet")))?),
-            };
-        }
-        Ok(IpPattern { octets })
-    }
-
-    fn duration(&mut self) -> Result<Duration, Diagnostic> {
-        let t = self.next("a duration such as 3.0s or 500ms")?;
-        let (num, scale) = if let Some(n) = t.text.strip_suffix("ms") {
-            (n, 1e-3)
-        } else if let Some(n) = t.text.strip_suffix('s') {
-            (n, 1.0)
-        } else {
-            return Err(Diagnostic { pos: t.pos, message: format!("'{}' needs a unit (s or ms)", t.text) });
-        };
-        match num.parse::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Duration::from_secs_f64(v * scale)),
-            _ => Err(Diagnostic { pos: t.pos, message: format!("'{}' is not a duration", t.text) }),
-        }
-    }
-
-    fn action(&mut self) -> Result<Action, Diagnostic> {
-        let t = self.next("an action")?;
-        match t.text.to_ascii_uppercase().as_str() {
-            "DROP" => {
-                self.expect("SYN")?;
-                Ok(Action::DropSyn)
-            }
-            "HALT" => {
-                self.expect("FAST")?;
-                self.expect("SYN")?;
-                Ok(Action::HaltFastSyn)
-            }
-            "REMOVE" => {
-                self.expect("EMBEDS")?;
-                Ok(Action::RemoveEmbeds)
-            }
-            "REWRITE" => {
-                self.expect("EMBEDS")?;
-                Ok(Action::RewriteEmbeds)
-            }
-            "FAST" => {
-                let (mut syn, mut synack) = (false, false);
-                loop {
-                    let k = self.next("SYN or SYN/ACK")?;
-                    match k.text.to_ascii_uppercase().as_str() {
-                        "SYN" => syn = true,
-                        "SYN/ACK" => synack = true,
-                        other => return Err(Diagnostic { pos: k.pos, message: format!("expected SYN or SYN/ACK after FAST, found '{other}'") }),
-                    }
-                    if self.peek_is("+") {
-                        self.i += 1;
-                    } else {
-                        break;
-                    }
-                }
-                self.expect("GAP")?;
-                Ok(Action::Fast { syn, synack, gap: self.duration()? })
-            }
-            other => Err(Diagnostic {
-                pos: t.pos,
-                message: format!("unknown action '{other}' (expected DROP SYN, FAST ... GAP, HALT FAST SYN, REMOVE EMBEDS or REWRITE EMBEDS)"),
-            }),
-        }
-    }
-}
-
-/// Parse a rule file.
-pub fn parse(src: &str) -> Result<Vec<Rule>, Diagnostic> {
-    let toks = lex(src)?;
-    let lines = src.lines().count().max(1) as u32;
-    let end = Pos { line: lines, col: src.lines().last().map_or(1, |l| l.chars().count() as u32 + 1) };
-    let mut p = Parser { toks, i: 0, end };
-    let mut rules = Vec::new();
-    while p.peek().is_some() {
-        rules.push(p.rule()?);
-    }
-    Ok(rules)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const PAPER: &str = "# 004, section 6.3\nIF IP.SRC == *.*.*.* THEN\n  FAST SYN + SYN/ACK GAP 500ms\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 3.0s THEN\n  DROP SYN\n  HALT FAST SYN\nIF RT > 2s THEN REWRITE EMBEDS\nIF IP.SRC = *.*.* THEN REMOVE EMBEDS\n";
-
-    #[test]
-    fn parses_the_papers_rules() {
-        let rules = parse(PAPER).unwrap();
-        assert_eq!(rules.len(), 4);
-        assert_eq!(rules[0].actions, vec![Action::Fast { syn: true, synack: true, gap: Duration::from_millis(500) }]);
-        assert_eq!(rules[1].actions, vec![Action::DropSyn, Action::HaltFastSyn]);
-        assert_eq!(rules[1].pos, Pos { line: 4, col: 1 });
-        assert_eq!(rules[2].tests, vec![Test::Rt { cmp: Cmp::Gt, limit: Duration::from_secs(2) }]);
-    }
-
-    #[test]
-    fn evaluates_the_class_rule() {
-        let rules = parse(PAPER).unwrap();
-        let mut f = Facts { src: Some(Ipv4Addr::new(10, 5, 0, 9)), ..Facts::default() };
-        f.class_rt.insert("HIGH".into(), Duration::from_millis(3500));
-        assert!(rules[1].matches(&f), "low-priority client while HIGH is slow");
-        f.src = Some(Ipv4Addr::new(10, 4, 7, 1));
-        assert!(!rules[1].matches(&f), "high-priority client");
-        f.src = Some(Ipv4Addr::new(10, 5, 0, 9));
-        f.class_rt.insert("HIGH".into(), Duration::from_millis(2900));
-        assert!(!rules[1].matches(&f), "HIGH within its goal");
-        assert!(rules[0].matches(&f) && rules[3].matches(&f));
-        assert!(!rules[2].matches(&f), "no pageview: RT unknown");
-    }
-
-    #[test]
-    fn errors_name_line_and_column() {
-        let e = parse("IF IP.SRC == 10.4.*.* THEN\n  DROP SYN\nIF RT > 3 THEN DROP SYN\n").unwrap_err();
-        assert_eq!(e.pos, Pos { line: 3, col: 9 });
-        assert!(e.message.contains("needs a unit"), "{e}");
-        let e = parse("IF IP.SRC > 10.4.*.* THEN DROP SYN").unwrap_err();
-        assert_eq!((e.pos.line, e.pos.col), (1, 11));
-        let e = parse("IF IP.SRC == 10.400.*.* THEN DROP SYN").unwrap_err();
-        assert_eq!(e.pos.col, 14);
-        let e = parse("IF IP.SRC == 10.4.*.* THEN EXPLODE").unwrap_err();
-        assert!(e.to_string().starts_with("line 1, column 28: unknown action"), "{e}");
-        let e = parse("IF IP.SRC == 10.4.*.*").unwrap_err();
-        assert!(e.message.contains("expected THEN, found the end of the file"), "{e}");
-        let e = parse("IF IP.SRC == 10.4.*.* THEN DROP SYN ;").unwrap_err();
-        assert_eq!(e.pos.col, 37);
-    }
-
-    #[test]
-    fn patterns() {
-        let p = |s: &str| parse(&format!("IF IP.SRC == {s} THEN DROP SYN")).map(|r| r[0].tests[0].clone());
-        let Ok(Test::IpSrc { pattern, .. }) = p("10.4.*.*") else { panic!() };
-        assert!(pattern.matches(Ipv4Addr::new(10, 4, 200, 3)));
-        assert!(!pattern.matches(Ipv4Addr::new(10, 5, 0, 3)));
-        assert_eq!(pattern.to_string(), "10.4.*.*");
-        assert!(p("10.4").is_err());
-        assert!(p("1.2.3.4.5").is_err());
-    }
+    code
 }

@@ -1,10 +1,27 @@
 //! Streaming scanner for embedded object references in HTML and CSS bodies.
 //!
-//! Container bodies are never stored: the scanner is a byte-at-a-time state
-//! machine that keeps only the tag and attribute it is inside of, so a tag
-//! split across any number of packets is found the same. It reports each
-//! reference with its position in the body (the offset of the tag), which
-//! the embed-removal action uses to blank it in place.
+//! Container bodies are never stored: the scanner is a state machine that keeps only the tag
+//! and attribute it is inside of, so a tag split across any number of packets is found the
+//! same. It reports each reference with its position in the body (the offset of the tag),
+//! which the embed-removal action uses to blank it in place.
+//!
+//! Speed comes from never looking at bytes one at a time where a search will do: text jumps to
+//! the next `<`, comments to the next `>` (then looks back for `--`), `<script>`/`<style>`
+//! contents to the next `<` that may start the closing tag, quoted attribute values to their
+//! closing quote, CSS to the next `u` or `@`. Names and the few bytes between attributes go
+//! through a byte-class table, and a tag is read from its name to its `>` in one loop whose
+//! states follow each other as plain branches. Names are compared where they lie (copied only
+//! when a packet boundary splits them), and only the values of attributes the tag can use are
+//! buffered (`src` of an `<img>`, `style` and `background` of any tag): a `class` value is
+//! skipped. The states and their transitions are those of the original byte-at-a-time
+//! machine, which `reference` keeps for the differential tests.
+
+use memchr::{memchr, memchr2, memchr3};
+
+#[cfg(test)]
+mod differential;
+#[cfg(test)]
+mod reference;
 
 /// What kind of object a reference fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -57,6 +74,7 @@ enum Html {
     Text,
     TagOpen,
     MarkupDecl { dashes: u8 },
+    /// `dashes`: how many `-` (at most 2) directly precede the next byte inside the comment.
     Comment { dashes: u8 },
     Bogus,
     TagName,
@@ -68,6 +86,43 @@ enum Html {
     Unquoted,
     /// Inside `<script>` or `<style>`; `matched` bytes of the closing tag seen so far.
     RawText { style: bool, matched: u8 },
+}
+
+/// Byte classes inside a tag (HTML whitespace is space, tab, CR, LF, FF).
+const SPACE: u8 = 1;
+/// Ends a tag name: `>`, `/`, whitespace.
+const NAME_END: u8 = 2;
+/// Ends an attribute name: `>`, `=`, `/`, whitespace.
+const ATTR_END: u8 = 4;
+/// Ends an unquoted value: `>`, whitespace.
+const UNQUOTED_END: u8 = 8;
+/// Skipped before an attribute name: `/`, whitespace.
+const BEFORE_ATTR: u8 = 16;
+
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let spaces = [b' ', b'\t', b'\r', b'\n', b'\x0c'];
+    let mut k = 0;
+    while k < spaces.len() {
+        t[spaces[k] as usize] = SPACE | NAME_END | ATTR_END | UNQUOTED_END | BEFORE_ATTR;
+        k += 1;
+    }
+    t[b'>' as usize] = NAME_END | ATTR_END | UNQUOTED_END;
+    t[b'/' as usize] = NAME_END | ATTR_END | BEFORE_ATTR;
+    t[b'=' as usize] = ATTR_END;
+    t
+};
+
+/// Index of the first byte of `s` in class `c`.
+#[inline(always)]
+fn find_class(s: &[u8], c: u8) -> Option<usize> {
+    s.iter().position(|&b| CLASS[b as usize] & c != 0)
+}
+
+/// Index of the first byte of `s` not in class `c`.
+#[inline(always)]
+fn skip_class(s: &[u8], c: u8) -> Option<usize> {
+    s.iter().position(|&b| CLASS[b as usize] & c == 0)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +139,14 @@ enum Attr {
     Other,
 }
 
+const ATTRS: usize = Attr::Other as usize;
+
+impl Attr {
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
 fn attr_of(name: &[u8]) -> Attr {
     match name {
         b"src" => Attr::Src,
@@ -96,6 +159,92 @@ fn attr_of(name: &[u8]) -> Attr {
         b"type" => Attr::Type,
         b"poster" => Attr::Poster,
         _ => Attr::Other,
+    }
+}
+
+/// `attr_of` of the name lowercased and cut to `MAX_NAME` bytes (no name that long is known).
+fn attr_of_any_case(name: &[u8]) -> Attr {
+    let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+    match name.len() {
+        3 if is(b"src") => Attr::Src,
+        3 if is(b"rel") => Attr::Rel,
+        4 if is(b"href") => Attr::Href,
+        4 if is(b"data") => Attr::Data,
+        4 if is(b"type") => Attr::Type,
+        5 if is(b"style") => Attr::Style,
+        6 if is(b"srcset") => Attr::Srcset,
+        6 if is(b"poster") => Attr::Poster,
+        10 if is(b"background") => Attr::Background,
+        _ => Attr::Other,
+    }
+}
+
+/// The tags that mean something to the scanner; every other tag can only carry `style` and
+/// `background`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tag {
+    Img,
+    Script,
+    Link,
+    Frame,
+    Object,
+    Embed,
+    Source,
+    Media,
+    Input,
+    Style,
+    Other,
+}
+
+impl Tag {
+    fn of(name: &[u8]) -> Tag {
+        match name {
+            b"img" => Tag::Img,
+            b"script" => Tag::Script,
+            b"link" => Tag::Link,
+            b"iframe" | b"frame" => Tag::Frame,
+            b"object" => Tag::Object,
+            b"embed" => Tag::Embed,
+            b"source" => Tag::Source,
+            b"video" | b"audio" => Tag::Media,
+            b"input" => Tag::Input,
+            b"style" => Tag::Style,
+            _ => Tag::Other,
+        }
+    }
+
+    /// `Tag::of` the name lowercased and cut to `MAX_NAME` bytes (no name that long is known).
+    fn of_any_case(name: &[u8]) -> Tag {
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        match name.len() {
+            3 if is(b"img") => Tag::Img,
+            4 if is(b"link") => Tag::Link,
+            5 if is(b"frame") => Tag::Frame,
+            5 if is(b"embed") => Tag::Embed,
+            5 if is(b"video") || is(b"audio") => Tag::Media,
+            5 if is(b"input") => Tag::Input,
+            5 if is(b"style") => Tag::Style,
+            6 if is(b"script") => Tag::Script,
+            6 if is(b"iframe") => Tag::Frame,
+            6 if is(b"object") => Tag::Object,
+            6 if is(b"source") => Tag::Source,
+            _ => Tag::Other,
+        }
+    }
+
+    /// The attributes whose values `end_tag` reads for this tag.
+    fn wants(self) -> u16 {
+        use Attr::*;
+        let own = match self {
+            Tag::Img | Tag::Source => Src.bit() | Srcset.bit(),
+            Tag::Script | Tag::Frame | Tag::Embed => Src.bit(),
+            Tag::Link => Rel.bit() | Href.bit(),
+            Tag::Object => Data.bit(),
+            Tag::Media => Src.bit() | Poster.bit(),
+            Tag::Input => Type.bit() | Src.bit(),
+            Tag::Style | Tag::Other => 0,
+        };
+        own | Style.bit() | Background.bit()
     }
 }
 
@@ -123,6 +272,34 @@ enum Css {
 }
 
 impl CssScanner {
+    /// Scan `data`, whose first byte is at body offset `base`. Runs of bytes that cannot change
+    /// the state (anything but `u`, `U`, `@` outside a reference; the inside of a value) are
+    /// searched over; the bytes that can go through `feed_byte`.
+    fn feed(&mut self, data: &[u8], base: u64, out: &mut Vec<EmbedRef>, required: bool) {
+        let mut i = 0;
+        while i < data.len() {
+            let rest = &data[i..];
+            let skip = match self.state {
+                Css::Normal => memchr3(b'u', b'U', b'@', rest),
+                Css::Value { quote: Some(q), .. } => memchr2(q, b'\n', rest),
+                Css::Value { quote: None, .. } => rest.iter().position(|&b| b == b')' || b.is_ascii_whitespace()),
+                _ => Some(0),
+            };
+            let Some(p) = skip else {
+                if matches!(self.state, Css::Value { .. }) {
+                    self.push(rest);
+                }
+                return;
+            };
+            if p > 0 && matches!(self.state, Css::Value { .. }) {
+                self.push(&rest[..p]);
+            }
+            i += p;
+            self.feed_byte(data[i], base + i as u64, out, required);
+            i += 1;
+        }
+    }
+
     fn feed_byte(&mut self, b: u8, offset: u64, out: &mut Vec<EmbedRef>, required: bool) {
         const URL: &[u8] = b"url(";
         const IMPORT: &[u8] = b"@import";
@@ -156,7 +333,7 @@ impl CssScanner {
                     self.feed_byte(b, offset, out, required);
                 }
                 _ => {
-                    self.push(b);
+                    self.push(&[b]);
                     self.state = Css::Value { quote: None, import };
                 }
             },
@@ -176,7 +353,7 @@ impl CssScanner {
                 } else if b == b'\n' && quote.is_some() {
                     self.state = Css::Normal; // unterminated string
                 } else {
-                    self.push(b);
+                    self.push(&[b]);
                 }
             }
         }
@@ -189,25 +366,41 @@ impl CssScanner {
         Css::BeforeValue { import }
     }
 
-    fn push(&mut self, b: u8) {
-        if self.value.len() < MAX_VALUE {
-            self.value.push(b);
-        } else {
+    /// Append to the value; past `MAX_VALUE` bytes it is only marked as overflowing.
+    fn push(&mut self, s: &[u8]) {
+        let room = MAX_VALUE - self.value.len();
+        if s.len() > room {
+            self.value.extend_from_slice(&s[..room]);
             self.overflow = true;
+        } else {
+            self.value.extend_from_slice(s);
         }
+    }
+
+    fn reset(&mut self) {
+        self.state = Css::Normal;
+        self.value.clear();
+        self.overflow = false;
+        self.start = 0;
     }
 }
 
 /// Decode the few HTML character references that occur in URLs, trim, and drop non-fetches.
 fn clean_url(raw: &[u8]) -> Option<String> {
-    let s = String::from_utf8_lossy(raw.trim_ascii());
-    let s = if s.contains('&') {
+    let raw = raw.trim_ascii();
+    let s = match std::str::from_utf8(raw) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(raw),
+    };
+    let s = if memchr(b'&', s.as_bytes()).is_some() {
         s.replace("&amp;", "&").replace("&#38;", "&").replace("&quot;", "\"").replace("&#39;", "'").replace("&lt;", "<").replace("&gt;", ">")
     } else {
         s.into_owned()
     };
-    let lower = s.to_ascii_lowercase();
-    if s.is_empty() || s.starts_with('#') || ["data:", "javascript:", "about:", "mailto:", "blob:"].iter().any(|p| lower.starts_with(p)) {
+    let b = s.as_bytes();
+    let skipped = |p: &str| b.len() >= p.len() && b[..p.len()].eq_ignore_ascii_case(p.as_bytes());
+    let scheme = b.first().is_some_and(u8::is_ascii_alphabetic);
+    if s.is_empty() || s.starts_with('#') || scheme && ["data:", "javascript:", "about:", "mailto:", "blob:"].into_iter().any(skipped) {
         return None;
     }
     Some(s)
@@ -229,11 +422,26 @@ pub struct EmbedScanner {
     state: Html,
     offset: u64,
     tag_start: u64,
-    tag: Vec<u8>,
-    attr: Vec<u8>,
-    value: Vec<u8>,
+    /// The tag name, lowercased, its first `MAX_NAME` bytes; past the first byte, only filled
+    /// when the name is split across pieces (else it is compared where it lies).
+    tag: [u8; MAX_NAME],
+    tag_len: u8,
+    /// What the finished tag name is, and the attributes worth buffering for it.
+    kind: Tag,
+    wants: u16,
+    /// The attribute name being read, lowercased, its first `MAX_NAME` bytes; like `tag`.
+    attr_name: [u8; MAX_NAME],
+    attr_len: u8,
+    /// The current attribute, once its name is finished, and whether its value is buffered.
+    attr: Attr,
+    keep: bool,
+    /// The values of this tag's stored attributes (`spans`), then the value being read.
+    values: Vec<u8>,
+    stored: usize,
     value_overflow: bool,
-    attrs: Vec<(Attr, Vec<u8>)>,
+    spans: [(u32, u32); ATTRS],
+    /// Which attributes are stored: the first occurrence of each that did not overflow.
+    have: u16,
     css: CssScanner,
 }
 
@@ -245,11 +453,19 @@ impl EmbedScanner {
             state: Html::Text,
             offset: 0,
             tag_start: 0,
-            tag: Vec::with_capacity(MAX_NAME),
-            attr: Vec::with_capacity(MAX_NAME),
-            value: Vec::new(),
+            tag: [0; MAX_NAME],
+            tag_len: 0,
+            kind: Tag::Other,
+            wants: 0,
+            attr_name: [0; MAX_NAME],
+            attr_len: 0,
+            attr: Attr::Other,
+            keep: false,
+            values: Vec::new(),
+            stored: 0,
             value_overflow: false,
-            attrs: Vec::new(),
+            spans: [(0, 0); ATTRS],
+            have: 0,
             css: CssScanner::default(),
         }
     }
@@ -266,219 +482,406 @@ impl EmbedScanner {
 
     /// Scan the next piece of the body.
     pub fn feed(&mut self, data: &[u8], out: &mut Vec<EmbedRef>) {
+        let base = self.offset;
+        self.offset += data.len() as u64;
         if self.css_only {
-            for &b in data {
-                self.css.feed_byte(b, self.offset, out, false);
-                self.offset += 1;
-            }
+            self.css.feed(data, base, out, false);
             return;
         }
         let mut i = 0;
         while i < data.len() {
-            // Fast path: text between tags.
-            if self.state == Html::Text {
-                match memchr::memchr(b'<', &data[i..]) {
-                    Some(p) => {
-                        i += p;
-                        self.offset += p as u64;
-                    }
-                    None => {
-                        self.offset += (data.len() - i) as u64;
-                        return;
+            // Each arm consumes at least one byte, or the rest of `data`.
+            i = match self.state {
+                Html::Text => self.text(data, i, base, out),
+                Html::TagOpen => {
+                    self.tag_open(data[i], base + i as u64);
+                    if self.state == Html::TagName {
+                        self.in_tag(data, i + 1, base, out, Some(i))
+                    } else {
+                        i + 1
                     }
                 }
-            }
-            self.step(data[i], out);
-            self.offset += 1;
-            i += 1;
+                Html::MarkupDecl { dashes } => {
+                    self.state = match (data[i], dashes) {
+                        (b'-', 0) => Html::MarkupDecl { dashes: 1 },
+                        (b'-', 1) => Html::Comment { dashes: 0 },
+                        (b'>', _) => Html::Text,
+                        _ => Html::Bogus,
+                    };
+                    i + 1
+                }
+                Html::Comment { dashes } => self.comment(data, i, dashes),
+                Html::Bogus => match memchr(b'>', &data[i..]) {
+                    Some(p) => {
+                        self.state = Html::Text;
+                        i + p + 1
+                    }
+                    None => data.len(),
+                },
+                Html::TagName
+                | Html::BeforeAttrName
+                | Html::AttrName
+                | Html::AfterAttrName
+                | Html::BeforeAttrValue
+                | Html::Quoted(_)
+                | Html::Unquoted => self.in_tag(data, i, base, out, None),
+                Html::RawText { style, matched } => self.raw_text(data, i, base, style, matched, out),
+            };
         }
     }
 
-    fn step(&mut self, b: u8, out: &mut Vec<EmbedRef>) {
-        match self.state {
-            Html::Text => {
-                if b == b'<' {
-                    self.tag_start = self.offset;
+    /// Text, and the tags in it, as long as the state comes back to text: jump to each `<`
+    /// and take the common tags (`<name`, `</name>`) without going through `feed`'s dispatch.
+    #[inline(always)]
+    fn text(&mut self, data: &[u8], mut i: usize, base: u64, out: &mut Vec<EmbedRef>) -> usize {
+        loop {
+            let Some(p) = memchr(b'<', &data[i..]) else { return data.len() };
+            let j = i + p;
+            self.tag_start = base + j as u64;
+            i = match data.get(j + 1) {
+                Some(&b) if b.is_ascii_alphabetic() => {
+                    self.tag_open(b, base + j as u64 + 1);
+                    self.in_tag(data, j + 2, base, out, Some(j + 1))
+                }
+                Some(b'/') => match memchr(b'>', &data[j + 2..]) {
+                    Some(q) => j + 2 + q + 1,
+                    None => {
+                        self.state = Html::Bogus;
+                        return data.len();
+                    }
+                },
+                _ => {
                     self.state = Html::TagOpen;
+                    return j + 1;
                 }
-            }
-            Html::TagOpen => {
-                if b.is_ascii_alphabetic() {
-                    self.tag.clear();
-                    self.attrs.clear();
-                    self.tag.push(b.to_ascii_lowercase());
-                    self.state = Html::TagName;
-                } else if b == b'!' {
-                    self.state = Html::MarkupDecl { dashes: 0 };
-                } else if b == b'/' || b == b'?' {
-                    self.state = Html::Bogus;
-                } else if b == b'<' {
-                    self.tag_start = self.offset;
-                } else {
-                    self.state = Html::Text;
-                }
-            }
-            Html::MarkupDecl { dashes } => {
-                self.state = match (b, dashes) {
-                    (b'-', 0) => Html::MarkupDecl { dashes: 1 },
-                    (b'-', 1) => Html::Comment { dashes: 0 },
-                    (b'>', _) => Html::Text,
-                    _ => Html::Bogus,
-                }
-            }
-            Html::Comment { dashes } => {
-                self.state = match b {
-                    b'-' => Html::Comment { dashes: dashes.saturating_add(1) },
-                    b'>' if dashes >= 2 => Html::Text,
-                    _ => Html::Comment { dashes: 0 },
-                }
-            }
-            Html::Bogus => {
-                if b == b'>' {
-                    self.state = Html::Text;
-                }
-            }
-            Html::TagName => match b {
-                b'>' => self.end_tag(out),
-                b'/' | b' ' | b'\t' | b'\r' | b'\n' | b'\x0c' => self.state = Html::BeforeAttrName,
-                _ => {
-                    if self.tag.len() < MAX_NAME {
-                        self.tag.push(b.to_ascii_lowercase());
-                    }
-                }
-            },
-            Html::BeforeAttrName => match b {
-                b'>' => self.end_tag(out),
-                b'/' | b' ' | b'\t' | b'\r' | b'\n' | b'\x0c' => {}
-                _ => self.start_attr(b),
-            },
-            Html::AttrName => match b {
-                b'>' => {
-                    self.store_attr();
-                    self.end_tag(out);
-                }
-                b'=' => self.start_value(),
-                b'/' => {
-                    self.store_attr();
-                    self.state = Html::BeforeAttrName;
-                }
-                b' ' | b'\t' | b'\r' | b'\n' | b'\x0c' => self.state = Html::AfterAttrName,
-                _ => {
-                    if self.attr.len() < MAX_NAME {
-                        self.attr.push(b.to_ascii_lowercase());
-                    }
-                }
-            },
-            Html::AfterAttrName => match b {
-                b'>' => {
-                    self.store_attr();
-                    self.end_tag(out);
-                }
-                b'=' => self.start_value(),
-                b' ' | b'\t' | b'\r' | b'\n' | b'\x0c' => {}
-                _ => {
-                    self.store_attr();
-                    self.start_attr(b);
-                }
-            },
-            Html::BeforeAttrValue => match b {
-                b' ' | b'\t' | b'\r' | b'\n' | b'\x0c' => {}
-                b'"' | b'\'' => self.state = Html::Quoted(b),
-                b'>' => {
-                    self.store_attr();
-                    self.end_tag(out);
-                }
-                _ => {
-                    self.push_value(b);
-                    self.state = Html::Unquoted;
-                }
-            },
-            Html::Quoted(q) => {
-                if b == q {
-                    self.store_attr();
-                    self.state = Html::BeforeAttrName;
-                } else {
-                    self.push_value(b);
-                }
-            }
-            Html::Unquoted => match b {
-                b'>' => {
-                    self.store_attr();
-                    self.end_tag(out);
-                }
-                b' ' | b'\t' | b'\r' | b'\n' | b'\x0c' => {
-                    self.store_attr();
-                    self.state = Html::BeforeAttrName;
-                }
-                _ => self.push_value(b),
-            },
-            Html::RawText { style, matched } => {
-                let close: &[u8] = if style { b"</style" } else { b"</script" };
-                if style {
-                    self.css.feed_byte(b, self.offset, out, false);
-                }
-                let lb = b.to_ascii_lowercase();
-                self.state = if (matched as usize) < close.len() && lb == close[matched as usize] {
-                    if matched as usize + 1 == close.len() {
-                        self.css = CssScanner::default();
-                        Html::Bogus // skip to the '>' of the end tag
-                    } else {
-                        Html::RawText { style, matched: matched + 1 }
-                    }
-                } else if lb == b'<' {
-                    Html::RawText { style, matched: 1 }
-                } else {
-                    Html::RawText { style, matched: 0 }
-                };
+            };
+            if self.state != Html::Text {
+                return i;
             }
         }
+    }
+
+    fn tag_open(&mut self, b: u8, offset: u64) {
+        if b.is_ascii_alphabetic() {
+            self.tag[0] = b.to_ascii_lowercase();
+            self.tag_len = 1;
+            self.have = 0;
+            self.values.clear();
+            self.stored = 0;
+            self.state = Html::TagName;
+        } else if b == b'!' {
+            self.state = Html::MarkupDecl { dashes: 0 };
+        } else if b == b'/' || b == b'?' {
+            self.state = Html::Bogus;
+        } else if b == b'<' {
+            self.tag_start = offset;
+        } else {
+            self.state = Html::Text;
+        }
+    }
+
+    /// In a comment: a `>` closes it when two `-` of the comment directly precede it.
+    fn comment(&mut self, data: &[u8], i: usize, carried: u8) -> usize {
+        let rest = &data[i..];
+        // Dashes directly before `rest[k]`, at most 2, counting those carried from earlier pieces.
+        let dashes_before = |k: usize| {
+            let mut n = 0;
+            while n < 2 && n < k && rest[k - 1 - n] == b'-' {
+                n += 1;
+            }
+            if n < 2 && n == k {
+                (n as u8 + carried).min(2)
+            } else {
+                n as u8
+            }
+        };
+        let mut from = 0;
+        while let Some(p) = memchr(b'>', &rest[from..]) {
+            let k = from + p;
+            if dashes_before(k) >= 2 {
+                self.state = Html::Text;
+                return i + k + 1;
+            }
+            from = k + 1;
+        }
+        self.state = Html::Comment { dashes: dashes_before(rest.len()) };
+        data.len()
+    }
+
+    /// Inside a tag, from `self.state` (one of `TagName` to `Unquoted`) at `data[i]`, up to its
+    /// `>` or the end of `data`. One pass through the loop reads one attribute; its states
+    /// follow each other as plain branches, and `self.state` is written only where the tag or
+    /// `data` ends. `name_from`: where in `data` the tag name began, when it began in this
+    /// piece (`data[i - 1]`); then names are compared where they lie, not copied. Returns the
+    /// index after the bytes consumed.
+    #[inline(always)]
+    fn in_tag(&mut self, data: &[u8], mut i: usize, base: u64, out: &mut Vec<EmbedRef>, name_from: Option<usize>) -> usize {
+        let n = data.len();
+        let mut st = self.state;
+        macro_rules! end_tag {
+            ($j:expr) => {{
+                let j = $j;
+                self.end_tag(base + j as u64 + 1, out);
+                return j + 1;
+            }};
+        }
+        macro_rules! pause {
+            () => {{
+                self.state = st;
+                return n;
+            }};
+        }
+        if st == Html::TagName {
+            let rest = &data[i..];
+            let Some(k) = find_class(rest, NAME_END) else {
+                self.push_name(rest, true);
+                pause!()
+            };
+            let j = i + k;
+            self.kind = match name_from {
+                Some(from) => Tag::of_any_case(&data[from..j]),
+                None => {
+                    self.push_name(&rest[..k], true);
+                    Tag::of(&self.tag[..self.tag_len as usize])
+                }
+            };
+            self.wants = self.kind.wants();
+            if data[j] == b'>' {
+                end_tag!(j)
+            }
+            i = j + 1;
+            st = Html::BeforeAttrName;
+        }
+        // Where in `data` the current attribute name began, if it did in this piece.
+        let mut attr_from = None;
+        loop {
+            if st == Html::BeforeAttrName {
+                let Some(k) = skip_class(&data[i..], BEFORE_ATTR) else { pause!() };
+                let j = i + k;
+                if data[j] == b'>' {
+                    end_tag!(j)
+                }
+                self.start_attr(data[j]);
+                attr_from = Some(j);
+                i = j + 1;
+                st = Html::AttrName;
+            }
+            if st == Html::AttrName {
+                let rest = &data[i..];
+                let Some(k) = find_class(rest, ATTR_END) else {
+                    self.push_name(rest, false);
+                    pause!()
+                };
+                let j = i + k;
+                // The name is complete: no later state adds to it.
+                self.attr = match attr_from {
+                    Some(from) => attr_of_any_case(&data[from..j]),
+                    None => {
+                        self.push_name(&rest[..k], false);
+                        attr_of(&self.attr_name[..self.attr_len as usize])
+                    }
+                };
+                attr_from = None;
+                let bit = self.attr.bit();
+                self.keep = self.wants & bit != 0 && self.have & bit == 0;
+                i = j + 1;
+                match data[j] {
+                    b'>' => {
+                        self.store_attr();
+                        end_tag!(j)
+                    }
+                    b'=' => {
+                        self.start_value();
+                        st = Html::BeforeAttrValue;
+                    }
+                    b'/' => {
+                        self.store_attr();
+                        st = Html::BeforeAttrName;
+                        continue;
+                    }
+                    _ => st = Html::AfterAttrName,
+                }
+            }
+            if st == Html::AfterAttrName {
+                let Some(k) = skip_class(&data[i..], SPACE) else { pause!() };
+                let j = i + k;
+                i = j + 1;
+                match data[j] {
+                    b'>' => {
+                        self.store_attr();
+                        end_tag!(j)
+                    }
+                    b'=' => {
+                        self.start_value();
+                        st = Html::BeforeAttrValue;
+                    }
+                    b => {
+                        self.store_attr();
+                        self.start_attr(b);
+                        attr_from = Some(j);
+                        st = Html::AttrName;
+                        continue;
+                    }
+                }
+            }
+            if st == Html::BeforeAttrValue {
+                let Some(k) = skip_class(&data[i..], SPACE) else { pause!() };
+                let j = i + k;
+                i = j + 1;
+                match data[j] {
+                    q @ (b'"' | b'\'') => st = Html::Quoted(q),
+                    b'>' => {
+                        self.store_attr();
+                        end_tag!(j)
+                    }
+                    b => {
+                        self.push_value(&[b]);
+                        st = Html::Unquoted;
+                    }
+                }
+            }
+            if let Html::Quoted(q) = st {
+                let rest = &data[i..];
+                let Some(k) = memchr(q, rest) else {
+                    self.push_value(rest);
+                    pause!()
+                };
+                self.push_value(&rest[..k]);
+                self.store_attr();
+                i += k + 1;
+                st = Html::BeforeAttrName;
+            } else {
+                debug_assert_eq!(st, Html::Unquoted);
+                let rest = &data[i..];
+                let end = find_class(rest, UNQUOTED_END);
+                self.push_value(&rest[..end.unwrap_or(rest.len())]);
+                let Some(k) = end else { pause!() };
+                let j = i + k;
+                self.store_attr();
+                if data[j] == b'>' {
+                    end_tag!(j)
+                }
+                i = j + 1;
+                st = Html::BeforeAttrName;
+            }
+        }
+    }
+
+    /// Append to the tag name (`tag`) or attribute name, lowercased, up to `MAX_NAME` bytes.
+    fn push_name(&mut self, s: &[u8], tag: bool) {
+        let (buf, len) = if tag { (&mut self.tag, &mut self.tag_len) } else { (&mut self.attr_name, &mut self.attr_len) };
+        let at = *len as usize;
+        let take = s.len().min(MAX_NAME - at);
+        for (d, c) in buf[at..at + take].iter_mut().zip(s) {
+            *d = c.to_ascii_lowercase();
+        }
+        *len += take as u8;
+    }
+
+    /// Inside `<script>` or `<style>`: find where `</script` (`</style`), in any case, ends.
+    /// Only a `<` can start it, and no other byte of it is a `<`, so a failed match resumes at
+    /// the next `<`. Style contents go to the CSS scanner up to there.
+    fn raw_text(&mut self, data: &[u8], i: usize, base: u64, style: bool, matched: u8, out: &mut Vec<EmbedRef>) -> usize {
+        let close: &[u8] = if style { b"</style" } else { b"</script" };
+        let rest = &data[i..];
+        let mut m = matched as usize;
+        let mut j = 0;
+        let closed = loop {
+            if m > 0 {
+                while j < rest.len() && m < close.len() && rest[j].to_ascii_lowercase() == close[m] {
+                    m += 1;
+                    j += 1;
+                }
+                if m == close.len() {
+                    break true;
+                }
+                if j == rest.len() {
+                    break false;
+                }
+                m = 0;
+            }
+            match memchr(b'<', &rest[j..]) {
+                Some(p) => {
+                    j += p + 1;
+                    m = 1;
+                }
+                None => {
+                    j = rest.len();
+                    break false;
+                }
+            }
+        };
+        if style {
+            self.css.feed(&rest[..j], base + i as u64, out, false);
+        }
+        if closed {
+            self.css.reset();
+            self.state = Html::Bogus; // skip to the '>' of the end tag
+        } else {
+            self.state = Html::RawText { style, matched: m as u8 };
+        }
+        i + j
     }
 
     fn start_attr(&mut self, b: u8) {
-        self.attr.clear();
-        self.value.clear();
+        self.attr_name[0] = b.to_ascii_lowercase();
+        self.attr_len = 1;
+        self.values.truncate(self.stored);
         self.value_overflow = false;
-        self.attr.push(b.to_ascii_lowercase());
-        self.state = Html::AttrName;
     }
 
     fn start_value(&mut self) {
-        self.value.clear();
+        self.values.truncate(self.stored);
         self.value_overflow = false;
-        self.state = Html::BeforeAttrValue;
     }
 
-    fn push_value(&mut self, b: u8) {
-        if self.value.len() < MAX_VALUE {
-            self.value.push(b);
-        } else {
+    /// Append to the current value if it is kept; past `MAX_VALUE` bytes it is only marked as
+    /// overflowing.
+    #[inline]
+    fn push_value(&mut self, s: &[u8]) {
+        if !self.keep {
+            return;
+        }
+        let room = MAX_VALUE - (self.values.len() - self.stored);
+        if s.len() > room {
+            self.values.extend_from_slice(&s[..room]);
             self.value_overflow = true;
+        } else {
+            self.values.extend_from_slice(s);
         }
     }
 
+    /// The current attribute is complete: keep its value if the tag wants it, this is its first
+    /// occurrence, and it did not overflow.
     fn store_attr(&mut self) {
-        let a = attr_of(&self.attr);
-        if a != Attr::Other && !self.value_overflow && !self.attrs.iter().any(|(x, _)| *x == a) {
-            self.attrs.push((a, std::mem::take(&mut self.value)));
+        if self.keep && !self.value_overflow {
+            self.spans[self.attr as usize] = (self.stored as u32, self.values.len() as u32);
+            self.stored = self.values.len();
+            self.have |= self.attr.bit();
+        } else {
+            self.values.truncate(self.stored);
         }
-        self.attr.clear();
-        self.value.clear();
+        self.attr = Attr::Other;
+        self.keep = false;
     }
 
     fn get(&self, a: Attr) -> Option<&[u8]> {
-        self.attrs.iter().find(|(x, _)| *x == a).map(|(_, v)| v.as_slice())
+        (self.have & a.bit() != 0).then(|| {
+            let (s, e) = self.spans[a as usize];
+            &self.values[s as usize..e as usize]
+        })
     }
 
-    fn end_tag(&mut self, out: &mut Vec<EmbedRef>) {
-        let (start, end) = (self.tag_start, self.offset + 1);
+    fn end_tag(&mut self, end: u64, out: &mut Vec<EmbedRef>) {
+        let start = self.tag_start;
         let mut emit = |urls: Vec<String>, kind: EmbedKind, required: bool| {
             if !urls.is_empty() {
                 out.push(EmbedRef { urls, kind, required, start, end });
             }
         };
         let one = |v: Option<&[u8]>| v.and_then(clean_url).into_iter().collect::<Vec<_>>();
-        match self.tag.as_slice() {
-            b"img" => {
+        match self.kind {
+            Tag::Img => {
                 let mut urls = one(self.get(Attr::Src));
                 for u in self.get(Attr::Srcset).map(srcset_urls).unwrap_or_default() {
                     if !urls.contains(&u) {
@@ -487,8 +890,8 @@ impl EmbedScanner {
                 }
                 emit(urls, EmbedKind::Image, true);
             }
-            b"script" => emit(one(self.get(Attr::Src)), EmbedKind::Script, true),
-            b"link" => {
+            Tag::Script => emit(one(self.get(Attr::Src)), EmbedKind::Script, true),
+            Tag::Link => {
                 let rel = String::from_utf8_lossy(self.get(Attr::Rel).unwrap_or_default()).to_ascii_lowercase();
                 let rels: Vec<&str> = rel.split_ascii_whitespace().collect();
                 let href = one(self.get(Attr::Href));
@@ -500,52 +903,49 @@ impl EmbedScanner {
                     emit(href, EmbedKind::Object, false);
                 }
             }
-            b"iframe" | b"frame" => emit(one(self.get(Attr::Src)), EmbedKind::Frame, true),
-            b"object" => emit(one(self.get(Attr::Data)), EmbedKind::Object, true),
-            b"embed" => emit(one(self.get(Attr::Src)), EmbedKind::Object, true),
-            b"source" => {
+            Tag::Frame => emit(one(self.get(Attr::Src)), EmbedKind::Frame, true),
+            Tag::Object => emit(one(self.get(Attr::Data)), EmbedKind::Object, true),
+            Tag::Embed => emit(one(self.get(Attr::Src)), EmbedKind::Object, true),
+            Tag::Source => {
                 let mut urls = one(self.get(Attr::Src));
                 urls.extend(self.get(Attr::Srcset).map(srcset_urls).unwrap_or_default());
                 emit(urls, EmbedKind::Media, false);
             }
-            b"video" | b"audio" => {
+            Tag::Media => {
                 emit(one(self.get(Attr::Src)), EmbedKind::Media, false);
                 emit(one(self.get(Attr::Poster)), EmbedKind::Image, false);
             }
-            b"input" => {
+            Tag::Input => {
                 if self.get(Attr::Type).is_some_and(|t| t.eq_ignore_ascii_case(b"image")) {
                     emit(one(self.get(Attr::Src)), EmbedKind::Image, true);
                 }
             }
-            _ => {}
+            Tag::Style | Tag::Other => {}
         }
-        if let Some(bg) = self.get(Attr::Background) {
-            if let Some(u) = clean_url(bg) {
-                out.push(EmbedRef { urls: vec![u], kind: EmbedKind::Image, required: true, start, end });
-            }
+        if let Some(u) = self.get(Attr::Background).and_then(clean_url) {
+            out.push(EmbedRef { urls: vec![u], kind: EmbedKind::Image, required: true, start, end });
         }
-        if let Some(style) = self.get(Attr::Style).map(|s| s.to_vec()) {
+        if let Some(style) = self.get(Attr::Style) {
             let mut css = CssScanner::default();
-            let mut found = Vec::new();
-            for (k, &b) in style.iter().enumerate() {
-                css.feed_byte(b, k as u64, &mut found, true);
-            }
-            for mut r in found {
+            let first = out.len();
+            css.feed(style, 0, out, true);
+            for r in &mut out[first..] {
                 r.start = start;
                 r.end = end;
-                out.push(r);
             }
         }
-        let self_closing = false;
-        self.state = match self.tag.as_slice() {
-            b"script" if !self_closing => Html::RawText { style: false, matched: 0 },
-            b"style" => {
-                self.css = CssScanner::default();
+        self.state = match self.kind {
+            Tag::Script => Html::RawText { style: false, matched: 0 },
+            Tag::Style => {
+                self.css.reset();
                 Html::RawText { style: true, matched: 0 }
             }
             _ => Html::Text,
         };
-        self.attrs.clear();
+        self.have = 0;
+        self.values.clear();
+        self.values.shrink_to(MAX_VALUE);
+        self.stored = 0;
     }
 }
 

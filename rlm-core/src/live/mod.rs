@@ -2,8 +2,8 @@
 //!
 //! ```text
 //!  client port ──▶ br0 ──▶ server port        packets forwarded by the kernel
-//!        │ SYN                 ▲ SYN/ACK       queued (NFQUEUE, --queue-bypass, fail-open):
-//!        ▼                     │               the engine's verdict decides (accept, drop)
+//!        │ SYN                                 queued (NFQUEUE, --queue-bypass, fail-open):
+//!        ▼                                     the engine's verdict decides (accept, drop)
 //!      rlm event loop ◀── tap on the server port (libpcap): every other packet, measured only
 //! ```
 //! One thread, driven by tokio: the NFQUEUE socket and the tap are drained in batches when
@@ -79,10 +79,19 @@ fn drop_capabilities() -> Result<()> {
     Ok(())
 }
 
+/// Read and check the rule file; its diagnostics (`FILE:LINE:COL`, the line, a caret) as one
+/// error.
+pub fn load_rules(path: &std::path::Path) -> Result<rules::RuleSet> {
+    rules::check_file(path).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// Run until SIGINT or SIGTERM. Errors before anything is installed leave nothing behind.
 pub fn run(cfg: RunConfig) -> Result<()> {
     cfg.validate()?;
     netfilter::check_bridge(&cfg.bridge, &cfg.client_port, &cfg.server_port)?;
+    if let Some(p) = &cfg.rules {
+        load_rules(p)?;
+    }
     check_privileges()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let local = tokio::task::LocalSet::new();
@@ -97,7 +106,10 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
     let status: metrics::Status = Arc::new(Mutex::new(serde_json::json!({"state": "starting"})));
     metrics::serve(cfg.metrics, Arc::new(registry), status.clone()).await?;
     let nfq = nfqueue::open(cfg.queue_base, cfg.queues, cfg.queue_max_len)?;
-    let tap = tap::open(&cfg.server_port, cfg.tap_snaplen)?;
+    // SYN/ACKs are queued only for rules that act on them (FAST SYN/ACK comes with a later
+    // issue; such rules count as deferred), so each connection costs one trip through userspace.
+    let queue_synacks = false;
+    let tap = tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?;
     let plan = netfilter::QueuePlan {
         bridge: cfg.bridge.clone(),
         client_port: cfg.client_port.clone(),
@@ -105,12 +117,13 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         queue_base: cfg.queue_base,
         queues: cfg.queues,
         server_ports: cfg.server_ports.clone(),
+        queue_synacks,
     };
     let installed = netfilter::install(&plan)?;
     info!(
         bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
         backend = ?installed.backend(), queues = ?nfq.queues, metrics = %cfg.metrics,
-        "installed: SYNs from the client port and SYN/ACKs from the server port are queued (bypass when rlm is gone)"
+        "installed: the clients' SYNs are queued (bypass when rlm is gone); the rest is measured from the tap on the server port"
     );
     let result = match drop_capabilities() {
         Ok(()) => {
@@ -137,6 +150,7 @@ struct Loop {
     server_ifindex: u32,
     started: Instant,
     bridge: String,
+    rules_path: Option<std::path::PathBuf>,
 }
 
 impl Loop {
@@ -149,10 +163,25 @@ impl Loop {
         client_ifindex: u32,
         server_ifindex: u32,
     ) -> Loop {
-        let mut ecfg = Config { server_ports: cfg.server_ports.clone(), decode_bodies: false, ..Config::default() };
+        let mut ecfg = Config {
+            server_ports: cfg.server_ports.clone(),
+            decode_bodies: false,
+            class_window: Duration::from_secs_f64(cfg.class_window_s),
+            ..Config::default()
+        };
         ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
+        let mut engine = Engine::new(ecfg);
+        if let Some(p) = &cfg.rules {
+            match load_rules(p) {
+                Ok(r) => {
+                    info!(rules = %p.display(), summary = %rules::summary(&r).replace('\n', ";"), "rules in force");
+                    engine.set_rules(Some(r));
+                }
+                Err(e) => warn!("{e:#}"),
+            }
+        }
         Loop {
-            engine: Engine::new(ecfg),
+            engine,
             nfq,
             tap,
             metrics,
@@ -161,6 +190,7 @@ impl Loop {
             server_ifindex,
             started: Instant::now(),
             bridge: cfg.bridge.clone(),
+            rules_path: cfg.rules.clone(),
         }
     }
 
@@ -232,6 +262,15 @@ impl Loop {
                     msg.set_verdict(nfq::Verdict::Accept);
                     "accept"
                 }
+                Verdict::Drop => {
+                    msg.set_verdict(nfq::Verdict::Drop);
+                    "drop"
+                }
+                Verdict::Replace(bytes) => {
+                    msg.set_payload(bytes.into_vec());
+                    msg.set_verdict(nfq::Verdict::Accept);
+                    "replace"
+                }
             };
             self.nfq.queue.verdict(msg).context("sending a verdict")?;
             self.metrics.verdict_latency.observe(arrived.elapsed().as_secs_f64());
@@ -254,7 +293,8 @@ impl Loop {
             let ts = crate::Timestamp(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000);
             let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
             self.metrics.loop_lag.observe(lag as f64 / 1e9);
-            if tap::is_syn(p.data) {
+            // IPv4 SYNs are filtered out in the kernel; only IPv6 frames need a look here.
+            if p.data.get(12..14) == Some(&[0x86, 0xdd][..]) && tap::is_queued_syn(p.data, false) {
                 continue;
             }
             self.engine.handle_link(ts, Port::Unknown, LinkType::Ethernet, p.data);
@@ -267,16 +307,35 @@ impl Loop {
 
     fn drain_events(&mut self) {
         while let Some(ev) = self.engine.poll_event() {
-            if let Event::Pageview(p) = ev {
-                if !p.incomplete {
-                    self.metrics.pageview_rt.get_or_create(&metrics::ClassLabel { class: "ALL".into() }).observe(p.rt_s);
+            match ev {
+                Event::Pageview(p) if !p.incomplete => {
+                    let class = p.class.unwrap_or_else(|| "ALL".into());
+                    self.metrics.pageview_rt.get_or_create(&metrics::ClassLabel { class }).observe(p.rt_s);
                 }
+                Event::Decision(d) => {
+                    self.metrics.syn_drops.get_or_create(&metrics::ClassLabel { class: d.class.clone() }).inc();
+                    tracing::debug!(rule = %d.rule, action = d.action, class = %d.class, client = %d.client, "SYN dropped");
+                }
+                _ => {}
             }
         }
     }
 
+    /// SIGHUP: read the rule file again; put it in force if it checks, else keep the old one.
+    /// Flows, pageviews and class statistics carry over, and no packet waits: the loop is the
+    /// only reader of the queue, so packets queued meanwhile are handled right after.
     fn reload(&mut self) {
-        info!("SIGHUP: no rule file loaded yet; nothing to reload");
+        let Some(path) = self.rules_path.clone() else {
+            info!("SIGHUP: no rule file given; nothing to reload");
+            return;
+        };
+        match load_rules(&path) {
+            Ok(r) => {
+                info!(rules = %path.display(), summary = %rules::summary(&r).replace('\n', ";"), "SIGHUP: new rules in force");
+                self.engine.set_rules(Some(r));
+            }
+            Err(e) => warn!("SIGHUP: {} rejected, the old rules stay in force: {}", path.display(), format!("{e:#}").replace('\n', " | ")),
+        }
     }
 
     fn publish_status(&mut self) {
@@ -293,13 +352,52 @@ impl Loop {
         }
         for (reason, n) in &self.engine.stats().malformed {
             if *n > 0 {
-                self.metrics.malformed.get_or_create(&metrics::ReasonLabel { reason: reason.to_string() }).inner().store(*n, std::sync::atomic::Ordering::Relaxed);
+                self.metrics
+                    .malformed
+                    .get_or_create(&metrics::ReasonLabel { reason: reason.to_string() })
+                    .inner()
+                    .store(*n, std::sync::atomic::Ordering::Relaxed);
             }
         }
+        let now = now_ts();
+        let (classes, rules_state) = match self.engine.policy() {
+            None => (serde_json::Value::Null, serde_json::Value::Null),
+            Some(p) => {
+                let classes: Vec<serde_json::Value> = (0..p.rules().class_count())
+                    .map(|i| {
+                        let c = rules::ClassId(i as u16);
+                        serde_json::json!({
+                            "class": p.class_name(c),
+                            "rt_mean_s": p.class_rt(c, rules::Stat::Mean),
+                            "rt_p95_s": p.class_rt(c, rules::Stat::Percentile(95)),
+                            "window_pageviews": p.class_samples(c),
+                            "counters": p.class_counters[i],
+                        })
+                    })
+                    .collect();
+                let rules_state: Vec<serde_json::Value> = (0..p.rules().rule_count())
+                    .map(|i| {
+                        let id = rules::RuleId(i as u32);
+                        let firing = p.rule_firing(i, now, Duration::from_secs(2));
+                        self.metrics.rule_firing.get_or_create(&metrics::RuleLabel { rule: p.rule_label(id) }).set(i64::from(firing));
+                        serde_json::json!({
+                            "rule": p.rule_label(id),
+                            "text": p.rule_text(id),
+                            "firing": firing,
+                            "counters": p.rule_counters[i],
+                        })
+                    })
+                    .collect();
+                (serde_json::Value::Array(classes), serde_json::Value::Array(rules_state))
+            }
+        };
         let v = serde_json::json!({
             "state": "running",
             "bridge": self.bridge,
             "uptime_s": self.started.elapsed().as_secs(),
+            "rules_file": self.rules_path,
+            "classes": classes,
+            "rules": rules_state,
             "tables": sizes,
             "stats": self.engine.stats(),
         });

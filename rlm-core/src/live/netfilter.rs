@@ -27,6 +27,9 @@ pub struct QueuePlan {
     pub queues: u16,
     /// TCP ports of the servers whose SYNs and SYN/ACKs are queued.
     pub server_ports: Vec<u16>,
+    /// Queue the servers' SYN/ACKs too (only when a rule acts at the SYN/ACK node; otherwise the
+    /// tap sees them, and each connection costs one trip through userspace, not two).
+    pub queue_synacks: bool,
 }
 
 /// Which mechanism carries the queue rules.
@@ -78,14 +81,13 @@ impl QueuePlan {
         let mut t = String::from("*mangle\n");
         t.push_str(&format!(":{chain} - [0:0]\n"));
         t.push_str(&format!("-A FORWARD -m physdev --physdev-is-bridged -p tcp -j {chain}\n"));
-        t.push_str(&format!(
-            "-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN{syn_ports} -j {q}\n",
-            self.client_port
-        ));
-        t.push_str(&format!(
-            "-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN,ACK{synack_ports} -j {q}\n",
-            self.server_port
-        ));
+        t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN{syn_ports} -j {q}\n", self.client_port));
+        if self.queue_synacks {
+            t.push_str(&format!(
+                "-A {chain} -m physdev --physdev-in {} -p tcp --tcp-flags SYN,ACK,RST SYN,ACK{synack_ports} -j {q}\n",
+                self.server_port
+            ));
+        }
         t.push_str("COMMIT\n");
         t
     }
@@ -110,11 +112,15 @@ impl QueuePlan {
             let list: Vec<String> = self.server_ports.iter().map(u16::to_string).collect();
             (format!("tcp dport {{ {} }} ", list.join(", ")), format!("tcp sport {{ {} }} ", list.join(", ")))
         };
+        let synack = if self.queue_synacks {
+            format!("    iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn|ack {q}\n", self.bridge, ports.1)
+        } else {
+            String::new()
+        };
         format!(
             "table inet {table} {{\n  chain forward {{\n    type filter hook forward priority mangle; policy accept;\n    \
-             iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn {q}\n    \
-             iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn|ack {q}\n  }}\n}}\n",
-            self.bridge, ports.0, self.bridge, ports.1
+             iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn {q}\n{synack}  }}\n}}\n",
+            self.bridge, ports.0
         )
     }
 }
@@ -138,12 +144,10 @@ fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<()> {
 /// Whether the kernel and nft accept a `queue` statement (checked without changing anything).
 pub fn nft_queue_available() -> bool {
     let probe = "table inet rlm_probe { chain c { type filter hook forward priority 0; tcp flags syn queue flags bypass to 0 } }\n";
-    Command::new("nft").args(["-c", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().is_ok_and(
-        |mut c| {
-            let ok = c.stdin.take().is_some_and(|mut s| s.write_all(probe.as_bytes()).is_ok());
-            ok && c.wait().is_ok_and(|s| s.success())
-        },
-    )
+    Command::new("nft").args(["-c", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().is_ok_and(|mut c| {
+        let ok = c.stdin.take().is_some_and(|mut s| s.write_all(probe.as_bytes()).is_ok());
+        ok && c.wait().is_ok_and(|s| s.success())
+    })
 }
 
 /// The sysctls that make bridged traffic visible to iptables and nftables' inet family.
@@ -249,6 +253,7 @@ mod tests {
             queue_base: 0,
             queues,
             server_ports: vec![80, 8080],
+            queue_synacks: true,
         }
     }
 
@@ -257,9 +262,15 @@ mod tests {
         let t = plan(1).iptables_install();
         assert!(t.contains(":RLM-br0 - [0:0]"));
         assert!(t.contains("-A FORWARD -m physdev --physdev-is-bridged -p tcp -j RLM-br0"));
-        assert!(t.contains("--physdev-in app-c -p tcp --tcp-flags SYN,ACK,RST SYN -m multiport --dports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"));
-        assert!(t.contains("--physdev-in app-s -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m multiport --sports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"));
+        assert!(
+            t.contains("--physdev-in app-c -p tcp --tcp-flags SYN,ACK,RST SYN -m multiport --dports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass")
+        );
+        assert!(t.contains(
+            "--physdev-in app-s -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m multiport --sports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"
+        ));
         assert!(plan(4).iptables_install().contains("--queue-balance 0:3 --queue-bypass"));
+        let syn_only = QueuePlan { queue_synacks: false, ..plan(1) };
+        assert!(!syn_only.iptables_install().contains("SYN,ACK -m") && !syn_only.nft_install().contains("== syn|ack"));
         let r = plan(1).iptables_remove();
         assert!(r.contains("-D FORWARD") && r.contains("-F RLM-br0") && r.contains("-X RLM-br0"));
     }

@@ -11,21 +11,34 @@ pub struct Tap {
     pub cap: pcap::Capture<pcap::Active>,
 }
 
-/// IPv4 SYNs are filtered in the kernel; IPv6 has no flag offsets in BPF, so the driver skips
-/// IPv6 SYNs itself ([`is_syn`]).
-pub const FILTER: &str = "(ip and tcp and tcp[tcpflags] & tcp-syn == 0) or (ip6 and tcp)";
+/// The tap's kernel filter: TCP to or from the servers' ports only (other traffic crossing the
+/// bridge is never copied), without the SYNs NFQUEUE delivers: IPv4 ones are filtered here; IPv6
+/// has no flag offsets in BPF, so the driver skips IPv6 SYNs itself ([`is_queued_syn`]).
+pub fn filter(server_ports: &[u16], synacks_queued: bool) -> String {
+    let ports = if server_ports.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = server_ports.iter().map(|p| format!("port {p}")).collect();
+        format!(" and ({})", list.join(" or "))
+    };
+    let syn = if synacks_queued { "tcp[tcpflags] & tcp-syn == 0" } else { "tcp[tcpflags] & (tcp-syn|tcp-ack) != tcp-syn" };
+    format!("(ip and tcp{ports} and {syn}) or (ip6 and tcp{ports})")
+}
 
-pub fn open(port: &str, snaplen: u32) -> Result<Tap> {
+/// Open the tap. It is read in batches: the kernel hands over a block of packets when it fills
+/// or after 5 ms, so that a busy link costs one wakeup per block, not one per packet (the SYNs
+/// that need a verdict come through NFQUEUE and do not wait on this).
+pub fn open(port: &str, snaplen: u32, server_ports: &[u16], synacks_queued: bool) -> Result<Tap> {
     let cap = pcap::Capture::from_device(port)
         .with_context(|| format!("no such interface {port}"))?
         .snaplen(snaplen as i32)
-        .immediate_mode(true)
+        .timeout(5)
         .buffer_size(32 << 20)
         .promisc(false)
         .open()
         .with_context(|| format!("cannot capture on {port} (needs CAP_NET_RAW)"))?;
     let mut cap = cap.setnonblock().context("nonblocking capture")?;
-    cap.filter(FILTER, true).context("installing the tap's BPF filter")?;
+    cap.filter(&filter(server_ports, synacks_queued), true).context("installing the tap's BPF filter")?;
     Ok(Tap { cap })
 }
 
@@ -40,10 +53,23 @@ impl Tap {
     }
 }
 
-/// Whether an Ethernet frame carries a TCP SYN (IPv6 ones get past the kernel filter).
-pub fn is_syn(frame: &[u8]) -> bool {
+/// Whether an Ethernet frame carries a SYN that NFQUEUE delivers too (IPv6 ones get past the
+/// kernel filter): a client's SYN, or any SYN/ACK when those are queued as well.
+pub fn is_queued_syn(frame: &[u8], synacks_queued: bool) -> bool {
     match crate::wire::decode(crate::wire::LinkType::Ethernet, frame) {
-        crate::wire::Decoded::Tcp(s) => s.flags.syn,
+        crate::wire::Decoded::Tcp(s) => s.flags.syn && (!s.flags.ack || synacks_queued),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_filter_names_the_server_ports_and_leaves_out_queued_syns() {
+        assert_eq!(
+            super::filter(&[80, 8080], false),
+            "(ip and tcp and (port 80 or port 8080) and tcp[tcpflags] & (tcp-syn|tcp-ack) != tcp-syn) or (ip6 and tcp and (port 80 or port 8080))"
+        );
+        assert_eq!(super::filter(&[], true), "(ip and tcp and tcp[tcpflags] & tcp-syn == 0) or (ip6 and tcp)");
     }
 }

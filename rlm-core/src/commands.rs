@@ -1,0 +1,154 @@
+//! The appliance's commands other than `analyze`: `run` (inline on a bridge) and `status`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use rlm_core::live::{self, RunConfig};
+
+/// `rlm run`'s flags; each overrides the same key of `--config`.
+#[derive(Args, Debug, Default)]
+pub struct RunArgs {
+    /// A TOML file with the settings below (see rlm.sample.toml); flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The bridge to sit on.
+    #[arg(long, value_name = "BR")]
+    pub bridge: Option<String>,
+    /// The bridge port toward the clients.
+    #[arg(long, value_name = "IF")]
+    pub client_port: Option<String>,
+    /// The bridge port toward the servers.
+    #[arg(long, value_name = "IF")]
+    pub server_port: Option<String>,
+    /// The rule file (`rlm check FILE` validates it).
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+    /// Where /metrics and /status listen (default 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// A TCP port the servers listen on (repeatable; default 80).
+    #[arg(long = "server-ports", value_name = "PORT", num_args = 1..)]
+    pub server_ports: Vec<u16>,
+    /// First NFQUEUE number.
+    #[arg(long, value_name = "N")]
+    pub queue_base: Option<u16>,
+    /// How many NFQUEUEs (flows are balanced across them).
+    #[arg(long, value_name = "N")]
+    pub queues: Option<u16>,
+    /// Packets each queue may hold before the kernel accepts unseen (fail-open).
+    #[arg(long, value_name = "N")]
+    pub queue_max_len: Option<u32>,
+    /// Bytes of each packet the measurement tap copies.
+    #[arg(long, value_name = "BYTES")]
+    pub tap_snaplen: Option<u32>,
+    /// The clients' connect timeout charged to a failed connection, in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub connect_timeout: Option<f64>,
+    /// Window of the per-class response-time aggregates, in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub class_window: Option<f64>,
+    /// Log JSON lines instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+impl RunArgs {
+    fn into_config(self) -> anyhow::Result<RunConfig> {
+        let mut c = match &self.config {
+            Some(p) => RunConfig::from_file(p)?,
+            None => RunConfig::default(),
+        };
+        if let Some(v) = self.bridge {
+            c.bridge = v;
+        }
+        if let Some(v) = self.client_port {
+            c.client_port = v;
+        }
+        if let Some(v) = self.server_port {
+            c.server_port = v;
+        }
+        if self.rules.is_some() {
+            c.rules = self.rules;
+        }
+        if let Some(v) = self.metrics {
+            c.metrics = v;
+        }
+        if !self.server_ports.is_empty() {
+            c.server_ports = self.server_ports;
+        }
+        if let Some(v) = self.queue_base {
+            c.queue_base = v;
+        }
+        if let Some(v) = self.queues {
+            c.queues = v;
+        }
+        if let Some(v) = self.queue_max_len {
+            c.queue_max_len = v;
+        }
+        if let Some(v) = self.tap_snaplen {
+            c.tap_snaplen = v;
+        }
+        if let Some(v) = self.connect_timeout {
+            c.connect_timeout_s = v;
+        }
+        if let Some(v) = self.class_window {
+            c.class_window_s = v;
+        }
+        c.log_json |= self.log_json;
+        Ok(c)
+    }
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").replace('\n', " ")
+}
+
+pub fn run(args: RunArgs) -> ExitCode {
+    let cfg = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rlm: {}", one_line(&e));
+            return ExitCode::from(2);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if cfg.log_json {
+        tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
+    match live::run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rlm: {}", one_line(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `rlm status`: ask a running rlm (its /status endpoint) and print what it says.
+pub fn status(addr: SocketAddr) -> ExitCode {
+    let get = || -> anyhow::Result<String> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(format!("GET /status HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf)?;
+        let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Ok(body)
+    };
+    match get() {
+        Ok(body) => {
+            println!("{}", body.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rlm: no rlm answering on {addr}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

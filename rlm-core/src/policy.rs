@@ -1,0 +1,388 @@
+//! rules → actions: a checked rule set applied at the engine's nodes, with the per-class
+//! response-time statistics its conditions read and the token buckets of `LIMIT SYN`.
+//!
+//! Classes: a pageview belongs to the class of its client (the first `CLASS` whose condition
+//! holds for its first connection). Each class, and all pageviews together (`RT.ALL`), keep the
+//! response times of the pageviews that finished within the last `window` (sliding): the mean
+//! is kept as a running sum, percentiles are computed from a sorted copy made only when a rule
+//! reads one after the window changed. A rule with `FOR d` sees its test change only after the
+//! raw comparison has held its new value for `d` (hysteresis, `rules::RuleSet::update_holds`).
+//!
+//! Actions carried out here: `DROP SYN`, `LIMIT SYN` (a token bucket per rule and class, as in
+//! Voigt's TCP SYN policing). The others parse and type-check; their mechanics come later
+//! (fast retransmission, delayed first SYN, embed removal and rewrite) and they are counted as
+//! `deferred` when their rule fires.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ahash::AHashMap;
+use rules::{Aggregates, BucketId, ClassId, Effect, Facts, Firing, Holds, RuleId, RuleSet, Scope, Stat};
+use serde::Serialize;
+
+use crate::time::Timestamp;
+
+/// Response times of the pageviews that finished within a sliding window.
+#[derive(Debug, Default)]
+struct Window {
+    samples: VecDeque<(Timestamp, f64)>,
+    sum: f64,
+    sorted: RefCell<Option<Vec<f64>>>,
+}
+
+impl Window {
+    fn push(&mut self, at: Timestamp, rt: f64) {
+        self.samples.push_back((at, rt));
+        self.sum += rt;
+        self.sorted.replace(None);
+    }
+
+    fn expire(&mut self, now: Timestamp, window: Duration) {
+        let mut changed = false;
+        while self.samples.front().is_some_and(|(t, _)| now.saturating_since(*t) > window) {
+            let (_, rt) = self.samples.pop_front().expect("front checked");
+            self.sum -= rt;
+            changed = true;
+        }
+        if changed {
+            self.sorted.replace(None);
+            if self.samples.is_empty() {
+                self.sum = 0.0;
+            }
+        }
+    }
+
+    fn mean(&self) -> Option<f64> {
+        (!self.samples.is_empty()).then(|| (self.sum / self.samples.len() as f64).max(0.0))
+    }
+
+    /// Nearest-rank percentile.
+    fn percentile(&self, p: u8) -> Option<f64> {
+        if self.samples.is_empty() {
+            return None;
+        }
+        let mut cache = self.sorted.borrow_mut();
+        let v = cache.get_or_insert_with(|| {
+            let mut v: Vec<f64> = self.samples.iter().map(|(_, r)| *r).collect();
+            v.sort_by(f64::total_cmp);
+            v
+        });
+        let rank = ((f64::from(p) / 100.0) * v.len() as f64).ceil() as usize;
+        Some(v[rank.clamp(1, v.len()) - 1])
+    }
+
+    fn stat(&self, stat: Stat) -> Option<f64> {
+        match stat {
+            Stat::Mean => self.mean(),
+            Stat::Percentile(p) => self.percentile(p),
+        }
+    }
+}
+
+/// Per-class windows; index = class id, the last one all pageviews.
+struct ClassWindows(Vec<Window>);
+
+impl Aggregates for ClassWindows {
+    fn rt(&self, scope: Scope, stat: Stat) -> Option<Duration> {
+        let w = match scope {
+            Scope::All => self.0.last()?,
+            Scope::Class(c) => self.0.get(c.index())?,
+        };
+        w.stat(stat).map(|s| Duration::from_secs_f64(s.clamp(0.0, 1e9)))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TokenBucket {
+    tokens: f64,
+    last: Timestamp,
+}
+
+/// What the SYN node decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SynDecision {
+    Pass,
+    /// Dropped by this rule's `DROP SYN` or by its `LIMIT SYN` bucket being empty.
+    Drop {
+        rule: RuleId,
+        limited: bool,
+    },
+}
+
+/// Counters of one class.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClassCounters {
+    pub syns: u64,
+    pub syns_dropped: u64,
+    pub syns_limited: u64,
+    pub pageviews: u64,
+}
+
+/// Counters of one rule.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RuleCounters {
+    /// Times its condition held at a node where it has an action.
+    pub fired: u64,
+    /// Firings of actions not carried out yet (later issues' mechanisms).
+    pub deferred: u64,
+    #[serde(skip)]
+    pub last_fired: Option<Timestamp>,
+}
+
+/// The rule set in force and its state.
+pub struct Policy {
+    rules: RuleSet,
+    window: Duration,
+    windows: ClassWindows,
+    holds: Holds,
+    buckets: AHashMap<(BucketId, ClassId), TokenBucket>,
+    firings: Vec<Firing>,
+    pub class_counters: Vec<ClassCounters>,
+    pub rule_counters: Vec<RuleCounters>,
+}
+
+fn since_epoch(t: Timestamp) -> Duration {
+    Duration::from_nanos(t.as_nanos())
+}
+
+impl Policy {
+    pub fn new(rules: RuleSet, window: Duration) -> Policy {
+        let n = rules.class_count();
+        Policy {
+            holds: rules.new_holds(),
+            windows: ClassWindows((0..=n).map(|_| Window::default()).collect()),
+            buckets: AHashMap::new(),
+            firings: Vec::new(),
+            class_counters: vec![ClassCounters::default(); n],
+            rule_counters: vec![RuleCounters::default(); rules.rule_count()],
+            rules,
+            window,
+        }
+    }
+
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    /// Put a new rule set in force (SIGHUP). Class statistics and counters carry over to the
+    /// classes of the same name; buckets and `FOR` states start afresh.
+    pub fn replace_rules(&mut self, rules: RuleSet) {
+        let mut old = Policy::new(rules, self.window);
+        std::mem::swap(self, &mut old);
+        let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
+        for i in 0..old_rules.class_count() {
+            let name = old_rules.class_name(ClassId(i as u16));
+            if let Some(new) = self.rules.class_id(name) {
+                self.windows.0[new.index()] = std::mem::take(&mut old_windows.0[i]);
+                self.class_counters[new.index()] = old_counters[i].clone();
+            }
+        }
+        if let (Some(all), Some(last)) = (old_windows.0.pop(), self.windows.0.last_mut()) {
+            *last = all;
+        }
+    }
+
+    pub fn classify(&self, client: SocketAddr, server: SocketAddr) -> ClassId {
+        self.rules.classify(client, server)
+    }
+
+    pub fn class_name(&self, c: ClassId) -> &str {
+        self.rules.class_name(c)
+    }
+
+    /// A pageview of a client finished at `now` with this response time.
+    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) {
+        if let Some(w) = self.windows.0.get_mut(class.index()) {
+            w.push(now, rt_s);
+        }
+        if let Some(all) = self.windows.0.last_mut() {
+            all.push(now, rt_s);
+        }
+        if let Some(c) = self.class_counters.get_mut(class.index()) {
+            c.pageviews += 1;
+        }
+        self.refresh(now);
+    }
+
+    /// Expire old samples and advance the `FOR` tests.
+    pub fn refresh(&mut self, now: Timestamp) {
+        for w in &mut self.windows.0 {
+            w.expire(now, self.window);
+        }
+        self.rules.update_holds(&mut self.holds, since_epoch(now), &self.windows);
+    }
+
+    /// The statistic of a class now (for status and metrics).
+    pub fn class_rt(&self, class: ClassId, stat: Stat) -> Option<f64> {
+        self.windows.0.get(class.index()).and_then(|w| w.stat(stat))
+    }
+
+    pub fn class_samples(&self, class: ClassId) -> usize {
+        self.windows.0.get(class.index()).map_or(0, |w| w.samples.len())
+    }
+
+    /// A client's SYN (first or retransmitted). `pageview_rt`: the elapsed time of the pageview
+    /// it belongs to (zero for a new one).
+    pub fn at_syn(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId, pageview_rt: Option<Duration>) -> SynDecision {
+        self.refresh(now);
+        if let Some(c) = self.class_counters.get_mut(class.index()) {
+            c.syns += 1;
+        }
+        let mut facts = Facts::new(client, server, class, &self.windows);
+        facts.rt = pageview_rt;
+        facts.holds = Some(&self.holds);
+        let mut firings = std::mem::take(&mut self.firings);
+        firings.clear();
+        self.rules.eval_syn(&facts, &mut firings);
+        let mut decision = SynDecision::Pass;
+        let mut last_rule: Option<RuleId> = None;
+        for f in &firings {
+            if last_rule != Some(f.rule) {
+                last_rule = Some(f.rule);
+                if let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) {
+                    rc.fired += 1;
+                    rc.last_fired = Some(now);
+                }
+            }
+            if decision != SynDecision::Pass {
+                continue;
+            }
+            match f.effect {
+                Effect::DropSyn => decision = SynDecision::Drop { rule: f.rule, limited: false },
+                Effect::LimitSyn { bucket, rate, burst } => {
+                    let b = self.buckets.entry((bucket, class)).or_insert(TokenBucket { tokens: f64::from(burst), last: now });
+                    let dt = now.saturating_since(b.last).as_secs_f64();
+                    b.tokens = (b.tokens + dt * rate.per_second()).min(f64::from(burst.max(1)));
+                    b.last = now;
+                    if b.tokens >= 1.0 {
+                        b.tokens -= 1.0;
+                    } else {
+                        decision = SynDecision::Drop { rule: f.rule, limited: true };
+                    }
+                }
+                _ => {
+                    if let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) {
+                        rc.deferred += 1;
+                    }
+                }
+            }
+        }
+        self.firings = firings;
+        if let (SynDecision::Drop { limited, .. }, Some(c)) = (decision, self.class_counters.get_mut(class.index())) {
+            if limited {
+                c.syns_limited += 1;
+            } else {
+                c.syns_dropped += 1;
+            }
+        }
+        decision
+    }
+
+    /// `FILE:LINE:COL` of a rule, for logs and records.
+    pub fn rule_label(&self, rule: RuleId) -> String {
+        match self.rules.rule_position(rule) {
+            Some((l, c)) => format!("{}:{l}:{c}", self.rules.file_name()),
+            None => format!("{}:rule {}", self.rules.file_name(), rule.0),
+        }
+    }
+
+    /// A rule's text in canonical form.
+    pub fn rule_text(&self, rule: RuleId) -> String {
+        self.rules.rule(rule).map(|r| r.to_string().replace("\n  ", " ")).unwrap_or_default()
+    }
+
+    /// Whether a rule fired within the last `recent` (for status: "firing").
+    pub fn rule_firing(&self, rule: usize, now: Timestamp, recent: Duration) -> bool {
+        self.rule_counters.get(rule).and_then(|r| r.last_fired).is_some_and(|t| now.saturating_since(t) <= recent)
+    }
+
+    /// A client's class, looked up from text addresses (for records).
+    pub fn classify_ip(&self, client: IpAddr, server: SocketAddr) -> ClassId {
+        self.rules.classify(SocketAddr::new(client, 0), server)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    fn policy(text: &str) -> Policy {
+        Policy::new(rules::compile("test.rlm", text).unwrap_or_else(|d| panic!("{d}")), Duration::from_secs(10))
+    }
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn drop_syn_follows_the_class_mean_over_the_window() {
+        let mut p =
+            policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 3.0s THEN DROP SYN\n");
+        let (high, low) = (p.rules().class_id("HIGH").unwrap(), p.rules().class_id("LOW").unwrap());
+        let srv = sa("10.9.0.1:80");
+        assert_eq!(p.classify(sa("10.4.0.1:1000"), srv), high);
+        assert_eq!(p.classify(sa("10.5.0.1:1000"), srv), low);
+        // No HIGH pageview yet: RT.HIGH is unknown, the rule does not fire.
+        assert_eq!(p.at_syn(ts(0), sa("10.5.0.1:1000"), srv, low, Some(Duration::ZERO)), SynDecision::Pass);
+        p.on_pageview(ts(1_000), high, 5.0);
+        p.on_pageview(ts(2_000), high, 2.0);
+        assert!(matches!(p.at_syn(ts(2_500), sa("10.5.0.1:1001"), srv, low, None), SynDecision::Drop { limited: false, .. }));
+        // HIGH's own SYNs pass.
+        assert_eq!(p.at_syn(ts(2_500), sa("10.4.0.1:1001"), srv, high, None), SynDecision::Pass);
+        // The 5 s sample leaves the 10 s window: mean 2 s, LOW passes again.
+        assert_eq!(p.at_syn(ts(11_500), sa("10.5.0.1:1002"), srv, low, None), SynDecision::Pass);
+        assert_eq!(p.class_counters[low.index()].syns_dropped, 1);
+        assert_eq!(p.rule_counters[0].fired, 1);
+    }
+
+    #[test]
+    fn limit_syn_is_a_token_bucket_per_class() {
+        let mut p = policy("CLASS LOW IF IP.SRC == 10.5.*.*\nIF CLASS == LOW THEN LIMIT SYN 10/s BURST 2\n");
+        let low = p.rules().class_id("LOW").unwrap();
+        let srv = sa("10.9.0.1:80");
+        let mut passed = 0;
+        // 100 SYNs a second for 5 s: 2 from the burst, then 10 a second.
+        for i in 0..500u64 {
+            if p.at_syn(ts(i * 10), sa("10.5.0.1:2000"), srv, low, None) == SynDecision::Pass {
+                passed += 1;
+            }
+        }
+        assert!((50..=53).contains(&passed), "{passed}");
+        assert_eq!(p.class_counters[low.index()].syns_limited, 500 - passed);
+    }
+
+    #[test]
+    fn percentiles_and_hysteresis() {
+        let mut p = policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH.P95 > 4s FOR 2s THEN DROP SYN\n");
+        let high = p.rules().class_id("HIGH").unwrap();
+        let srv = sa("10.9.0.1:80");
+        for i in 0..19 {
+            p.on_pageview(ts(100 + i), high, 1.0);
+        }
+        p.on_pageview(ts(200), high, 9.0);
+        assert_eq!(p.class_rt(high, Stat::Percentile(95)), Some(1.0));
+        p.on_pageview(ts(300), high, 9.0);
+        assert_eq!(p.class_rt(high, Stat::Percentile(95)), Some(9.0));
+        // The raw comparison holds from 0.3 s; the rule sees it only 2 s later.
+        assert_eq!(p.at_syn(ts(1_000), sa("10.4.0.1:3000"), srv, high, None), SynDecision::Pass);
+        assert!(matches!(p.at_syn(ts(2_400), sa("10.4.0.1:3001"), srv, high, None), SynDecision::Drop { .. }));
+    }
+
+    #[test]
+    fn reload_keeps_class_statistics_by_name() {
+        let mut p = policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH > 3s THEN DROP SYN\n");
+        let high = p.rules().class_id("HIGH").unwrap();
+        p.on_pageview(ts(100), high, 5.0);
+        p.replace_rules(rules::compile("new.rlm", "CLASS LOW IF IP.SRC == 10.5.*.*\nCLASS HIGH IF IP.SRC == 10.4.*.*\n").unwrap());
+        let high2 = p.rules().class_id("HIGH").unwrap();
+        assert_ne!(high, high2);
+        assert_eq!(p.class_rt(high2, Stat::Mean), Some(5.0));
+        assert_eq!(p.class_counters[high2.index()].pageviews, 1);
+    }
+}

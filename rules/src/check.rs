@@ -1,0 +1,371 @@
+//! Type checking: class names resolve, class conditions depend on the client only, every test of
+//! a rule can be decided at every node where one of its actions acts, no action is given twice.
+//! Then the tree is compiled into a [`RuleSet`].
+
+use crate::ast::{self, ActionKind, ClassRef, Cond, Item, Test};
+use crate::diag::{Error, SourceMap, Span};
+use crate::eval::{self, Bucket, BucketId, ClassId, CompiledRule, Effect, Embeds, EmbedsId, Expr, HeldTest, Node, RuleId, RuleSet, Scope};
+
+/// At most this many classes (`DEFAULT` comes on top).
+pub const MAX_CLASSES: usize = 1000;
+
+/// Words a class cannot be called.
+const RESERVED: &[&str] = &[
+    "ALL",
+    "DEFAULT",
+    "IF",
+    "THEN",
+    "AND",
+    "OR",
+    "NOT",
+    "CLASS",
+    "FOR",
+    "DROP",
+    "LIMIT",
+    "FAST",
+    "DELAY",
+    "HALT",
+    "REMOVE",
+    "REWRITE",
+    "SYN",
+    "GAP",
+    "BURST",
+    "EMBEDS",
+    "AFTER",
+    "AT",
+    "MATCHING",
+    "USING",
+    "PREDICTED",
+    "FIRST",
+    "RT",
+    "URL",
+    "HOST",
+];
+
+/// The nodes at which a test can be decided.
+fn decidable(t: &Test) -> u8 {
+    let all = Node::ALL.iter().fold(0, |m, n| m | n.bit());
+    match t {
+        Test::Url { .. } | Test::Host { .. } => Node::Request.bit() | Node::Response.bit(),
+        Test::ContentType { .. } => Node::Response.bit(),
+        _ => all,
+    }
+}
+
+fn test_name(t: &Test) -> &'static str {
+    match t {
+        Test::Addr { end: ast::End::Src, .. } => "IP.SRC",
+        Test::Addr { .. } => "IP.DST",
+        Test::Port { end: ast::End::Src, .. } => "PORT.SRC",
+        Test::Port { .. } => "PORT.DST",
+        Test::Rt { .. } => "RT",
+        Test::ClassRt { .. } => "RT.<class>",
+        Test::Url { .. } => "URL",
+        Test::Host { .. } => "HOST",
+        Test::ContentType { .. } => "CONTENT-TYPE",
+        Test::Class { .. } => "CLASS",
+    }
+}
+
+/// The nodes an action acts at.
+pub(crate) fn action_nodes(a: &ActionKind) -> u8 {
+    match a {
+        ActionKind::DropSyn | ActionKind::LimitSyn { .. } | ActionKind::DelayFirstSyn { .. } | ActionKind::HaltFastSyn => Node::Syn.bit(),
+        ActionKind::Fast { syn, synack, .. } => (if *syn { Node::Syn.bit() } else { 0 }) | (if *synack { Node::SynAck.bit() } else { 0 }),
+        ActionKind::RemoveEmbeds { .. } => Node::Response.bit(),
+        ActionKind::RewriteEmbeds { .. } => Node::Request.bit(),
+    }
+}
+
+fn why_unknown(t: &Test, node: Node) -> &'static str {
+    match (t, node) {
+        (Test::ContentType { .. }, Node::Request) => "a request comes before its response",
+        (_, Node::Syn) => "a SYN comes before any request",
+        (_, Node::SynAck) => "a SYN/ACK comes before any request",
+        _ => "it is not known there",
+    }
+}
+
+fn tests_at(node: Node) -> &'static str {
+    match node {
+        Node::Syn | Node::SynAck => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT or RT.<class>",
+        Node::Request => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT, RT.<class>, URL or HOST",
+        Node::Response => "any test",
+    }
+}
+
+fn atoms<'a>(c: &'a Cond, out: &mut Vec<&'a ast::Atom>) {
+    match c {
+        Cond::And(xs) | Cond::Or(xs) => xs.iter().for_each(|x| atoms(x, out)),
+        Cond::Not(x) | Cond::Group(x) => atoms(x, out),
+        Cond::Atom(a) => out.push(a),
+    }
+}
+
+/// Levenshtein distance, for "did you mean".
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.to_ascii_uppercase().chars().collect(), b.to_ascii_uppercase().chars().collect());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+struct Checker<'a> {
+    map: SourceMap<'a>,
+    errors: Vec<Error>,
+    classes: Vec<(String, Span)>,
+}
+
+impl Checker<'_> {
+    fn pos(&self, span: Span) -> String {
+        let (l, c) = self.map.line_col(span.start);
+        format!("{l}:{c}")
+    }
+
+    /// Resolve a class name (`all_too`: `ALL` is also allowed there, as in `RT.ALL`).
+    fn class(&mut self, name: &ast::Ident, all_too: bool) -> Option<ClassId> {
+        if name.name.eq_ignore_ascii_case(eval::DEFAULT_CLASS) {
+            return Some(ClassId(self.classes.len() as u16));
+        }
+        if let Some(i) = self.classes.iter().position(|(n, _)| n.eq_ignore_ascii_case(&name.name)) {
+            return Some(ClassId(i as u16));
+        }
+        let mut e = Error::new(name.span, format!("no class is named {}", name.name));
+        if self.classes.is_empty() {
+            e = e
+                .expected("a class declared with CLASS NAME IF condition")
+                .help(format!("declare it before using it, e.g. CLASS {} IF IP.SRC == 10.4.*.*", name.name));
+        } else {
+            let names: Vec<&str> = self.classes.iter().map(|(n, _)| n.as_str()).collect();
+            let all = if all_too { " or ALL" } else { "" };
+            e = e.expected(format!("a declared class: {}, DEFAULT{all}", names.join(", ")));
+            if let Some((best, _)) = self.classes.iter().map(|(n, _)| (n, distance(n, &name.name))).filter(|(_, d)| *d <= 2).min_by_key(|(_, d)| *d) {
+                e = e.help(format!("did you mean {best}?"));
+            }
+        }
+        self.errors.push(e);
+        None
+    }
+
+    fn compile_cond(&mut self, c: &Cond, held: &mut Vec<HeldTest>) -> Expr {
+        match c {
+            Cond::And(xs) => Expr::And(xs.iter().map(|x| self.compile_cond(x, held)).collect()),
+            Cond::Or(xs) => Expr::Or(xs.iter().map(|x| self.compile_cond(x, held)).collect()),
+            Cond::Not(x) => Expr::Not(Box::new(self.compile_cond(x, held))),
+            Cond::Group(x) => self.compile_cond(x, held),
+            Cond::Atom(a) => Expr::Test(match &a.test {
+                Test::Addr { end, negated, pattern } => eval::Test::Addr { end: *end, negated: *negated, pattern: *pattern },
+                Test::Port { end, cmp, port } => eval::Test::Port { end: *end, cmp: *cmp, port: *port },
+                Test::Rt { cmp, limit } => eval::Test::Rt { cmp: *cmp, limit: *limit },
+                Test::ClassRt { class, stat, cmp, limit, hold } => {
+                    let scope = match class {
+                        ClassRef::All(_) => Scope::All,
+                        ClassRef::Named(n) => Scope::Class(self.class(n, true).unwrap_or(ClassId(0))),
+                    };
+                    match hold {
+                        Some(h) if !h.is_zero() => {
+                            held.push(HeldTest { scope, stat: *stat, cmp: *cmp, limit: *limit, hold: *h });
+                            eval::Test::Held(held.len() as u32 - 1)
+                        }
+                        _ => eval::Test::Agg { scope, stat: *stat, cmp: *cmp, limit: *limit },
+                    }
+                }
+                Test::Url { negated, pattern } => eval::Test::Url { negated: *negated, pattern: pattern.clone() },
+                Test::Host { negated, pattern } => eval::Test::Host { negated: *negated, pattern: pattern.clone() },
+                Test::ContentType { negated, pattern } => eval::Test::ContentType { negated: *negated, pattern: pattern.clone() },
+                Test::Class { negated, class } => eval::Test::Class { negated: *negated, class: self.class(class, false).unwrap_or(ClassId(0)) },
+            }),
+        }
+    }
+}
+
+/// Check a parsed file and build its rule set.
+pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleSet, Vec<Error>> {
+    let mut ck = Checker { map: SourceMap::new(src), errors: Vec::new(), classes: Vec::new() };
+
+    // Classes first, so rules may name classes declared after them.
+    for item in &file.items {
+        let Item::Class(c) = item else { continue };
+        let name = &c.name;
+        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(&name.name)) {
+            let why = match name.name.to_ascii_uppercase().as_str() {
+                "ALL" => "RT.ALL is every pageview",
+                "DEFAULT" => "DEFAULT is the class of clients no CLASS matches",
+                _ => "it is a keyword",
+            };
+            ck.errors.push(Error::new(name.span, format!("a class cannot be called {}: {why}", name.name)).expected("another class name"));
+        } else if let Some((_, at)) = ck.classes.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name.name)) {
+            let at = ck.pos(*at);
+            ck.errors.push(Error::new(name.span, format!("class {} is already declared at {at}", name.name)).expected("a new class name"));
+        } else if ck.classes.len() == MAX_CLASSES {
+            ck.errors.push(Error::new(name.span, format!("more than {MAX_CLASSES} classes")));
+        } else {
+            ck.classes.push((name.name.clone(), name.span));
+        }
+        let mut xs = Vec::new();
+        atoms(&c.cond, &mut xs);
+        for a in xs {
+            let ok = matches!(a.test, Test::Addr { .. } | Test::Port { end: ast::End::Dst, .. });
+            if !ok {
+                ck.errors.push(
+                    Error::new(
+                        a.span,
+                        format!(
+                            "a class cannot test {}: a client's class is decided at its pageview's first SYN, from its addresses",
+                            test_name(&a.test)
+                        ),
+                    )
+                    .expected("IP.SRC, IP.DST or PORT.DST")
+                    .help("put tests of response times, URLs and classes in IF ... THEN rules"),
+                );
+            }
+        }
+    }
+
+    // Rules: decidability and duplicate actions.
+    for item in &file.items {
+        let Item::Rule(r) = item else { continue };
+        let mut xs = Vec::new();
+        atoms(&r.cond, &mut xs);
+        for a in xs {
+            let known = decidable(&a.test);
+            if let Some((act, node)) = r
+                .actions
+                .iter()
+                .find_map(|act| Node::ALL.into_iter().find(|n| action_nodes(&act.kind) & n.bit() != 0 && known & n.bit() == 0).map(|n| (act, n)))
+            {
+                let at = ck.pos(act.span);
+                ck.errors.push(
+                    Error::new(
+                        a.span,
+                        format!(
+                            "{} cannot be decided at the {} node, where {} ({at}) acts: {}",
+                            test_name(&a.test),
+                            node.name(),
+                            act.kind.name(),
+                            why_unknown(&a.test, node)
+                        ),
+                    )
+                    .expected(format!("a test the {} node can decide: {}", node.name(), tests_at(node)))
+                    .help(match a.test {
+                        Test::ContentType { .. } => "CONTENT-TYPE is known at the response node only (REMOVE EMBEDS)",
+                        _ => "URL and HOST are known at the request and response nodes (REWRITE EMBEDS, REMOVE EMBEDS)",
+                    }),
+                );
+            }
+        }
+        let mut slots: Vec<(&str, Span)> = Vec::new();
+        for act in &r.actions {
+            let names: &[&str] = match &act.kind {
+                ActionKind::Fast { syn, synack, .. } => match (syn, synack) {
+                    (true, true) => &["FAST SYN", "FAST SYN/ACK"],
+                    (true, false) => &["FAST SYN"],
+                    _ => &["FAST SYN/ACK"],
+                },
+                k => &[k.name()][..],
+            };
+            for n in names {
+                if let Some((_, at)) = slots.iter().find(|(s, _)| s == n) {
+                    let at = ck.pos(*at);
+                    ck.errors
+                        .push(Error::new(act.span, format!("{n} is already an action of this rule, at {at}")).expected("each action once per rule"));
+                } else {
+                    slots.push((n, act.span));
+                }
+            }
+        }
+    }
+
+    // Compile (class references that failed above compile to class 0; the errors stop us anyway).
+    let mut held = Vec::new();
+    let mut class_conds = Vec::new();
+    let mut rules = Vec::new();
+    let mut rule_items = Vec::new();
+    let mut embeds = Vec::new();
+    let mut buckets = Vec::new();
+    let mut by_node: [Vec<u32>; 4] = Default::default();
+    for (idx, item) in file.items.iter().enumerate() {
+        match item {
+            Item::Class(c) => class_conds.push(ck.compile_cond(&c.cond, &mut held)),
+            Item::Rule(r) => {
+                let id = RuleId(rules.len() as u32);
+                let cond = ck.compile_cond(&r.cond, &mut held);
+                let mut effects: [Vec<Effect>; 4] = Default::default();
+                for act in &r.actions {
+                    let mut push = |n: Node, e: Effect| effects[n.index()].push(e);
+                    match &act.kind {
+                        ActionKind::DropSyn => push(Node::Syn, Effect::DropSyn),
+                        ActionKind::LimitSyn { rate, burst } => {
+                            push(Node::Syn, Effect::LimitSyn { bucket: BucketId(buckets.len() as u32), rate: *rate, burst: *burst });
+                            buckets.push(Bucket { rule: id, rate: *rate, burst: *burst });
+                        }
+                        ActionKind::Fast { syn, synack, gap, .. } => {
+                            if *syn {
+                                push(Node::Syn, Effect::FastSyn { gap: *gap });
+                            }
+                            if *synack {
+                                push(Node::SynAck, Effect::FastSynAck { gap: *gap });
+                            }
+                        }
+                        ActionKind::DelayFirstSyn { delay } => push(Node::Syn, Effect::DelayFirstSyn { delay: *delay }),
+                        ActionKind::HaltFastSyn => push(Node::Syn, Effect::HaltFastSyn),
+                        ActionKind::RemoveEmbeds { select } => {
+                            push(Node::Response, Effect::RemoveEmbeds(EmbedsId(embeds.len() as u32)));
+                            embeds.push(Embeds { select: select.clone(), mapping: None });
+                        }
+                        ActionKind::RewriteEmbeds { select, mapping } => {
+                            push(Node::Request, Effect::RewriteEmbeds(EmbedsId(embeds.len() as u32)));
+                            embeds.push(Embeds { select: select.clone(), mapping: mapping.clone() });
+                        }
+                    }
+                }
+                for n in Node::ALL {
+                    if !effects[n.index()].is_empty() {
+                        by_node[n.index()].push(id.0);
+                    }
+                }
+                let (line, col) = ck.map.line_col(r.span.start);
+                rules.push(CompiledRule { cond, effects, line, col });
+                rule_items.push(idx);
+            }
+        }
+    }
+    if !ck.errors.is_empty() {
+        return Err(ck.errors);
+    }
+    let mut aggregates = Vec::new();
+    fn collect(e: &Expr, held: &[HeldTest], out: &mut Vec<(Scope, ast::Stat)>) {
+        match e {
+            Expr::And(xs) | Expr::Or(xs) => xs.iter().for_each(|x| collect(x, held, out)),
+            Expr::Not(x) => collect(x, held, out),
+            Expr::Test(eval::Test::Agg { scope, stat, .. }) => out.push((*scope, *stat)),
+            Expr::Test(eval::Test::Held(i)) => out.push((held[*i as usize].scope, held[*i as usize].stat)),
+            Expr::Test(_) => {}
+        }
+    }
+    for r in &rules {
+        collect(&r.cond, &held, &mut aggregates);
+    }
+    aggregates.sort();
+    aggregates.dedup();
+    let class_names = ck.classes.into_iter().map(|(n, _)| n).collect();
+    Ok(RuleSet {
+        file_name: file_name.to_string(),
+        ast: file,
+        rule_items,
+        class_names,
+        class_conds,
+        rules,
+        by_node,
+        embeds,
+        buckets,
+        held,
+        aggregates,
+    })
+}

@@ -1,0 +1,486 @@
+//! The checked rule set and its evaluation at the nodes of a pageview's event graph.
+//!
+//! Evaluation reads a [`Facts`] and appends [`Firing`]s to a vector the engine keeps and clears,
+//! so after the first few calls it allocates nothing. Conditions use three-valued logic: a fact
+//! the engine could not supply (no samples yet for `RT.HIGH`) makes its test unknown, and a rule
+//! fires only when its condition is known to hold.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::addr::AddrPattern;
+use crate::ast::{self, Cmp, EmbedSelect, End, Stat};
+use crate::glob::Glob;
+use crate::num::Rate;
+
+/// A node kind of the event graph where rules act (004 Figure 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Node {
+    /// A client's SYN (and each fast retransmission the appliance would send of it).
+    Syn,
+    /// The server's SYN/ACK.
+    SynAck,
+    /// An HTTP request (an embedded object's request, for `REWRITE EMBEDS`).
+    Request,
+    /// The head and body of an HTTP response (a container page's, for `REMOVE EMBEDS`).
+    Response,
+}
+
+impl Node {
+    pub const ALL: [Node; 4] = [Node::Syn, Node::SynAck, Node::Request, Node::Response];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    pub(crate) fn bit(self) -> u8 {
+        1 << self as u8
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Node::Syn => "SYN",
+            Node::SynAck => "SYN/ACK",
+            Node::Request => "request",
+            Node::Response => "response",
+        }
+    }
+}
+
+/// A service class: an index into the file's classes in declaration order; the last id,
+/// [`RuleSet::default_class`], is `DEFAULT`, the class of clients no declaration matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClassId(pub u16);
+
+impl ClassId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A rule: its index among the file's rules (`IF` statements), in file order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(pub u32);
+
+/// A `LIMIT SYN` action: the engine keeps one token bucket per (bucket, class).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BucketId(pub u32);
+
+/// A `REMOVE EMBEDS` / `REWRITE EMBEDS` action's parameters, in [`RuleSet::embeds`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EmbedsId(pub u32);
+
+/// Whose response times an aggregate is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// `RT.ALL`: every pageview.
+    All,
+    /// `RT.<class>`: the pageviews of one class.
+    Class(ClassId),
+}
+
+/// The engine's sliding-window statistics of pageview response times.
+pub trait Aggregates {
+    /// The statistic over the window, or `None` when there is no sample yet.
+    fn rt(&self, scope: Scope, stat: Stat) -> Option<Duration>;
+}
+
+impl<F: Fn(Scope, Stat) -> Option<Duration>> Aggregates for F {
+    fn rt(&self, scope: Scope, stat: Stat) -> Option<Duration> {
+        self(scope, stat)
+    }
+}
+
+/// No statistics at all (every `RT.<class>` test is unknown).
+pub struct NoAggregates;
+
+impl Aggregates for NoAggregates {
+    fn rt(&self, _: Scope, _: Stat) -> Option<Duration> {
+        None
+    }
+}
+
+/// What the engine knows at a node.
+#[derive(Clone, Copy)]
+pub struct Facts<'a> {
+    /// The client's address and port (the SYN's source), whichever way the packet goes.
+    pub client: SocketAddr,
+    /// The server's address and port.
+    pub server: SocketAddr,
+    /// The client's class ([`RuleSet::classify`]).
+    pub class: ClassId,
+    /// The elapsed time of the current pageview (zero at the first SYN of a new one), `None`
+    /// when the packet belongs to no pageview.
+    pub rt: Option<Duration>,
+    /// The request target (path and query) at request and response nodes.
+    pub url: Option<&'a str>,
+    /// The Host header at request and response nodes.
+    pub host: Option<&'a str>,
+    /// The Content-Type header at the response node.
+    pub content_type: Option<&'a str>,
+    pub aggregates: &'a dyn Aggregates,
+    /// The debounced values of the `FOR` tests ([`RuleSet::update_holds`]); without them those
+    /// tests are unknown.
+    pub holds: Option<&'a Holds>,
+}
+
+impl<'a> Facts<'a> {
+    /// Facts with only the connection and class known.
+    pub fn new(client: SocketAddr, server: SocketAddr, class: ClassId, aggregates: &'a dyn Aggregates) -> Facts<'a> {
+        Facts { client, server, class, rt: None, url: None, host: None, content_type: None, aggregates, holds: None }
+    }
+}
+
+/// One action to carry out at a node, with everything it needs (`Copy`, no borrow of the set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    DropSyn,
+    /// Pass the SYN if the (bucket, client's class) token bucket has a token, else drop it.
+    LimitSyn {
+        bucket: BucketId,
+        rate: Rate,
+        burst: u32,
+    },
+    /// Retransmit the SYN to the server every `gap` until it is answered.
+    FastSyn {
+        gap: Duration,
+    },
+    /// Retransmit the SYN/ACK to the client every `gap` until the ACK comes.
+    FastSynAck {
+        gap: Duration,
+    },
+    /// Drop the initial SYN of the pageview's first connection and send it on after `delay`.
+    DelayFirstSyn {
+        delay: Duration,
+    },
+    /// Stop fast SYN retransmissions for this client while the rule holds.
+    HaltFastSyn,
+    RemoveEmbeds(EmbedsId),
+    RewriteEmbeds(EmbedsId),
+}
+
+/// A rule whose condition held, and one of its actions at the node evaluated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Firing {
+    pub rule: RuleId,
+    pub effect: Effect,
+}
+
+/// The parameters of a `REMOVE EMBEDS` / `REWRITE EMBEDS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Embeds {
+    pub select: EmbedSelect,
+    /// `USING "file"` (rewrites only).
+    pub mapping: Option<String>,
+}
+
+/// A `LIMIT SYN` bucket's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    pub rule: RuleId,
+    pub rate: Rate,
+    pub burst: u32,
+}
+
+/// A class aggregate test with `FOR`, which the engine debounces with [`RuleSet::update_holds`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldTest {
+    pub scope: Scope,
+    pub stat: Stat,
+    pub cmp: Cmp,
+    pub limit: Duration,
+    pub hold: Duration,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct HoldState {
+    /// The value rules see.
+    value: bool,
+    /// The last raw comparison and since when it has had that value.
+    raw: bool,
+    since: Duration,
+    seen: bool,
+}
+
+/// The debounced values of a rule set's `FOR` tests; the engine owns it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holds {
+    states: Vec<HoldState>,
+}
+
+impl Holds {
+    /// The value rules see for held test `i` (in [`RuleSet::held_tests`] order).
+    pub fn value(&self, i: usize) -> bool {
+        self.states.get(i).is_some_and(|s| s.value)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Expr {
+    And(Box<[Expr]>),
+    Or(Box<[Expr]>),
+    Not(Box<Expr>),
+    Test(Test),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Test {
+    Addr { end: End, negated: bool, pattern: AddrPattern },
+    Port { end: End, cmp: Cmp, port: u16 },
+    Rt { cmp: Cmp, limit: Duration },
+    Agg { scope: Scope, stat: Stat, cmp: Cmp, limit: Duration },
+    Held(u32),
+    Url { negated: bool, pattern: Glob },
+    Host { negated: bool, pattern: Glob },
+    ContentType { negated: bool, pattern: Glob },
+    Class { negated: bool, class: ClassId },
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct CompiledRule {
+    pub cond: Expr,
+    /// Effects at each node, in action order.
+    pub effects: [Vec<Effect>; 4],
+    pub line: u32,
+    pub col: u32,
+}
+
+/// A checked rule file, ready to evaluate. Cheap to share (`&RuleSet`) across the engine.
+#[derive(Clone, Debug)]
+pub struct RuleSet {
+    pub(crate) file_name: String,
+    pub(crate) ast: ast::File,
+    /// Index in `ast.items` of each rule.
+    pub(crate) rule_items: Vec<usize>,
+    pub(crate) class_names: Vec<String>,
+    pub(crate) class_conds: Vec<Expr>,
+    pub(crate) rules: Vec<CompiledRule>,
+    pub(crate) by_node: [Vec<u32>; 4],
+    pub(crate) embeds: Vec<Embeds>,
+    pub(crate) buckets: Vec<Bucket>,
+    pub(crate) held: Vec<HeldTest>,
+    pub(crate) aggregates: Vec<(Scope, Stat)>,
+}
+
+/// The name of the class of clients no `CLASS` declaration matches.
+pub const DEFAULT_CLASS: &str = "DEFAULT";
+
+impl RuleSet {
+    /// The file name given to [`crate::compile`].
+    pub fn file_name(&self) -> &str {
+        &self.file_name
+    }
+
+    /// The syntax tree as read.
+    pub fn ast(&self) -> &ast::File {
+        &self.ast
+    }
+
+    /// Declared classes plus `DEFAULT`.
+    pub fn class_count(&self) -> usize {
+        self.class_names.len() + 1
+    }
+
+    /// The class of clients no declaration matches (also the only class when none is declared).
+    pub fn default_class(&self) -> ClassId {
+        ClassId(self.class_names.len() as u16)
+    }
+
+    /// A class's name as declared (`DEFAULT` for [`RuleSet::default_class`]).
+    pub fn class_name(&self, id: ClassId) -> &str {
+        self.class_names.get(id.index()).map_or(DEFAULT_CLASS, String::as_str)
+    }
+
+    /// Look a class up by name (any case).
+    pub fn class_id(&self, name: &str) -> Option<ClassId> {
+        if name.eq_ignore_ascii_case(DEFAULT_CLASS) {
+            return Some(self.default_class());
+        }
+        self.class_names.iter().position(|n| n.eq_ignore_ascii_case(name)).map(|i| ClassId(i as u16))
+    }
+
+    /// The class of a pageview's client: the first declaration whose condition holds for the
+    /// pageview's first connection, else `DEFAULT`.
+    pub fn classify(&self, client: SocketAddr, server: SocketAddr) -> ClassId {
+        let facts = Facts::new(client, server, self.default_class(), &NoAggregates);
+        self.class_conds.iter().position(|c| eval(c, &facts) == Some(true)).map_or(self.default_class(), |i| ClassId(i as u16))
+    }
+
+    /// How many rules (`IF` statements) there are; [`RuleId`]s run from 0 to this.
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// A rule as read.
+    pub fn rule(&self, id: RuleId) -> Option<&ast::Rule> {
+        match self.ast.items.get(*self.rule_items.get(id.0 as usize)?)? {
+            ast::Item::Rule(r) => Some(r),
+            ast::Item::Class(_) => None,
+        }
+    }
+
+    /// Line and column of a rule's `IF`, for logs (`rules.rlm:4:1`).
+    pub fn rule_position(&self, id: RuleId) -> Option<(u32, u32)> {
+        self.rules.get(id.0 as usize).map(|r| (r.line, r.col))
+    }
+
+    /// The rules with an action at a node.
+    pub fn rules_at(&self, node: Node) -> impl Iterator<Item = RuleId> + '_ {
+        self.by_node[node.index()].iter().map(|&i| RuleId(i))
+    }
+
+    /// The `REMOVE EMBEDS` / `REWRITE EMBEDS` parameters an [`Effect`] names.
+    pub fn embeds(&self, id: EmbedsId) -> &Embeds {
+        &self.embeds[id.0 as usize]
+    }
+
+    /// Every `LIMIT SYN` bucket, indexed by [`BucketId`].
+    pub fn buckets(&self) -> &[Bucket] {
+        &self.buckets
+    }
+
+    /// Every `FOR` test, in the order [`Holds`] keeps them.
+    pub fn held_tests(&self) -> &[HeldTest] {
+        &self.held
+    }
+
+    /// The class statistics the rules read (so the engine keeps only those percentiles).
+    pub fn aggregates_used(&self) -> &[(Scope, Stat)] {
+        &self.aggregates
+    }
+
+    /// Fresh debounce state: every `FOR` test false.
+    pub fn new_holds(&self) -> Holds {
+        Holds { states: vec![HoldState::default(); self.held.len()] }
+    }
+
+    /// Advance the `FOR` tests to `now` (any monotonic clock, the same on every call). A held
+    /// test changes value once its comparison has had the new value at every update for at
+    /// least its hold time. Call it whenever the aggregates change, or on a timer.
+    pub fn update_holds(&self, holds: &mut Holds, now: Duration, aggregates: &dyn Aggregates) {
+        if holds.states.len() != self.held.len() {
+            *holds = self.new_holds();
+        }
+        for (t, s) in self.held.iter().zip(holds.states.iter_mut()) {
+            let raw = aggregates.rt(t.scope, t.stat).is_some_and(|v| t.cmp.holds(v, t.limit));
+            if !s.seen || raw != s.raw {
+                s.seen = true;
+                s.raw = raw;
+                s.since = now;
+            }
+            if s.value != s.raw && now.saturating_sub(s.since) >= t.hold {
+                s.value = s.raw;
+            }
+        }
+    }
+
+    /// Append to `out` the actions at `node` of every rule whose condition holds, in file order.
+    /// `out` is not cleared.
+    pub fn eval(&self, node: Node, facts: &Facts<'_>, out: &mut Vec<Firing>) {
+        for &i in &self.by_node[node.index()] {
+            let rule = &self.rules[i as usize];
+            if eval(&rule.cond, facts) == Some(true) {
+                out.extend(rule.effects[node.index()].iter().map(|&effect| Firing { rule: RuleId(i), effect }));
+            }
+        }
+    }
+
+    /// [`RuleSet::eval`] at a client's SYN.
+    pub fn eval_syn(&self, facts: &Facts<'_>, out: &mut Vec<Firing>) {
+        self.eval(Node::Syn, facts, out)
+    }
+    /// [`RuleSet::eval`] at a server's SYN/ACK.
+    pub fn eval_synack(&self, facts: &Facts<'_>, out: &mut Vec<Firing>) {
+        self.eval(Node::SynAck, facts, out)
+    }
+    /// [`RuleSet::eval`] at an HTTP request.
+    pub fn eval_request(&self, facts: &Facts<'_>, out: &mut Vec<Firing>) {
+        self.eval(Node::Request, facts, out)
+    }
+    /// [`RuleSet::eval`] at an HTTP response.
+    pub fn eval_response(&self, facts: &Facts<'_>, out: &mut Vec<Firing>) {
+        self.eval(Node::Response, facts, out)
+    }
+}
+
+/// Kleene's three-valued logic: `None` is unknown.
+fn eval(e: &Expr, f: &Facts<'_>) -> Option<bool> {
+    match e {
+        Expr::And(xs) => {
+            let mut unknown = false;
+            for x in xs.iter() {
+                match eval(x, f) {
+                    Some(false) => return Some(false),
+                    None => unknown = true,
+                    Some(true) => {}
+                }
+            }
+            if unknown {
+                None
+            } else {
+                Some(true)
+            }
+        }
+        Expr::Or(xs) => {
+            let mut unknown = false;
+            for x in xs.iter() {
+                match eval(x, f) {
+                    Some(true) => return Some(true),
+                    None => unknown = true,
+                    Some(false) => {}
+                }
+            }
+            if unknown {
+                None
+            } else {
+                Some(false)
+            }
+        }
+        Expr::Not(x) => eval(x, f).map(|v| !v),
+        Expr::Test(t) => test(t, f),
+    }
+}
+
+fn test(t: &Test, f: &Facts<'_>) -> Option<bool> {
+    let end = |e: End| if e == End::Src { f.client } else { f.server };
+    Some(match t {
+        Test::Addr { end: e, negated, pattern } => pattern.matches(end(*e).ip()) != *negated,
+        Test::Port { end: e, cmp, port } => cmp.holds(end(*e).port(), *port),
+        Test::Rt { cmp, limit } => cmp.holds(f.rt?, *limit),
+        Test::Agg { scope, stat, cmp, limit } => cmp.holds(f.aggregates.rt(*scope, *stat)?, *limit),
+        Test::Held(i) => f.holds?.value(*i as usize),
+        Test::Url { negated, pattern } => pattern.matches(f.url?, false) != *negated,
+        Test::Host { negated, pattern } => pattern.matches(host_name(f.host?), true) != *negated,
+        Test::ContentType { negated, pattern } => pattern.matches(media_type(f.content_type?), true) != *negated,
+        Test::Class { negated, class } => (f.class == *class) != *negated,
+    })
+}
+
+/// `shop.example.com:8080` → `shop.example.com`; `[2001:db8::1]:80` → `[2001:db8::1]`.
+pub(crate) fn host_name(host: &str) -> &str {
+    let host = host.trim();
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |i| &host[..=i]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+/// `text/html; charset=utf-8` → `text/html`.
+pub(crate) fn media_type(ct: &str) -> &str {
+    ct.split(';').next().unwrap_or("").trim()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_forms() {
+        assert_eq!(host_name("Shop.example.com:8080"), "Shop.example.com");
+        assert_eq!(host_name("[2001:db8::1]:80"), "[2001:db8::1]");
+        assert_eq!(host_name(" a "), "a");
+        assert_eq!(media_type("text/html; charset=utf-8"), "text/html");
+        assert_eq!(media_type(" image/gif "), "image/gif");
+    }
+}
