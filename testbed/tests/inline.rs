@@ -95,9 +95,10 @@ fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     assert_eq!(out.exit_code, Some(0), "rlm exits 0 on SIGTERM; log {}", out.log.display());
     assert!(out.rules_left.is_empty(), "no rule left behind: {:?}", out.rules_left);
     assert!(out.clean_exit && out.rules_installed);
-    // Each of the 20 connections queued a SYN and a SYN/ACK, and each was accepted.
+    // Each of the 20 connections queued its SYN (rlm queues the clients' SYNs; SYN/ACKs only
+    // once a rule acts on them), and each was accepted.
     let accepted = out.verdicts.get("accept").copied().unwrap_or(0.0);
-    assert!(accepted >= 40.0, "rlm gave {accepted} accept verdicts for 20 handshakes: {:?}", out.verdicts);
+    assert!(accepted >= 20.0, "rlm gave {accepted} accept verdicts for 20 handshakes: {:?}", out.verdicts);
     assert!(out.status.is_some_and(|p| p.exists()) && out.metrics.is_some_and(|p| p.exists()));
     // The bridge forwards plainly afterwards.
     for r in fetch_from_clients(&info, vec![info.clients.high[0].clone()]) {
