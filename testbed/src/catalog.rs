@@ -199,15 +199,18 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
         }
         "syn-police" => {
             let (rate, burst) = police_limit(quick);
-            let mut un = arm("unmanaged", heavy, dur, &WAN_80_2, false, cores);
+            // SYNs are counted from the ramp's end plus a connect timeout (28 s): 60 s leaves 32.
+            let pdur = if quick { 60.0 } else { dur };
+            let mut un = arm("unmanaged", heavy, pdur, &WAN_80_2, false, cores);
             un.syn_capture = true;
-            let mut lim = with_rlm(arm("limit", heavy, dur, &WAN_80_2, false, cores), police_rules(rate, burst), &[]);
+            let mut lim = with_rlm(arm("limit", heavy, pdur, &WAN_80_2, false, cores), police_rules(rate, burst), &[]);
             lim.syn_capture = true;
             (
                 vec![un, lim],
                 "Voigt's token bucket: rlm caps the SYN rate of LOW (10.5/16) with LIMIT SYN r/s BURST b and leaves HIGH \
                  alone. The lab counts the SYNs that reach the farm (a capture on the farm's own interface) per class and \
-                 second, after the browsers' ramp.",
+                 second, from the end of the browsers' ramp plus one connect timeout (LOW's first refused connects have \
+                 played out) to the end of the run.",
             )
         }
         "throughput" => {

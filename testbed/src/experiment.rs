@@ -135,8 +135,8 @@ impl FrontSummary {
     }
 }
 
-/// SYNs seen on the farm's interface in the steady part of an arm (after the browsers' ramp),
-/// per class.
+/// SYNs seen on the farm's interface in the steady part of an arm (after the browsers' ramp and
+/// one connect timeout), per class.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ServerSyns {
     /// The window, in seconds after the browsers started.
@@ -403,8 +403,13 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         waited?;
         let server_syns = match syn_capture {
             Some(p) => {
-                // The steady part: from a few seconds after the ramp to the end of the run.
-                let (from, to) = (spec.ramp_s + 3.0, arm.duration_s);
+                // The steady part: after the ramp and one connect timeout (a class whose SYNs
+                // are refused offers them in synchronised waves until its first refused
+                // connects have timed out), to the end of the run.
+                let (from, to) = (spec.ramp_s + arm.profile.connect_timeout().as_secs_f64(), arm.duration_s);
+                if to - from < 10.0 {
+                    bail!("arm {}: {:.0} s is too short to count SYNs after the ramp and a connect timeout", arm.name, arm.duration_s);
+                }
                 let by_class = count_syns(&p, started + from, started + to)?;
                 Some(ServerSyns { window_start_s: from, window_s: to - from, by_class, capture: p })
             }
