@@ -100,6 +100,37 @@ pub struct ArmResult {
     pub server_syns: Option<ServerSyns>,
     /// The throughput experiment's samples and medians.
     pub throughput: Option<crate::throughput::ThroughputArm>,
+    /// Pageviews by the time they started (buckets of a sixth of the run, at least 10 s), per
+    /// class: how a rule's effect builds up and holds.
+    pub timeline: Vec<TimeBucket>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TimeBucket {
+    /// Start of the bucket, seconds after the first pageview started.
+    pub t_s: f64,
+    pub span_s: f64,
+    pub by_class: BTreeMap<String, PvStats>,
+}
+
+/// The timeline of an arm's pageviews (by start time, per class).
+pub fn timeline(pvs: &[GroundTruth], duration_s: f64) -> Vec<TimeBucket> {
+    let Some(t0) = pvs.iter().map(|p| p.start_ts).min_by(f64::total_cmp) else { return Vec::new() };
+    let span = ((duration_s / 6.0 / 5.0).round() * 5.0).max(10.0);
+    let last = pvs.iter().map(|p| ((p.start_ts - t0) / span) as usize).max().unwrap_or(0);
+    (0..=last)
+        .map(|k| {
+            let inb = |p: &&GroundTruth| ((p.start_ts - t0) / span) as usize == k;
+            let mut by_class = BTreeMap::new();
+            for class in ["HIGH", "LOW"] {
+                let v: Vec<&GroundTruth> = pvs.iter().filter(inb).filter(|p| p.class == class).collect();
+                if !v.is_empty() {
+                    by_class.insert(class.to_string(), pv_stats(v.into_iter()));
+                }
+            }
+            TimeBucket { t_s: k as f64 * span, span_s: span, by_class }
+        })
+        .collect()
 }
 
 /// The front server's report, summarised with the lab's arithmetic.
@@ -440,6 +471,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             farm_front,
             server_syns,
             throughput: None,
+            timeline: timeline(&pvs, arm.duration_s),
         })
     })();
     plan.down()?;
@@ -496,6 +528,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         farm_front: None,
         server_syns: None,
         throughput: None,
+        timeline: Vec::new(),
     })
 }
 
@@ -503,4 +536,90 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
 pub fn read_truth(path: &Path) -> Result<Vec<GroundTruth>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).map_err(Into::into)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pv(class: &str, start: f64, rt: f64) -> GroundTruth {
+        GroundTruth {
+            client: "10.4.0.1".into(),
+            class: class.into(),
+            url: "/home".into(),
+            start_ts: start,
+            end_ts: start + rt,
+            rt_s: rt,
+            objects_fetched: 1,
+            objects_expected: 1,
+            syn_retransmissions: 0,
+            failed_connections: 0,
+            failed: false,
+        }
+    }
+
+    #[test]
+    fn timeline_buckets_by_start_and_class() {
+        let pvs = vec![pv("HIGH", 100.0, 3.0), pv("HIGH", 105.0, 1.0), pv("LOW", 109.9, 5.0), pv("HIGH", 112.0, 0.5), pv("LOW", 125.0, 1.0)];
+        let t = timeline(&pvs, 60.0);
+        assert_eq!(t.len(), 3);
+        assert_eq!((t[0].t_s, t[0].span_s), (0.0, 10.0));
+        assert_eq!(t[0].by_class["HIGH"].count, 2);
+        assert_eq!(t[0].by_class["HIGH"].mean_s, 2.0);
+        assert_eq!(t[0].by_class["LOW"].mean_s, 5.0);
+        assert!(!t[1].by_class.contains_key("LOW"));
+        assert_eq!(t[2].by_class["LOW"].count, 1);
+        // A 300 s run: buckets of 50 s.
+        assert_eq!(timeline(&pvs, 300.0)[0].span_s, 50.0);
+        assert!(timeline(&[], 60.0).is_empty());
+    }
+
+    /// An Ethernet/IPv4/TCP frame with the given flags.
+    fn frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 20];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[23] = 6;
+        f[26..30].copy_from_slice(&src);
+        f[30..34].copy_from_slice(&dst);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f[34 + 12] = 0x50;
+        f[34 + 13] = flags;
+        f
+    }
+
+    #[test]
+    fn counts_syns_per_class_and_second() {
+        let path = std::env::temp_dir().join(format!("rlm-lab-syns-{}.pcap", std::process::id()));
+        let cap = pcap::Capture::dead(pcap::Linktype::ETHERNET).unwrap();
+        let mut out = cap.savefile(&path).unwrap();
+        let (farm, high, low) = ([10, 9, 0, 1], [10, 4, 0, 1], [10, 5, 0, 7]);
+        let mut write = |t: f64, data: Vec<u8>| {
+            let h = pcap::PacketHeader { ts: libc::timeval { tv_sec: t as i64, tv_usec: ((t.fract()) * 1e6) as i64 }, caplen: data.len() as u32, len: data.len() as u32 };
+            out.write(&pcap::Packet::new(&h, &data));
+        };
+        const SYN: u8 = 0x02;
+        const SYNACK: u8 = 0x12;
+        write(99.5, frame(low, farm, 1000, 80, SYN)); // before the window
+        write(100.1, frame(low, farm, 1001, 80, SYN));
+        write(100.2, frame(farm, low, 80, 1001, SYNACK));
+        write(100.9, frame(low, farm, 1002, 80, SYN));
+        write(103.0, frame(low, farm, 1002, 80, SYN)); // a retransmission: a packet, not a connection
+        write(103.1, frame(farm, low, 80, 1002, SYNACK));
+        write(101.5, frame(high, farm, 2000, 80, SYN));
+        write(102.0, frame(high, farm, 2000, 80, SYN | 0x04)); // RST: not counted
+        write(102.5, frame([10, 6, 0, 1], farm, 3000, 80, SYN)); // no class
+        write(104.0, frame(low, farm, 1003, 80, SYN)); // at the window's end: out
+        out.flush().unwrap();
+        drop(out);
+        let c = count_syns(&path, 100.0, 104.0).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let low = &c["LOW"];
+        assert_eq!((low.syns, low.connections, low.answered), (3, 2, 2));
+        assert_eq!(low.per_second, vec![2, 0, 0, 1]);
+        assert_eq!(low.syn_rate_per_s, 0.75);
+        assert_eq!(c["HIGH"].syns, 1);
+        assert_eq!(c["HIGH"].answered, 0);
+    }
 }

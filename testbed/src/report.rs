@@ -193,6 +193,29 @@ pub fn write(
         }
     }
     md.push('\n');
+    // How each class's response time moves over the run (by pageview start).
+    let timed: Vec<&ArmResult> = arms.iter().filter(|a| a.timeline.len() > 1).collect();
+    if !timed.is_empty() && arms.iter().any(|a| a.rlm.as_ref().is_some_and(|r| !r.syn_drops.is_empty()) || a.server_syns.is_some()) {
+        md.push_str("\n### Timeline (mean response time of the pageviews started in each interval, and their count)\n\n| arm | class |");
+        let width = timed.iter().map(|a| a.timeline.len()).max().unwrap_or(0);
+        let first = timed[0];
+        for b in first.timeline.iter().take(width) {
+            md.push_str(&format!(" {:.0}-{:.0} s |", b.t_s, b.t_s + b.span_s));
+        }
+        md.push_str(&format!("\n| --- | --- |{}\n", " --- |".repeat(width.min(first.timeline.len()))));
+        for a in timed {
+            for class in ["HIGH", "LOW"] {
+                md.push_str(&format!("| {} | {class} |", a.name));
+                for b in a.timeline.iter().take(width.min(first.timeline.len())) {
+                    match b.by_class.get(class) {
+                        Some(s) => md.push_str(&format!(" {:.2} s ({}) |", s.mean_s, s.count)),
+                        None => md.push_str(" - |"),
+                    }
+                }
+                md.push('\n');
+            }
+        }
+    }
     if let Some(f) = fidelity {
         md.push_str(&format!(
             "\n## Fidelity\n\nThe appliance's passive measurement (`rlm analyze` over a capture of its server-side port) against the browsers' ground truth: {} of {} truth pageviews matched ({:.1}%), median relative error {:.1}%, 90th percentile {:.1}%.\n",

@@ -271,6 +271,7 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
         farm_front: None,
         server_syns: None,
         throughput: Some(t),
+        timeline: Vec::new(),
     }
 }
 
