@@ -366,13 +366,15 @@ pub fn check(root: &Path) -> Result<(Vec<String>, Vec<String>)> {
     if let Some(mc) = results.get("maxclients") {
         let mut arms: Vec<Value> = mc["arms"].as_array().cloned().unwrap_or_default();
         arms.sort_by_key(|a| std::cmp::Reverse(a["config"]["farm"]["max_clients"].as_u64().unwrap_or(0)));
+        // (limit, pageview mean, pageview p95, server time mean)
+        type Row = (u64, f64, f64, f64);
         let row = |a: &Value| (a["config"]["farm"]["max_clients"].as_u64().unwrap_or(0), num(&a["pageviews"]["mean_s"]), num(&a["pageviews"]["p95_s"]), num(&a["farm_front"]["server_time_s"]["mean"]));
-        let rows: Vec<(u64, f64, f64, f64)> = arms.iter().map(row).collect();
-        let show = |f: &dyn Fn(&(u64, f64, f64, f64)) -> String| rows.iter().map(f).collect::<Vec<_>>().join(", ");
+        let rows: Vec<Row> = arms.iter().map(row).collect();
+        let show = |f: &dyn Fn(&Row) -> String| rows.iter().map(f).collect::<Vec<_>>().join(", ");
         if rows.len() >= 2 {
             let (first, last) = (rows[0], rows[rows.len() - 1]);
             // Each step from a limit to the next tighter one: not better by more than 5%.
-            let worse = |f: fn(&(u64, f64, f64, f64)) -> f64| rows.windows(2).all(|w| f(&w[1]) >= f(&w[0]) * 0.95);
+            let worse = |f: fn(&Row) -> f64| rows.windows(2).all(|w| f(&w[1]) >= f(&w[0]) * 0.95);
             v.push((last.1 > first.1 && worse(|r| r.1), format!("maxclients: pageview mean gets worse as the limit tightens ({})", show(&|r| format!("{}: {:.2} s", r.0, r.1)))));
             v.push((last.2 > first.2 && worse(|r| r.2), format!("maxclients: pageview p95 gets worse as the limit tightens ({})", show(&|r| format!("{}: {:.2} s", r.0, r.2)))));
             let better = rows.windows(2).all(|w| w[1].3 <= w[0].3 * 1.05);

@@ -243,3 +243,81 @@ pub fn write(
     std::fs::write(dir.join("report.md"), &md)?;
     Ok(md)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::{timeline, PageviewSummary};
+    use crate::stats::PvStats;
+
+    #[test]
+    fn report_with_an_inline_arm_and_top_level_figures() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (specs, note) = crate::catalog::arms("syn-throttle", true).unwrap();
+        let mut arms = Vec::new();
+        for (k, spec) in specs.iter().enumerate() {
+            let truth = dir.join(format!("{}.jsonl", spec.name));
+            let mut lines = String::new();
+            let mut pvs = Vec::new();
+            for i in 0..40 {
+                let class = if i % 3 == 0 { "HIGH" } else { "LOW" };
+                let g = sim_clients::browser::GroundTruth {
+                    client: "10.4.0.1".into(),
+                    class: class.into(),
+                    url: "/home".into(),
+                    start_ts: 1000.0 + i as f64 * 1.5,
+                    end_ts: 1001.0 + i as f64 * 1.5,
+                    rt_s: 0.5 + (i % 5) as f64 + k as f64,
+                    objects_fetched: 3,
+                    objects_expected: 3,
+                    syn_retransmissions: 0,
+                    failed_connections: 0,
+                    failed: false,
+                };
+                lines.push_str(&serde_json::to_string(&g).unwrap());
+                lines.push('\n');
+                pvs.push(g);
+            }
+            std::fs::write(&truth, lines).unwrap();
+            let rts: Vec<f64> = pvs.iter().map(|p| p.rt_s).collect();
+            let rlm = spec.rlm.as_ref().map(|_| crate::inline::RlmOutcome {
+                exit_code: Some(0),
+                clean_exit: true,
+                rules_installed: true,
+                syn_drops: [("LOW".to_string(), 12.0)].into_iter().collect(),
+                ..Default::default()
+            });
+            arms.push(ArmResult {
+                name: spec.name.clone(),
+                config: spec.clone(),
+                clients: spec.high_clients + spec.low_clients,
+                duration_s: spec.duration_s,
+                pageviews: PageviewSummary { all: PvStats::of(&rts, 0), by_class: Default::default() },
+                requests: None,
+                generator: Default::default(),
+                generator_bottleneck: false,
+                farm_usage: Default::default(),
+                ground_truth: truth,
+                capture: None,
+                rlm,
+                farm_front: None,
+                server_syns: None,
+                throughput: None,
+                timeline: timeline(&pvs, spec.duration_s),
+            });
+        }
+        let params = crate::catalog::params("syn-throttle", true);
+        let md = write(&dir, "syn-throttle", true, &arms, None, note, &params).unwrap();
+        assert!(md.contains("- target_s: 1.5"), "{md}");
+        assert!(md.contains("### Timeline"), "{md}");
+        assert!(md.contains("| syn-throttle | LOW |"), "{md}");
+        assert!(md.contains("syn-throttle / rlm: exit 0"), "{md}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap();
+        assert_eq!(v["target_s"], 1.5);
+        assert_eq!(v["arms"][1]["rlm"]["syn_drops"]["LOW"], 12.0);
+        assert_eq!(v["arms"][0]["timeline"].as_array().unwrap().len(), 6);
+        assert!(dir.join("syn-throttle-rt.png").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -83,7 +83,7 @@ impl Postgres {
         let child = cmd.spawn().context("starting postgres")?;
         let pg = Postgres { dir: dir.to_path_buf(), child: Some(child) };
         let start = Instant::now();
-        while !pg.psql("postgres", "select 1").is_ok() {
+        while pg.psql("postgres", "select 1").is_err() {
             if start.elapsed() > Duration::from_secs(30) {
                 bail!("postgres did not come up: see {}", dir.join("postgres.log").display());
             }
