@@ -221,7 +221,7 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
                 vec![a],
                 "What rlm inline costs the bridge: arms plain-bridge and rlm alternate, round after round, each sample 5 s \
                  of iperf3 (one stream, server to client), 5 s of wrk (a new connection per request to a 512-byte page of \
-                 nginx on port 80, so every request's SYN and SYN/ACK cross rlm's queue) and 2,000 timed connects. No WAN \
+                 nginx on port 80, so every request's SYN crosses rlm's queue) and 2,000 timed connects. No WAN \
                  emulation; offloads off as in every lab run. Medians of the samples; every sample is listed.",
             )
         }

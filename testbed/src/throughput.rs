@@ -9,7 +9,7 @@
 //!   port: rlm only taps it.
 //! - `conn_per_s`: wrk, one thread, 16 connections, `Connection: close` on every request to a
 //!   512-byte page of nginx on the farm's port 80, so that every request is a new connection
-//!   whose SYN and SYN/ACK cross rlm's queue.
+//!   whose SYN crosses rlm's queue (and SYN/ACK too, where rlm queues those).
 //! - connect time: 2,000 sequential connects to port 80 (closed with RST), timed by the lab; the
 //!   `rlm` arm's added latency is the difference of its medians from the plain bridge's.
 //!
