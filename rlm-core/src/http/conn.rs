@@ -149,24 +149,23 @@ impl Txn {
         self.response_body_decoded.unwrap_or(self.response_body_len + self.zeek_lines.map_or(0, |l| l.total_extra()))
     }
 
-    fn finish_request_decoding(&mut self) {
-        if let Some(d) = self.req_decoder.take() {
+    /// A body ended: its decoded size, and the anomaly if it did not decode.
+    fn finish_decoding(decoder: &mut Option<Box<BodyDecoder>>, decoded: &mut Option<u64>, anomalies: &mut Anomalies) {
+        if let Some(d) = decoder.take() {
             let (n, failed) = d.finish();
-            self.request_body_decoded = Some(n);
+            *decoded = Some(n);
             if failed {
-                self.anomalies.insert(Anomalies::UNDECODABLE_BODY);
+                anomalies.insert(Anomalies::UNDECODABLE_BODY);
             }
         }
     }
 
+    fn finish_request_decoding(&mut self) {
+        Txn::finish_decoding(&mut self.req_decoder, &mut self.request_body_decoded, &mut self.anomalies);
+    }
+
     fn finish_response_decoding(&mut self) {
-        if let Some(d) = self.resp_decoder.take() {
-            let (n, failed) = d.finish();
-            self.response_body_decoded = Some(n);
-            if failed {
-                self.anomalies.insert(Anomalies::UNDECODABLE_BODY);
-            }
-        }
+        Txn::finish_decoding(&mut self.resp_decoder, &mut self.response_body_decoded, &mut self.anomalies);
     }
 
     pub fn method(&self) -> Option<&str> {
