@@ -533,8 +533,8 @@ fn drop_syn_keeps_the_dropped_syn_in_the_pageview_and_a_reload_keeps_the_flow() 
     assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
     assert_eq!(r.decisions.len(), 1);
     assert_eq!((r.decisions[0].action, r.decisions[0].class.as_str(), r.decisions[0].rule.as_str()), ("DROP SYN", "LOW", "test.rlm:2:1"));
-    // A HIGH-less client of no class passes.
-    let mut other = TcpConv::new("10.4.0.7:40001", "10.9.0.1:80");
+    // A client of no class with a rule (10.4/16 is not LOW) passes.
+    let other = TcpConv::new("10.4.0.7:40001", "10.9.0.1:80");
     r.feed(10, other.syn());
     assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
     // The operator lifts the rule (SIGHUP with a new file); the client's retransmission at 3 s passes.
