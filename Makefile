@@ -43,8 +43,10 @@ lab-quick: build
 lab: build
 	@for e in $(EXPERIMENTS); do $(LAB) run $$e --out $(LAB_OUT)/full/$$e || exit 1; done
 
+# The main job: an overloaded farm, unmanaged next to managed by rlm inline (004 Figure 15's
+# throttling rule), with its report.
 demo: build
-	$(LAB) run baseline-wan --quick --out $(LAB_OUT)/demo
+	$(LAB) run syn-throttle --quick --out $(LAB_OUT)/demo
 
 bench: deps
 	$(CARGO) bench -p rlm-core --bench engine
