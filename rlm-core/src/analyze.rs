@@ -640,8 +640,8 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
             .map(|i| {
                 let id = rules::RuleId(i as u32);
                 RuleReport {
-                    rule: r.rule_position(id).map(|(l, c)| format!("{}:{l}:{c}", r.file_name())).unwrap_or_default(),
-                    text: r.rule(id).map(|x| x.to_string().replace("\n  ", " ")).unwrap_or_default(),
+                    rule: crate::policy::rule_label(r, id),
+                    text: crate::policy::rule_text(r, id),
                     ..RuleReport::default()
                 }
             })

@@ -709,7 +709,7 @@ impl Engine {
             self.stats.syns_dropped += 1;
             self.events.push_back(Event::Decision(DecisionRecord {
                 ts: UnixMicros::of(now),
-                rule: policy.rule_label(rule),
+                rule: policy.rule_label(rule).to_string(),
                 action: if limited { "LIMIT SYN" } else { "DROP SYN" },
                 class: policy.class_name(class).to_string(),
                 client: client.to_string(),

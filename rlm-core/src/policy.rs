@@ -131,9 +131,24 @@ pub struct RuleCounters {
     pub last_fired: Option<Timestamp>,
 }
 
+/// `FILE:LINE:COL` of a rule, for logs and records.
+pub fn rule_label(rules: &RuleSet, rule: RuleId) -> String {
+    match rules.rule_position(rule) {
+        Some((l, c)) => format!("{}:{l}:{c}", rules.file_name()),
+        None => format!("{}:rule {}", rules.file_name(), rule.0),
+    }
+}
+
+/// A rule's text in canonical form, on one line.
+pub fn rule_text(rules: &RuleSet, rule: RuleId) -> String {
+    rules.rule(rule).map(|r| r.to_string().replace("\n  ", " ")).unwrap_or_default()
+}
+
 /// The rule set in force and its state.
 pub struct Policy {
     rules: RuleSet,
+    /// Each rule's `FILE:LINE:COL`, for the decision records of every dropped SYN.
+    labels: Vec<String>,
     window: Duration,
     windows: ClassWindows,
     holds: Holds,
@@ -157,6 +172,7 @@ impl Policy {
             firings: Vec::new(),
             class_counters: vec![ClassCounters::default(); n],
             rule_counters: vec![RuleCounters::default(); rules.rule_count()],
+            labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
             rules,
             window,
         }
@@ -280,17 +296,14 @@ impl Policy {
         decision
     }
 
-    /// `FILE:LINE:COL` of a rule, for logs and records.
-    pub fn rule_label(&self, rule: RuleId) -> String {
-        match self.rules.rule_position(rule) {
-            Some((l, c)) => format!("{}:{l}:{c}", self.rules.file_name()),
-            None => format!("{}:rule {}", self.rules.file_name(), rule.0),
-        }
+    /// `FILE:LINE:COL` of a rule, for logs and records (made once per rule set).
+    pub fn rule_label(&self, rule: RuleId) -> &str {
+        self.labels.get(rule.0 as usize).map_or("", String::as_str)
     }
 
-    /// A rule's text in canonical form.
+    /// A rule's text in canonical form, on one line.
     pub fn rule_text(&self, rule: RuleId) -> String {
-        self.rules.rule(rule).map(|r| r.to_string().replace("\n  ", " ")).unwrap_or_default()
+        rule_text(&self.rules, rule)
     }
 
     /// Whether a rule fired within the last `recent` (for status: "firing").

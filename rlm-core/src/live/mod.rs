@@ -379,7 +379,7 @@ impl Loop {
                     .map(|i| {
                         let id = rules::RuleId(i as u32);
                         let firing = p.rule_firing(i, now, Duration::from_secs(2));
-                        self.metrics.rule_firing.get_or_create(&metrics::RuleLabel { rule: p.rule_label(id) }).set(i64::from(firing));
+                        self.metrics.rule_firing.get_or_create(&metrics::RuleLabel { rule: p.rule_label(id).to_string() }).set(i64::from(firing));
                         serde_json::json!({
                             "rule": p.rule_label(id),
                             "text": p.rule_text(id),
