@@ -4,8 +4,8 @@
 //! (`net.bridge.bridge-nf-call-iptables=1`). rlm puts its rules in chains of its own (`RLM-<bridge>`
 //! in the mangle table's FORWARD), installed and removed in one `iptables-restore --noflush`
 //! transaction each, so that no half-installed state is ever live. Only the packets that need a
-//! decision are queued: SYNs arriving on the client port and SYN/ACKs arriving on the server
-//! port. Every queue rule carries `--queue-bypass`, so that with no rlm bound to the queue (it
+//! decision are queued: SYNs arriving on the client port (and SYN/ACKs arriving on the server
+//! port when a rule acts on them; today none does). Every queue rule carries `--queue-bypass`, so that with no rlm bound to the queue (it
 //! stopped, was killed, or has not started) the kernel accepts the packets: the farm stays
 //! reachable. The nft `queue` statement is used instead where the kernel has it (checked with
 //! `nft -c`); this machine's kernel lacks it, so the xt NFQUEUE target through iptables-nft is

@@ -1,7 +1,7 @@
 //! The measurement tap: libpcap on the bridge's server port, so that the engine sees every
 //! packet of the farm's connections (both directions cross that port) without holding any of
-//! them. SYNs and SYN/ACKs are left out here: they reach the engine through NFQUEUE, before
-//! they are forwarded, and must not be counted twice.
+//! them. The clients' SYNs (and SYN/ACKs, when those are queued too) are left out here: they
+//! reach the engine through NFQUEUE, before they are forwarded, and must not be counted twice.
 
 use std::os::fd::{AsRawFd, RawFd};
 
