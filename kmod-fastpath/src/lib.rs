@@ -7,11 +7,14 @@
 //! - [`classify`]: the egress classifier (`bpf/classify.bpf.c`), a tc program that looks each
 //!   outbound IPv4 TCP/UDP packet's flow up in `flow_class` and sets `skb->priority` to the HTB
 //!   classid the engine chose (strict priority = HTB classes with `prio`), counting per class.
+//! - [`inline`]: the fast path of `rlm run` (`bpf/inline.bpf.c`): SYN admission in the kernel
+//!   from verdicts the engine publishes, and the packets the engine measures through a ring buffer.
 //! - [`syn_timeout`]: the lab's client-side sock_ops program (`bpf/syn_timeout.bpf.c`) that sets
 //!   the initial SYN timeout of a cgroup's sockets (the `xp` browser profile). It lives here so
 //!   that every eBPF program of the project is built and loaded one way.
 
 pub mod classify;
+pub mod inline;
 pub mod syn_timeout;
 
 pub use classify::{classid, ClassCount, EgressClassifier, FlowKey, MAX_CLASSES};

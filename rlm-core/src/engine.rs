@@ -5,13 +5,14 @@
 //!        ◀──────────────────────  Engine::poll_event   (transactions, pageviews)
 //!        ◀──────────────────────  Engine::poll_timeout (next deadline)
 //!        ──(now)───────────────▶ Engine::handle_timeout
+//!        ◀──────────────────────  Engine::poll_fastpath (what a kernel fast path may decide)
 //! ```
 //! The engine reads no clock and does no I/O; every behaviour is testable by
 //! feeding it frames with chosen timestamps.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -19,7 +20,7 @@ use serde::Serialize;
 use crate::flow::{CloseReason, ConnId, ConnState, FlowNote, FlowTable, HttpOptions};
 use crate::http::{HttpEvent, Txn};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
-use crate::policy::{Policy, SynDecision};
+use crate::policy::{Admission, Policy, SynDecision};
 use crate::time::Timestamp;
 use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed, Segment};
 use rules::RuleSet;
@@ -205,6 +206,42 @@ pub enum Event {
     Decision(DecisionRecord),
 }
 
+/// How a kernel fast path treats the clients' SYNs to the servers' ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SynMode {
+    /// Every SYN comes to the engine for a verdict (some rule's decision reads more than the
+    /// addresses: the client's port or the pageview's elapsed time).
+    QueueAll,
+    /// SYNs with an [`FastpathUpdate::SynVerdict`] of the current generation are decided in the
+    /// kernel (and reported with [`Engine::handle_decided`]); the others come for a verdict.
+    Verdicts,
+    /// No rule acts at the SYN: every SYN passes and is reported.
+    PassAll,
+}
+
+/// What a kernel fast path may decide without the engine, in the order to apply it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FastpathUpdate {
+    /// The SYN mode, and the generation a verdict must carry to apply.
+    Mode { mode: SynMode, generation: u64 },
+    /// A LIMIT SYN bucket (a rule's, for one class): rate per second and burst, full.
+    Bucket { slot: u32, rate_per_s: f64, burst: u32 },
+    /// The verdict for SYNs from `client` to `server` while `generation` is in force.
+    SynVerdict { client: std::net::Ipv4Addr, server: SocketAddrV4, generation: u64, admission: Admission },
+}
+
+/// The engine's side of a kernel fast path ([`Engine::enable_fastpath`]).
+#[derive(Debug, Default)]
+struct Fastpath {
+    updates: VecDeque<FastpathUpdate>,
+    /// Bumped with every new rule set.
+    epoch: u64,
+    /// What the generation was last derived from: (epoch, policy generation, mode).
+    seen: Option<(u64, u64, SynMode)>,
+    generation: u64,
+    buckets: ahash::AHashSet<u32>,
+}
+
 /// Sizes of the engine's tables.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TableSizes {
@@ -267,6 +304,9 @@ pub struct Engine {
     policy: Option<Policy>,
     /// The verdict on the frame being handled.
     verdict: Verdict,
+    /// The decision a kernel fast path carried out on the SYN being handled.
+    decided: Option<SynDecision>,
+    fastpath: Option<Fastpath>,
 }
 
 impl Engine {
@@ -290,12 +330,71 @@ impl Engine {
             last_now: Timestamp::ZERO,
             policy: None,
             verdict: Verdict::Accept,
+            decided: None,
+            fastpath: None,
         }
+    }
+
+    /// Make [`FastpathUpdate`]s for a kernel fast path (the inline driver), starting with the
+    /// current SYN mode.
+    pub fn enable_fastpath(&mut self) {
+        self.fastpath = Some(Fastpath::default());
+        self.note_fastpath();
+    }
+
+    /// The next update for the kernel fast path, if any.
+    pub fn poll_fastpath(&mut self) -> Option<FastpathUpdate> {
+        self.fastpath.as_mut()?.updates.pop_front()
+    }
+
+    /// The SYN mode and generation now; queue a [`FastpathUpdate::Mode`] if they changed.
+    fn note_fastpath(&mut self) {
+        let Some(fp) = self.fastpath.as_mut() else { return };
+        let (policy_gen, mode) = match &self.policy {
+            Some(p) if p.acts_at_syn() => (p.generation(), if p.syn_decided_by_address() { SynMode::Verdicts } else { SynMode::QueueAll }),
+            _ => (0, SynMode::PassAll),
+        };
+        let now = (fp.epoch, policy_gen, mode);
+        if fp.seen != Some(now) {
+            fp.seen = Some(now);
+            fp.generation += 1;
+            fp.updates.push_back(FastpathUpdate::Mode { mode, generation: fp.generation });
+        }
+    }
+
+    /// Let time pass for the class statistics (windows slide, `FOR` tests settle) without a
+    /// packet, so that a kernel fast path learns of a changed generation. Call it often (every
+    /// few tens of milliseconds) when [`Engine::enable_fastpath`] is on.
+    pub fn tick(&mut self, now: Timestamp) {
+        let now = now.max(self.last_now);
+        self.last_now = now;
+        if let Some(p) = self.policy.as_mut() {
+            p.refresh(now);
+        }
+        self.note_fastpath();
+    }
+
+    /// A client's SYN that a kernel fast path already decided (passed or dropped) on a
+    /// [`FastpathUpdate::SynVerdict`]: accounted as [`Engine::handle_link`] would, without deciding
+    /// again.
+    pub fn handle_decided(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8], decision: SynDecision) {
+        self.decided = Some(decision);
+        self.handle_link(now, port, link, frame);
+        self.decided = None;
     }
 
     /// Put a rule set in force (or none). Flows, pageviews and class statistics carry over: a
     /// reload loses nothing.
     pub fn set_rules(&mut self, rules: Option<RuleSet>) {
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.epoch += 1;
+            fp.buckets.clear();
+        }
+        self.set_policy(rules);
+        self.note_fastpath();
+    }
+
+    fn set_policy(&mut self, rules: Option<RuleSet>) {
         match (rules, self.policy.as_mut()) {
             (Some(r), Some(p)) => p.replace_rules(r),
             (Some(r), None) => self.policy = Some(Policy::new(r, self.cfg.class_window)),
@@ -366,6 +465,7 @@ impl Engine {
             Decoded::Ignored(i) => *self.stats.ignored.entry(i.name()).or_default() += 1,
             Decoded::Malformed(m) => *self.stats.malformed.entry(m.name()).or_default() += 1,
         }
+        self.note_fastpath();
         std::mem::replace(&mut self.verdict, Verdict::Accept)
     }
 
@@ -416,6 +516,7 @@ impl Engine {
         }
         self.pageviews.on_timeout(now);
         self.collect_pageviews();
+        self.note_fastpath();
     }
 
     /// Shut down: close every connection and pageview, reporting what they have.
@@ -704,7 +805,9 @@ impl Engine {
         let (c, s) = (SocketAddr::new(client.ip, client.port), SocketAddr::new(server.ip, server.port));
         let class = policy.classify(c, s);
         let rt = self.pageviews.elapsed_for_client(client.ip, now);
-        if let SynDecision::Drop { rule, limited } = policy.at_syn(now, c, s, class, Some(rt)) {
+        let decided = self.decided.take();
+        let (decision, admission) = policy.at_syn_decided(now, c, s, class, Some(rt), decided);
+        if let SynDecision::Drop { rule, limited } = decision {
             self.verdict = Verdict::Drop;
             self.stats.syns_dropped += 1;
             self.events.push_back(Event::Decision(DecisionRecord {
@@ -716,6 +819,20 @@ impl Engine {
                 server: server.to_string(),
                 retransmission,
             }));
+        }
+        // A SYN that came for a verdict: tell the kernel what to do with the next ones, under the
+        // generation in force after this SYN's look at the class statistics.
+        if let (Some(admission), None, IpAddr::V4(cip), IpAddr::V4(sip)) = (admission, decided, client.ip, server.ip) {
+            self.note_fastpath();
+            if let Some(fp) = self.fastpath.as_mut() {
+                if let Admission::Limit { slot, rate, burst, .. } = admission {
+                    if fp.buckets.insert(slot) {
+                        fp.updates.push_back(FastpathUpdate::Bucket { slot, rate_per_s: rate, burst });
+                    }
+                }
+                let server = SocketAddrV4::new(sip, server.port);
+                fp.updates.push_back(FastpathUpdate::SynVerdict { client: cip, server, generation: fp.generation, admission });
+            }
         }
     }
 

@@ -18,6 +18,6 @@ pub mod testkit;
 pub mod time;
 pub mod wire;
 
-pub use engine::{Config, DecisionRecord, Engine, Event, Port, Stats, TransactionRecord, Verdict};
+pub use engine::{Config, DecisionRecord, Engine, Event, FastpathUpdate, Port, Stats, SynMode, TransactionRecord, Verdict};
 pub use pageview::{PageviewConfig, PageviewRecord};
 pub use time::Timestamp;

@@ -111,6 +111,16 @@ pub enum SynDecision {
     },
 }
 
+/// What a kernel fast path may do with the later SYNs of the same client and server while the
+/// policy's [`Policy::generation`] stays the same (see [`rules::RuleSet::syn_decided_by_addresses`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Admission {
+    Pass,
+    Drop { rule: RuleId },
+    /// Pass while the bucket in `slot` has a token (`rate` per second, `burst`), else drop.
+    Limit { rule: RuleId, slot: u32, rate: f64, burst: u32 },
+}
+
 /// Counters of one class.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClassCounters {
@@ -154,6 +164,11 @@ pub struct Policy {
     holds: Holds,
     buckets: AHashMap<(BucketId, ClassId), TokenBucket>,
     firings: Vec<Firing>,
+    /// The SYN node's view of the class statistics ([`rules::RuleSet::syn_aggregate_signature`])
+    /// and a number that changes with it (and with every new rule set).
+    signature: u64,
+    generation: u64,
+    syn_by_address: bool,
     pub class_counters: Vec<ClassCounters>,
     pub rule_counters: Vec<RuleCounters>,
 }
@@ -165,11 +180,17 @@ fn since_epoch(t: Timestamp) -> Duration {
 impl Policy {
     pub fn new(rules: RuleSet, window: Duration) -> Policy {
         let n = rules.class_count();
+        let holds = rules.new_holds();
+        let windows = ClassWindows((0..=n).map(|_| Window::default()).collect());
+        let signature = rules.syn_aggregate_signature(&windows, Some(&holds));
         Policy {
-            holds: rules.new_holds(),
-            windows: ClassWindows((0..=n).map(|_| Window::default()).collect()),
+            holds,
+            windows,
             buckets: AHashMap::new(),
             firings: Vec::new(),
+            signature,
+            generation: 1,
+            syn_by_address: rules.syn_decided_by_addresses(),
             class_counters: vec![ClassCounters::default(); n],
             rule_counters: vec![RuleCounters::default(); rules.rule_count()],
             labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
@@ -187,6 +208,7 @@ impl Policy {
     pub fn replace_rules(&mut self, rules: RuleSet) {
         let mut old = Policy::new(rules, self.window);
         std::mem::swap(self, &mut old);
+        self.generation = old.generation + 1;
         let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
         for i in 0..old_rules.class_count() {
             let name = old_rules.class_name(ClassId(i as u16));
@@ -198,6 +220,7 @@ impl Policy {
         if let (Some(all), Some(last)) = (old_windows.0.pop(), self.windows.0.last_mut()) {
             *last = all;
         }
+        self.signature = self.rules.syn_aggregate_signature(&self.windows, Some(&self.holds));
     }
 
     pub fn classify(&self, client: SocketAddr, server: SocketAddr) -> ClassId {
@@ -228,6 +251,28 @@ impl Policy {
             w.expire(now, self.window);
         }
         self.rules.update_holds(&mut self.holds, since_epoch(now), &self.windows);
+        let sig = self.rules.syn_aggregate_signature(&self.windows, Some(&self.holds));
+        if sig != self.signature {
+            self.signature = sig;
+            self.generation += 1;
+        }
+    }
+
+    /// Changes whenever a class statistic test read at the SYN changes value (and with each new
+    /// rule set): an [`Admission`] holds only for the generation it was made in. Never 0.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether any rule acts at the SYN.
+    pub fn acts_at_syn(&self) -> bool {
+        self.rules.rules_at(rules::Node::Syn).next().is_some()
+    }
+
+    /// Whether the SYN decision depends only on the client's and server's addresses and the
+    /// class statistics, so that [`Admission`]s can be made.
+    pub fn syn_decided_by_address(&self) -> bool {
+        self.syn_by_address
     }
 
     /// The statistic of a class now (for status and metrics).
@@ -242,6 +287,22 @@ impl Policy {
     /// A client's SYN (first or retransmitted). `pageview_rt`: the elapsed time of the pageview
     /// it belongs to (zero for a new one).
     pub fn at_syn(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId, pageview_rt: Option<Duration>) -> SynDecision {
+        self.at_syn_decided(now, client, server, class, pageview_rt, None).0
+    }
+
+    /// [`Policy::at_syn`], where `decided` is the decision a kernel fast path already carried out
+    /// (the rules are evaluated for their counters, the buckets left alone), and with what the
+    /// fast path may do with the next SYNs of this client and server: `None` when it cannot say
+    /// (the decision reads more than addresses, or takes more than one bucket).
+    pub fn at_syn_decided(
+        &mut self,
+        now: Timestamp,
+        client: SocketAddr,
+        server: SocketAddr,
+        class: ClassId,
+        pageview_rt: Option<Duration>,
+        decided: Option<SynDecision>,
+    ) -> (SynDecision, Option<Admission>) {
         self.refresh(now);
         if let Some(c) = self.class_counters.get_mut(class.index()) {
             c.syns += 1;
@@ -253,6 +314,7 @@ impl Policy {
         firings.clear();
         self.rules.eval_syn(&facts, &mut firings);
         let mut decision = SynDecision::Pass;
+        let mut admission = self.syn_by_address.then_some(Admission::Pass);
         let mut last_rule: Option<RuleId> = None;
         for f in &firings {
             if last_rule != Some(f.rule) {
@@ -266,7 +328,21 @@ impl Policy {
                 continue;
             }
             match f.effect {
+                Effect::DropSyn | Effect::LimitSyn { .. } => {
+                    admission = match (admission, f.effect) {
+                        (Some(Admission::Pass), Effect::DropSyn) => Some(Admission::Drop { rule: f.rule }),
+                        (Some(Admission::Pass), Effect::LimitSyn { bucket, rate, burst }) => {
+                            let slot = bucket.0 as usize * self.rules.class_count() + class.index();
+                            u32::try_from(slot).ok().map(|slot| Admission::Limit { rule: f.rule, slot, rate: rate.per_second(), burst })
+                        }
+                        _ => None,
+                    };
+                }
+                _ => {}
+            }
+            match f.effect {
                 Effect::DropSyn => decision = SynDecision::Drop { rule: f.rule, limited: false },
+                Effect::LimitSyn { .. } if decided.is_some() => {}
                 Effect::LimitSyn { bucket, rate, burst } => {
                     let b = self.buckets.entry((bucket, class)).or_insert(TokenBucket { tokens: f64::from(burst), last: now });
                     let dt = now.saturating_since(b.last).as_secs_f64();
@@ -286,6 +362,7 @@ impl Policy {
             }
         }
         self.firings = firings;
+        let decision = decided.unwrap_or(decision);
         if let (SynDecision::Drop { limited, .. }, Some(c)) = (decision, self.class_counters.get_mut(class.index())) {
             if limited {
                 c.syns_limited += 1;
@@ -293,7 +370,7 @@ impl Policy {
                 c.syns_dropped += 1;
             }
         }
-        decision
+        (decision, admission)
     }
 
     /// `FILE:LINE:COL` of a rule, for logs and records (made once per rule set).

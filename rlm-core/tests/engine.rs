@@ -571,3 +571,105 @@ fn limit_syn_admits_the_configured_rate() {
     assert!((100..=106).contains(&passed), "{passed}");
     assert!(r.decisions.iter().all(|d| d.action == "LIMIT SYN"));
 }
+
+fn fastpath_updates(r: &mut Run) -> Vec<rlm_core::FastpathUpdate> {
+    std::iter::from_fn(|| r.engine.poll_fastpath()).collect()
+}
+
+#[test]
+fn fastpath_learns_the_syn_verdict_of_each_client_and_a_new_generation_when_the_class_rt_turns() {
+    use rlm_core::policy::{Admission, SynDecision};
+    use rlm_core::{FastpathUpdate, SynMode};
+    let mut r = Run::new();
+    r.engine.enable_fastpath();
+    // No rules: every SYN may pass in the kernel.
+    assert!(matches!(fastpath_updates(&mut r)[..], [FastpathUpdate::Mode { mode: SynMode::PassAll, .. }]));
+    r.engine.set_rules(Some(rules(
+        "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 3.0s THEN DROP SYN\n",
+    )));
+    let g1 = match fastpath_updates(&mut r)[..] {
+        [FastpathUpdate::Mode { mode: SynMode::Verdicts, generation }] => generation,
+        ref u => panic!("{u:?}"),
+    };
+    // A LOW client's SYN comes for a verdict: passed (RT.HIGH unknown), and the kernel may pass
+    // that client's next SYNs to this server itself under this generation.
+    let low = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    r.feed(0, low.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    let u = fastpath_updates(&mut r);
+    assert_eq!(
+        u,
+        vec![FastpathUpdate::SynVerdict {
+            client: "10.5.0.7".parse().unwrap(),
+            server: "10.9.0.1:80".parse().unwrap(),
+            generation: g1,
+            admission: Admission::Pass
+        }]
+    );
+    // HIGH's pageviews turn slow: RT.HIGH > 3 s changes the generation.
+    let mut hc = TcpConv::new("10.4.0.1:40002", "10.9.0.1:80");
+    r.feed(100, hc.syn());
+    r.feed(4_000, hc.synack());
+    r.feed(4_000 + RTT_MS, hc.ack());
+    r.feed(4_100, hc.client_data(&get("/page", "")));
+    r.feed_all(4_200, hc.server_data(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"));
+    r.finish(12_000);
+    assert!(r.pv.iter().any(|p| p.client == "10.4.0.1" && p.rt_s > 3.0));
+    let g2 = fastpath_updates(&mut r)
+        .iter()
+        .filter_map(|u| match u {
+            FastpathUpdate::Mode { mode: SynMode::Verdicts, generation } => Some(*generation),
+            _ => None,
+        })
+        .last()
+        .expect("a new generation");
+    assert!(g2 > g1);
+    // The next LOW SYN comes for a verdict again (the old one is stale) and is dropped: the kernel
+    // learns to drop under the new generation.
+    let low2 = TcpConv::new("10.5.0.7:40003", "10.9.0.1:80");
+    r.feed(12_100, low2.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    assert!(fastpath_updates(&mut r).iter().any(|u| matches!(u, FastpathUpdate::SynVerdict { generation, admission: Admission::Drop { .. }, .. } if *generation == g2)));
+    // A SYN the kernel dropped is accounted (a decision record, the pageview keeps it) without
+    // being decided again, and teaches the kernel nothing new.
+    let before = r.decisions.len();
+    let low3 = TcpConv::new("10.5.0.7:40004", "10.9.0.1:80");
+    let rule = rlm_core::policy::SynDecision::Drop { rule: rules::RuleId(0), limited: false };
+    r.engine.handle_decided(at(12_200), Port::Client, rlm_core::wire::LinkType::Ethernet, &low3.syn(), rule);
+    r.drain();
+    assert_eq!(r.decisions.len(), before + 1);
+    assert_eq!(r.engine.stats().syns_dropped, 2);
+    assert!(fastpath_updates(&mut r).is_empty());
+    // Passed by the kernel: counted as a SYN of the class, no decision.
+    let high2 = TcpConv::new("10.4.0.9:40005", "10.9.0.1:80");
+    r.engine.handle_decided(at(12_300), Port::Client, rlm_core::wire::LinkType::Ethernet, &high2.syn(), SynDecision::Pass);
+    r.drain();
+    assert_eq!(r.decisions.len(), before + 1);
+    let p = r.engine.policy().expect("rules");
+    let high = p.rules().class_id("HIGH").unwrap();
+    assert_eq!(p.class_counters[high.index()].syns, 2);
+}
+
+#[test]
+fn fastpath_limit_syn_publishes_its_bucket_once_and_port_rules_keep_every_syn_queued() {
+    use rlm_core::policy::Admission;
+    use rlm_core::{FastpathUpdate, SynMode};
+    let mut r = Run::new();
+    r.engine.enable_fastpath();
+    r.engine.set_rules(Some(rules("CLASS LOW IF IP.SRC == 10.5.*.*\nIF CLASS == LOW THEN LIMIT SYN 20/s BURST 5\n")));
+    for i in 0..3u64 {
+        let c = TcpConv::new(&format!("10.5.0.{}:{}", i + 1, 30000 + i), "10.9.0.1:80");
+        r.feed(i, c.syn());
+    }
+    let u = fastpath_updates(&mut r);
+    let buckets: Vec<_> = u.iter().filter(|u| matches!(u, FastpathUpdate::Bucket { .. })).collect();
+    assert_eq!(buckets.len(), 1, "{u:?}");
+    assert!(matches!(buckets[0], FastpathUpdate::Bucket { rate_per_s, burst: 5, .. } if (*rate_per_s - 20.0).abs() < 1e-9));
+    assert_eq!(u.iter().filter(|u| matches!(u, FastpathUpdate::SynVerdict { admission: Admission::Limit { .. }, .. })).count(), 3);
+    // A rule on the client's port cannot be decided by address: every SYN comes for a verdict.
+    r.engine.set_rules(Some(rules("IF PORT.SRC < 1024 THEN DROP SYN\n")));
+    assert!(matches!(fastpath_updates(&mut r)[..], [FastpathUpdate::Mode { mode: SynMode::QueueAll, .. }]));
+    let c = TcpConv::new("10.5.0.9:30009", "10.9.0.1:80");
+    r.feed(10, c.syn());
+    assert!(fastpath_updates(&mut r).is_empty());
+}

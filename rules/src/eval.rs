@@ -372,6 +372,53 @@ impl RuleSet {
         }
     }
 
+    /// Whether the SYN node's decision depends only on the client's address, the server's
+    /// address and port, and the class aggregates: no class declaration and no rule acting at
+    /// the SYN reads the client's port (`PORT.SRC`) or the pageview's own elapsed time (`RT`).
+    /// Then a kernel fast path may apply one decision to every SYN of that key until the
+    /// aggregates change ([`RuleSet::syn_aggregate_signature`]).
+    pub fn syn_decided_by_addresses(&self) -> bool {
+        fn reads_more(e: &Expr) -> bool {
+            match e {
+                Expr::And(xs) | Expr::Or(xs) => xs.iter().any(reads_more),
+                Expr::Not(x) => reads_more(x),
+                Expr::Test(Test::Port { end: End::Src, .. } | Test::Rt { .. }) => true,
+                Expr::Test(_) => false,
+            }
+        }
+        !self.class_conds.iter().any(reads_more) && !self.by_node[Node::Syn.index()].iter().any(|&i| reads_more(&self.rules[i as usize].cond))
+    }
+
+    /// A fingerprint of every class-aggregate test the SYN node's rules read (each one true,
+    /// false or unknown, `FOR` tests as debounced): while it stays the same, so does the SYN
+    /// decision for a given client and server when [`RuleSet::syn_decided_by_addresses`].
+    pub fn syn_aggregate_signature(&self, aggregates: &dyn Aggregates, holds: Option<&Holds>) -> u64 {
+        fn walk(e: &Expr, f: &Facts<'_>, sig: &mut u64) {
+            match e {
+                Expr::And(xs) | Expr::Or(xs) => xs.iter().for_each(|x| walk(x, f, sig)),
+                Expr::Not(x) => walk(x, f, sig),
+                Expr::Test(t @ (Test::Agg { .. } | Test::Held(_))) => {
+                    let v: u64 = match test(t, f) {
+                        None => 1,
+                        Some(false) => 2,
+                        Some(true) => 3,
+                    };
+                    // FNV-1a over the tests' values, in rule order.
+                    *sig = (*sig ^ v).wrapping_mul(0x0100_0000_01b3);
+                }
+                Expr::Test(_) => {}
+            }
+        }
+        let any: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut facts = Facts::new(any, any, self.default_class(), aggregates);
+        facts.holds = holds;
+        let mut sig = 0xcbf2_9ce4_8422_2325;
+        for &i in &self.by_node[Node::Syn.index()] {
+            walk(&self.rules[i as usize].cond, &facts, &mut sig);
+        }
+        sig
+    }
+
     /// Append to `out` the actions at `node` of every rule whose condition holds, in file order.
     /// `out` is not cleared.
     pub fn eval(&self, node: Node, facts: &Facts<'_>, out: &mut Vec<Firing>) {

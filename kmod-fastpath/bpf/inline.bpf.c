@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: GPL-2.0
+// rlm fast path for `rlm run`: SYN admission in the kernel and the packets the engine measures.
+//
+// Two tc programs, attached by rlm-core's driver through kmod-fastpath's `InlinePath`:
+//
+//  - syn_admit, on the bridge's client port (ingress): a client's SYN to a server port is
+//    decided here when the engine has published a verdict for its (client, server, port) under
+//    the current generation of the class statistics: passed, dropped (DROP SYN), or policed by a
+//    token bucket (LIMIT SYN). Each decided SYN is reported through the ring buffer, so the
+//    engine's pageview accounting still sees it. A SYN without a valid verdict gets rlm's
+//    queue mark, which the netfilter rule rlm installs sends to NFQUEUE: the engine decides it
+//    and publishes the verdict for the next ones.
+//  - observe, on the server port (ingress and egress): every TCP packet to or from a server
+//    port but the clients' SYNs (reported at the client port) is copied into the ring buffer
+//    for the engine to measure; nothing is held.
+//
+// Maps are the only interface with the engine. If rlm is gone the programs are detached with
+// it (their links belong to its process) and the bridge forwards plainly.
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/tcp.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+// Frames up to SNAP_SMALL bytes take a small ring record; larger ones are cut at SNAP_MAX.
+#define SNAP_SMALL 128
+#define SNAP_MAX 2048
+// Wake the reader only when this much is waiting; it also drains on a short timer.
+#define WAKE_BYTES (256 * 1024)
+
+#define MODE_QUEUE_ALL 0    // every client SYN to a server port goes to NFQUEUE
+#define MODE_VERDICTS 1     // SYNs with a verdict of the current generation are decided here
+#define MODE_PASS_ALL 2     // no rule acts at the SYN: pass and report every SYN
+
+#define ACTION_PASS 0
+#define ACTION_DROP 1
+#define ACTION_LIMIT 2
+
+#define KIND_OBSERVED 0
+#define KIND_SYN_PASSED 1
+#define KIND_SYN_DROPPED 2
+
+#define FLAG_LIMITED 1
+
+#define MAX_BUCKETS 1024
+
+enum counter {
+    C_SYN_PASSED,
+    C_SYN_DROPPED,
+    C_SYN_QUEUED,
+    C_OBSERVED,
+    C_RING_FULL,
+    C_COUNTERS,
+};
+
+struct config {
+    __u64 generation;
+    __u32 queue_mark;
+    __u32 mode;
+};
+
+struct syn_key {
+    __u32 client;   // network byte order
+    __u32 server;   // network byte order
+    __u16 port;     // the server's port, network byte order
+    __u16 pad;
+};
+
+struct syn_verdict {
+    __u64 generation;
+    __u32 rule;
+    __u16 action;
+    __u16 pad;
+    __u32 bucket;
+    __u32 pad2;
+};
+
+// A LIMIT SYN token bucket: tokens in billionths, rate in thousandths of a token per second.
+struct bucket {
+    struct bpf_spin_lock lock;
+    __u32 burst;
+    __u64 rate_milli;
+    __u64 tokens_nano;
+    __u64 last_ns;   // 0: full, start counting at the next SYN
+};
+
+struct event {
+    __u64 ts_ns;     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
+    __u32 len;       // bytes of the frame that follow
+    __u32 wire_len;  // the frame's length
+    __u16 kind;
+    __u16 flags;
+    __u32 rule;
+    __u8 data[];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct config);
+} config SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 64);
+    __type(key, __u16);   // host byte order
+    __type(value, __u8);
+} server_ports SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct syn_key);
+    __type(value, struct syn_verdict);
+} syn_verdicts SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, MAX_BUCKETS);
+    __type(key, __u32);
+    __type(value, struct bucket);
+} buckets SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, C_COUNTERS);
+    __type(key, __u32);
+    __type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 8 << 20);
+} events SEC(".maps");
+
+static __always_inline void count(__u32 c)
+{
+    __u64 *v = bpf_map_lookup_elem(&counters, &c);
+    if (v)
+        *v += 1;
+}
+
+static __always_inline void fill(struct event *e, struct __sk_buff *skb, __u32 len, __u16 kind, __u16 flags, __u32 rule)
+{
+    e->ts_ns = bpf_ktime_get_ns();
+    e->len = len;
+    e->wire_len = skb->len;
+    e->kind = kind;
+    e->flags = flags;
+    e->rule = rule;
+}
+
+static __always_inline void submit(void *e)
+{
+    __u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKE_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+    bpf_ringbuf_submit(e, flags);
+}
+
+// Copy the frame (cut at SNAP_MAX) into the ring buffer for the engine.
+static __always_inline void report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule)
+{
+    __u32 len = skb->len;
+    if (len == 0)
+        return;
+    if (len <= SNAP_SMALL) {
+        struct event *e = bpf_ringbuf_reserve(&events, sizeof(struct event) + SNAP_SMALL, 0);
+        if (!e) {
+            count(C_RING_FULL);
+            return;
+        }
+        fill(e, skb, len, kind, flags, rule);
+        if (bpf_skb_load_bytes(skb, 0, e->data, len) < 0) {
+            bpf_ringbuf_discard(e, 0);
+            return;
+        }
+        submit(e);
+    } else {
+        if (len > SNAP_MAX)
+            len = SNAP_MAX;
+        struct event *e = bpf_ringbuf_reserve(&events, sizeof(struct event) + SNAP_MAX, 0);
+        if (!e) {
+            count(C_RING_FULL);
+            return;
+        }
+        fill(e, skb, len, kind, flags, rule);
+        if (bpf_skb_load_bytes(skb, 0, e->data, len) < 0) {
+            bpf_ringbuf_discard(e, 0);
+            return;
+        }
+        submit(e);
+    }
+}
+
+struct parsed {
+    struct tcphdr *tcp;
+    __u32 saddr;   // IPv4 only; 0 for IPv6
+    __u32 daddr;
+    int v4;
+};
+
+// Find the TCP header of an IPv4 or IPv6 (no extension headers) frame.
+static __always_inline int parse_tcp(struct __sk_buff *skb, struct parsed *p)
+{
+    void *data = (void *)(long)skb->data;
+    void *data_end = (void *)(long)skb->data_end;
+    struct ethhdr *eth = data;
+    if ((void *)(eth + 1) > data_end)
+        return 0;
+    if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+        struct iphdr *ip = (void *)(eth + 1);
+        if ((void *)(ip + 1) > data_end || ip->ihl < 5 || ip->protocol != IPPROTO_TCP)
+            return 0;
+        // Later fragments carry no TCP header.
+        if (ip->frag_off & bpf_htons(0x1fff))
+            return 0;
+        struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
+        if ((void *)(tcp + 1) > data_end)
+            return 0;
+        p->tcp = tcp;
+        p->saddr = ip->saddr;
+        p->daddr = ip->daddr;
+        p->v4 = 1;
+        return 1;
+    }
+    if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+        struct ipv6hdr *ip6 = (void *)(eth + 1);
+        if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_TCP)
+            return 0;
+        struct tcphdr *tcp = (void *)(ip6 + 1);
+        if ((void *)(tcp + 1) > data_end)
+            return 0;
+        p->tcp = tcp;
+        p->saddr = 0;
+        p->daddr = 0;
+        p->v4 = 0;
+        return 1;
+    }
+    return 0;
+}
+
+static __always_inline int is_server_port(__u16 net_port)
+{
+    __u16 port = bpf_ntohs(net_port);
+    return bpf_map_lookup_elem(&server_ports, &port) != 0;
+}
+
+// Take a token from a LIMIT SYN bucket; 1 if there was one.
+static __always_inline int take_token(__u32 slot)
+{
+    struct bucket *b = bpf_map_lookup_elem(&buckets, &slot);
+    if (!b)
+        return 1;
+    __u64 now = bpf_ktime_get_ns();
+    int ok = 0;
+    bpf_spin_lock(&b->lock);
+    __u64 full = (__u64)(b->burst ? b->burst : 1) * 1000000000ULL;
+    if (b->last_ns == 0) {
+        b->tokens_nano = full;
+    } else if (now > b->last_ns) {
+        __u64 dt = now - b->last_ns;
+        if (dt > 10000000000ULL)
+            dt = 10000000000ULL;
+        __u64 add = dt * b->rate_milli / 1000;
+        b->tokens_nano = b->tokens_nano + add > full ? full : b->tokens_nano + add;
+    }
+    b->last_ns = now;
+    if (b->tokens_nano >= 1000000000ULL) {
+        b->tokens_nano -= 1000000000ULL;
+        ok = 1;
+    }
+    bpf_spin_unlock(&b->lock);
+    return ok;
+}
+
+SEC("classifier")
+int syn_admit(struct __sk_buff *skb)
+{
+    struct parsed p = {};
+    if (!parse_tcp(skb, &p))
+        return TC_ACT_OK;
+    struct tcphdr *tcp = p.tcp;
+    if (!tcp->syn || tcp->ack || tcp->rst || !is_server_port(tcp->dest))
+        return TC_ACT_OK;
+    __u32 zero = 0;
+    struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+    if (!cfg)
+        return TC_ACT_OK;
+    if (cfg->mode == MODE_PASS_ALL) {
+        count(C_SYN_PASSED);
+        report(skb, KIND_SYN_PASSED, 0, 0);
+        return TC_ACT_OK;
+    }
+    if (cfg->mode == MODE_VERDICTS && p.v4) {
+        struct syn_key key = { .client = p.saddr, .server = p.daddr, .port = tcp->dest };
+        struct syn_verdict *v = bpf_map_lookup_elem(&syn_verdicts, &key);
+        if (v && v->generation == cfg->generation) {
+            __u32 rule = v->rule;
+            if (v->action == ACTION_PASS || (v->action == ACTION_LIMIT && take_token(v->bucket))) {
+                count(C_SYN_PASSED);
+                report(skb, KIND_SYN_PASSED, 0, 0);
+                return TC_ACT_OK;
+            }
+            count(C_SYN_DROPPED);
+            report(skb, KIND_SYN_DROPPED, v->action == ACTION_LIMIT ? FLAG_LIMITED : 0, rule);
+            return TC_ACT_SHOT;
+        }
+    }
+    count(C_SYN_QUEUED);
+    skb->mark |= cfg->queue_mark;
+    return TC_ACT_OK;
+}
+
+SEC("classifier")
+int observe(struct __sk_buff *skb)
+{
+    struct parsed p = {};
+    if (!parse_tcp(skb, &p))
+        return TC_ACT_OK;
+    struct tcphdr *tcp = p.tcp;
+    int to_server = is_server_port(tcp->dest);
+    if (!to_server && !is_server_port(tcp->source))
+        return TC_ACT_OK;
+    // A client's SYN is reported (or queued) at the client port.
+    if (to_server && tcp->syn && !tcp->ack)
+        return TC_ACT_OK;
+    count(C_OBSERVED);
+    report(skb, KIND_OBSERVED, 0, 0);
+    return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "GPL";

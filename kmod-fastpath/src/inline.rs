@@ -1,0 +1,275 @@
+//! The inline fast path of `rlm run` (`bpf/inline.bpf.c`): SYN admission in the kernel and the
+//! packets the engine measures, through a ring buffer.
+//!
+//! - `syn_admit` on the client port's ingress decides a client's SYN from the verdict the engine
+//!   published for its (client, server, port) under the current generation, or marks it for
+//!   NFQUEUE when there is none ([`Mode`]).
+//! - `observe` on the server port's ingress and egress copies every packet of the servers' ports
+//!   but the clients' SYNs into the ring buffer.
+//!
+//! Both are attached with tcx links owned by this process: they go when it goes, whatever way
+//! it ends, and the bridge forwards plainly.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use anyhow::{bail, Context, Result};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{tc, SchedClassifier, TcAttachType};
+use aya::{include_bytes_aligned, Ebpf, Pod};
+
+static INLINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/inline.bpf.o"));
+
+/// `LIMIT SYN` buckets the kernel keeps (slots `0..MAX_BUCKETS`).
+pub const MAX_BUCKETS: u32 = 1024;
+
+/// What `syn_admit` does with a client's SYN to a server port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Mode {
+    /// Every SYN gets the queue mark (the engine decides each one).
+    QueueAll = 0,
+    /// SYNs with a verdict of the current generation are decided in the kernel, the others
+    /// queued.
+    Verdicts = 1,
+    /// No rule acts at the SYN: every SYN passes and is reported.
+    PassAll = 2,
+}
+
+/// A verdict's action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SynAction {
+    Pass,
+    Drop { rule: u32 },
+    /// Pass while bucket `slot` has a token, else drop (reported as limited by `rule`).
+    Limit { rule: u32, slot: u32 },
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct ConfigValue {
+    generation: u64,
+    queue_mark: u32,
+    mode: u32,
+}
+// SAFETY: 8 + 4 + 4 bytes, no padding; the C struct's layout.
+unsafe impl Pod for ConfigValue {}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct SynKey {
+    client: u32,
+    server: u32,
+    port: u16,
+    pad: u16,
+}
+// SAFETY: 4 + 4 + 2 + 2 bytes, no padding; the C struct's layout.
+unsafe impl Pod for SynKey {}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct SynVerdictValue {
+    generation: u64,
+    rule: u32,
+    action: u16,
+    pad: u16,
+    bucket: u32,
+    pad2: u32,
+}
+// SAFETY: 8 + 4 + 2 + 2 + 4 + 4 bytes, no padding; the C struct's layout.
+unsafe impl Pod for SynVerdictValue {}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct BucketValue {
+    lock: u32,
+    burst: u32,
+    rate_milli: u64,
+    tokens_nano: u64,
+    last_ns: u64,
+}
+// SAFETY: 4 + 4 + 8 + 8 + 8 bytes, no padding; the C struct's layout (bpf_spin_lock is a u32).
+unsafe impl Pod for BucketValue {}
+
+/// Counters of the programs, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub syn_passed: u64,
+    pub syn_dropped: u64,
+    pub syn_queued: u64,
+    pub observed: u64,
+    /// Reports lost because the ring buffer was full (the packets went on).
+    pub ring_full: u64,
+}
+
+/// What a ring-buffer record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A packet of a server port, seen on the server port.
+    Observed,
+    /// A client's SYN the kernel passed.
+    SynPassed,
+    /// A client's SYN the kernel dropped by `rule` (`limited`: its LIMIT SYN bucket was empty).
+    SynDropped { rule: u32, limited: bool },
+}
+
+/// One ring-buffer record: a frame (Ethernet) as the program saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct Event<'a> {
+    /// CLOCK_MONOTONIC.
+    pub ts_ns: u64,
+    pub kind: EventKind,
+    /// The frame's length on the wire (`frame` may be cut shorter).
+    pub wire_len: u32,
+    pub frame: &'a [u8],
+}
+
+const EVENT_HEADER: usize = 24;
+
+impl<'a> Event<'a> {
+    /// Read a record; `None` if it is too short to be one.
+    pub fn parse(rec: &'a [u8]) -> Option<Event<'a>> {
+        let u64_at = |i: usize| u64::from_ne_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
+        let u32_at = |i: usize| u32::from_ne_bytes(rec[i..i + 4].try_into().expect("4 bytes"));
+        let u16_at = |i: usize| u16::from_ne_bytes(rec[i..i + 2].try_into().expect("2 bytes"));
+        if rec.len() < EVENT_HEADER {
+            return None;
+        }
+        let len = u32_at(8) as usize;
+        let kind = match u16_at(16) {
+            0 => EventKind::Observed,
+            1 => EventKind::SynPassed,
+            2 => EventKind::SynDropped { rule: u32_at(20), limited: u16_at(18) & 1 != 0 },
+            _ => return None,
+        };
+        let frame = rec.get(EVENT_HEADER..EVENT_HEADER + len)?;
+        Some(Event { ts_ns: u64_at(0), kind, wire_len: u32_at(12), frame })
+    }
+}
+
+/// The inline fast path, loaded and attached; detached when dropped.
+pub struct InlinePath {
+    bpf: Ebpf,
+    queue_mark: u32,
+    generation: u64,
+    mode: Mode,
+}
+
+impl InlinePath {
+    /// Load the programs and attach `syn_admit` to `client_port`'s ingress and `observe` to
+    /// `server_port`'s ingress and egress. SYNs start in [`Mode::QueueAll`], marked with
+    /// `queue_mark`.
+    pub fn attach(client_port: &str, server_port: &str, server_ports: &[u16], queue_mark: u32) -> Result<InlinePath> {
+        if queue_mark == 0 {
+            bail!("the queue mark must have at least one bit set");
+        }
+        let mut bpf = Ebpf::load(INLINE).context("loading the inline fast path")?;
+        {
+            let mut ports: HashMap<&mut MapData, u16, u8> = HashMap::try_from(bpf.map_mut("server_ports").context("map server_ports")?)?;
+            for &p in server_ports {
+                ports.insert(p, 1, 0).with_context(|| format!("server port {p}"))?;
+            }
+        }
+        let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll };
+        path.write_config()?;
+        for (prog, iface, dirs) in
+            [("syn_admit", client_port, &[TcAttachType::Ingress][..]), ("observe", server_port, &[TcAttachType::Ingress, TcAttachType::Egress][..])]
+        {
+            // Needed only where tcx is not available; an existing clsact is fine.
+            let _ = tc::qdisc_add_clsact(iface);
+            let p: &mut SchedClassifier = path.bpf.program_mut(prog).with_context(|| format!("program {prog} missing"))?.try_into()?;
+            p.load().with_context(|| format!("the verifier rejected {prog}"))?;
+            for &d in dirs {
+                p.attach(iface, d).with_context(|| format!("attaching {prog} to {iface} {d:?}"))?;
+            }
+        }
+        Ok(path)
+    }
+
+    fn write_config(&mut self) -> Result<()> {
+        let mut cfg: Array<&mut MapData, ConfigValue> = Array::try_from(self.bpf.map_mut("config").context("map config")?)?;
+        cfg.set(0, ConfigValue { generation: self.generation, queue_mark: self.queue_mark, mode: self.mode as u32 }, 0)?;
+        Ok(())
+    }
+
+    /// Put a mode and a generation of the class statistics in force: verdicts of other
+    /// generations no longer apply.
+    pub fn set_mode(&mut self, mode: Mode, generation: u64) -> Result<()> {
+        self.mode = mode;
+        self.generation = generation;
+        self.write_config()
+    }
+
+    /// The verdict for SYNs from `client` to `server` while `generation` is in force.
+    pub fn set_syn_verdict(&mut self, client: Ipv4Addr, server: SocketAddrV4, generation: u64, action: SynAction) -> Result<()> {
+        let key = SynKey { client: u32::from_ne_bytes(client.octets()), server: u32::from_ne_bytes(server.ip().octets()), port: server.port().to_be(), pad: 0 };
+        let (action, rule, bucket) = match action {
+            SynAction::Pass => (0, 0, 0),
+            SynAction::Drop { rule } => (1, rule, 0),
+            SynAction::Limit { rule, slot } => {
+                if slot >= MAX_BUCKETS {
+                    bail!("bucket slot {slot} out of range");
+                }
+                (2, rule, slot)
+            }
+        };
+        let mut m: HashMap<&mut MapData, SynKey, SynVerdictValue> = HashMap::try_from(self.bpf.map_mut("syn_verdicts").context("map syn_verdicts")?)?;
+        m.insert(key, SynVerdictValue { generation, rule, action, pad: 0, bucket, pad2: 0 }, 0)?;
+        Ok(())
+    }
+
+    /// Set a LIMIT SYN bucket's rate (tokens per second) and burst, full.
+    pub fn set_bucket(&mut self, slot: u32, rate_per_s: f64, burst: u32) -> Result<()> {
+        if slot >= MAX_BUCKETS {
+            bail!("bucket slot {slot} out of range");
+        }
+        let rate_milli = (rate_per_s * 1000.0).clamp(0.0, 1.8e9) as u64;
+        let mut m: Array<&mut MapData, BucketValue> = Array::try_from(self.bpf.map_mut("buckets").context("map buckets")?)?;
+        m.set(slot, BucketValue { lock: 0, burst: burst.max(1), rate_milli, tokens_nano: 0, last_ns: 0 }, 0)?;
+        Ok(())
+    }
+
+    /// The ring buffer of reports (taken once: the caller reads it, and waits on its fd).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
+        Ok(RingBuf::try_from(self.bpf.take_map("events").context("map events (already taken?)")?)?)
+    }
+
+    pub fn counters(&self) -> Result<Counters> {
+        let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.bpf.map("counters").context("map counters")?)?;
+        let sum = |i: u32| -> Result<u64> { Ok(m.get(&i, 0)?.iter().sum()) };
+        Ok(Counters { syn_passed: sum(0)?, syn_dropped: sum(1)?, syn_queued: sum(2)?, observed: sum(3)?, ring_full: sum(4)? })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_match_the_c_structs() {
+        assert_eq!(std::mem::size_of::<ConfigValue>(), 16);
+        assert_eq!(std::mem::size_of::<SynKey>(), 12);
+        assert_eq!(std::mem::size_of::<SynVerdictValue>(), 24);
+        assert_eq!(std::mem::size_of::<BucketValue>(), 32);
+    }
+
+    #[test]
+    fn parses_records() {
+        let mut rec = vec![0u8; EVENT_HEADER + 3];
+        rec[0..8].copy_from_slice(&42u64.to_ne_bytes());
+        rec[8..12].copy_from_slice(&3u32.to_ne_bytes());
+        rec[12..16].copy_from_slice(&60u32.to_ne_bytes());
+        rec[16..18].copy_from_slice(&2u16.to_ne_bytes());
+        rec[18..20].copy_from_slice(&1u16.to_ne_bytes());
+        rec[20..24].copy_from_slice(&7u32.to_ne_bytes());
+        rec[24..].copy_from_slice(&[1, 2, 3]);
+        let e = Event::parse(&rec).expect("a record");
+        assert_eq!(e.ts_ns, 42);
+        assert_eq!(e.kind, EventKind::SynDropped { rule: 7, limited: true });
+        assert_eq!(e.wire_len, 60);
+        assert_eq!(e.frame, &[1, 2, 3]);
+        // A length past the record, an unknown kind, a short record: not records.
+        rec[8..12].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(Event::parse(&rec).is_none());
+        assert!(Event::parse(&rec[..10]).is_none());
+    }
+}
