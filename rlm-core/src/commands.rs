@@ -42,7 +42,14 @@ pub struct RunArgs {
     /// Packets each queue may hold before the kernel accepts unseen (fail-open).
     #[arg(long, value_name = "N")]
     pub queue_max_len: Option<u32>,
-    /// Bytes of each packet the measurement tap copies.
+    /// How to see packets: ebpf (kernel fast path, default) or pcap (NFQUEUE for every SYN and
+    /// a libpcap tap).
+    #[arg(long, value_enum)]
+    pub observer: Option<live::config::Observer>,
+    /// Mark bit(s) with which the eBPF fast path sends a SYN to NFQUEUE for a verdict.
+    #[arg(long, value_name = "MASK", value_parser = parse_u32_any_base)]
+    pub queue_mark: Option<u32>,
+    /// Bytes of each packet the measurement tap copies (pcap).
     #[arg(long, value_name = "BYTES")]
     pub tap_snaplen: Option<u32>,
     /// The clients' connect timeout charged to a failed connection, in seconds.
@@ -89,6 +96,12 @@ impl RunArgs {
         if let Some(v) = self.queue_max_len {
             c.queue_max_len = v;
         }
+        if let Some(v) = self.observer {
+            c.observer = v;
+        }
+        if let Some(v) = self.queue_mark {
+            c.queue_mark = v;
+        }
         if let Some(v) = self.tap_snaplen {
             c.tap_snaplen = v;
         }
@@ -101,6 +114,15 @@ impl RunArgs {
         c.log_json |= self.log_json;
         Ok(c)
     }
+}
+
+/// `0x800000` or `8388608`.
+fn parse_u32_any_base(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s}: {e}"))
 }
 
 fn one_line(e: &anyhow::Error) -> String {

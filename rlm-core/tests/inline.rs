@@ -251,6 +251,13 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
     let st = status().expect("status after reloads");
     let syns = st["classes"].as_array().unwrap().iter().find(|c| c["class"] == "HIGH").unwrap()["counters"]["syns"].as_u64().unwrap();
     assert!(syns >= u64::from(ok), "class counters carried over the reloads: {syns} SYNs seen for {ok} connections");
+    // The kernel fast path decided the SYNs: only the first of each rule set came for a verdict.
+    let fp = &st["fastpath"];
+    println!("fast path: {fp}");
+    let (passed, queued) = (fp["syn_passed"].as_u64().unwrap(), fp["syn_queued"].as_u64().unwrap());
+    assert!(passed + queued >= u64::from(ok) && queued <= 30 && passed >= u64::from(ok) - 30, "{fp}");
+    assert!(fp["observed"].as_u64().unwrap() >= 4 * u64::from(ok), "{fp}");
+    assert_eq!(fp["ring_full"], 0, "{fp}");
 
     // Bad input on the wire: truncated and nonsensical frames into the bridge's client port.
     std::thread::spawn(|| {

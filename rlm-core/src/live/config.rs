@@ -25,7 +25,14 @@ pub struct RunConfig {
     pub queues: u16,
     /// Packets each queue may hold before the kernel accepts further ones unseen (fail-open).
     pub queue_max_len: u32,
-    /// Bytes of each packet the measurement tap copies (the tap on the server port).
+    /// How rlm sees the packets it measures and admits SYNs: `ebpf` (the kernel fast path: SYNs
+    /// decided in the kernel from the engine's verdicts, packets reported through a ring buffer)
+    /// or `pcap` (every client SYN queued, a libpcap tap on the server port).
+    pub observer: Observer,
+    /// The packet mark bit(s) with which the fast path sends a SYN to NFQUEUE for a verdict
+    /// (`ebpf` only); pick bits no other rule on the box uses.
+    pub queue_mark: u32,
+    /// Bytes of each packet the measurement tap copies (`pcap` only).
     pub tap_snaplen: u32,
     /// The clients' connect timeout charged to a failed connection, in seconds.
     pub connect_timeout_s: f64,
@@ -33,6 +40,17 @@ pub struct RunConfig {
     pub class_window_s: f64,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
+}
+
+/// How `rlm run` sees packets ([`RunConfig::observer`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Observer {
+    /// eBPF programs on the bridge ports: SYN admission in the kernel, a ring buffer of reports.
+    #[default]
+    Ebpf,
+    /// NFQUEUE for every client SYN and a libpcap tap on the server port.
+    Pcap,
 }
 
 impl Default for RunConfig {
@@ -47,6 +65,8 @@ impl Default for RunConfig {
             queue_base: 0,
             queues: 1,
             queue_max_len: 16_384,
+            observer: Observer::Ebpf,
+            queue_mark: 0x0080_0000,
             tap_snaplen: 65_535,
             connect_timeout_s: 21.0,
             class_window_s: 30.0,
@@ -75,6 +95,9 @@ impl RunConfig {
         }
         if !(self.class_window_s.is_finite() && self.class_window_s >= 1.0 && self.class_window_s <= 86_400.0) {
             bail!("class_window_s must be between 1 and 86400 seconds");
+        }
+        if self.queue_mark == 0 {
+            bail!("queue_mark needs at least one bit set");
         }
         if !(64..=262_144).contains(&self.tap_snaplen) {
             bail!("tap_snaplen must be between 64 and 262144 bytes");

@@ -45,6 +45,11 @@ pub struct RuleLabel {
     pub rule: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CounterLabel {
+    pub counter: &'static str,
+}
+
 fn rt_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.05, 1.5, 16))
 }
@@ -59,6 +64,7 @@ pub struct Metrics {
     pub queue_dropped: Family<QueueLabel, Gauge>,
     pub queue_user_dropped: Family<QueueLabel, Gauge>,
     pub tap_dropped: Gauge,
+    pub fastpath: Family<CounterLabel, Gauge>,
     pub verdict_latency: Histogram,
     pub pageview_rt: Family<ClassLabel, Histogram, fn() -> Histogram>,
     pub rule_firing: Family<RuleLabel, Gauge>,
@@ -77,6 +83,7 @@ impl Metrics {
             queue_dropped: Family::default(),
             queue_user_dropped: Family::default(),
             tap_dropped: Gauge::default(),
+            fastpath: Family::default(),
             verdict_latency: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
             pageview_rt: Family::new_with_constructor(rt_histogram as fn() -> Histogram),
             rule_firing: Family::default(),
@@ -84,13 +91,18 @@ impl Metrics {
             open_pageviews: Gauge::default(),
             loop_lag: Histogram::new(exponential_buckets(1e-5, 2.0, 18)),
         };
-        registry.register("rlm_frames", "Frames handed to the engine, by source (queue, tap)", m.frames.clone());
+        registry.register("rlm_frames", "Frames handed to the engine, by source (queue, tap, fastpath)", m.frames.clone());
         registry.register("rlm_verdicts", "Verdicts on queued packets", m.verdicts.clone());
         registry.register("rlm_syn_drops", "SYNs dropped by rules, by the client's class", m.syn_drops.clone());
         registry.register("rlm_malformed_frames", "Frames that did not decode, by reason", m.malformed.clone());
         registry.register("rlm_queue_dropped", "Packets the kernel could not queue (queue full: accepted unseen)", m.queue_dropped.clone());
         registry.register("rlm_queue_user_dropped", "Packets the kernel could not deliver to rlm's socket", m.queue_user_dropped.clone());
         registry.register("rlm_tap_dropped", "Packets the measurement tap lost", m.tap_dropped.clone());
+        registry.register(
+            "rlm_fastpath_packets",
+            "The eBPF fast path's counters: SYNs passed, dropped and queued in the kernel, packets reported, reports lost to a full ring",
+            m.fastpath.clone(),
+        );
         registry.register("rlm_verdict_latency_seconds", "From a queued packet's arrival in rlm to its verdict", m.verdict_latency.clone());
         registry.register("rlm_pageview_rt_seconds", "Response time of finished pageviews, by class", m.pageview_rt.clone());
         registry.register("rlm_rule_firing", "1 while a rule holds, by rule (file:line)", m.rule_firing.clone());

@@ -2,15 +2,25 @@
 //!
 //! ```text
 //!  client port ──▶ br0 ──▶ server port        packets forwarded by the kernel
-//!        │ SYN                                 queued (NFQUEUE, --queue-bypass, fail-open):
-//!        ▼                                     the engine's verdict decides (accept, drop)
-//!      rlm event loop ◀── tap on the server port (libpcap): every other packet, measured only
+//!   │ syn_admit (tc)         │ observe (tc, both ways): every packet of the servers' ports
+//!   │  SYN with a verdict:   │   but the clients' SYNs, copied into the ring buffer
+//!   │  pass/drop, reported   ▼
+//!   │  SYN without: marked ─▶ NFQUEUE (--queue-bypass, fail-open): the engine decides,
+//!   ▼                         and publishes the verdict for that client's next SYNs
+//!      rlm event loop ◀── ring buffer (reports)  ◀── NFQUEUE (marked SYNs)
 //! ```
-//! One thread, driven by tokio: the NFQUEUE socket and the tap are drained in batches when
-//! readable, the engine's timers fire when due, and SIGHUP/SIGINT/SIGTERM are handled in the
-//! same loop, so the sans-IO engine needs no locking. Everything that can fail is opened and
-//! checked before any rule is installed; once installed, the rules are removed on every exit
-//! path but SIGKILL, and `--queue-bypass` keeps the bridge forwarding then.
+//! With `observer = "ebpf"` (the default) the kernel fast path of `kmod-fastpath` admits SYNs
+//! from the verdicts the engine publishes ([`crate::engine::FastpathUpdate`]) and reports every
+//! packet the engine measures through a ring buffer: in steady state no packet waits for user
+//! space. With `observer = "pcap"` every client SYN is queued and a libpcap tap on the server
+//! port feeds the engine.
+//!
+//! One thread, driven by tokio: the NFQUEUE socket and the ring buffer (or tap) are drained in
+//! batches when readable or every few milliseconds, the engine's timers fire when due, and
+//! SIGHUP/SIGINT/SIGTERM are handled in the same loop, so the sans-IO engine needs no locking.
+//! Everything that can fail is opened and checked before any rule is installed; once installed,
+//! the rules are removed on every exit path but SIGKILL, and then `--queue-bypass` keeps the
+//! bridge forwarding and the eBPF programs go with the process that holds their links.
 
 pub mod config;
 pub mod metrics;
@@ -23,14 +33,58 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use aya::maps::{MapData, RingBuf};
+use kmod_fastpath::inline::{EventKind, InlinePath, Mode, SynAction};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
 
-use crate::engine::{Config, Engine, Event, Port, Verdict};
+use crate::engine::{Config, Engine, Event, FastpathUpdate, Port, SynMode, Verdict};
+use crate::policy::{Admission, SynDecision};
 use crate::wire::LinkType;
-pub use config::RunConfig;
+pub use config::{Observer, RunConfig};
+
+/// How often the class statistics are looked at without a packet (windows slide, `FOR` tests
+/// settle), so that the kernel learns of a new generation.
+const TICK: Duration = Duration::from_millis(50);
+/// The longest the ring buffer waits to be drained (the kernel wakes rlm only when it fills).
+const RING_DRAIN: Duration = Duration::from_millis(5);
+
+/// Where the measured packets come from.
+enum Source {
+    Tap(tap::Tap),
+    Fast(Fast),
+}
+
+struct Fast {
+    path: InlinePath,
+    ring: RingBuf<MapData>,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in nanoseconds (the programs stamp monotonic time).
+    mono_to_real: i64,
+    last_tick: Instant,
+    update_errors: u64,
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+}
+
+fn mono_to_real() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+impl Source {
+    fn fd(&self) -> RawFd {
+        match self {
+            Source::Tap(t) => t.fd(),
+            Source::Fast(f) => f.ring.as_raw_fd(),
+        }
+    }
+}
 
 /// Frames handled per readiness before the loop looks at the other source.
 const BATCH: usize = 256;
@@ -107,9 +161,17 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
     metrics::serve(cfg.metrics, Arc::new(registry), status.clone()).await?;
     let nfq = nfqueue::open(cfg.queue_base, cfg.queues, cfg.queue_max_len)?;
     // SYN/ACKs are queued only for rules that act on them (FAST SYN/ACK comes with a later
-    // issue; such rules count as deferred), so each connection costs one trip through userspace.
+    // issue; such rules count as deferred).
     let queue_synacks = false;
-    let tap = tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?;
+    let source = match cfg.observer {
+        Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
+        Observer::Ebpf => {
+            let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark)
+                .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
+            let ring = path.take_events()?;
+            Source::Fast(Fast { path, ring, mono_to_real: mono_to_real(), last_tick: Instant::now(), update_errors: 0 })
+        }
+    };
     let plan = netfilter::QueuePlan {
         bridge: cfg.bridge.clone(),
         client_port: cfg.client_port.clone(),
@@ -118,16 +180,24 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         queues: cfg.queues,
         server_ports: cfg.server_ports.clone(),
         queue_synacks,
+        queue_mark: matches!(source, Source::Fast(_)).then_some(cfg.queue_mark),
     };
     let installed = netfilter::install(&plan)?;
-    info!(
-        bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
-        backend = ?installed.backend(), queues = ?nfq.queues, metrics = %cfg.metrics,
-        "installed: the clients' SYNs are queued (bypass when rlm is gone); the rest is measured from the tap on the server port"
-    );
+    match &source {
+        Source::Fast(_) => info!(
+            bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
+            backend = ?installed.backend(), queues = ?nfq.queues, queue_mark = format!("{:#x}", cfg.queue_mark), metrics = %cfg.metrics,
+            "installed: eBPF syn_admit on the client port, observe on the server port; SYNs without a verdict in the kernel are queued (bypass when rlm is gone)"
+        ),
+        Source::Tap(_) => info!(
+            bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
+            backend = ?installed.backend(), queues = ?nfq.queues, metrics = %cfg.metrics,
+            "installed: the clients' SYNs are queued (bypass when rlm is gone); the rest is measured from the tap on the server port"
+        ),
+    }
     let result = match drop_capabilities() {
         Ok(()) => {
-            let mut lp = Loop::new(&cfg, nfq, tap, metrics, status, client_ifindex, server_ifindex);
+            let mut lp = Loop::new(&cfg, nfq, source, metrics, status, client_ifindex, server_ifindex);
             lp.run().await
         }
         Err(e) => Err(e),
@@ -143,7 +213,7 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
 struct Loop {
     engine: Engine,
     nfq: nfqueue::Nfq,
-    tap: tap::Tap,
+    source: Source,
     metrics: metrics::Metrics,
     status: metrics::Status,
     client_ifindex: u32,
@@ -157,7 +227,7 @@ impl Loop {
     fn new(
         cfg: &RunConfig,
         nfq: nfqueue::Nfq,
-        tap: tap::Tap,
+        source: Source,
         metrics: metrics::Metrics,
         status: metrics::Status,
         client_ifindex: u32,
@@ -171,6 +241,9 @@ impl Loop {
         };
         ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
         let mut engine = Engine::new(ecfg);
+        if matches!(source, Source::Fast(_)) {
+            engine.enable_fastpath();
+        }
         if let Some(p) = &cfg.rules {
             match load_rules(p) {
                 Ok(r) => {
@@ -183,7 +256,7 @@ impl Loop {
         Loop {
             engine,
             nfq,
-            tap,
+            source,
             metrics,
             status,
             client_ifindex,
@@ -195,19 +268,22 @@ impl Loop {
     }
 
     async fn run(&mut self) -> Result<()> {
-        // SAFETY: both descriptors are owned by `self.nfq` and `self.tap`, which outlive these
+        // SAFETY: both descriptors are owned by `self.nfq` and `self.source`, which outlive these
         // registrations (dropped at the end of this function) and never close or replace them.
         let nfq_fd = unsafe { AsyncFd::register_with_interest(Fd(self.nfq.fd), Interest::READABLE)? };
-        let tap_fd = unsafe { AsyncFd::register_with_interest(Fd(self.tap.fd()), Interest::READABLE)? };
+        let source_fd = unsafe { AsyncFd::register_with_interest(Fd(self.source.fd()), Interest::READABLE)? };
+        let fast = matches!(self.source, Source::Fast(_));
+        self.apply_fastpath();
         let mut hup = signal(SignalKind::hangup())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut last_status = Instant::now() - Duration::from_secs(10);
         self.publish_status();
         loop {
+            let most = if fast { RING_DRAIN } else { Duration::from_secs(1) };
             let wait = match self.engine.poll_timeout() {
-                Some(t) => Duration::from_nanos(t.as_nanos().saturating_sub(now_ts().as_nanos())).min(Duration::from_secs(1)),
-                None => Duration::from_secs(1),
+                Some(t) => Duration::from_nanos(t.as_nanos().saturating_sub(now_ts().as_nanos())).min(most),
+                None => most,
             };
             tokio::select! {
                 biased;
@@ -220,18 +296,29 @@ impl Loop {
                         g.clear_ready();
                     }
                 }
-                g = tap_fd.readable() => {
+                g = source_fd.readable() => {
                     let mut g = g?;
-                    if self.drain_tap() < BATCH {
+                    if self.drain_source() < BATCH {
                         g.clear_ready();
                     }
                 }
                 _ = tokio::time::sleep(wait) => {}
             }
+            if fast {
+                // The kernel wakes rlm only when the ring fills up: drain it every turn.
+                self.drain_source();
+            }
             let now = now_ts();
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
             }
+            if let Source::Fast(f) = &mut self.source {
+                if f.last_tick.elapsed() >= TICK {
+                    f.last_tick = Instant::now();
+                    self.engine.tick(now);
+                }
+            }
+            self.apply_fastpath();
             self.drain_events();
             if last_status.elapsed() >= Duration::from_secs(1) {
                 last_status = Instant::now();
@@ -281,11 +368,91 @@ impl Loop {
         Ok(n)
     }
 
+    /// Hand the waiting measured packets to the engine (up to a batch); returns how many.
+    fn drain_source(&mut self) -> usize {
+        match self.source {
+            Source::Tap(_) => self.drain_tap(),
+            Source::Fast(_) => self.drain_ring(),
+        }
+    }
+
+    /// The fast path's reports, oldest first (up to a batch); returns how many.
+    fn drain_ring(&mut self) -> usize {
+        let Source::Fast(f) = &mut self.source else { return 0 };
+        let mut n = 0;
+        let mut observed = 0u64;
+        let mut syns = 0u64;
+        while n < BATCH {
+            let Some(item) = f.ring.next() else { break };
+            n += 1;
+            let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
+            let ts = crate::Timestamp((ev.ts_ns as i64 + f.mono_to_real).max(0) as u64);
+            match ev.kind {
+                EventKind::Observed => {
+                    observed += 1;
+                    self.engine.handle_link(ts, Port::Unknown, LinkType::Ethernet, ev.frame);
+                }
+                EventKind::SynPassed => {
+                    syns += 1;
+                    self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, SynDecision::Pass);
+                }
+                EventKind::SynDropped { rule, limited } => {
+                    syns += 1;
+                    let d = SynDecision::Drop { rule: rules::RuleId(rule), limited };
+                    self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, d);
+                }
+            }
+            if n == 1 {
+                let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
+                self.metrics.loop_lag.observe(lag as f64 / 1e9);
+            }
+        }
+        if n > 0 {
+            self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "fastpath" }).inc_by(observed + syns);
+        }
+        n
+    }
+
+    /// Hand the engine's fast-path updates to the kernel's maps, in order.
+    fn apply_fastpath(&mut self) {
+        let Source::Fast(f) = &mut self.source else { return };
+        while let Some(u) = self.engine.poll_fastpath() {
+            let r = match u {
+                FastpathUpdate::Mode { mode, generation } => {
+                    let mode = match mode {
+                        SynMode::QueueAll => Mode::QueueAll,
+                        SynMode::Verdicts => Mode::Verdicts,
+                        SynMode::PassAll => Mode::PassAll,
+                    };
+                    tracing::debug!(?mode, generation, "fast path: SYN mode");
+                    f.path.set_mode(mode, generation)
+                }
+                FastpathUpdate::Bucket { slot, rate_per_s, burst } => f.path.set_bucket(slot, rate_per_s, burst),
+                FastpathUpdate::SynVerdict { client, server, generation, admission } => {
+                    let action = match admission {
+                        Admission::Pass => SynAction::Pass,
+                        Admission::Drop { rule } => SynAction::Drop { rule: rule.0 },
+                        Admission::Limit { rule, slot, .. } => SynAction::Limit { rule: rule.0, slot },
+                    };
+                    f.path.set_syn_verdict(client, server, generation, action)
+                }
+            };
+            if let Err(e) = r {
+                // Without the entry the kernel keeps queueing those SYNs: nothing is lost.
+                if f.update_errors == 0 {
+                    warn!("fast path: cannot update a map ({e:#}); those SYNs stay queued");
+                }
+                f.update_errors += 1;
+            }
+        }
+    }
+
     /// Hand the tap's waiting packets to the engine (up to a batch); returns how many.
     fn drain_tap(&mut self) -> usize {
+        let Source::Tap(tap) = &mut self.source else { return 0 };
         let mut n = 0;
         while n < BATCH {
-            let p = match self.tap.cap.next_packet() {
+            let p = match tap.cap.next_packet() {
                 Ok(p) => p,
                 Err(_) => break,
             };
@@ -342,7 +509,26 @@ impl Loop {
         let sizes = self.engine.table_sizes();
         self.metrics.connections.set(sizes.connections as i64);
         self.metrics.open_pageviews.set(sizes.open_pageviews as i64);
-        self.metrics.tap_dropped.set(self.tap.kernel_drops() as i64);
+        match &mut self.source {
+            Source::Tap(t) => {
+                self.metrics.tap_dropped.set(t.kernel_drops() as i64);
+            }
+            Source::Fast(f) => {
+                // Follow steps of the wall clock (NTP) for the reports' timestamps.
+                f.mono_to_real = mono_to_real();
+                if let Ok(c) = f.path.counters() {
+                    for (counter, v) in [
+                        ("syn_passed", c.syn_passed),
+                        ("syn_dropped", c.syn_dropped),
+                        ("syn_queued", c.syn_queued),
+                        ("observed", c.observed),
+                        ("ring_full", c.ring_full),
+                    ] {
+                        self.metrics.fastpath.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
+                    }
+                }
+            }
+        }
         for (q, dropped, user_dropped) in metrics::queue_counters() {
             if self.nfq.queues.contains(&q) {
                 let l = metrics::QueueLabel { queue: q.to_string() };
@@ -391,8 +577,24 @@ impl Loop {
                 (serde_json::Value::Array(classes), serde_json::Value::Array(rules_state))
             }
         };
+        let fastpath = match &self.source {
+            Source::Fast(f) => match f.path.counters() {
+                Ok(c) => serde_json::json!({
+                    "syn_passed": c.syn_passed,
+                    "syn_dropped": c.syn_dropped,
+                    "syn_queued": c.syn_queued,
+                    "observed": c.observed,
+                    "ring_full": c.ring_full,
+                    "map_update_errors": f.update_errors,
+                }),
+                Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
+            },
+            Source::Tap(_) => serde_json::Value::Null,
+        };
         let v = serde_json::json!({
             "state": "running",
+            "observer": if fastpath.is_null() { "pcap" } else { "ebpf" },
+            "fastpath": fastpath,
             "bridge": self.bridge,
             "uptime_s": self.started.elapsed().as_secs(),
             "rules_file": self.rules_path,
