@@ -11,8 +11,10 @@
 //    queue mark, which the netfilter rule rlm installs sends to NFQUEUE: the engine decides it
 //    and publishes the verdict for the next ones.
 //  - observe, on the server port (ingress and egress): every TCP packet to or from a server
-//    port but the clients' SYNs (reported at the client port) is copied into the ring buffer
-//    for the engine to measure; nothing is held.
+//    port is copied into the ring buffer for the engine to measure, but the clients' SYNs
+//    (reported at the client port) and bare IPv4 ACKs other than the one that completes a
+//    handshake (the engine times the handshake with it; the others tell it nothing it needs).
+//    Nothing is held.
 //
 // Maps are the only interface with the engine. If rlm is gone the programs are detached with
 // it (their links belong to its process) and the bridge forwards plainly.
@@ -54,6 +56,7 @@ enum counter {
     C_SYN_QUEUED,
     C_OBSERVED,
     C_RING_FULL,
+    C_ACK_SKIPPED,
     C_COUNTERS,
 };
 
@@ -125,6 +128,22 @@ struct {
     __type(key, __u32);
     __type(value, struct bucket);
 } buckets SEC(".maps");
+
+// IPv4 connections between SYN/ACK and the ACK that completes the handshake: the ACK number
+// that ACK will carry.
+struct conn_key {
+    __u32 client;
+    __u32 server;
+    __u16 client_port;
+    __u16 server_port;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct conn_key);
+    __type(value, __u32);
+} handshakes SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -200,6 +219,7 @@ struct parsed {
     struct tcphdr *tcp;
     __u32 saddr;   // IPv4 only; 0 for IPv6
     __u32 daddr;
+    __u32 payload;  // TCP payload bytes (IPv4 only)
     int v4;
 };
 
@@ -224,6 +244,9 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct parsed *p)
         p->tcp = tcp;
         p->saddr = ip->saddr;
         p->daddr = ip->daddr;
+        __u32 headers = ip->ihl * 4 + tcp->doff * 4;
+        __u32 total = bpf_ntohs(ip->tot_len);
+        p->payload = total > headers ? total - headers : 0;
         p->v4 = 1;
         return 1;
     }
@@ -237,6 +260,7 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct parsed *p)
         p->tcp = tcp;
         p->saddr = 0;
         p->daddr = 0;
+        p->payload = 0;
         p->v4 = 0;
         return 1;
     }
@@ -328,6 +352,23 @@ int observe(struct __sk_buff *skb)
     // A client's SYN is reported (or queued) at the client port.
     if (to_server && tcp->syn && !tcp->ack)
         return TC_ACT_OK;
+    if (p.v4) {
+        if (!to_server && tcp->syn && tcp->ack) {
+            // The SYN/ACK: remember the ACK number that will complete the handshake.
+            struct conn_key k = { .client = p.daddr, .server = p.saddr, .client_port = tcp->dest, .server_port = tcp->source };
+            __u32 want = bpf_ntohl(tcp->seq) + 1;
+            bpf_map_update_elem(&handshakes, &k, &want, BPF_ANY);
+        } else if (p.payload == 0 && tcp->ack && !tcp->syn && !tcp->fin && !tcp->rst) {
+            // A bare ACK: only the client's handshake ACK goes on.
+            struct conn_key k = { .client = p.saddr, .server = p.daddr, .client_port = tcp->source, .server_port = tcp->dest };
+            __u32 *want = to_server ? bpf_map_lookup_elem(&handshakes, &k) : 0;
+            if (!want || *want != bpf_ntohl(tcp->ack_seq)) {
+                count(C_ACK_SKIPPED);
+                return TC_ACT_OK;
+            }
+            bpf_map_delete_elem(&handshakes, &k);
+        }
+    }
     count(C_OBSERVED);
     report(skb, KIND_OBSERVED, 0, 0);
     return TC_ACT_OK;

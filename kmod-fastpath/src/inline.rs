@@ -5,7 +5,7 @@
 //!   published for its (client, server, port) under the current generation, or marks it for
 //!   NFQUEUE when there is none ([`Mode`]).
 //! - `observe` on the server port's ingress and egress copies every packet of the servers' ports
-//!   but the clients' SYNs into the ring buffer.
+//!   into the ring buffer but the clients' SYNs and the bare ACKs other than a handshake's.
 //!
 //! Both are attached with tcx links owned by this process: they go when it goes, whatever way
 //! it ends, and the bridge forwards plainly.
@@ -99,6 +99,8 @@ pub struct Counters {
     pub observed: u64,
     /// Reports lost because the ring buffer was full (the packets went on).
     pub ring_full: u64,
+    /// Bare ACKs not reported (all but the handshake's).
+    pub ack_skipped: u64,
 }
 
 /// What a ring-buffer record says.
@@ -236,7 +238,7 @@ impl InlinePath {
     pub fn counters(&self) -> Result<Counters> {
         let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.bpf.map("counters").context("map counters")?)?;
         let sum = |i: u32| -> Result<u64> { Ok(m.get(&i, 0)?.iter().sum()) };
-        Ok(Counters { syn_passed: sum(0)?, syn_dropped: sum(1)?, syn_queued: sum(2)?, observed: sum(3)?, ring_full: sum(4)? })
+        Ok(Counters { syn_passed: sum(0)?, syn_dropped: sum(1)?, syn_queued: sum(2)?, observed: sum(3)?, ring_full: sum(4)?, ack_skipped: sum(5)? })
     }
 }
 

@@ -65,6 +65,9 @@ pub struct Config {
     pub scan_embeds: bool,
     /// Decode gzip/deflate bodies so that body lengths are decoded sizes, as Zeek's.
     pub decode_bodies: bool,
+    /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
+    /// which keeps pageviews only, turns it off and saves building them).
+    pub transaction_records: bool,
     /// Sliding window of the per-class response-time statistics the rules read (`RT.<CLASS>`).
     pub class_window: Duration,
     pub pageview: PageviewConfig,
@@ -79,6 +82,7 @@ impl Default for Config {
             closed_linger: Duration::from_secs(4),
             scan_embeds: true,
             decode_bodies: true,
+            transaction_records: true,
             class_window: Duration::from_secs(30),
             pageview: PageviewConfig::default(),
         }
@@ -727,6 +731,9 @@ impl Engine {
         self.stats.transactions += 1;
         if !txn.anomalies.is_empty() {
             self.stats.transactions_with_anomalies += 1;
+        }
+        if !self.cfg.transaction_records {
+            return;
         }
         let req = txn.request.as_ref();
         let resp = txn.response.as_ref();

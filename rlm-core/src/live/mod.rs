@@ -236,6 +236,7 @@ impl Loop {
         let mut ecfg = Config {
             server_ports: cfg.server_ports.clone(),
             decode_bodies: false,
+            transaction_records: false,
             class_window: Duration::from_secs_f64(cfg.class_window_s),
             ..Config::default()
         };
@@ -523,6 +524,7 @@ impl Loop {
                         ("syn_queued", c.syn_queued),
                         ("observed", c.observed),
                         ("ring_full", c.ring_full),
+                        ("ack_skipped", c.ack_skipped),
                     ] {
                         self.metrics.fastpath.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
                     }
@@ -585,6 +587,7 @@ impl Loop {
                     "syn_queued": c.syn_queued,
                     "observed": c.observed,
                     "ring_full": c.ring_full,
+                    "ack_skipped": c.ack_skipped,
                     "map_update_errors": f.update_errors,
                 }),
                 Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
