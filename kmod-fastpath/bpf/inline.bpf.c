@@ -28,11 +28,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-// Frames up to SNAP_SMALL bytes take a small ring record; larger ones are cut at SNAP_MAX.
-#define SNAP_SMALL 128
+// Frames are reported whole up to SNAP_MAX bytes, cut there.
 #define SNAP_MAX 2048
-// Wake the reader only when this much is waiting; it also drains on a short timer.
-#define WAKE_BYTES (256 * 1024)
+#define RING_BYTES (16 << 20)
 
 #define MODE_QUEUE_ALL 0    // every client SYN to a server port goes to NFQUEUE
 #define MODE_VERDICTS 1     // SYNs with a verdict of the current generation are decided here
@@ -108,10 +106,12 @@ struct {
     __type(value, struct config);
 } config SEC(".maps");
 
+// Indexed by port (host byte order): 1 for the servers' ports. An array, so that the JIT inlines
+// the lookup done for every packet.
 struct {
-    __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 64);
-    __type(key, __u16);   // host byte order
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
     __type(value, __u8);
 } server_ports SEC(".maps");
 
@@ -154,7 +154,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_RINGBUF);
-    __uint(max_entries, 8 << 20);
+    __uint(max_entries, RING_BYTES);
 } events SEC(".maps");
 
 static __always_inline void count(__u32 c)
@@ -174,45 +174,55 @@ static __always_inline void fill(struct event *e, struct __sk_buff *skb, __u32 l
     e->rule = rule;
 }
 
+// The reader drains the ring every few milliseconds; it is woken early only when a quarter of
+// the ring is waiting (a wakeup per report would cost more than the report).
 static __always_inline void submit(void *e)
 {
-    __u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKE_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+    __u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= RING_BYTES / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
     bpf_ringbuf_submit(e, flags);
 }
 
-// Copy the frame (cut at SNAP_MAX) into the ring buffer for the engine.
+// One size class of ring records: reserve `size` bytes of frame, copy `len` (<= size) into it.
+#define REPORT_IN(size)                                                                           \
+    do {                                                                                          \
+        struct event *e = bpf_ringbuf_reserve(&events, sizeof(struct event) + (size), 0);         \
+        if (!e) {                                                                                 \
+            count(C_RING_FULL);                                                                   \
+            return;                                                                               \
+        }                                                                                         \
+        /* Bound the length again where the verifier sees it (the compiler may merge the tests \
+           that chose this size class). */                                                      \
+        __u64 n = len;                                                                            \
+        asm volatile("" : "+r"(n));                                                               \
+        if (n > (size))                                                                           \
+            n = (size);                                                                           \
+        fill(e, skb, n, kind, flags, rule);                                                       \
+        if (n == 0 || bpf_skb_load_bytes(skb, 0, e->data, n) < 0) {                               \
+            bpf_ringbuf_discard(e, 0);                                                            \
+            return;                                                                               \
+        }                                                                                         \
+        submit(e);                                                                                \
+        return;                                                                                   \
+    } while (0)
+
+// Copy the frame (cut at SNAP_MAX) into the ring buffer for the engine, in the smallest record
+// that holds it, so that the ring (and the reader's cache) carries little more than the frames.
 static __always_inline void report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule)
 {
     __u32 len = skb->len;
     if (len == 0)
         return;
-    if (len <= SNAP_SMALL) {
-        struct event *e = bpf_ringbuf_reserve(&events, sizeof(struct event) + SNAP_SMALL, 0);
-        if (!e) {
-            count(C_RING_FULL);
-            return;
-        }
-        fill(e, skb, len, kind, flags, rule);
-        if (bpf_skb_load_bytes(skb, 0, e->data, len) < 0) {
-            bpf_ringbuf_discard(e, 0);
-            return;
-        }
-        submit(e);
-    } else {
-        if (len > SNAP_MAX)
-            len = SNAP_MAX;
-        struct event *e = bpf_ringbuf_reserve(&events, sizeof(struct event) + SNAP_MAX, 0);
-        if (!e) {
-            count(C_RING_FULL);
-            return;
-        }
-        fill(e, skb, len, kind, flags, rule);
-        if (bpf_skb_load_bytes(skb, 0, e->data, len) < 0) {
-            bpf_ringbuf_discard(e, 0);
-            return;
-        }
-        submit(e);
-    }
+    if (len > SNAP_MAX)
+        len = SNAP_MAX;
+    if (len <= 128)
+        REPORT_IN(128);
+    if (len <= 256)
+        REPORT_IN(256);
+    if (len <= 512)
+        REPORT_IN(512);
+    if (len <= 1024)
+        REPORT_IN(1024);
+    REPORT_IN(SNAP_MAX);
 }
 
 struct parsed {
@@ -269,8 +279,9 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct parsed *p)
 
 static __always_inline int is_server_port(__u16 net_port)
 {
-    __u16 port = bpf_ntohs(net_port);
-    return bpf_map_lookup_elem(&server_ports, &port) != 0;
+    __u32 port = bpf_ntohs(net_port);
+    __u8 *v = bpf_map_lookup_elem(&server_ports, &port);
+    return v && *v;
 }
 
 // Take a token from a LIMIT SYN bucket; 1 if there was one.

@@ -166,9 +166,9 @@ impl InlinePath {
         }
         let mut bpf = Ebpf::load(INLINE).context("loading the inline fast path")?;
         {
-            let mut ports: HashMap<&mut MapData, u16, u8> = HashMap::try_from(bpf.map_mut("server_ports").context("map server_ports")?)?;
+            let mut ports: Array<&mut MapData, u8> = Array::try_from(bpf.map_mut("server_ports").context("map server_ports")?)?;
             for &p in server_ports {
-                ports.insert(p, 1, 0).with_context(|| format!("server port {p}"))?;
+                ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
             }
         }
         let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll };

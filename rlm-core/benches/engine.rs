@@ -13,6 +13,10 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+/// The allocator of the `rlm` binary, so that these figures are its figures.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use rlm_core::http::EmbedScanner;
 use rlm_core::testkit::TcpConv;
 use rlm_core::{Config, Engine, Port, Timestamp};
@@ -255,6 +259,54 @@ fn bench(c: &mut Criterion) {
                 total += start.elapsed();
             }
             total
+        })
+    });
+
+    // `rlm run`'s load in the throughput experiment: one client, a new connection per request
+    // for a 512-byte page (wrk, `Connection: close`), as the eBPF fast path reports it: the SYN
+    // already decided in the kernel, then SYN/ACK, the handshake's ACK, request, response and the
+    // two FINs (bare ACKs stay in the kernel). Per connection, with timers as the driver fires them.
+    let conns: Vec<Vec<Vec<u8>>> = (0..20_000)
+        .map(|i| {
+            let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:80");
+            let mut f = vec![c.syn(), c.synack(), c.ack()];
+            f.push(c.client_data(b"GET /small.html HTTP/1.1\r\nHost: 10.9.0.1\r\nConnection: close\r\n\r\n"));
+            let mut resp = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: text/html\r\nContent-Length: 512\r\nConnection: close\r\n\r\n".to_vec();
+            resp.extend(std::iter::repeat_n(b'x', 511));
+            resp.push(b'\n');
+            f.extend(c.server_data(&resp));
+            f.push(c.server_fin());
+            f.push(c.client_fin());
+            f
+        })
+        .collect();
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("inline_connection_close_per_connection", |b| {
+        let cfg = Config { decode_bodies: false, transaction_records: false, ..Config::default() };
+        let mut e = Engine::new(cfg);
+        e.enable_fastpath();
+        let mut t = 1_000_000_000_000u64;
+        let mut i = 0;
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                let frames = &conns[i % conns.len()];
+                i += 1;
+                for (k, f) in frames.iter().enumerate() {
+                    t += 5_000;
+                    if k == 0 {
+                        e.handle_decided(Timestamp(t), Port::Client, rlm_core::wire::LinkType::Ethernet, f, rlm_core::policy::SynDecision::Pass);
+                    } else {
+                        e.handle(Timestamp(t), Port::Unknown, f);
+                    }
+                }
+                if e.poll_timeout().is_some_and(|d| d.0 <= t) {
+                    e.handle_timeout(Timestamp(t));
+                }
+                while e.poll_event().is_some() {}
+                while e.poll_fastpath().is_some() {}
+            }
+            start.elapsed()
         })
     });
 

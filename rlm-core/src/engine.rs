@@ -300,6 +300,8 @@ pub struct Engine {
     flows: FlowTable,
     pageviews: Pageviews,
     timers: BinaryHeap<Reverse<(Timestamp, ConnId, TimerKind)>>,
+    /// The heap's size after its last compaction ([`Engine::push_timer`]).
+    timers_compacted: usize,
     events: VecDeque<Event>,
     stats: Stats,
     notes: Vec<FlowNote>,
@@ -327,6 +329,7 @@ impl Engine {
             pageviews: Pageviews::new(cfg.pageview.clone()),
             cfg,
             timers: BinaryHeap::new(),
+            timers_compacted: 0,
             events: VecDeque::new(),
             stats,
             notes: Vec::new(),
@@ -437,14 +440,17 @@ impl Engine {
 
     fn push_timer(&mut self, t: Timestamp, id: ConnId, kind: TimerKind) {
         self.timers.push(Reverse((t, id, kind)));
-        // Timers of connections that left the table (evicted, refused, closed) are not removed
-        // when they go; drop them once they outnumber the live ones, so that a SYN flood cannot
-        // grow the heap with its rate times the idle timeout.
-        if self.timers.len() > 2 * self.flows.len() + 4096 {
+        // Timers of connections that left the table (evicted, refused, closed) or that no longer
+        // matter (the connect timer of an established connection) are not removed when they go;
+        // drop them once they outnumber the live ones, so that a SYN flood cannot grow the heap
+        // with its rate times the idle timeout. Compared with the size after the last compaction
+        // too, so that compactions stay rare (amortised O(1) per timer) when most timers live.
+        if self.timers.len() > 2 * self.flows.len().max(self.timers_compacted) + 4096 {
             let flows = &self.flows;
             self.timers.retain(|Reverse((_, id, kind))| {
                 flows.get(*id).is_some_and(|c| *kind == TimerKind::Idle || matches!(c.state, ConnState::SynSent | ConnState::SynReceived))
             });
+            self.timers_compacted = self.timers.len();
         }
     }
 

@@ -240,6 +240,8 @@ pub struct Pageviews {
     /// Each client's last measured RTT and when it was learnt (bounded: see `learn_rtt`).
     client_rtt: AHashMap<IpAddr, (Duration, Timestamp)>,
     deadlines: BinaryHeap<Reverse<(Timestamp, u64, u32)>>,
+    /// The heap's size after its last compaction ([`Pageviews::schedule`]).
+    deadlines_compacted: usize,
     next_id: u64,
     done: Vec<PageviewRecord>,
 }
@@ -254,6 +256,7 @@ impl Pageviews {
             txn_pv: AHashMap::new(),
             client_rtt: AHashMap::new(),
             deadlines: BinaryHeap::new(),
+            deadlines_compacted: 0,
             next_id: 1,
             done: Vec::new(),
         }
@@ -323,10 +326,12 @@ impl Pageviews {
         let wait = if p.all_required_fetched() && p.has_container_response() { self.cfg.linger } else { self.cfg.quiet };
         // Failed-handshake deadlines are the flow layer's; here only quiet periods.
         self.deadlines.push(Reverse((p.last_activity + wait, id, p.check_gen)));
-        // Deadlines are superseded, not removed: drop the stale ones once they dominate.
-        if self.deadlines.len() > 4 * self.open.len() + 1024 {
+        // Deadlines are superseded, not removed: drop the stale ones once they dominate (and
+        // the heap has doubled since the last time, so that compactions stay rare).
+        if self.deadlines.len() > (4 * self.open.len()).max(2 * self.deadlines_compacted) + 1024 {
             let open = &self.open;
             self.deadlines.retain(|Reverse((_, id, gen))| open.get(id).is_some_and(|p| p.check_gen == *gen));
+            self.deadlines_compacted = self.deadlines.len();
         }
     }
 

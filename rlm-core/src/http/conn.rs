@@ -889,6 +889,12 @@ enum HeadTake {
 fn take_head(buf: &mut Vec<u8>, d: &[u8], allow_simple: bool) -> HeadTake {
     let prev = buf.len();
     let window = &d[..d.len().min((MAX_HEAD + 4).saturating_sub(prev))];
+    if prev == 0 {
+        // The usual case: a whole head at the start of a segment; copy the head only.
+        if let Some(end) = head::find_head_end(window, 0) {
+            return HeadTake::Complete { head: window[..end].to_vec(), consumed: end };
+        }
+    }
     buf.extend_from_slice(window);
     if let Some(end) = head::find_head_end(buf, prev) {
         buf.truncate(end);

@@ -96,6 +96,9 @@ impl RunConfig {
         if !(self.class_window_s.is_finite() && self.class_window_s >= 1.0 && self.class_window_s <= 86_400.0) {
             bail!("class_window_s must be between 1 and 86400 seconds");
         }
+        if self.observer == Observer::Ebpf && self.server_ports.is_empty() {
+            bail!("observer = \"ebpf\" needs the servers' ports (server_ports); \"pcap\" can watch every port");
+        }
         if self.queue_mark == 0 {
             bail!("queue_mark needs at least one bit set");
         }

@@ -50,6 +50,8 @@ pub use config::{Observer, RunConfig};
 const TICK: Duration = Duration::from_millis(50);
 /// The longest the ring buffer waits to be drained (the kernel wakes rlm only when it fills).
 const RING_DRAIN: Duration = Duration::from_millis(5);
+/// Reports handled before the queue gets a turn.
+const RING_BATCH: usize = 4096;
 
 /// Where the measured packets come from.
 enum Source {
@@ -299,7 +301,8 @@ impl Loop {
                 }
                 g = source_fd.readable() => {
                     let mut g = g?;
-                    if self.drain_source() < BATCH {
+                    let limit = if fast { RING_BATCH } else { BATCH };
+                    if self.drain_source() < limit {
                         g.clear_ready();
                     }
                 }
@@ -307,7 +310,11 @@ impl Loop {
             }
             if fast {
                 // The kernel wakes rlm only when the ring fills up: drain it every turn.
-                self.drain_source();
+                while self.drain_source() == RING_BATCH {
+                    if self.drain_queue()? > 0 {
+                        self.apply_fastpath();
+                    }
+                }
             }
             let now = now_ts();
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
@@ -377,13 +384,14 @@ impl Loop {
         }
     }
 
-    /// The fast path's reports, oldest first (up to a batch); returns how many.
+    /// The fast path's reports, oldest first, until the ring is empty or `RING_BATCH` were
+    /// handled (then the queue gets a turn); returns how many.
     fn drain_ring(&mut self) -> usize {
         let Source::Fast(f) = &mut self.source else { return 0 };
         let mut n = 0;
         let mut observed = 0u64;
         let mut syns = 0u64;
-        while n < BATCH {
+        while n < RING_BATCH {
             let Some(item) = f.ring.next() else { break };
             n += 1;
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
