@@ -282,7 +282,9 @@ fn bench(c: &mut Criterion) {
         .collect();
     g.throughput(Throughput::Elements(1));
     g.bench_function("inline_connection_close_per_connection", |b| {
-        let cfg = Config { decode_bodies: false, transaction_records: false, ..Config::default() };
+        // As `rlm run` configures it.
+        let mut cfg = Config { decode_bodies: false, transaction_records: false, ..Config::default() };
+        cfg.pageview.max_events = 0;
         let mut e = Engine::new(cfg);
         e.enable_fastpath();
         let mut t = 1_000_000_000_000u64;

@@ -150,6 +150,9 @@ struct OpenPv {
     host: Option<String>,
     container: Option<String>,
     base: Option<url::Url>,
+    /// (Host, server, target) of the container request, when its URL was not made yet: `base`
+    /// is made from it when embedded references come.
+    base_target: Option<(Option<String>, String, String)>,
     /// Client-side start estimate.
     start: Timestamp,
     conns: Vec<PvConn>,
@@ -209,6 +212,72 @@ pub fn url_key(u: &url::Url) -> Option<String> {
     }
     k.push_str(u.path());
     if let Some(q) = u.query() {
+        k.push('?');
+        k.push_str(q);
+    }
+    Some(k)
+}
+
+/// [`url_key`] of [`request_url`] without building a URL, for the common simple case: a host of
+/// lowercase-able ASCII letters, digits, hyphens and dots (or a canonical dotted quad), an optional
+/// port, and an origin-form target whose path and query the URL parser would leave as they are
+/// (no dot segments, no characters it escapes or rewrites, no fragment). `None`: not simple, ask
+/// the URL parser. Property-tested against it.
+pub fn simple_request_key(host: Option<&str>, server: &str, uri: &str) -> Option<String> {
+    let h = host.filter(|h| !h.is_empty()).unwrap_or(server);
+    let (name, port) = match h.rsplit_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (h, None),
+    };
+    let port = match port {
+        None => None,
+        Some(p) if !p.is_empty() && p.len() <= 5 && !p.starts_with('0') && p.bytes().all(|b| b.is_ascii_digit()) => {
+            let n: u32 = p.parse().ok()?;
+            if n > 65_535 {
+                return None;
+            }
+            (n != 80).then_some(p)
+        }
+        Some(_) => return None,
+    };
+    let labels_ok = !name.is_empty()
+        && name.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && !l.starts_with('-'))
+        && !name.as_bytes()[..name.len().min(4)].eq_ignore_ascii_case(b"xn--")
+        && !name.contains(".xn--")
+        && !name.contains(".XN--");
+    if !labels_ok {
+        return None;
+    }
+    // A name whose last label starts with a digit is an IPv4 address to the URL parser: only a
+    // canonical dotted quad stays as written.
+    if name.rsplit('.').next().is_some_and(|l| l.as_bytes()[0].is_ascii_digit()) {
+        let parts: Vec<&str> = name.split('.').collect();
+        let canonical = parts.len() == 4
+            && parts.iter().all(|p| p.bytes().all(|b| b.is_ascii_digit()) && (p.len() == 1 || !p.starts_with('0')) && p.parse::<u16>().is_ok_and(|n| n <= 255));
+        if !canonical {
+            return None;
+        }
+    }
+    let (path, query) = match uri.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (uri, None),
+    };
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"/-_.~!$&()*+,;=:@".contains(&b);
+    if !path.starts_with('/') || path.starts_with("//") || !path.bytes().all(plain) || query.is_some_and(|q| !q.bytes().all(|b| plain(b) || b == b'?')) {
+        return None;
+    }
+    // Dot segments (`/./`, `/../`, a trailing `/.`) are resolved by the parser.
+    if path.split('/').any(|seg| seg == "." || seg == "..") {
+        return None;
+    }
+    let mut k = String::with_capacity(name.len() + uri.len() + 7);
+    k.extend(name.chars().map(|c| c.to_ascii_lowercase()));
+    if let Some(p) = port {
+        k.push(':');
+        k.push_str(p);
+    }
+    k.push_str(path);
+    if let Some(q) = query {
         k.push('?');
         k.push_str(q);
     }
@@ -462,6 +531,7 @@ impl Pageviews {
                 host: None,
                 container: None,
                 base: None,
+                base_target: None,
                 start,
                 conns: Vec::new(),
                 txns: Vec::new(),
@@ -482,10 +552,21 @@ impl Pageviews {
 
     /// Decide which pageview a request belongs to; returns its id.
     pub fn on_request(&mut self, now: Timestamp, r: &RequestInfo<'_>) -> u64 {
-        let url = request_url(r.head.host.as_deref(), &r.server, &r.head.uri);
-        let key = url.as_ref().and_then(url_key);
+        // The URL itself is needed only as the base of a new pageview's embedded references, and
+        // is then made when the container's embeds come; the key is made without it when simple.
+        let (url, key) = match simple_request_key(r.head.host.as_deref(), &r.server, &r.head.uri) {
+            Some(k) => (None, Some(k)),
+            None => {
+                let url = request_url(r.head.host.as_deref(), &r.server, &r.head.uri);
+                let key = url.as_ref().and_then(url_key);
+                (url, key)
+            }
+        };
         let referrer_key = r.head.referrer.as_deref().and_then(|s| url::Url::parse(s).ok()).as_ref().and_then(url_key);
-        let is_favicon = url.as_ref().is_some_and(|u| u.path() == "/favicon.ico");
+        let is_favicon = match &url {
+            Some(u) => u.path() == "/favicon.ico",
+            None => key.is_some() && r.head.uri.split('?').next() == Some("/favicon.ico"),
+        };
 
         let mut embed_of: Option<(u64, Option<usize>)> = None;
         if let Some(ids) = self.by_client.get(&r.client) {
@@ -540,6 +621,9 @@ impl Pageviews {
                 p.server = Some(r.server.clone());
                 p.container = Some(r.head.uri.clone());
                 p.base = url.clone();
+                if url.is_none() && key.is_some() {
+                    p.base_target = Some((r.head.host.clone(), r.server.clone(), r.head.uri.clone()));
+                }
                 if let Some(k) = &key {
                     p.referrers.push(k.clone());
                 }
@@ -621,6 +705,11 @@ impl Pageviews {
         let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
         let Some(p) = self.open.get_mut(&id) else { return };
         let ci = p.conn_index(conn);
+        if p.base.is_none() {
+            if let Some((host, server, uri)) = p.base_target.take() {
+                p.base = request_url(host.as_deref(), &server, &uri);
+            }
+        }
         let Some(t) = p.txns.iter().find(|t| Some(t.conn as usize) == ci && t.depth == depth) else { return };
         // The base for relative references is the document that holds them.
         let base = if t.container { p.base.clone() } else { p.base.as_ref().and_then(|b| b.join(&t.uri).ok()) };
@@ -758,7 +847,9 @@ fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
         shifted.saturating_since(p.start).as_secs_f64()
     };
     let mut events = Vec::new();
-    for (i, c) in p.conns.iter().enumerate() {
+    // With `max_events` 0 (the inline driver, which keeps the response time only) no graph is made.
+    let conns = if cfg.max_events == 0 { &p.conns[..0] } else { &p.conns[..] };
+    for (i, c) in conns.iter().enumerate() {
         let i = i as u16;
         if let Some(s) = c.first_syn {
             events.push(EventNode { kind: "syn", conn: i, t_s: rel(s, c, false), uri: None });
@@ -779,7 +870,8 @@ fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
             events.push(EventNode { kind: "conn_failed", conn: i, t_s: rel(f, c, false), uri: None });
         }
     }
-    for t in &p.txns {
+    let txns = if cfg.max_events == 0 { &p.txns[..0] } else { &p.txns[..] };
+    for t in txns {
         let c = &p.conns[t.conn as usize];
         events.push(EventNode { kind: "request", conn: t.conn, t_s: rel(t.request_ts, c, false), uri: Some(t.uri.clone()) });
         if let Some(f) = t.response_first {

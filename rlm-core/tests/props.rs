@@ -396,3 +396,64 @@ proptest! {
         prop_assert_eq!(t.response_body_len, body.len() as u64);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    /// The pageview tracker's shortcut for request keys agrees with the URL parser wherever it
+    /// answers, on hosts, ports and targets from tame to odd.
+    #[test]
+    fn simple_request_key_agrees_with_the_url_parser(
+        host in prop_oneof![
+            "[a-zA-Z0-9-]{1,12}(\\.[a-zA-Z0-9-]{1,12}){0,3}",
+            "[0-9]{1,4}(\\.[0-9]{1,4}){0,4}",
+            "(xn--|XN--)[a-z0-9]{1,8}\\.[a-z]{2,4}",
+            "[a-z.]{0,10}",
+        ],
+        port in prop_oneof![Just(String::new()), "[0-9]{1,6}".prop_map(|p| format!(":{p}")), Just(":".to_string())],
+        empty_host in any::<bool>(),
+        target in prop_oneof![
+            "/[a-zA-Z0-9/_.~!$&()*+,;=:@-]{0,30}(\\?[a-zA-Z0-9/_.~=&?%-]{0,20})?",
+            "/[ -~]{0,30}",
+            "(/\\.{1,3}){1,3}/?[a-z]{0,4}",
+            "[a-z/]{0,10}",
+        ],
+    ) {
+        let host = format!("{host}{port}");
+        let h = if empty_host { Some("") } else { Some(host.as_str()) };
+        let fast = rlm_core::pageview::simple_request_key(h, "10.9.0.1:8080", &target);
+        if let Some(k) = fast {
+            let slow = rlm_core::pageview::request_url(h, "10.9.0.1:8080", &target).and_then(|u| rlm_core::pageview::url_key(&u));
+            prop_assert_eq!(Some(k), slow, "host {:?} target {:?}", h, target);
+        }
+    }
+}
+
+#[test]
+fn simple_request_key_answers_the_common_cases_and_leaves_the_odd_ones() {
+    use rlm_core::pageview::{request_url, simple_request_key, url_key};
+    for (host, target) in [
+        (Some("10.9.0.1"), "/small.html"),
+        (Some("Shop.Example.com:8080"), "/img/a.gif?x=1&y=2"),
+        (Some("shop.example.com:80"), "/"),
+        (None, "/index.html?"),
+        (Some(""), "/a/b/c.css"),
+    ] {
+        let fast = simple_request_key(host, "10.9.0.1:8080", target);
+        assert!(fast.is_some(), "{host:?} {target:?}");
+        assert_eq!(fast, request_url(host, "10.9.0.1:8080", target).and_then(|u| url_key(&u)));
+    }
+    assert_eq!(simple_request_key(Some("10.9.0.1"), "s", "/small.html").as_deref(), Some("10.9.0.1/small.html"));
+    for (host, target) in [
+        (Some("010.9.0.1"), "/"),
+        (Some("10.9.1"), "/"),
+        (Some("xn--bcher-kva.example"), "/"),
+        (Some("h"), "/a/../b"),
+        (Some("h"), "/a b"),
+        (Some("h"), "/a#frag"),
+        (Some("h"), "http://other/x"),
+        (Some("h:080"), "/"),
+    ] {
+        assert_eq!(simple_request_key(host, "10.9.0.1:8080", target), None, "{host:?} {target:?}");
+    }
+}

@@ -243,6 +243,8 @@ impl Loop {
             ..Config::default()
         };
         ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
+        // Only the response time and class of a pageview are used here: no event graph.
+        ecfg.pageview.max_events = 0;
         let mut engine = Engine::new(ecfg);
         if matches!(source, Source::Fast(_)) {
             engine.enable_fastpath();
