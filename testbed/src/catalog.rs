@@ -321,6 +321,8 @@ pub fn check(root: &Path) -> Result<(Vec<String>, Vec<String>)> {
         let r = &a["rlm"];
         let what = format!("{exp}/{}: rlm inline exited {} on SIGTERM, rules installed {}, rules left {}", a["name"].as_str().unwrap_or("?"), r["exit_code"], r["rules_installed"], r["rules_left"]);
         v.push((r["clean_exit"].as_bool() == Some(true) && r["rules_installed"].as_bool() == Some(true), what));
+        let lost = r["reports_lost"].as_f64().unwrap_or(f64::NAN);
+        v.push((lost == 0.0, format!("{exp}/{}: rlm kept up: {lost} packet reports lost", a["name"].as_str().unwrap_or("?"))));
     };
 
     if let Some(ol) = results.get("openloop") {
@@ -419,15 +421,20 @@ pub fn check(root: &Path) -> Result<(Vec<String>, Vec<String>)> {
         let (bp, bw) = (num(&p["bulk_gbps"]), num(&w["bulk_gbps"]));
         v.push((bw >= 0.9 * bp, format!("throughput: rlm bulk {bw:.2} Gbit/s is {:.0}% of the plain bridge's {bp:.2} (at least 90%)", bw / bp * 100.0)));
         let (cp, cw) = (num(&p["conn_per_s"]), num(&w["conn_per_s"]));
-        // The target is 80%; today's figure is about 63% (every connection's SYN crosses
-        // userspace and the tap copies the connection's packets, on the two cores the load
-        // generator and the farm need). Until the kernel fast path takes both off, the check
-        // guards against regressions and says where the target stands.
-        let target = if cw >= 0.8 * cp { "the 80% target is met" } else { "the 80% target is NOT met yet" };
-        v.push((
-            cw >= 0.5 * cp,
-            format!("throughput: rlm {cw:.0} connections/s is {:.0}% of the plain bridge's {cp:.0} (at least 50%, against regressions; {target})", cw / cp * 100.0),
-        ));
+        // The target is 80%, judged on the full run (5 rounds or more: `make lab`). Measured
+        // there: 81%. The quick run's 3 rounds swing by several points on this shared
+        // two-core machine (76-79% measured), so it guards against regressions at 70%.
+        let (floor, judged) = if nw >= 5 && np >= 5 { (0.8, "the 80% target") } else { (0.7, "70% in a quick run; the 80% target is judged on the full run") };
+        v.push((cw >= floor * cp, format!("throughput: rlm {cw:.0} connections/s is {:.0}% of the plain bridge's {cp:.0} (at least {judged})", cw / cp * 100.0)));
+        // Under that load rlm still measured every request (rlm's count of HTTP transactions
+        // against wrk's count of requests, sample by sample).
+        for s in w["samples"].as_array().into_iter().flatten() {
+            let (req, got) = (num(&s["requests"]), num(&s["rlm"]["transactions"]));
+            v.push((
+                req > 0.0 && got >= 0.97 * req,
+                format!("throughput: round {} rlm measured {got:.0} transactions for wrk's {req:.0} requests (at least 97%)", s["round"]),
+            ));
+        }
         let clean = w["rlm_clean_exits"].as_u64().unwrap_or(0) as usize;
         v.push((clean == nw && nw > 0, format!("throughput: rlm exited cleanly after {clean} of {nw} samples")));
     }

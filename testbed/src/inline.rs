@@ -74,6 +74,15 @@ pub struct RlmOutcome {
     /// Quantiles of rlm's `rlm_verdict_latency_seconds` histogram (rlm's own figure).
     pub verdict_latency_p50_us: Option<f64>,
     pub verdict_latency_p99_us: Option<f64>,
+    /// The kernel fast path's counters (`rlm_fastpath_packets`: SYNs passed, dropped and queued
+    /// in the kernel, packets reported, reports lost to a full ring, bare ACKs kept back).
+    pub fastpath: BTreeMap<String, f64>,
+    /// Packets rlm should have measured but lost (ring buffer full, or the tap's drops): 0 when
+    /// rlm kept up with the load.
+    pub reports_lost: f64,
+    /// The engine's counts at the end (from /status): HTTP transactions and pageviews measured.
+    pub transactions: Option<u64>,
+    pub pageviews: Option<u64>,
     /// CPU rlm used (user + system), from /proc.
     pub cpu_s: f64,
     pub wall_s: f64,
@@ -237,10 +246,16 @@ impl Inline {
     pub fn stop(mut self) -> Result<RlmOutcome> {
         let mut out = RlmOutcome { log: self.log.clone(), rules: self.rules.clone(), rules_installed: self.rules_installed, ..RlmOutcome::default() };
         let mut metrics_text = String::new();
+        // rlm refreshes /status every second: wait for a refresh that covers the arm's end.
+        std::thread::sleep(Duration::from_millis(1100));
         if let Ok(s) = self.get("/status") {
             let p = self.dir.join("rlm-status.json");
-            std::fs::write(&p, s)?;
+            std::fs::write(&p, &s)?;
             out.status = Some(p);
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
+                out.transactions = v["stats"]["transactions"].as_u64();
+                out.pageviews = v["stats"]["pageviews"].as_u64();
+            }
         }
         if let Ok(m) = self.get("/metrics") {
             let p = self.dir.join("rlm-metrics.txt");
@@ -253,6 +268,9 @@ impl Inline {
         let samples = prom::parse(&metrics_text);
         out.syn_drops = prom::by_label(&samples, "rlm_syn_drops", "class");
         out.verdicts = prom::by_label(&samples, "rlm_verdicts", "verdict");
+        out.fastpath = prom::by_label(&samples, "rlm_fastpath_packets", "counter");
+        let tap_dropped: f64 = samples.iter().filter(|s| s.name == "rlm_tap_dropped").map(|s| s.value).sum();
+        out.reports_lost = out.fastpath.get("ring_full").copied().unwrap_or(0.0) + tap_dropped;
         let h = prom::histogram(&samples, "rlm_verdict_latency_seconds");
         out.verdict_latency_p50_us = prom::quantile(&h, 0.5).map(|s| s * 1e6);
         out.verdict_latency_p99_us = prom::quantile(&h, 0.99).map(|s| s * 1e6);

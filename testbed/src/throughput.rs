@@ -51,6 +51,8 @@ pub struct Sample {
     /// iperf3's retransmissions during the bulk sample.
     pub bulk_retransmits: u64,
     pub conn_per_s: f64,
+    /// wrk's requests in the sample (each on a new connection).
+    pub requests: u64,
     /// wrk's socket errors and non-2xx answers (should be 0).
     pub conn_errors: u64,
     pub connect_p50_us: f64,
@@ -140,6 +142,11 @@ pub fn parse_iperf(json: &str) -> Result<(f64, u64)> {
     Ok((bps, retr))
 }
 
+/// wrk's "N requests in 5.00s".
+pub fn parse_wrk_requests(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.trim().split_once(" requests in ").and_then(|(n, _)| n.trim().parse().ok()))
+}
+
 /// wrk's summary: (requests per second, socket errors + non-2xx answers).
 pub fn parse_wrk(text: &str) -> Result<(f64, u64)> {
     let rps = text
@@ -207,12 +214,14 @@ fn sample(plan: &Plan, round: usize, with_rlm: bool, dir: &Path) -> Result<Sampl
         let wrk = in_ns(&cli, "wrk", &["-t1", "-c16", &format!("-d{t}s"), "-H", "Connection: close", &url])?;
         std::fs::write(sdir.join("wrk.txt"), &wrk)?;
         let (rps, errors) = parse_wrk(&wrk)?;
+        let requests = parse_wrk_requests(&wrk).unwrap_or(0);
         let (times, failed) = connect_times(&cli, &src, CONNECTS)?;
         Ok(Sample {
             round,
             bulk_gbps: bps / 1e9,
             bulk_retransmits: retr,
             conn_per_s: rps,
+            requests,
             conn_errors: errors,
             connect_p50_us: percentile(&times, 50.0),
             connect_p99_us: percentile(&times, 99.0),
@@ -380,6 +389,12 @@ pub fn table(arms: &[ArmResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_wrk_requests() {
+        assert_eq!(super::parse_wrk_requests("Running 5s test @ http://x/\n  105471 requests in 5.00s, 80.2MB read\n"), Some(105471));
+        assert_eq!(super::parse_wrk_requests("nothing"), None);
+    }
 
     #[test]
     fn parses_wrk_and_iperf() {
