@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::flow::{CloseReason, ConnId, ConnState, FlowNote, FlowTable, HttpOptions};
 use crate::http::{HttpEvent, Txn};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
-use crate::policy::{Admission, Policy, SynDecision};
+use crate::policy::{Admission, Policy, SynDecision, SynOutcome};
 use crate::time::Timestamp;
 use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed, Segment};
 use rules::RuleSet;
@@ -65,6 +65,13 @@ pub struct Config {
     pub scan_embeds: bool,
     /// Decode gzip/deflate bodies so that body lengths are decoded sizes, as Zeek's.
     pub decode_bodies: bool,
+    /// Carry out `FAST SYN` (retransmit a client's SYN to the server every GAP until it answers,
+    /// absorbing the client's own retransmissions meanwhile) and `HALT FAST SYN`, with frames
+    /// from [`Engine::poll_transmit`]. Only for a driver that sends those frames; otherwise the
+    /// actions are counted as deferred.
+    pub fast_syn: bool,
+    /// Most fast retransmissions of one SYN.
+    pub fast_syn_limit: u32,
     /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
     /// which keeps pageviews only, turns it off and saves building them).
     pub transaction_records: bool,
@@ -83,6 +90,8 @@ impl Default for Config {
             scan_embeds: true,
             decode_bodies: true,
             transaction_records: true,
+            fast_syn: false,
+            fast_syn_limit: 20,
             class_window: Duration::from_secs(30),
             pageview: PageviewConfig::default(),
         }
@@ -210,6 +219,26 @@ pub enum Event {
     Decision(DecisionRecord),
 }
 
+/// A frame for the driver to send out of a bridge port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The port to send it out of: `Server` toward the farm, `Client` toward the clients.
+    pub port: Port,
+    /// How `frame` starts (a frame that came from NFQUEUE has no link header: the driver adds
+    /// one).
+    pub link: LinkType,
+    pub frame: Box<[u8]>,
+}
+
+/// A SYN the engine retransmits on the client's behalf (`FAST SYN`).
+#[derive(Debug)]
+struct FastSyn {
+    gap: Duration,
+    link: LinkType,
+    frame: Box<[u8]>,
+    sent: u32,
+}
+
 /// How a kernel fast path treats the clients' SYNs to the servers' ports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SynMode {
@@ -279,6 +308,10 @@ pub struct Stats {
     pub synack_retransmissions: u64,
     /// SYNs the rules dropped (DROP SYN, or LIMIT SYN with an empty bucket).
     pub syns_dropped: u64,
+    /// SYNs retransmitted to the servers on the clients' behalf (`FAST SYN`).
+    pub fast_syns_sent: u64,
+    /// Clients' own retransmissions absorbed while rlm was retransmitting for them.
+    pub fast_syns_absorbed: u64,
     pub retransmitted_segments: u64,
     pub gap_bytes: u64,
     pub transactions: u64,
@@ -292,6 +325,8 @@ enum TimerKind {
     Connect,
     /// Idle (or closed-linger) expiry; re-armed lazily.
     Idle,
+    /// The next fast retransmission of a SYN the server has not answered.
+    FastSyn,
 }
 
 /// The engine.
@@ -313,6 +348,12 @@ pub struct Engine {
     /// The decision a kernel fast path carried out on the SYN being handled.
     decided: Option<SynDecision>,
     fastpath: Option<Fastpath>,
+    /// SYNs being fast-retransmitted, by connection.
+    fast_syns: ahash::AHashMap<ConnId, FastSyn>,
+    /// A connection whose SYN frame is to be kept for fast retransmission (set at the SYN node,
+    /// taken once the frame's handling is over).
+    keep_syn_frame: Option<(ConnId, Duration)>,
+    transmits: VecDeque<Transmit>,
 }
 
 impl Engine {
@@ -339,7 +380,15 @@ impl Engine {
             verdict: Verdict::Accept,
             decided: None,
             fastpath: None,
+            fast_syns: ahash::AHashMap::new(),
+            keep_syn_frame: None,
+            transmits: VecDeque::new(),
         }
+    }
+
+    /// The next frame to send, if any ([`Config::fast_syn`]).
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
     }
 
     /// Make [`FastpathUpdate`]s for a kernel fast path (the inline driver), starting with the
@@ -358,7 +407,10 @@ impl Engine {
     fn note_fastpath(&mut self) {
         let Some(fp) = self.fastpath.as_mut() else { return };
         let (policy_gen, mode) = match &self.policy {
-            Some(p) if p.acts_at_syn() => (p.generation(), if p.syn_decided_by_address() { SynMode::Verdicts } else { SynMode::QueueAll }),
+            Some(p) if p.acts_at_syn() => {
+                let by_address = p.syn_decided_by_address() && !p.fast_syn_rules();
+                (p.generation(), if by_address { SynMode::Verdicts } else { SynMode::QueueAll })
+            }
             _ => (0, SynMode::PassAll),
         };
         let now = (fp.epoch, policy_gen, mode);
@@ -404,7 +456,11 @@ impl Engine {
     fn set_policy(&mut self, rules: Option<RuleSet>) {
         match (rules, self.policy.as_mut()) {
             (Some(r), Some(p)) => p.replace_rules(r),
-            (Some(r), None) => self.policy = Some(Policy::new(r, self.cfg.class_window)),
+            (Some(r), None) => {
+                let mut p = Policy::new(r, self.cfg.class_window);
+                p.fast_syn_carried_out = self.cfg.fast_syn;
+                self.policy = Some(p);
+            }
             (None, _) => self.policy = None,
         }
     }
@@ -451,6 +507,7 @@ impl Engine {
                 flows.get(*id).is_some_and(|c| *kind == TimerKind::Idle || matches!(c.state, ConnState::SynSent | ConnState::SynReceived))
             });
             self.timers_compacted = self.timers.len();
+            self.fast_syns.retain(|id, _| flows.get(*id).is_some_and(|c| matches!(c.state, ConnState::SynSent | ConnState::SynReceived)));
         }
     }
 
@@ -471,6 +528,10 @@ impl Engine {
             Decoded::Tcp(seg) => {
                 self.stats.tcp_segments += 1;
                 self.on_segment(now, port, &seg);
+                if let Some((id, gap)) = self.keep_syn_frame.take() {
+                    self.fast_syns.insert(id, FastSyn { gap, link, frame: frame.into(), sent: 0 });
+                    self.push_timer(now + gap, id, TimerKind::FastSyn);
+                }
             }
             Decoded::Ignored(i) => *self.stats.ignored.entry(i.name()).or_default() += 1,
             Decoded::Malformed(m) => *self.stats.malformed.entry(m.name()).or_default() += 1,
@@ -512,6 +573,7 @@ impl Engine {
                         self.flows.remove(id);
                     }
                 }
+                TimerKind::FastSyn => self.fast_syn_due(now, id),
                 TimerKind::Idle => {
                     let limit = if c.state == ConnState::Closed { self.cfg.closed_linger } else { self.cfg.idle_timeout };
                     let due = c.last_seen + limit;
@@ -638,13 +700,15 @@ impl Engine {
                     }
                     let c = self.flows.get(id).expect("live");
                     let (client, server) = (c.client, c.server);
-                    self.at_syn(now, client, server, retransmission);
+                    self.at_syn(now, id, client, server, retransmission);
                     self.pageviews.on_syn(now, id, client.ip, retransmission);
                 }
                 FlowNote::SynAck { retransmission } => {
                     if retransmission {
                         self.stats.synack_retransmissions += 1;
                     }
+                    // The server answered: no more fast retransmissions.
+                    self.fast_syns.remove(&id);
                     self.pageviews.on_synack(now, id);
                 }
                 FlowNote::Established => {
@@ -813,13 +877,25 @@ impl Engine {
 
     /// The SYN node: the rules decide whether the client's SYN goes on. A dropped SYN stays in
     /// the pageview's accounting: the client will retransmit it and wait.
-    fn at_syn(&mut self, now: Timestamp, client: Endpoint, server: Endpoint, retransmission: bool) {
+    fn at_syn(&mut self, now: Timestamp, id: ConnId, client: Endpoint, server: Endpoint, retransmission: bool) {
         let Some(policy) = self.policy.as_mut() else { return };
         let (c, s) = (SocketAddr::new(client.ip, client.port), SocketAddr::new(server.ip, server.port));
         let class = policy.classify(c, s);
         let rt = self.pageviews.elapsed_for_client(client.ip, now);
         let decided = self.decided.take();
-        let (decision, admission) = policy.at_syn_decided(now, c, s, class, Some(rt), decided);
+        let SynOutcome { decision, admission, fast_syn, .. } = policy.at_syn_decided(now, c, s, class, Some(rt), decided);
+        if retransmission && self.fast_syns.contains_key(&id) {
+            // rlm retransmits this SYN for the client every GAP: the client's own retransmission
+            // is absorbed, so that the server sees one SYN stream.
+            self.verdict = Verdict::Drop;
+            self.stats.fast_syns_absorbed += 1;
+            return;
+        }
+        if let (Some(gap), false) = (fast_syn, retransmission) {
+            // Keep this SYN's frame (once its handling is over) and retransmit it after GAP unless
+            // the server answers first.
+            self.keep_syn_frame = Some((id, gap));
+        }
         if let SynDecision::Drop { rule, limited } = decision {
             self.verdict = Verdict::Drop;
             self.stats.syns_dropped += 1;
@@ -847,6 +923,44 @@ impl Engine {
                 fp.updates.push_back(FastpathUpdate::SynVerdict { client: cip, server, generation: fp.generation, admission });
             }
         }
+    }
+
+    /// A fast-retransmission timer: send the SYN again (through the SYN node's rules once more:
+    /// `HALT FAST SYN` or a `DROP SYN` holding for this client hold it back) unless the server
+    /// answered, the client has given up (its connect timeout) or the limit is reached.
+    fn fast_syn_due(&mut self, now: Timestamp, id: ConnId) {
+        let Some(c) = self.flows.get(id).filter(|c| c.state == ConnState::SynSent) else {
+            self.fast_syns.remove(&id);
+            return;
+        };
+        let (client, server, first) = (c.client, c.server, c.hs.syn.first.unwrap_or(now));
+        let Some(fs) = self.fast_syns.get(&id) else { return };
+        let gap = fs.gap;
+        if now.saturating_since(first) >= self.cfg.pageview.connect_timeout || fs.sent >= self.cfg.fast_syn_limit {
+            self.fast_syns.remove(&id);
+            return;
+        }
+        let Some(policy) = self.policy.as_mut() else {
+            self.fast_syns.remove(&id);
+            return;
+        };
+        let (c, s) = (SocketAddr::new(client.ip, client.port), SocketAddr::new(server.ip, server.port));
+        let class = policy.classify(c, s);
+        let rt = self.pageviews.elapsed_for_client(client.ip, now);
+        let out = policy.at_syn_decided(now, c, s, class, Some(rt), None);
+        if out.fast_syn.is_none() {
+            // The rule no longer applies (a new rule file): the client's own TCP takes over.
+            self.fast_syns.remove(&id);
+            return;
+        }
+        if !out.halt_fast_syn && out.decision == SynDecision::Pass {
+            if let Some(fs) = self.fast_syns.get_mut(&id) {
+                fs.sent += 1;
+                self.transmits.push_back(Transmit { port: Port::Server, link: fs.link, frame: fs.frame.clone() });
+                self.stats.fast_syns_sent += 1;
+            }
+        }
+        self.push_timer(now + gap, id, TimerKind::FastSyn);
     }
 
     fn collect_pageviews(&mut self) {

@@ -121,6 +121,18 @@ pub enum Admission {
     Limit { rule: RuleId, slot: u32, rate: f64, burst: u32 },
 }
 
+/// Everything the SYN node decided ([`Policy::at_syn_decided`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SynOutcome {
+    pub decision: SynDecision,
+    /// What a kernel fast path may do with the next SYNs of this client and server.
+    pub admission: Option<Admission>,
+    /// `FAST SYN GAP g` holds: retransmit this SYN to the server every `g` until it answers.
+    pub fast_syn: Option<Duration>,
+    /// `HALT FAST SYN` holds: no fast retransmission for this client now.
+    pub halt_fast_syn: bool,
+}
+
 /// Counters of one class.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClassCounters {
@@ -171,6 +183,9 @@ pub struct Policy {
     syn_by_address: bool,
     pub class_counters: Vec<ClassCounters>,
     pub rule_counters: Vec<RuleCounters>,
+    /// The engine carries out `FAST SYN` and `HALT FAST SYN` (it can send frames): they are not
+    /// counted as deferred.
+    pub fast_syn_carried_out: bool,
 }
 
 fn since_epoch(t: Timestamp) -> Duration {
@@ -191,6 +206,7 @@ impl Policy {
             signature,
             generation: 1,
             syn_by_address: rules.syn_decided_by_addresses(),
+            fast_syn_carried_out: false,
             class_counters: vec![ClassCounters::default(); n],
             rule_counters: vec![RuleCounters::default(); rules.rule_count()],
             labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
@@ -209,6 +225,7 @@ impl Policy {
         let mut old = Policy::new(rules, self.window);
         std::mem::swap(self, &mut old);
         self.generation = old.generation + 1;
+        self.fast_syn_carried_out = old.fast_syn_carried_out;
         let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
         for i in 0..old_rules.class_count() {
             let name = old_rules.class_name(ClassId(i as u16));
@@ -269,6 +286,12 @@ impl Policy {
         self.rules.rules_at(rules::Node::Syn).next().is_some()
     }
 
+    /// Whether SYNs are fast-retransmitted (a `FAST SYN` rule carried out): the engine then
+    /// needs every client SYN, to absorb the clients' retransmissions.
+    pub fn fast_syn_rules(&self) -> bool {
+        self.fast_syn_carried_out && self.rules.any_effect_at(rules::Node::Syn, |e| matches!(e, rules::Effect::FastSyn { .. }))
+    }
+
     /// Whether the SYN decision depends only on the client's and server's addresses and the
     /// class statistics, so that [`Admission`]s can be made.
     pub fn syn_decided_by_address(&self) -> bool {
@@ -287,7 +310,7 @@ impl Policy {
     /// A client's SYN (first or retransmitted). `pageview_rt`: the elapsed time of the pageview
     /// it belongs to (zero for a new one).
     pub fn at_syn(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId, pageview_rt: Option<Duration>) -> SynDecision {
-        self.at_syn_decided(now, client, server, class, pageview_rt, None).0
+        self.at_syn_decided(now, client, server, class, pageview_rt, None).decision
     }
 
     /// [`Policy::at_syn`], where `decided` is the decision a kernel fast path already carried out
@@ -302,7 +325,7 @@ impl Policy {
         class: ClassId,
         pageview_rt: Option<Duration>,
         decided: Option<SynDecision>,
-    ) -> (SynDecision, Option<Admission>) {
+    ) -> SynOutcome {
         self.refresh(now);
         if let Some(c) = self.class_counters.get_mut(class.index()) {
             c.syns += 1;
@@ -315,6 +338,7 @@ impl Policy {
         self.rules.eval_syn(&facts, &mut firings);
         let mut decision = SynDecision::Pass;
         let mut admission = self.syn_by_address.then_some(Admission::Pass);
+        let (mut fast_syn, mut halt_fast_syn) = (None, false);
         let mut last_rule: Option<RuleId> = None;
         for f in &firings {
             if last_rule != Some(f.rule) {
@@ -323,6 +347,17 @@ impl Policy {
                     rc.fired += 1;
                     rc.last_fired = Some(now);
                 }
+            }
+            match f.effect {
+                Effect::FastSyn { gap } if self.fast_syn_carried_out => {
+                    fast_syn.get_or_insert(gap);
+                    continue;
+                }
+                Effect::HaltFastSyn if self.fast_syn_carried_out => {
+                    halt_fast_syn = true;
+                    continue;
+                }
+                _ => {}
             }
             if decision != SynDecision::Pass {
                 continue;
@@ -370,7 +405,7 @@ impl Policy {
                 c.syns_dropped += 1;
             }
         }
-        (decision, admission)
+        SynOutcome { decision, admission, fast_syn, halt_fast_syn }
     }
 
     /// `FILE:LINE:COL` of a rule, for logs and records (made once per rule set).

@@ -673,3 +673,71 @@ fn fastpath_limit_syn_publishes_its_bucket_once_and_port_rules_keep_every_syn_qu
     r.feed(10, c.syn());
     assert!(fastpath_updates(&mut r).is_empty());
 }
+
+fn fast_run(rules_text: &str) -> Run {
+    let mut r = Run::with(Config { fast_syn: true, ..Config::default() });
+    r.engine.set_rules(Some(rules(rules_text)));
+    r
+}
+
+fn transmits(r: &mut Run) -> Vec<rlm_core::engine::Transmit> {
+    std::iter::from_fn(|| r.engine.poll_transmit()).collect()
+}
+
+#[test]
+fn fast_syn_retransmits_every_gap_absorbs_the_clients_own_and_stops_at_the_synack() {
+    let mut r = fast_run("IF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n");
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    let syn = c.syn();
+    r.feed(0, syn.clone());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    assert!(transmits(&mut r).is_empty());
+    // The server does not answer (its listen queue is full): rlm sends the same SYN at 0.5 s and 1 s.
+    r.advance(1_000);
+    let t = transmits(&mut r);
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert!(t.iter().all(|t| t.port == Port::Server && &t.frame[..] == &syn[..]));
+    // The client's own retransmission (its 1 s RTO) is absorbed: the server sees one SYN stream.
+    r.feed(1_000, c.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    // The server answers at 1.2 s: no more retransmissions.
+    r.feed(1_200, c.synack());
+    r.advance(5_000);
+    assert!(transmits(&mut r).is_empty());
+    r.feed(1_200 + RTT_MS, c.ack());
+    assert_eq!((r.engine.stats().fast_syns_sent, r.engine.stats().fast_syns_absorbed), (2, 1));
+    // Without fast_syn in the config (a driver that sends nothing) the rule is only counted.
+    let mut off = Run::new();
+    off.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
+    let c2 = TcpConv::new("10.5.0.8:40001", "10.9.0.1:80");
+    off.feed(0, c2.syn());
+    off.advance(3_000);
+    off.feed(3_000, c2.syn());
+    assert_eq!(off.verdict, Some(rlm_core::Verdict::Accept));
+    assert!(transmits(&mut off).is_empty());
+    assert_eq!(off.engine.policy().unwrap().rule_counters[0].deferred, 2);
+}
+
+#[test]
+fn halt_fast_syn_holds_a_throttled_class_back_and_resumes_when_the_rule_clears() {
+    let throttle = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN\n  DROP SYN\n  HALT FAST SYN\n";
+    let mut r = fast_run(throttle);
+    let low = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    let syn = low.syn();
+    r.feed(0, syn.clone());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    r.advance(2_000);
+    assert!(transmits(&mut r).is_empty(), "halted while the throttle holds");
+    // The throttle lifts (a new rule file): the held SYN goes to the server at the next gap.
+    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
+    r.advance(2_600);
+    let t = transmits(&mut r);
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(&t[0].frame[..], &syn[..]);
+    // Then every gap until the per-connection limit (20 in all) and nothing after it.
+    r.advance(25_000);
+    assert_eq!(transmits(&mut r).len(), 19);
+    r.advance(40_000);
+    assert!(transmits(&mut r).is_empty());
+    assert_eq!(r.engine.stats().fast_syns_sent, 20);
+}

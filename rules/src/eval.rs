@@ -372,6 +372,11 @@ impl RuleSet {
         }
     }
 
+    /// Whether some rule has an action at `node` for which `pred` holds.
+    pub fn any_effect_at(&self, node: Node, pred: impl Fn(&Effect) -> bool) -> bool {
+        self.by_node[node.index()].iter().any(|&i| self.rules[i as usize].effects[node.index()].iter().any(&pred))
+    }
+
     /// Whether the SYN node's decision depends only on the client's address, the server's
     /// address and port, and the class aggregates: no class declaration and no rule acting at
     /// the SYN reads the client's port (`PORT.SRC`) or the pageview's own elapsed time (`RT`).
