@@ -264,13 +264,15 @@ pub enum FastpathUpdate {
 }
 
 /// The engine's side of a kernel fast path ([`Engine::enable_fastpath`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Fastpath {
     updates: VecDeque<FastpathUpdate>,
     /// Bumped with every new rule set.
     epoch: u64,
-    /// What the generation was last derived from: (epoch, policy generation, mode).
-    seen: Option<(u64, u64, SynMode)>,
+    /// The SYN mode of the rule set in force (it changes only with the rule set).
+    mode: SynMode,
+    /// What the generation was last derived from: (epoch, policy generation).
+    seen: Option<(u64, u64)>,
     generation: u64,
     buckets: ahash::AHashSet<u32>,
 }
@@ -394,8 +396,23 @@ impl Engine {
     /// Make [`FastpathUpdate`]s for a kernel fast path (the inline driver), starting with the
     /// current SYN mode.
     pub fn enable_fastpath(&mut self) {
-        self.fastpath = Some(Fastpath::default());
+        let mode = self.syn_mode();
+        self.fastpath = Some(Fastpath { updates: VecDeque::new(), epoch: 0, mode, seen: None, generation: 0, buckets: ahash::AHashSet::new() });
         self.note_fastpath();
+    }
+
+    /// How the rule set in force lets a kernel fast path treat SYNs.
+    fn syn_mode(&self) -> SynMode {
+        match &self.policy {
+            Some(p) if p.acts_at_syn() => {
+                if p.syn_decided_by_address() && !p.fast_syn_rules() {
+                    SynMode::Verdicts
+                } else {
+                    SynMode::QueueAll
+                }
+            }
+            _ => SynMode::PassAll,
+        }
     }
 
     /// The next update for the kernel fast path, if any.
@@ -404,20 +421,18 @@ impl Engine {
     }
 
     /// The SYN mode and generation now; queue a [`FastpathUpdate::Mode`] if they changed.
+    /// Called after every frame: it only compares two numbers.
     fn note_fastpath(&mut self) {
         let Some(fp) = self.fastpath.as_mut() else { return };
-        let (policy_gen, mode) = match &self.policy {
-            Some(p) if p.acts_at_syn() => {
-                let by_address = p.syn_decided_by_address() && !p.fast_syn_rules();
-                (p.generation(), if by_address { SynMode::Verdicts } else { SynMode::QueueAll })
-            }
-            _ => (0, SynMode::PassAll),
+        let policy_gen = match (&self.policy, fp.mode) {
+            (Some(p), SynMode::Verdicts | SynMode::QueueAll) => p.generation(),
+            _ => 0,
         };
-        let now = (fp.epoch, policy_gen, mode);
+        let now = (fp.epoch, policy_gen);
         if fp.seen != Some(now) {
             fp.seen = Some(now);
             fp.generation += 1;
-            fp.updates.push_back(FastpathUpdate::Mode { mode, generation: fp.generation });
+            fp.updates.push_back(FastpathUpdate::Mode { mode: fp.mode, generation: fp.generation });
         }
     }
 
@@ -445,11 +460,13 @@ impl Engine {
     /// Put a rule set in force (or none). Flows, pageviews and class statistics carry over: a
     /// reload loses nothing.
     pub fn set_rules(&mut self, rules: Option<RuleSet>) {
+        self.set_policy(rules);
+        let mode = self.syn_mode();
         if let Some(fp) = self.fastpath.as_mut() {
             fp.epoch += 1;
+            fp.mode = mode;
             fp.buckets.clear();
         }
-        self.set_policy(rules);
         self.note_fastpath();
     }
 

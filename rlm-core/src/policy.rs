@@ -112,7 +112,7 @@ pub enum SynDecision {
 }
 
 /// What a kernel fast path may do with the later SYNs of the same client and server while the
-/// policy's [`Policy::generation`] stays the same (see [`rules::RuleSet::syn_decided_by_addresses`]).
+/// rule set and the policy's [`Policy::generation`] stay the same (see [`rules::RuleSet::syn_decided_by_addresses`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Admission {
     Pass,
@@ -177,7 +177,7 @@ pub struct Policy {
     buckets: AHashMap<(BucketId, ClassId), TokenBucket>,
     firings: Vec<Firing>,
     /// The SYN node's view of the class statistics ([`rules::RuleSet::syn_aggregate_signature`])
-    /// and a number that changes with it (and with every new rule set).
+    /// and a number that changes with it.
     signature: u64,
     generation: u64,
     syn_by_address: bool,
@@ -224,7 +224,6 @@ impl Policy {
     pub fn replace_rules(&mut self, rules: RuleSet) {
         let mut old = Policy::new(rules, self.window);
         std::mem::swap(self, &mut old);
-        self.generation = old.generation + 1;
         self.fast_syn_carried_out = old.fast_syn_carried_out;
         let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
         for i in 0..old_rules.class_count() {
@@ -275,8 +274,9 @@ impl Policy {
         }
     }
 
-    /// Changes whenever a class statistic test read at the SYN changes value (and with each new
-    /// rule set): an [`Admission`] holds only for the generation it was made in. Never 0.
+    /// Changes whenever a class statistic test read at the SYN changes value: within one rule
+    /// set, an [`Admission`] holds only for the generation it was made in (the engine numbers
+    /// rule sets itself). Never 0.
     pub fn generation(&self) -> u64 {
         self.generation
     }

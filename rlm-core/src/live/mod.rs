@@ -185,18 +185,15 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         queue_mark: matches!(source, Source::Fast(_)).then_some(cfg.queue_mark),
     };
     let installed = netfilter::install(&plan)?;
-    match &source {
-        Source::Fast(_) => info!(
-            bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
-            backend = ?installed.backend(), queues = ?nfq.queues, queue_mark = format!("{:#x}", cfg.queue_mark), metrics = %cfg.metrics,
-            "installed: eBPF syn_admit on the client port, observe on the server port; SYNs without a verdict in the kernel are queued (bypass when rlm is gone)"
-        ),
-        Source::Tap(_) => info!(
-            bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
-            backend = ?installed.backend(), queues = ?nfq.queues, metrics = %cfg.metrics,
-            "installed: the clients' SYNs are queued (bypass when rlm is gone); the rest is measured from the tap on the server port"
-        ),
-    }
+    let what = match &source {
+        Source::Fast(_) => "eBPF syn_admit on the client port, observe on the server port; SYNs without a verdict in the kernel are queued",
+        Source::Tap(_) => "the clients' SYNs are queued; the rest is measured from the tap on the server port",
+    };
+    info!(
+        bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
+        backend = ?installed.backend(), queues = ?nfq.queues, queue_mark = ?plan.queue_mark.map(|m| format!("{m:#x}")), metrics = %cfg.metrics,
+        "installed: {what} (bypass when rlm is gone)"
+    );
     let result = match drop_capabilities() {
         Ok(()) => {
             let mut lp = Loop::new(&cfg, nfq, source, metrics, status, client_ifindex, server_ifindex);
