@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs};
 use crate::flow::{CloseReason, ConnId, ConnState, FlowNote, FlowTable, HttpOptions};
 use crate::http::{HttpEvent, Txn};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
@@ -65,13 +66,16 @@ pub struct Config {
     pub scan_embeds: bool,
     /// Decode gzip/deflate bodies so that body lengths are decoded sizes, as Zeek's.
     pub decode_bodies: bool,
-    /// Carry out `FAST SYN` (retransmit a client's SYN to the server every GAP until it answers,
-    /// absorbing the client's own retransmissions meanwhile) and `HALT FAST SYN`, with frames
-    /// from [`Engine::poll_transmit`]. Only for a driver that sends those frames; otherwise the
-    /// actions are counted as deferred.
-    pub fast_syn: bool,
-    /// Most fast retransmissions of one SYN.
-    pub fast_syn_limit: u32,
+    /// Carry out the actions that send frames, with frames from [`Engine::poll_transmit`]:
+    /// `FAST SYN` (retransmit a client's SYN to the server every GAP until it answers, absorbing
+    /// the client's own retransmissions meanwhile), `HALT FAST SYN`, `FAST SYN/ACK` (retransmit
+    /// the server's SYN/ACK to the client every GAP until its ACK comes) and `DELAY FIRST SYN`.
+    /// Only for a driver that sends those frames; otherwise the actions are counted as deferred.
+    pub inject: bool,
+    /// Most fast retransmissions of one SYN, and of one SYN/ACK.
+    pub fast_limit: u32,
+    /// What rlm may inject, per class and in all ([`InjectBudget`]).
+    pub inject_budget: InjectBudget,
     /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
     /// which keeps pageviews only, turns it off and saves building them).
     pub transaction_records: bool,
@@ -90,8 +94,9 @@ impl Default for Config {
             scan_embeds: true,
             decode_bodies: true,
             transaction_records: true,
-            fast_syn: false,
-            fast_syn_limit: 20,
+            inject: false,
+            fast_limit: 20,
+            inject_budget: InjectBudget::default(),
             class_window: Duration::from_secs(30),
             pageview: PageviewConfig::default(),
         }
@@ -224,19 +229,20 @@ pub enum Event {
 pub struct Transmit {
     /// The port to send it out of: `Server` toward the farm, `Client` toward the clients.
     pub port: Port,
-    /// How `frame` starts (a frame that came from NFQUEUE has no link header: the driver adds
-    /// one).
-    pub link: LinkType,
+    /// A whole Ethernet frame, checksums computed.
     pub frame: Box<[u8]>,
 }
 
-/// A SYN the engine retransmits on the client's behalf (`FAST SYN`).
-#[derive(Debug)]
-struct FastSyn {
-    gap: Duration,
-    link: LinkType,
-    frame: Box<[u8]>,
-    sent: u32,
+/// How often a held-back SYN without a `FAST SYN` gap is looked at again.
+const HELD_SYN_RECHECK: Duration = Duration::from_millis(500);
+
+/// A frame to keep once the frame being handled is through (set at the SYN and SYN/ACK nodes).
+#[derive(Clone, Copy, Debug)]
+enum Keep {
+    /// A client's SYN: retransmit it every `gap`, first after `delay` if it is held back.
+    Syn { gap: Option<Duration>, delay: Option<Duration>, class: usize },
+    /// A server's SYN/ACK: retransmit it every `gap` until the client's ACK.
+    SynAck { gap: Duration, class: usize },
 }
 
 /// How a kernel fast path treats the clients' SYNs to the servers' ports.
@@ -314,6 +320,15 @@ pub struct Stats {
     pub fast_syns_sent: u64,
     /// Clients' own retransmissions absorbed while rlm was retransmitting for them.
     pub fast_syns_absorbed: u64,
+    /// SYN/ACKs retransmitted to the clients on the servers' behalf (`FAST SYN/ACK`).
+    pub fast_synacks_sent: u64,
+    /// First SYNs of pageviews held back (`DELAY FIRST SYN`).
+    pub syns_delayed: u64,
+    /// Frames the injection budget refused (the retransmissions stop; the endpoints' own TCP
+    /// takes over), or not kept because too many were pending.
+    pub inject_denied: u64,
+    /// Frames not sent because no link address was known for where they go.
+    pub inject_no_mac: u64,
     pub retransmitted_segments: u64,
     pub gap_bytes: u64,
     pub transactions: u64,
@@ -329,6 +344,8 @@ enum TimerKind {
     Idle,
     /// The next fast retransmission of a SYN the server has not answered.
     FastSyn,
+    /// The next fast retransmission of a SYN/ACK the client has not acknowledged.
+    FastSynAck,
 }
 
 /// The engine.
@@ -350,12 +367,18 @@ pub struct Engine {
     /// The decision a kernel fast path carried out on the SYN being handled.
     decided: Option<SynDecision>,
     fastpath: Option<Fastpath>,
-    /// SYNs being fast-retransmitted, by connection.
-    fast_syns: ahash::AHashMap<ConnId, FastSyn>,
-    /// A connection whose SYN frame is to be kept for fast retransmission (set at the SYN node,
-    /// taken once the frame's handling is over).
-    keep_syn_frame: Option<(ConnId, Duration)>,
+    /// SYNs being fast-retransmitted (or held back), by connection.
+    fast_syns: ahash::AHashMap<ConnId, Kept>,
+    /// SYN/ACKs being fast-retransmitted, by connection.
+    fast_synacks: ahash::AHashMap<ConnId, Kept>,
+    /// The frame being handled, to be kept once its handling is over.
+    keep: Option<(ConnId, Keep)>,
     transmits: VecDeque<Transmit>,
+    links: LinkAddrs,
+    budgets: Budgets,
+    /// The rules in force send frames ([`Policy::injects`]), at the SYN/ACK node too.
+    injecting: bool,
+    injecting_synack: bool,
 }
 
 impl Engine {
@@ -367,6 +390,7 @@ impl Engine {
         for i in Ignored::ALL {
             stats.ignored.insert(i.name(), 0);
         }
+        let budgets = Budgets::new(cfg.inject_budget.clone());
         Engine {
             flows: FlowTable::new(cfg.max_connections),
             pageviews: Pageviews::new(cfg.pageview.clone()),
@@ -383,12 +407,17 @@ impl Engine {
             decided: None,
             fastpath: None,
             fast_syns: ahash::AHashMap::new(),
-            keep_syn_frame: None,
+            fast_synacks: ahash::AHashMap::new(),
+            keep: None,
             transmits: VecDeque::new(),
+            links: LinkAddrs::default(),
+            budgets,
+            injecting: false,
+            injecting_synack: false,
         }
     }
 
-    /// The next frame to send, if any ([`Config::fast_syn`]).
+    /// The next frame to send, if any ([`Config::inject`]).
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
     }
@@ -405,7 +434,7 @@ impl Engine {
     fn syn_mode(&self) -> SynMode {
         match &self.policy {
             Some(p) if p.acts_at_syn() => {
-                if p.syn_decided_by_address() && !p.fast_syn_rules() {
+                if p.syn_decided_by_address() && !p.needs_every_syn() {
                     SynMode::Verdicts
                 } else {
                     SynMode::QueueAll
@@ -475,11 +504,13 @@ impl Engine {
             (Some(r), Some(p)) => p.replace_rules(r),
             (Some(r), None) => {
                 let mut p = Policy::new(r, self.cfg.class_window);
-                p.fast_syn_carried_out = self.cfg.fast_syn;
+                p.inject_carried_out = self.cfg.inject;
                 self.policy = Some(p);
             }
             (None, _) => self.policy = None,
         }
+        self.injecting = self.policy.as_ref().is_some_and(Policy::injects);
+        self.injecting_synack = self.policy.as_ref().is_some_and(Policy::injects_at_synack);
     }
 
     /// The rules in force and their state.
@@ -524,7 +555,9 @@ impl Engine {
                 flows.get(*id).is_some_and(|c| *kind == TimerKind::Idle || matches!(c.state, ConnState::SynSent | ConnState::SynReceived))
             });
             self.timers_compacted = self.timers.len();
-            self.fast_syns.retain(|id, _| flows.get(*id).is_some_and(|c| matches!(c.state, ConnState::SynSent | ConnState::SynReceived)));
+            let half_open = |id: &ConnId| flows.get(*id).is_some_and(|c| matches!(c.state, ConnState::SynSent | ConnState::SynReceived));
+            self.fast_syns.retain(|id, _| half_open(id));
+            self.fast_synacks.retain(|id, _| half_open(id));
         }
     }
 
@@ -544,10 +577,12 @@ impl Engine {
         match wire::decode(link, frame) {
             Decoded::Tcp(seg) => {
                 self.stats.tcp_segments += 1;
+                if self.injecting && seg.flags.syn {
+                    self.links.learn(link, frame, &seg);
+                }
                 self.on_segment(now, port, &seg);
-                if let Some((id, gap)) = self.keep_syn_frame.take() {
-                    self.fast_syns.insert(id, FastSyn { gap, link, frame: frame.into(), sent: 0 });
-                    self.push_timer(now + gap, id, TimerKind::FastSyn);
+                if let Some((id, keep)) = self.keep.take() {
+                    self.keep_frame(now, id, keep, link, frame);
                 }
             }
             Decoded::Ignored(i) => *self.stats.ignored.entry(i.name()).or_default() += 1,
@@ -591,6 +626,7 @@ impl Engine {
                     }
                 }
                 TimerKind::FastSyn => self.fast_syn_due(now, id),
+                TimerKind::FastSynAck => self.fast_synack_due(now, id),
                 TimerKind::Idle => {
                     let limit = if c.state == ConnState::Closed { self.cfg.closed_linger } else { self.cfg.idle_timeout };
                     let due = c.last_seen + limit;
@@ -727,10 +763,23 @@ impl Engine {
                     // The server answered: no more fast retransmissions.
                     self.fast_syns.remove(&id);
                     self.pageviews.on_synack(now, id);
+                    if self.injecting_synack && !retransmission {
+                        self.at_synack(now, id);
+                    }
                 }
                 FlowNote::Established => {
                     let c = self.flows.get(id).expect("live");
                     let (client, rtt) = (c.client.ip, c.rtt());
+                    if self.injecting {
+                        // The handshake is done: no more SYN/ACKs; a real client earns its class
+                        // some injections.
+                        self.fast_synacks.remove(&id);
+                        let server = c.server;
+                        if let Some(p) = &self.policy {
+                            let class = p.classify(SocketAddr::new(client, c.client.port), SocketAddr::new(server.ip, server.port));
+                            self.budgets.earn(class.index());
+                        }
+                    }
                     self.pageviews.on_established(now, id, client, rtt);
                 }
                 FlowNote::ServerRetransmission => self.pageviews.on_server_retransmission(now, id),
@@ -869,6 +918,8 @@ impl Engine {
             return;
         }
         let never_established = !c.was_established();
+        self.fast_syns.remove(&id);
+        self.fast_synacks.remove(&id);
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
         let first_syn = c.hs.syn.first;
@@ -895,23 +946,31 @@ impl Engine {
     /// The SYN node: the rules decide whether the client's SYN goes on. A dropped SYN stays in
     /// the pageview's accounting: the client will retransmit it and wait.
     fn at_syn(&mut self, now: Timestamp, id: ConnId, client: Endpoint, server: Endpoint, retransmission: bool) {
+        if retransmission && self.fast_syns.contains_key(&id) {
+            // rlm sends this SYN for the client (every GAP, or after a delay): the client's own
+            // retransmission is absorbed, so that the server sees one SYN stream. It is not a
+            // SYN of the class for the rules (no token, no counter).
+            self.verdict = Verdict::Drop;
+            self.stats.fast_syns_absorbed += 1;
+            return;
+        }
         let Some(policy) = self.policy.as_mut() else { return };
         let (c, s) = (SocketAddr::new(client.ip, client.port), SocketAddr::new(server.ip, server.port));
         let class = policy.classify(c, s);
         let rt = self.pageviews.elapsed_for_client(client.ip, now);
         let decided = self.decided.take();
-        let SynOutcome { decision, admission, fast_syn, .. } = policy.at_syn_decided(now, c, s, class, Some(rt), decided);
-        if retransmission && self.fast_syns.contains_key(&id) {
-            // rlm retransmits this SYN for the client every GAP: the client's own retransmission
-            // is absorbed, so that the server sees one SYN stream.
-            self.verdict = Verdict::Drop;
-            self.stats.fast_syns_absorbed += 1;
-            return;
+        let SynOutcome { decision, admission, fast_syn, delay_first, .. } = policy.at_syn_decided(now, c, s, class, Some(rt), decided);
+        // DELAY FIRST SYN: a SYN that opens a pageview (its client has none open) is held back
+        // and sent after the delay (004 Figure 17).
+        let delay = delay_first.filter(|_| !retransmission && rt.is_zero() && decision == SynDecision::Pass);
+        if !retransmission && (fast_syn.is_some() || delay.is_some()) {
+            // Keep this SYN's frame (once its handling is over) and send it after GAP (or the
+            // delay) unless the server answers first.
+            self.keep = Some((id, Keep::Syn { gap: fast_syn, delay, class: class.index() }));
         }
-        if let (Some(gap), false) = (fast_syn, retransmission) {
-            // Keep this SYN's frame (once its handling is over) and retransmit it after GAP unless
-            // the server answers first.
-            self.keep_syn_frame = Some((id, gap));
+        if delay.is_some() {
+            self.verdict = Verdict::Drop;
+            self.stats.syns_delayed += 1;
         }
         if let SynDecision::Drop { rule, limited } = decision {
             self.verdict = Verdict::Drop;
@@ -942,7 +1001,57 @@ impl Engine {
         }
     }
 
-    /// A fast-retransmission timer: send the SYN again (through the SYN node's rules once more:
+    /// The SYN/ACK node: with `FAST SYN/ACK` in force for the connection, keep the SYN/ACK to
+    /// send it again every gap until the client's ACK comes.
+    fn at_synack(&mut self, now: Timestamp, id: ConnId) {
+        let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return };
+        let (cl, sv) = (SocketAddr::new(c.client.ip, c.client.port), SocketAddr::new(c.server.ip, c.server.port));
+        let class = policy.classify(cl, sv);
+        if let Some(gap) = policy.at_synack(now, cl, sv, class) {
+            self.keep = Some((id, Keep::SynAck { gap, class: class.index() }));
+        }
+    }
+
+    /// Keep the frame just handled, as the SYN or SYN/ACK node asked, and arm its timer.
+    fn keep_frame(&mut self, now: Timestamp, id: ConnId, keep: Keep, link: LinkType, frame: &[u8]) {
+        let (map, gap, delayed, class, kind) = match keep {
+            Keep::Syn { gap, delay, class } => (&mut self.fast_syns, gap, delay.is_some(), class, TimerKind::FastSyn),
+            Keep::SynAck { gap, class } => (&mut self.fast_synacks, Some(gap), false, class, TimerKind::FastSynAck),
+        };
+        if map.len() >= self.budgets.config().max_pending && !map.contains_key(&id) {
+            self.stats.inject_denied += 1;
+            return;
+        }
+        map.insert(id, Kept { gap, link, frame: frame.into(), sent: 0, delayed, class });
+        let first = match keep {
+            Keep::Syn { delay: Some(d), .. } => d,
+            _ => gap.unwrap_or(Duration::ZERO),
+        };
+        self.push_timer(now + first, id, kind);
+    }
+
+    /// Send a kept frame toward the server or the client if the budget allows; false if it did
+    /// not (the retransmissions then stop).
+    fn send_kept(&mut self, now: Timestamp, id: ConnId, to_server: bool) -> bool {
+        let Some(c) = self.flows.get(id) else { return false };
+        let (client, server) = (c.client.ip, c.server.ip);
+        let map = if to_server { &mut self.fast_syns } else { &mut self.fast_synacks };
+        let Some(kept) = map.get_mut(&id) else { return false };
+        if !self.budgets.take(now, kept.class) {
+            self.stats.inject_denied += 1;
+            return false;
+        }
+        let Some(frame) = self.links.frame(kept, client, server, to_server) else {
+            self.stats.inject_no_mac += 1;
+            return false;
+        };
+        kept.sent += 1;
+        kept.delayed = false;
+        self.transmits.push_back(Transmit { port: if to_server { Port::Server } else { Port::Client }, frame });
+        true
+    }
+
+    /// A SYN's timer: send it (again) to the server (through the SYN node's rules once more:
     /// `HALT FAST SYN` or a `DROP SYN` holding for this client hold it back) unless the server
     /// answered, the client has given up (its connect timeout) or the limit is reached.
     fn fast_syn_due(&mut self, now: Timestamp, id: ConnId) {
@@ -952,8 +1061,8 @@ impl Engine {
         };
         let (client, server, first) = (c.client, c.server, c.hs.syn.first.unwrap_or(now));
         let Some(fs) = self.fast_syns.get(&id) else { return };
-        let gap = fs.gap;
-        if now.saturating_since(first) >= self.cfg.pageview.connect_timeout || fs.sent >= self.cfg.fast_syn_limit {
+        let delayed = fs.delayed;
+        if now.saturating_since(first) >= self.cfg.pageview.connect_timeout || fs.sent >= self.cfg.fast_limit {
             self.fast_syns.remove(&id);
             return;
         }
@@ -965,19 +1074,42 @@ impl Engine {
         let class = policy.classify(c, s);
         let rt = self.pageviews.elapsed_for_client(client.ip, now);
         let out = policy.at_syn_decided(now, c, s, class, Some(rt), None);
-        if out.fast_syn.is_none() {
+        if out.fast_syn.is_none() && !delayed {
             // The rule no longer applies (a new rule file): the client's own TCP takes over.
             self.fast_syns.remove(&id);
             return;
         }
         if !out.halt_fast_syn && out.decision == SynDecision::Pass {
-            if let Some(fs) = self.fast_syns.get_mut(&id) {
-                fs.sent += 1;
-                self.transmits.push_back(Transmit { port: Port::Server, link: fs.link, frame: fs.frame.clone() });
-                self.stats.fast_syns_sent += 1;
+            if !self.send_kept(now, id, true) {
+                self.fast_syns.remove(&id);
+                return;
+            }
+            self.stats.fast_syns_sent += 1;
+            if out.fast_syn.is_none() {
+                // A held-back first SYN without FAST SYN: sent once; the client's TCP goes on.
+                self.fast_syns.remove(&id);
+                return;
             }
         }
-        self.push_timer(now + gap, id, TimerKind::FastSyn);
+        self.push_timer(now + out.fast_syn.unwrap_or(HELD_SYN_RECHECK), id, TimerKind::FastSyn);
+    }
+
+    /// A SYN/ACK's timer: send it again to the client unless its ACK came, it has given up or
+    /// the limit is reached.
+    fn fast_synack_due(&mut self, now: Timestamp, id: ConnId) {
+        let Some(c) = self.flows.get(id).filter(|c| c.state == ConnState::SynReceived) else {
+            self.fast_synacks.remove(&id);
+            return;
+        };
+        let first = c.hs.syn.first.unwrap_or(now);
+        let Some(k) = self.fast_synacks.get(&id) else { return };
+        let gap = k.gap.unwrap_or(HELD_SYN_RECHECK);
+        if now.saturating_since(first) >= self.cfg.pageview.connect_timeout || k.sent >= self.cfg.fast_limit || !self.send_kept(now, id, false) {
+            self.fast_synacks.remove(&id);
+            return;
+        }
+        self.stats.fast_synacks_sent += 1;
+        self.push_timer(now + gap, id, TimerKind::FastSynAck);
     }
 
     fn collect_pageviews(&mut self) {

@@ -6,6 +6,7 @@
 //! [`engine::Engine`] ties them together behind a sans-IO interface; the
 //! drivers ([`capture`]) and commands ([`analyze`]) sit around it.
 
+pub mod actions;
 pub mod analyze;
 pub mod capture;
 pub mod engine;

@@ -131,6 +131,8 @@ pub struct SynOutcome {
     pub fast_syn: Option<Duration>,
     /// `HALT FAST SYN` holds: no fast retransmission for this client now.
     pub halt_fast_syn: bool,
+    /// `DELAY FIRST SYN d` holds: if this SYN opens a pageview, hold it back `d`.
+    pub delay_first: Option<Duration>,
 }
 
 /// Counters of one class.
@@ -183,9 +185,9 @@ pub struct Policy {
     syn_by_address: bool,
     pub class_counters: Vec<ClassCounters>,
     pub rule_counters: Vec<RuleCounters>,
-    /// The engine carries out `FAST SYN` and `HALT FAST SYN` (it can send frames): they are not
-    /// counted as deferred.
-    pub fast_syn_carried_out: bool,
+    /// The engine carries out the actions that send frames (`FAST SYN`, `FAST SYN/ACK`, `DELAY
+    /// FIRST SYN`, `HALT FAST SYN`): they are not counted as deferred.
+    pub inject_carried_out: bool,
 }
 
 fn since_epoch(t: Timestamp) -> Duration {
@@ -206,7 +208,7 @@ impl Policy {
             signature,
             generation: 1,
             syn_by_address: rules.syn_decided_by_addresses(),
-            fast_syn_carried_out: false,
+            inject_carried_out: false,
             class_counters: vec![ClassCounters::default(); n],
             rule_counters: vec![RuleCounters::default(); rules.rule_count()],
             labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
@@ -224,7 +226,7 @@ impl Policy {
     pub fn replace_rules(&mut self, rules: RuleSet) {
         let mut old = Policy::new(rules, self.window);
         std::mem::swap(self, &mut old);
-        self.fast_syn_carried_out = old.fast_syn_carried_out;
+        self.inject_carried_out = old.inject_carried_out;
         let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
         for i in 0..old_rules.class_count() {
             let name = old_rules.class_name(ClassId(i as u16));
@@ -286,10 +288,50 @@ impl Policy {
         self.rules.rules_at(rules::Node::Syn).next().is_some()
     }
 
-    /// Whether SYNs are fast-retransmitted (a `FAST SYN` rule carried out): the engine then
-    /// needs every client SYN, to absorb the clients' retransmissions.
-    pub fn fast_syn_rules(&self) -> bool {
-        self.fast_syn_carried_out && self.rules.any_effect_at(rules::Node::Syn, |e| matches!(e, rules::Effect::FastSyn { .. }))
+    /// Whether the engine must see every client SYN: a `FAST SYN` rule (to absorb the clients'
+    /// retransmissions) or a `DELAY FIRST SYN` rule (whether a SYN opens a pageview is known only
+    /// to the engine) is carried out.
+    pub fn needs_every_syn(&self) -> bool {
+        self.inject_carried_out
+            && self.rules.any_effect_at(rules::Node::Syn, |e| matches!(e, rules::Effect::FastSyn { .. } | rules::Effect::DelayFirstSyn { .. }))
+    }
+
+    /// Whether some rule sends frames (carried out): `FAST SYN`, `DELAY FIRST SYN` or `FAST
+    /// SYN/ACK`.
+    pub fn injects(&self) -> bool {
+        self.needs_every_syn() || self.injects_at_synack()
+    }
+
+    /// Whether a `FAST SYN/ACK` rule is carried out (the SYN/ACK node is worth evaluating).
+    pub fn injects_at_synack(&self) -> bool {
+        self.inject_carried_out && self.rules.any_effect_at(rules::Node::SynAck, |e| matches!(e, rules::Effect::FastSynAck { .. }))
+    }
+
+    /// The SYN/ACK node (transitions 2 and 8 of 004 Figure 3): the gap of the `FAST SYN/ACK` in
+    /// force for this connection, if any.
+    pub fn at_synack(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId) -> Option<Duration> {
+        self.refresh(now);
+        let mut facts = Facts::new(client, server, class, &self.windows);
+        facts.holds = Some(&self.holds);
+        let mut firings = std::mem::take(&mut self.firings);
+        firings.clear();
+        self.rules.eval_synack(&facts, &mut firings);
+        let mut gap = None;
+        for f in &firings {
+            if let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) {
+                rc.fired += 1;
+                rc.last_fired = Some(now);
+                if let rules::Effect::FastSynAck { gap: g } = f.effect {
+                    if self.inject_carried_out {
+                        gap.get_or_insert(g);
+                    } else {
+                        rc.deferred += 1;
+                    }
+                }
+            }
+        }
+        self.firings = firings;
+        gap
     }
 
     /// Whether the SYN decision depends only on the client's and server's addresses and the
@@ -338,7 +380,7 @@ impl Policy {
         self.rules.eval_syn(&facts, &mut firings);
         let mut decision = SynDecision::Pass;
         let mut admission = self.syn_by_address.then_some(Admission::Pass);
-        let (mut fast_syn, mut halt_fast_syn) = (None, false);
+        let (mut fast_syn, mut halt_fast_syn, mut delay_first) = (None, false, None);
         let mut last_rule: Option<RuleId> = None;
         for f in &firings {
             if last_rule != Some(f.rule) {
@@ -349,12 +391,16 @@ impl Policy {
                 }
             }
             match f.effect {
-                Effect::FastSyn { gap } if self.fast_syn_carried_out => {
+                Effect::FastSyn { gap } if self.inject_carried_out => {
                     fast_syn.get_or_insert(gap);
                     continue;
                 }
-                Effect::HaltFastSyn if self.fast_syn_carried_out => {
+                Effect::HaltFastSyn if self.inject_carried_out => {
                     halt_fast_syn = true;
+                    continue;
+                }
+                Effect::DelayFirstSyn { delay } if self.inject_carried_out => {
+                    delay_first.get_or_insert(delay);
                     continue;
                 }
                 _ => {}
@@ -405,7 +451,7 @@ impl Policy {
                 c.syns_dropped += 1;
             }
         }
-        SynOutcome { decision, admission, fast_syn, halt_fast_syn }
+        SynOutcome { decision, admission, fast_syn, halt_fast_syn, delay_first }
     }
 
     /// `FILE:LINE:COL` of a rule, for logs and records (made once per rule set).

@@ -675,7 +675,7 @@ fn fastpath_limit_syn_publishes_its_bucket_once_and_port_rules_keep_every_syn_qu
 }
 
 fn fast_run(rules_text: &str) -> Run {
-    let mut r = Run::with(Config { fast_syn: true, ..Config::default() });
+    let mut r = Run::with(Config { inject: true, ..Config::default() });
     r.engine.set_rules(Some(rules(rules_text)));
     r
 }
@@ -706,7 +706,7 @@ fn fast_syn_retransmits_every_gap_absorbs_the_clients_own_and_stops_at_the_synac
     assert!(transmits(&mut r).is_empty());
     r.feed(1_200 + RTT_MS, c.ack());
     assert_eq!((r.engine.stats().fast_syns_sent, r.engine.stats().fast_syns_absorbed), (2, 1));
-    // Without fast_syn in the config (a driver that sends nothing) the rule is only counted.
+    // Without inject in the config (a driver that sends nothing) the rule is only counted.
     let mut off = Run::new();
     off.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
     let c2 = TcpConv::new("10.5.0.8:40001", "10.9.0.1:80");
@@ -740,4 +740,135 @@ fn halt_fast_syn_holds_a_throttled_class_back_and_resumes_when_the_rule_clears()
     r.advance(40_000);
     assert!(transmits(&mut r).is_empty());
     assert_eq!(r.engine.stats().fast_syns_sent, 20);
+}
+
+#[test]
+fn fast_synack_resends_the_synack_to_the_client_until_its_ack() {
+    let mut r = fast_run("IF IP.SRC == *.*.*.* THEN FAST SYN/ACK GAP 500ms\n");
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    r.feed(0, c.syn());
+    let synack = c.synack();
+    r.feed(10, synack.clone());
+    assert!(transmits(&mut r).is_empty());
+    // The SYN/ACK was lost on the way to the client: rlm sends it again at 0.51 s and 1.01 s.
+    r.advance(1_100);
+    let t = transmits(&mut r);
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert!(t.iter().all(|t| t.port == Port::Client && t.frame[..] == synack[..]));
+    // The client's ACK ends it.
+    r.feed(1_100, c.ack());
+    r.advance(5_000);
+    assert!(transmits(&mut r).is_empty());
+    assert_eq!(r.engine.stats().fast_synacks_sent, 2);
+    // A handshake that completes within the gap sends nothing.
+    let mut d = TcpConv::new("10.5.0.8:40002", "10.9.0.1:80");
+    r.feed(6_000, d.syn());
+    r.feed(6_001, d.synack());
+    r.feed(6_100, d.ack());
+    r.advance(9_000);
+    assert!(transmits(&mut r).is_empty());
+}
+
+#[test]
+fn delay_first_syn_holds_the_pageviews_first_syn_then_fast_retransmits_it() {
+    let rules_text = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN DELAY FIRST SYN 3s\n";
+    let mut r = fast_run(rules_text);
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    let syn = c.syn();
+    r.feed(0, syn.clone());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop), "held back");
+    r.advance(2_900);
+    assert!(transmits(&mut r).is_empty());
+    // The client's own retransmission at 3 s is absorbed; rlm's copy goes at 3 s.
+    r.feed(3_000, c.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    let t = transmits(&mut r);
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!((t[0].port, &t[0].frame[..]), (Port::Server, &syn[..]));
+    // The server is slow: the next copy follows 500 ms later, then its SYN/ACK ends it.
+    r.advance(3_600);
+    assert_eq!(transmits(&mut r).len(), 1);
+    r.feed(3_700, c.synack());
+    r.feed(3_700 + RTT_MS, c.ack());
+    r.advance(8_000);
+    assert!(transmits(&mut r).is_empty());
+    let s = r.engine.stats();
+    assert_eq!((s.syns_delayed, s.fast_syns_sent, s.fast_syns_absorbed), (1, 2, 1));
+    // HIGH is not delayed.
+    let h = TcpConv::new("10.4.0.7:40001", "10.9.0.1:80");
+    r.feed(9_000, h.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+}
+
+#[test]
+fn a_syn_from_the_queue_goes_out_with_the_link_addresses_learned_from_handshakes() {
+    use rlm_core::wire::LinkType;
+    let mut r = fast_run("IF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n");
+    // An earlier handshake, seen with its Ethernet header, teaches the addresses.
+    let mut a = TcpConv::new("10.5.0.1:40000", "10.9.0.1:80");
+    let mut syn_a = a.syn();
+    syn_a[0..6].copy_from_slice(&[0xaa; 6]); // to the server
+    syn_a[6..12].copy_from_slice(&[0xcc; 6]); // from the clients' router
+    r.feed(0, syn_a);
+    let mut synack_a = a.synack();
+    synack_a[0..6].copy_from_slice(&[0xcc; 6]);
+    synack_a[6..12].copy_from_slice(&[0xaa; 6]);
+    r.feed(1, synack_a);
+    // A SYN without a link header (NFQUEUE), with its TCP checksum left partial (offload).
+    let c = TcpConv::new("10.5.0.2:40001", "10.9.0.1:80");
+    let syn = c.syn();
+    let mut raw = syn[14..].to_vec();
+    raw[20 + 16] ^= 0xff;
+    r.engine.handle_link(at(100), Port::Client, LinkType::RawIp, &raw);
+    r.advance(700);
+    let t = transmits(&mut r);
+    assert_eq!(t.len(), 1, "{t:?}");
+    let f = &t[0].frame;
+    assert_eq!((&f[0..6], &f[6..12], &f[12..14]), (&[0xaa; 6][..], &[0xcc; 6][..], &[0x08, 0x00][..]));
+    assert_eq!(&f[14..], &syn[14..], "the same packet, its checksum whole again");
+}
+
+#[test]
+fn a_spoofed_syn_flood_is_not_amplified_and_leaves_memory_bounded() {
+    let budget = rlm_core::actions::InjectBudget { max_pending: 2_000, ..Default::default() };
+    let mut r = Run::with(Config { inject: true, inject_budget: budget.clone(), ..Config::default() });
+    r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN FAST SYN + SYN/ACK GAP 500ms\n")));
+    // 20,000 SYNs from spoofed sources over 10 s: the server answers each (SYN cookies), no
+    // client ever ACKs. Half of them the server leaves unanswered (its queue is full).
+    let mut injected = 0usize;
+    let mut peak = rlm_core::engine::TableSizes::default();
+    for i in 0..20_000u64 {
+        let ip = format!("10.{}.{}.{}:{}", 100 + (i >> 16) % 100, (i >> 8) & 255, i & 255, 1024 + i % 60_000);
+        let c = TcpConv::new(&ip, "10.9.0.1:80");
+        r.feed(i / 2, c.syn());
+        if i % 2 == 0 {
+            r.feed(i / 2, c.synack());
+        }
+        injected += transmits(&mut r).len();
+        if i % 1000 == 0 {
+            let s = r.engine.table_sizes();
+            peak.connections = peak.connections.max(s.connections);
+            peak.timers = peak.timers.max(s.timers);
+        }
+    }
+    r.advance(60_000);
+    injected += transmits(&mut r).len();
+    let s = r.engine.stats();
+    // Nothing earned (no handshake completed): at most the class's initial burst, 5% of the flood.
+    assert!(injected as f64 <= budget.burst, "{injected} frames injected for 20,000 spoofed SYNs");
+    assert_eq!(injected as u64, s.fast_syns_sent + s.fast_synacks_sent);
+    assert!(s.inject_denied > 0);
+    // Kept frames and timers stay bounded by max_pending and the connection table.
+    assert!(peak.timers <= 3 * peak.connections + 4096 + 2 * budget.max_pending, "{peak:?}");
+    // Real clients earn their class a budget again.
+    let mut real = TcpConv::new("10.4.0.1:50000", "10.9.0.1:80");
+    r.feed(61_000, real.syn());
+    r.feed(61_001, real.synack());
+    r.feed(61_050, real.ack());
+    let mut lossy = TcpConv::new("10.4.0.2:50001", "10.9.0.1:80");
+    r.feed(62_000, lossy.syn());
+    r.feed(62_001, lossy.synack());
+    r.advance(62_600);
+    assert_eq!(transmits(&mut r).len(), 1, "earned by the completed handshake");
+    r.feed(62_700, lossy.ack());
 }

@@ -1,0 +1,270 @@
+//! Actions that send frames: fast SYN and SYN/ACK retransmission and the delayed first SYN
+//! (004 section 4, Figures 6, 7 and 17).
+//!
+//! The engine decides when a frame goes ([`crate::engine::Engine::poll_transmit`]); this module
+//! keeps the frames to send, learns the link addresses to send them with, and holds the budgets
+//! that keep a flood from being amplified.
+//!
+//! Frames go out as whole Ethernet frames: a frame kept from a source without a link header
+//! (NFQUEUE) gets one, from the MAC addresses seen on the handshakes of the same hosts (or, for
+//! a host not seen yet, the last address seen on that side of the bridge: a router's); and the
+//! IPv4 header and TCP checksums are computed afresh (a frame read before the NIC's checksum
+//! offload may carry a partial sum).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+
+use crate::time::Timestamp;
+use crate::wire::{LinkType, Segment};
+
+/// A frame kept to be sent again: a client's SYN toward the server (`FAST SYN`, `DELAY FIRST
+/// SYN`) or a server's SYN/ACK toward the client (`FAST SYN/ACK`).
+#[derive(Debug)]
+pub struct Kept {
+    /// The gap between retransmissions (`None`: a delayed first SYN without a `FAST SYN` rule,
+    /// sent once after its delay).
+    pub gap: Option<Duration>,
+    pub link: LinkType,
+    pub frame: Box<[u8]>,
+    /// Copies sent so far.
+    pub sent: u32,
+    /// A first SYN held back by `DELAY FIRST SYN`, not sent yet.
+    pub delayed: bool,
+    /// The class whose budget pays for it (index).
+    pub class: usize,
+}
+
+/// How much rlm may inject: per class, a token bucket that each completed handshake of the class
+/// fills by `per_handshake` (so that a flood from spoofed sources, which completes none, earns
+/// nothing), up to `burst`; and a global cap per second over all classes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InjectBudget {
+    /// Tokens a class earns with each completed handshake.
+    pub per_handshake: f64,
+    /// Most tokens a class holds (it starts full).
+    pub burst: f64,
+    /// Most frames injected per second over all classes (burst: a tenth of a second's worth).
+    pub max_per_s: f64,
+    /// Most connections with a kept frame at once (fast SYN and fast SYN/ACK each): memory stays
+    /// bounded whatever arrives.
+    pub max_pending: usize,
+}
+
+impl Default for InjectBudget {
+    fn default() -> Self {
+        // 004's 10 ms gap over an 80 ms RTT sends about 8 SYN/ACKs per handshake before the ACK
+        // can come back; 10 per handshake lets it, while a spoofed flood gets only the burst.
+        InjectBudget { per_handshake: 10.0, burst: 1000.0, max_per_s: 5000.0, max_pending: 65_536 }
+    }
+}
+
+/// The budgets' state.
+#[derive(Debug)]
+pub struct Budgets {
+    cfg: InjectBudget,
+    /// Tokens by class index (grown on demand; a new class starts full).
+    classes: Vec<f64>,
+    global: f64,
+    last: Timestamp,
+}
+
+impl Budgets {
+    pub fn new(cfg: InjectBudget) -> Budgets {
+        let global = (cfg.max_per_s / 10.0).max(1.0);
+        Budgets { cfg, classes: Vec::new(), global, last: Timestamp::ZERO }
+    }
+
+    pub fn config(&self) -> &InjectBudget {
+        &self.cfg
+    }
+
+    fn class(&mut self, class: usize) -> &mut f64 {
+        if self.classes.len() <= class {
+            self.classes.resize(class + 1, self.cfg.burst);
+        }
+        &mut self.classes[class]
+    }
+
+    /// A handshake of `class` completed.
+    pub fn earn(&mut self, class: usize) {
+        let (add, cap) = (self.cfg.per_handshake, self.cfg.burst);
+        let t = self.class(class);
+        *t = (*t + add).min(cap);
+    }
+
+    /// Take a token for one frame of `class` at `now`; false if the class or the global budget
+    /// is spent.
+    pub fn take(&mut self, now: Timestamp, class: usize) -> bool {
+        let cap = (self.cfg.max_per_s / 10.0).max(1.0);
+        let dt = now.saturating_since(self.last).as_secs_f64();
+        self.last = now.max(self.last);
+        self.global = (self.global + dt * self.cfg.max_per_s).min(cap);
+        if self.global < 1.0 || *self.class(class) < 1.0 {
+            return false;
+        }
+        self.global -= 1.0;
+        *self.class(class) -= 1.0;
+        true
+    }
+
+    /// Tokens a class holds now (for tests and status).
+    pub fn tokens(&self, class: usize) -> f64 {
+        self.classes.get(class).copied().unwrap_or(self.cfg.burst)
+    }
+}
+
+type Mac = [u8; 6];
+
+/// The link (MAC) addresses to send frames with, learned from the handshakes' Ethernet frames.
+#[derive(Debug, Default)]
+pub struct LinkAddrs {
+    by_ip: ahash::AHashMap<IpAddr, Mac>,
+    /// The last address seen for a host on the clients' side and on the servers' side.
+    client_side: Option<Mac>,
+    server_side: Option<Mac>,
+}
+
+/// Most hosts remembered (the table is emptied and learned again past it).
+const MAX_HOSTS: usize = 65_536;
+
+impl LinkAddrs {
+    /// Learn from a SYN (client → server) or SYN/ACK (server → client) frame.
+    pub fn learn(&mut self, link: LinkType, frame: &[u8], seg: &Segment<'_>) {
+        if link != LinkType::Ethernet || frame.len() < 14 || !seg.flags.syn {
+            return;
+        }
+        let (dst, src): (Mac, Mac) = (frame[0..6].try_into().expect("6 bytes"), frame[6..12].try_into().expect("6 bytes"));
+        let (client_mac, server_mac, client, server) =
+            if seg.flags.ack { (dst, src, seg.dst.ip, seg.src.ip) } else { (src, dst, seg.src.ip, seg.dst.ip) };
+        if self.by_ip.len() >= MAX_HOSTS && !self.by_ip.contains_key(&client) {
+            self.by_ip.clear();
+        }
+        self.by_ip.insert(client, client_mac);
+        self.by_ip.insert(server, server_mac);
+        self.client_side = Some(client_mac);
+        self.server_side = Some(server_mac);
+    }
+
+    fn mac(&self, ip: IpAddr, side: Option<Mac>) -> Option<Mac> {
+        self.by_ip.get(&ip).copied().or(side)
+    }
+
+    /// `kept` as a whole Ethernet frame with fresh checksums, going from the client `client` to
+    /// the server `server` (`to_server`) or back. None if the frame does not parse or no address
+    /// is known for the side it goes to.
+    pub fn frame(&self, kept: &Kept, client: IpAddr, server: IpAddr, to_server: bool) -> Option<Box<[u8]>> {
+        let mut f = match kept.link {
+            LinkType::Ethernet => kept.frame.to_vec(),
+            LinkType::RawIp => {
+                let (cm, sm) = (self.mac(client, self.client_side), self.mac(server, self.server_side));
+                let (dst, src) = if to_server { (sm?, cm.unwrap_or(sm?)) } else { (cm?, sm.unwrap_or(cm?)) };
+                let ethertype: u16 = match kept.frame.first()? >> 4 {
+                    4 => 0x0800,
+                    6 => 0x86dd,
+                    _ => return None,
+                };
+                let mut f = Vec::with_capacity(14 + kept.frame.len());
+                f.extend_from_slice(&dst);
+                f.extend_from_slice(&src);
+                f.extend_from_slice(&ethertype.to_be_bytes());
+                f.extend_from_slice(&kept.frame);
+                f
+            }
+            LinkType::LinuxSll | LinkType::Null => return None,
+        };
+        fix_checksums(&mut f).then(|| f.into_boxed_slice())
+    }
+}
+
+/// Compute the IPv4 header checksum and the TCP checksum of an Ethernet frame afresh, in place.
+/// False if the frame is not TCP over IP.
+pub fn fix_checksums(frame: &mut [u8]) -> bool {
+    let base = frame.as_ptr() as usize;
+    let (ip_sum, tcp_sum) = {
+        let Ok(p) = SlicedPacket::from_ethernet(frame) else { return false };
+        let Some(TransportSlice::Tcp(tcp)) = &p.transport else { return false };
+        let tcp_off = tcp.slice().as_ptr() as usize - base;
+        match &p.net {
+            Some(NetSlice::Ipv4(v4)) => {
+                let h = v4.header();
+                let ip_off = h.slice().as_ptr() as usize - base;
+                let Ok(sum) = tcp.calc_checksum_ipv4(h.source(), h.destination()) else { return false };
+                (Some((ip_off + 10, h.to_header().calc_header_checksum())), (tcp_off + 16, sum))
+            }
+            Some(NetSlice::Ipv6(v6)) => {
+                let h = v6.header();
+                let Ok(sum) = tcp.calc_checksum_ipv6(h.source(), h.destination()) else { return false };
+                (None, (tcp_off + 16, sum))
+            }
+            _ => return false,
+        }
+    };
+    if let Some((at, sum)) = ip_sum {
+        frame[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+    }
+    frame[tcp_sum.0..tcp_sum.0 + 2].copy_from_slice(&tcp_sum.1.to_be_bytes());
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{decode, Decoded};
+
+    fn syn_frame() -> Vec<u8> {
+        let b = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 5, 0, 7], [10, 9, 0, 1], 64)
+            .tcp(40001, 80, 1000, 64240)
+            .syn()
+            .options(&[etherparse::TcpOptionElement::MaximumSegmentSize(1460), etherparse::TcpOptionElement::SelectiveAcknowledgementPermitted])
+            .unwrap();
+        let mut v = Vec::new();
+        b.write(&mut v, &[]).unwrap();
+        v
+    }
+
+    #[test]
+    fn checksums_are_computed_afresh() {
+        let good = syn_frame();
+        let mut bad = good.clone();
+        // A partial sum (checksum offload) and a zeroed IP header checksum.
+        bad[14 + 10] = 0;
+        bad[14 + 11] = 0;
+        bad[14 + 20 + 16] ^= 0x5a;
+        assert!(fix_checksums(&mut bad));
+        assert_eq!(bad, good);
+        assert!(!fix_checksums(&mut [0u8; 20]));
+    }
+
+    #[test]
+    fn a_raw_ip_frame_gets_the_learned_addresses() {
+        let eth = syn_frame();
+        let Decoded::Tcp(seg) = decode(LinkType::Ethernet, &eth) else { panic!() };
+        let mut links = LinkAddrs::default();
+        let kept = Kept { gap: None, link: LinkType::RawIp, frame: eth[14..].into(), sent: 0, delayed: false, class: 0 };
+        let (client, server) = (seg.src.ip, seg.dst.ip);
+        assert!(links.frame(&kept, client, server, true).is_none(), "no address known yet");
+        links.learn(LinkType::Ethernet, &eth, &seg);
+        assert_eq!(&links.frame(&kept, client, server, true).unwrap()[..], &eth[..]);
+        // A client not seen yet goes with the last client-side address (a router's).
+        let other: IpAddr = "10.5.9.9".parse().unwrap();
+        let f = links.frame(&kept, other, server, true).unwrap();
+        assert_eq!((&f[0..6], &f[6..12]), (&[2u8; 6][..], &[1u8; 6][..]));
+    }
+
+    #[test]
+    fn budgets_are_earned_by_handshakes_and_capped_per_second() {
+        let cfg = InjectBudget { per_handshake: 2.0, burst: 3.0, max_per_s: 1000.0, max_pending: 10 };
+        let mut b = Budgets::new(cfg);
+        let t = Timestamp::from_millis(1_000);
+        assert_eq!((0..5).filter(|_| b.take(t, 1)).count(), 3, "the burst");
+        b.earn(1);
+        assert_eq!((0..5).filter(|_| b.take(t, 1)).count(), 2, "two per handshake");
+        // Another class has its own bucket, but the global cap (100 at once) binds it.
+        let mut g = Budgets::new(InjectBudget { per_handshake: 0.0, burst: 1e9, max_per_s: 1000.0, max_pending: 10 });
+        assert_eq!((0..500).filter(|_| g.take(t, 0)).count(), 100);
+        assert_eq!((0..500).filter(|_| g.take(Timestamp::from_millis(1_050), 0)).count(), 50);
+    }
+}
