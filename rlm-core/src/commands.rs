@@ -58,6 +58,21 @@ pub struct RunArgs {
     /// Window of the per-class response-time aggregates, in seconds.
     #[arg(long, value_name = "SECONDS")]
     pub class_window: Option<f64>,
+    /// Do not send frames: FAST SYN, FAST SYN/ACK and DELAY FIRST SYN are only counted.
+    #[arg(long)]
+    pub no_inject: bool,
+    /// Frames a class may inject per completed handshake of its clients.
+    #[arg(long, value_name = "N")]
+    pub inject_per_handshake: Option<f64>,
+    /// Most frames a class may inject at once (its budget starts full).
+    #[arg(long, value_name = "N")]
+    pub inject_burst: Option<f64>,
+    /// Most frames injected per second over all classes.
+    #[arg(long, value_name = "N")]
+    pub inject_max_per_s: Option<f64>,
+    /// Most fast retransmissions of one SYN or SYN/ACK.
+    #[arg(long, value_name = "N")]
+    pub fast_limit: Option<u32>,
     /// Log JSON lines instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -110,6 +125,19 @@ impl RunArgs {
         }
         if let Some(v) = self.class_window {
             c.class_window_s = v;
+        }
+        c.inject &= !self.no_inject;
+        if let Some(v) = self.inject_per_handshake {
+            c.inject_per_handshake = v;
+        }
+        if let Some(v) = self.inject_burst {
+            c.inject_burst = v;
+        }
+        if let Some(v) = self.inject_max_per_s {
+            c.inject_max_per_s = v;
+        }
+        if let Some(v) = self.fast_limit {
+            c.fast_limit = v;
         }
         c.log_json |= self.log_json;
         Ok(c)

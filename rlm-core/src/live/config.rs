@@ -38,6 +38,17 @@ pub struct RunConfig {
     pub connect_timeout_s: f64,
     /// Sliding window of the per-class response-time aggregates, in seconds.
     pub class_window_s: f64,
+    /// Carry out the rule actions that send frames (`FAST SYN`, `FAST SYN/ACK`, `DELAY FIRST
+    /// SYN`, `HALT FAST SYN`) from an AF_PACKET socket on each port; off: they are only counted.
+    pub inject: bool,
+    /// Injection budget: frames a class earns with each completed handshake, most it holds,
+    /// and most frames per second in all (a flood from spoofed sources completes no handshake
+    /// and gets no more than one burst).
+    pub inject_per_handshake: f64,
+    pub inject_burst: f64,
+    pub inject_max_per_s: f64,
+    /// Most fast retransmissions of one SYN or SYN/ACK.
+    pub fast_limit: u32,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
 }
@@ -70,6 +81,11 @@ impl Default for RunConfig {
             tap_snaplen: 65_535,
             connect_timeout_s: 21.0,
             class_window_s: 30.0,
+            inject: true,
+            inject_per_handshake: 10.0,
+            inject_burst: 1000.0,
+            inject_max_per_s: 5000.0,
+            fast_limit: 20,
             log_json: false,
         }
     }
@@ -101,6 +117,13 @@ impl RunConfig {
         }
         if self.queue_mark == 0 {
             bail!("queue_mark needs at least one bit set");
+        }
+        let budget = [self.inject_per_handshake, self.inject_burst, self.inject_max_per_s];
+        if !budget.iter().all(|v| v.is_finite() && *v >= 0.0 && *v <= 1e9) {
+            bail!("inject_per_handshake, inject_burst and inject_max_per_s must be between 0 and 1e9");
+        }
+        if !(1..=1000).contains(&self.fast_limit) {
+            bail!("fast_limit must be between 1 and 1000");
         }
         if !(64..=262_144).contains(&self.tap_snaplen) {
             bail!("tap_snaplen must be between 64 and 262144 bytes");

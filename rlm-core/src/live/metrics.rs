@@ -65,6 +65,7 @@ pub struct Metrics {
     pub queue_user_dropped: Family<QueueLabel, Gauge>,
     pub tap_dropped: Gauge,
     pub fastpath: Family<CounterLabel, Gauge>,
+    pub injected: Family<CounterLabel, Gauge>,
     pub verdict_latency: Histogram,
     pub pageview_rt: Family<ClassLabel, Histogram, fn() -> Histogram>,
     pub rule_firing: Family<RuleLabel, Gauge>,
@@ -84,6 +85,7 @@ impl Metrics {
             queue_user_dropped: Family::default(),
             tap_dropped: Gauge::default(),
             fastpath: Family::default(),
+            injected: Family::default(),
             verdict_latency: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
             pageview_rt: Family::new_with_constructor(rt_histogram as fn() -> Histogram),
             rule_firing: Family::default(),
@@ -102,6 +104,12 @@ impl Metrics {
             "rlm_fastpath_packets",
             "The eBPF fast path's counters: SYNs passed, dropped and queued in the kernel, packets reported, reports lost to a full ring",
             m.fastpath.clone(),
+        );
+        registry.register(
+            "rlm_injected_frames",
+            "Frames rlm sent on the endpoints' behalf: fast SYNs and SYN/ACKs sent, client retransmissions absorbed, first SYNs delayed, \
+             frames the budget denied, frames without a link address, and the injector's sent and failed",
+            m.injected.clone(),
         );
         registry.register("rlm_verdict_latency_seconds", "From a queued packet's arrival in rlm to its verdict", m.verdict_latency.clone());
         registry.register("rlm_pageview_rt_seconds", "Response time of finished pageviews, by class", m.pageview_rt.clone());

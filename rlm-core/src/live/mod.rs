@@ -23,6 +23,7 @@
 //! bridge forwarding and the eBPF programs go with the process that holds their links.
 
 pub mod config;
+pub mod inject;
 pub mod metrics;
 pub mod netfilter;
 pub mod nfqueue;
@@ -194,9 +195,13 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         backend = ?installed.backend(), queues = ?nfq.queues, queue_mark = ?plan.queue_mark.map(|m| format!("{m:#x}")), metrics = %cfg.metrics,
         "installed: {what} (bypass when rlm is gone)"
     );
+    let injector = match cfg.inject {
+        true => Some(inject::Injector::open(client_ifindex, server_ifindex)?),
+        false => None,
+    };
     let result = match drop_capabilities() {
         Ok(()) => {
-            let mut lp = Loop::new(&cfg, nfq, source, metrics, status, client_ifindex, server_ifindex);
+            let mut lp = Loop::new(&cfg, nfq, source, injector, metrics, status, client_ifindex, server_ifindex);
             lp.run().await
         }
         Err(e) => Err(e),
@@ -213,6 +218,8 @@ struct Loop {
     engine: Engine,
     nfq: nfqueue::Nfq,
     source: Source,
+    /// Sends the engine's frames (FAST SYN, FAST SYN/ACK, DELAY FIRST SYN); None: `inject = false`.
+    injector: Option<inject::Injector>,
     metrics: metrics::Metrics,
     status: metrics::Status,
     client_ifindex: u32,
@@ -223,10 +230,12 @@ struct Loop {
 }
 
 impl Loop {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         cfg: &RunConfig,
         nfq: nfqueue::Nfq,
         source: Source,
+        injector: Option<inject::Injector>,
         metrics: metrics::Metrics,
         status: metrics::Status,
         client_ifindex: u32,
@@ -237,6 +246,14 @@ impl Loop {
             decode_bodies: false,
             transaction_records: false,
             class_window: Duration::from_secs_f64(cfg.class_window_s),
+            inject: injector.is_some(),
+            fast_limit: cfg.fast_limit,
+            inject_budget: crate::actions::InjectBudget {
+                per_handshake: cfg.inject_per_handshake,
+                burst: cfg.inject_burst,
+                max_per_s: cfg.inject_max_per_s,
+                ..Default::default()
+            },
             ..Config::default()
         };
         ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
@@ -259,6 +276,7 @@ impl Loop {
             engine,
             nfq,
             source,
+            injector,
             metrics,
             status,
             client_ifindex,
@@ -326,6 +344,7 @@ impl Loop {
                 }
             }
             self.apply_fastpath();
+            self.send_transmits();
             self.drain_events();
             if last_status.elapsed() >= Duration::from_secs(1) {
                 last_status = Instant::now();
@@ -419,6 +438,15 @@ impl Loop {
             self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "fastpath" }).inc_by(observed + syns);
         }
         n
+    }
+
+    /// Send the frames the engine made (its timers and frames just handled made them).
+    fn send_transmits(&mut self) {
+        while let Some(t) = self.engine.poll_transmit() {
+            if let Some(inj) = self.injector.as_mut() {
+                inj.send(&t);
+            }
+        }
     }
 
     /// Hand the engine's fast-path updates to the kernel's maps, in order.
@@ -601,8 +629,27 @@ impl Loop {
             },
             Source::Tap(_) => serde_json::Value::Null,
         };
+        let st = self.engine.stats();
+        let injector = match &self.injector {
+            Some(inj) => serde_json::json!({ "sent": inj.counters.sent, "failed": inj.counters.failed, "no_mac": st.inject_no_mac }),
+            None => serde_json::Value::Null,
+        };
+        let (sent, failed) = self.injector.as_ref().map_or((0, 0), |i| (i.counters.sent, i.counters.failed));
+        for (counter, v) in [
+            ("fast_syns_sent", st.fast_syns_sent),
+            ("fast_synacks_sent", st.fast_synacks_sent),
+            ("fast_syns_absorbed", st.fast_syns_absorbed),
+            ("syns_delayed", st.syns_delayed),
+            ("denied", st.inject_denied),
+            ("no_mac", st.inject_no_mac),
+            ("sent", sent),
+            ("failed", failed),
+        ] {
+            self.metrics.injected.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
+        }
         let v = serde_json::json!({
             "state": "running",
+            "injector": injector,
             "observer": if fastpath.is_null() { "pcap" } else { "ebpf" },
             "fastpath": fastpath,
             "bridge": self.bridge,
