@@ -18,8 +18,11 @@ const CLASSES: &str = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 
 /// goes through rlm's queue (it never holds: no client port is below 1).
 const QUEUE_EVERY_SYN: &str = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF PORT.SRC < 1 THEN DROP SYN\n";
 
-/// A tiny web server on the farm's address: one short page per connection, then close.
-fn serve_pages(srv_ns: &str) {
+/// A tiny web server on the farm's address: one short page per connection, then close. Returns
+/// the count of connections it accepted.
+fn serve_pages(srv_ns: &str) -> Arc<std::sync::atomic::AtomicUsize> {
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
     let ns = srv_ns.to_string();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -28,6 +31,7 @@ fn serve_pages(srv_ns: &str) {
         tx.send(()).unwrap();
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 let mut got = Vec::new();
@@ -42,6 +46,7 @@ fn serve_pages(srv_ns: &str) {
         }
     });
     rx.recv_timeout(Duration::from_secs(5)).expect("server listening");
+    accepted
 }
 
 /// One page on a new connection from `src` (so that its SYN and SYN/ACK cross rlm's queue).
@@ -61,11 +66,64 @@ fn fetch(src: &str, timeout: Duration) -> std::io::Result<()> {
 }
 
 fn lab(tag: &str, clients: u32) -> (Plan, testbed::topology::DownOnDrop, Info) {
+    let (plan, guard, info, _) = lab_counting(tag, clients);
+    (plan, guard, info)
+}
+
+fn lab_counting(tag: &str, clients: u32) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
     let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients };
     let guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
-    serve_pages(&info.namespaces.servers);
-    (plan, guard, info)
+    let accepted = serve_pages(&info.namespaces.servers);
+    (plan, guard, info, accepted)
+}
+
+/// Run a command in a namespace; panics with its output if it fails.
+fn in_ns(ns: &str, args: &[&str]) {
+    let out = std::process::Command::new("ip").args(["netns", "exec", ns]).args(args).output().expect("ip netns exec");
+    assert!(out.status.success(), "{args:?} in {ns}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A packet capture running in a namespace (tcpdump), stopped with SIGINT.
+struct Capture(std::process::Child, std::path::PathBuf);
+
+impl Capture {
+    fn start(ns: &str, iface: &str, file: std::path::PathBuf) -> Capture {
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "tcpdump", "-i", iface, "--immediate-mode", "-U", "-n", "-w"])
+            .arg(&file)
+            .arg("tcp port 80")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("tcpdump");
+        std::thread::sleep(Duration::from_millis(700));
+        Capture(child, file)
+    }
+
+    /// Stop it and read it with tshark, checksums verified: one row per packet with
+    /// (stream, syn, ack, raw sequence number, TCP checksum good, IP checksum good).
+    fn finish(mut self) -> Vec<(u32, bool, bool, u64, bool, bool)> {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on our child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = self.0.wait();
+        let out = std::process::Command::new("tshark")
+            .args(["-n", "-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE", "-r"])
+            .arg(&self.1)
+            .args(["-T", "fields", "-e", "tcp.stream", "-e", "tcp.flags.syn", "-e", "tcp.flags.ack", "-e", "tcp.seq_raw"])
+            .args(["-e", "tcp.checksum.status", "-e", "ip.checksum.status"])
+            .output()
+            .expect("tshark (apt install tshark; make deps installs it)");
+        assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                let flag = |s: &str| s == "1" || s.eq_ignore_ascii_case("true");
+                (f[0].parse().unwrap(), flag(f[1]), flag(f[2]), f[3].parse().unwrap(), f[4] == "1", f[5] == "1")
+            })
+            .collect()
+    }
 }
 
 fn fetch_from_clients(info: &Info, srcs: Vec<String>) -> Vec<std::io::Result<()>> {
@@ -165,5 +223,175 @@ fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     let out = rlm.stop().expect("stop");
     assert_eq!(out.exit_code, Some(0));
     assert!(out.rules_left.is_empty(), "{:?}", out.rules_left);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// FAST SYN and FAST SYN/ACK on the wire: the farm drops every other SYN (as a full listen
+/// queue does) and the client's side loses every other SYN/ACK. rlm sends the SYN again toward
+/// the farm and the SYN/ACK again toward the client, 300 ms after each, as whole frames that
+/// tshark (not our parser) finds well-formed with good checksums; each page takes well under the
+/// client's 1 s SYN timeout, and the farm sees exactly one connection per page.
+#[test]
+fn fast_syn_and_synack_frames_are_well_formed_and_make_one_connection_each() {
+    let (_plan, _guard, info, accepted) = lab_counting("f", 1);
+    let dir = std::env::temp_dir().join(format!("rlm-fast-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = format!("{CLASSES}IF IP.SRC == *.*.*.* THEN\n  FAST SYN + SYN/ACK GAP 300ms\n");
+    let arm = RlmArm { rules, extra_args: vec![] };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    let src = info.clients.high[0].clone();
+    // The endpoints compute their checksums themselves, so that tshark can judge every packet.
+    in_ns(&info.namespaces.servers, &["ethtool", "-K", "srv0", "tx", "off"]);
+    in_ns(&info.namespaces.clients, &["ethtool", "-K", &info.clients.interface, "tx", "off"]);
+    // One page first: its handshake teaches rlm the link addresses of both sides.
+    fetch_from_clients(&info, vec![src.clone()]).pop().unwrap().expect("a first page");
+    let (srv_cap, cli_cap) = (
+        Capture::start(&info.namespaces.servers, "srv0", dir.join("server.pcap")),
+        Capture::start(&info.namespaces.clients, &info.clients.interface, dir.join("client.pcap")),
+    );
+    let every_other = ["-m", "statistic", "--mode", "nth", "--every", "2", "--packet", "0", "-j", "DROP"];
+    in_ns(&info.namespaces.servers, &[&["iptables", "-A", "INPUT", "-p", "tcp", "--dport", "80", "--syn"][..], &every_other].concat());
+    in_ns(
+        &info.namespaces.clients,
+        &[&["iptables", "-A", "INPUT", "-p", "tcp", "--sport", "80", "--tcp-flags", "SYN,ACK", "SYN,ACK"][..], &every_other].concat(),
+    );
+    const PAGES: usize = 5;
+    let ns = info.namespaces.clients.clone();
+    let times: Vec<(Duration, std::io::Result<()>)> = std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        (0..PAGES)
+            .map(|_| {
+                let t = Instant::now();
+                let r = fetch(&src, Duration::from_secs(5));
+                (t.elapsed(), r)
+            })
+            .collect()
+    })
+    .join()
+    .unwrap();
+    let (srv, cli) = (srv_cap.finish(), cli_cap.finish());
+    let out = rlm.stop().expect("stop");
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
+    println!("page times {:?}", times.iter().map(|(d, _)| d.as_millis()).collect::<Vec<_>>());
+    println!("rlm stats {}", status["stats"]);
+    println!("injector {}", status["injector"]);
+    for (d, r) in &times {
+        assert!(r.is_ok(), "{r:?}");
+        // Without rlm: a 1 s SYN timeout, and then a SYN/ACK lost again half the time.
+        assert!(*d < Duration::from_millis(900), "a page took {d:?}: the retransmissions came from rlm, every 300 ms");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1 + PAGES, "one connection at the farm per page");
+    assert!(status["stats"]["fast_syns_sent"].as_u64().unwrap_or(0) >= PAGES as u64);
+    assert!(status["stats"]["fast_synacks_sent"].as_u64().unwrap_or(0) >= PAGES as u64);
+    assert_eq!(status["injector"]["failed"].as_u64(), Some(0));
+    // Every packet on both wires, injected ones included, has good IP and TCP checksums by
+    // tshark's reckoning.
+    for (side, rows) in [("server", &srv), ("client", &cli)] {
+        assert!(!rows.is_empty(), "{side} capture is empty");
+        let bad: Vec<_> = rows.iter().filter(|r| !(r.4 && r.5)).collect();
+        assert!(bad.is_empty(), "{side}: packets with bad checksums: {bad:?}");
+    }
+    // The farm saw each page's SYN twice (its own drop, then rlm's copy: the same sequence
+    // number) and answered it with one SYN/ACK; the client saw each SYN/ACK twice, the same.
+    let per_stream = |rows: &[(u32, bool, bool, u64, bool, bool)], synack: bool| {
+        let mut m: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
+        for r in rows.iter().filter(|r| r.1 && r.2 == synack) {
+            m.entry(r.0).or_default().push(r.3);
+        }
+        m
+    };
+    let syns_at_server = per_stream(&srv, false);
+    println!("SYNs at the farm by stream: {syns_at_server:?}; SYN/ACKs at the client: {:?}", per_stream(&cli, true));
+    assert_eq!(syns_at_server.len(), PAGES, "{syns_at_server:?}");
+    for seqs in syns_at_server.values() {
+        assert!(seqs.len() >= 2 && seqs.iter().all(|s| *s == seqs[0]), "one SYN, sent again unchanged: {seqs:?}");
+    }
+    for seqs in per_stream(&srv, true).values() {
+        assert!(seqs.iter().all(|s| *s == seqs[0]), "one connection per page at the farm: {seqs:?}");
+    }
+    let synacks_at_client = per_stream(&cli, true);
+    assert_eq!(synacks_at_client.len(), PAGES, "{synacks_at_client:?}");
+    for seqs in synacks_at_client.values() {
+        assert!(seqs.len() >= 2 && seqs.iter().all(|s| *s == seqs[0]), "one SYN/ACK, sent again unchanged: {seqs:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The MAC address of a device in a namespace.
+fn mac_of(ns: &str, dev: &str) -> [u8; 6] {
+    let out = std::process::Command::new("ip").args(["netns", "exec", ns, "cat", &format!("/sys/class/net/{dev}/address")]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<u8> = text.trim().split(':').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
+    v.try_into().unwrap()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap()
+}
+
+/// A SYN flood from 20,000 spoofed sources (inside the lab) while `FAST SYN + SYN/ACK` holds for
+/// every client: none of them completes a handshake, so none earns its class a budget, and rlm
+/// sends at most the class's burst (here 200) in all: no amplification. Its memory stays
+/// bounded, and a real client still gets its pages.
+#[test]
+fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
+    let (_plan, _guard, info, _accepted) = lab_counting("s", 1);
+    let dir = std::env::temp_dir().join(format!("rlm-flood-{}", std::process::id()));
+    let rules = format!("{CLASSES}IF IP.SRC == *.*.*.* THEN\n  FAST SYN + SYN/ACK GAP 100ms\n");
+    let arm = RlmArm { rules, extra_args: vec!["--inject-burst".into(), "200".into()] };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    let src = info.clients.high[0].clone();
+    fetch_from_clients(&info, vec![src.clone()]).pop().unwrap().expect("a first page");
+    let rss_before = rss_kib(rlm.pid);
+    let (farm_mac, cli_mac) = (mac_of(&info.namespaces.servers, "srv0"), mac_of(&info.namespaces.clients, &info.clients.interface));
+    let (ns, iface) = (info.namespaces.clients.clone(), info.clients.interface.clone());
+    const FLOOD: u32 = 20_000;
+    let flood = std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        // SAFETY: socket(2); the descriptor is closed at the end of the thread.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+        assert!(fd >= 0);
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        let name = std::ffi::CString::new(iface).unwrap();
+        // SAFETY: a NUL-terminated name; this thread is in the clients' namespace.
+        sll.sll_ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
+        assert!(sll.sll_ifindex > 0);
+        sll.sll_halen = 6;
+        for i in 0..FLOOD {
+            let c = rlm_core::testkit::TcpConv::new(&format!("10.5.{}.{}:{}", 100 + i / 250 % 100, 1 + i % 250, 1024 + i % 60_000), &format!("{FARM_ADDR}:80"));
+            let mut f = c.syn();
+            f[0..6].copy_from_slice(&farm_mac);
+            f[6..12].copy_from_slice(&cli_mac);
+            // SAFETY: valid buffers of the lengths given.
+            let n = unsafe {
+                libc::sendto(fd, f.as_ptr() as *const _, f.len(), 0, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32)
+            };
+            assert_eq!(n, f.len() as isize);
+            if i % 20 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        unsafe { libc::close(fd) };
+    });
+    flood.join().unwrap();
+    // Meanwhile and after, a real client gets its page.
+    fetch_from_clients(&info, vec![src]).pop().unwrap().expect("a page after the flood");
+    std::thread::sleep(Duration::from_secs(3));
+    let rss_after = rss_kib(rlm.pid);
+    let out = rlm.stop().expect("stop");
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
+    let st = &status["stats"];
+    let n = |k: &str| st[k].as_u64().unwrap_or(0);
+    let injected = n("fast_syns_sent") + n("fast_synacks_sent");
+    println!("flood of {FLOOD}: rlm injected {injected}, denied {}, rss {rss_before} -> {rss_after} KiB; tables {}", n("inject_denied"), status["tables"]);
+    assert!(n("connections") >= u64::from(FLOOD) * 9 / 10, "rlm saw the flood: {st}");
+    // The burst, plus what the two real handshakes earned (10 each).
+    assert!(injected <= 200 + 2 * 10, "{injected} frames injected for {FLOOD} spoofed SYNs");
+    assert!(injected >= 100, "the burst was spent on the flood ({injected}): the budget, not a lack of SYNs, stopped it");
+    assert!(n("inject_denied") > 0);
+    assert_eq!(status["injector"]["sent"].as_u64(), Some(injected));
+    assert!(rss_after < rss_before + 64 * 1024, "rlm's memory grew from {rss_before} to {rss_after} KiB");
     let _ = std::fs::remove_dir_all(&dir);
 }
