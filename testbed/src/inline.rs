@@ -53,7 +53,10 @@ pub fn rlm_binary() -> Result<PathBuf> {
             return Ok(cand);
         }
     }
-    bail!("the rlm binary is not next to {} nor in the workspace's target/: build it with `cargo build --release -p rlm-core` (or set RLM_BIN)", me.display())
+    bail!(
+        "the rlm binary is not next to {} nor in the workspace's target/: build it with `cargo build --release -p rlm-core` (or set RLM_BIN)",
+        me.display()
+    )
 }
 
 /// What one `rlm run` did, for result.json (`arms[].rlm`).
@@ -196,7 +199,17 @@ impl Inline {
         std::fs::write(dir.join("rlm.cmd"), format!("{cmd:?}\n"))?;
         let child = cmd.spawn().with_context(|| format!("starting {}", rlm.display()))?;
         let pid = child.id();
-        let mut me = Inline { child: Some(child), pid, ns: ns.to_string(), addr, dir: dir.to_path_buf(), log, rules, started: Instant::now(), rules_installed: false };
+        let mut me = Inline {
+            child: Some(child),
+            pid,
+            ns: ns.to_string(),
+            addr,
+            dir: dir.to_path_buf(),
+            log,
+            rules,
+            started: Instant::now(),
+            rules_installed: false,
+        };
         let deadline = Instant::now() + ready_timeout;
         loop {
             if let Some(st) = me.child.as_mut().expect("running").try_wait()? {
@@ -205,7 +218,8 @@ impl Inline {
             }
             if let Ok((200, body)) = http_get(ns, addr, "/status", Duration::from_millis(500)) {
                 // The metrics server comes up before the rules; wait for the loop to run.
-                let state = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v.get("state").and_then(|s| s.as_str()).map(String::from));
+                let state =
+                    serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v.get("state").and_then(|s| s.as_str()).map(String::from));
                 if state.as_deref().is_none_or(|s| s == "running") {
                     break;
                 }

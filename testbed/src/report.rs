@@ -52,9 +52,19 @@ pub fn histogram_png(path: &Path, title: &str, rts: &[f64], mean: f64, p95: f64)
         }))
         .map_err(|e| anyhow!("{e}"))?;
     for (x, label, color) in [(mean, format!("mean {mean:.2} s"), RED), (p95, format!("95th {p95:.2} s"), BLACK)] {
-        chart.draw_series(LineSeries::new(vec![(x, 0.0), (x, ymax)], color.stroke_width(2))).map_err(|e| anyhow!("{e}"))?.label(label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        chart
+            .draw_series(LineSeries::new(vec![(x, 0.0), (x, ymax)], color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.9)).label_font(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
@@ -128,7 +138,9 @@ pub fn write(
     }
     let open: Vec<&ArmResult> = arms.iter().filter(|a| a.requests.is_some()).collect();
     if !open.is_empty() {
-        md.push_str("\n| arm | requests | completed | mean | mean slowdown | largest 1% mean | throughput |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+        md.push_str(
+            "\n| arm | requests | completed | mean | mean slowdown | largest 1% mean | throughput |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        );
         for a in &open {
             let r = a.requests.as_ref().expect("filtered");
             md.push_str(&format!(
@@ -145,7 +157,14 @@ pub fn write(
     }
     for a in arms {
         for (class, s) in &a.pageviews.by_class {
-            md.push_str(&format!("\n- {} / {class}: {} pageviews, mean {:.2} s, p95 {:.2} s, > 3 s {:.1}%", a.name, s.count, s.mean_s, s.p95_s, s.gt3s_frac * 100.0));
+            md.push_str(&format!(
+                "\n- {} / {class}: {} pageviews, mean {:.2} s, p95 {:.2} s, > 3 s {:.1}%",
+                a.name,
+                s.count,
+                s.mean_s,
+                s.p95_s,
+                s.gt3s_frac * 100.0
+            ));
         }
     }
     md.push('\n');

@@ -92,9 +92,7 @@ enum Command {
         stats: Option<std::path::PathBuf>,
     },
     /// Check quick experiments' results (DIR/NAME/result.json) against the papers' shapes.
-    Check {
-        dir: std::path::PathBuf,
-    },
+    Check { dir: std::path::PathBuf },
     /// Run the WAN emulator on a running lab until interrupted (or for --seconds).
     Wan {
         /// A client group and its path: NET=RTTms,LOSS% or NET=RTTms,UP%,DOWN% (repeatable).
