@@ -177,12 +177,15 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
-        Command::Check { dir } => testbed::catalog::check(&dir).and_then(|(ok, bad)| {
+        Command::Check { dir } => testbed::catalog::check(&dir).and_then(|(ok, bad, notes)| {
             for l in &ok {
                 println!("PASS {l}");
             }
             for l in &bad {
                 println!("FAIL {l}");
+            }
+            for l in &notes {
+                println!("NOTE {l}");
             }
             println!("{} passed, {} failed", ok.len(), bad.len());
             if bad.is_empty() {
