@@ -53,7 +53,10 @@ pub fn rlm_binary() -> Result<PathBuf> {
             return Ok(cand);
         }
     }
-    bail!("the rlm binary is not next to {} nor in the workspace's target/: build it with `cargo build --release -p rlm-core` (or set RLM_BIN)", me.display())
+    bail!(
+        "the rlm binary is not next to {} nor in the workspace's target/: build it with `cargo build --release -p rlm-core` (or set RLM_BIN)",
+        me.display()
+    )
 }
 
 /// What one `rlm run` did, for result.json (`arms[].rlm`).
@@ -83,6 +86,11 @@ pub struct RlmOutcome {
     /// The engine's counts at the end (from /status): HTTP transactions and pageviews measured.
     pub transactions: Option<u64>,
     pub pageviews: Option<u64>,
+    /// Frames rlm sent or held back itself (from /status, see [`injection_counters`]): fast
+    /// SYN and SYN/ACK retransmissions, client SYNs absorbed, first SYNs delayed, frames the
+    /// injection budget refused, and the injector's own counts. A counter rlm did not report is
+    /// absent.
+    pub injected: BTreeMap<String, f64>,
     /// CPU rlm used (user + system), from /proc.
     pub cpu_s: f64,
     pub wall_s: f64,
@@ -90,6 +98,23 @@ pub struct RlmOutcome {
     pub rules: PathBuf,
     pub status: Option<PathBuf>,
     pub metrics: Option<PathBuf>,
+}
+
+/// The counters of rlm's /status `stats` about the frames it sends or holds back (004 section
+/// 6.2-6.3: fast SYN and SYN/ACK retransmission, DELAY FIRST SYN).
+pub const INJECTION_STATS: [&str; 5] = ["fast_syns_sent", "fast_synacks_sent", "fast_syns_absorbed", "syns_delayed", "inject_denied"];
+
+/// [`INJECTION_STATS`] from a /status document, and every number of its top-level `injector`
+/// object as `injector_NAME` (`injector_sent`, `injector_failed`, `injector_no_mac`). Missing
+/// keys are left out.
+pub fn injection_counters(status: &serde_json::Value) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> = INJECTION_STATS.iter().filter_map(|&k| status["stats"][k].as_f64().map(|x| (k.to_string(), x))).collect();
+    for (k, x) in status["injector"].as_object().into_iter().flatten() {
+        if let Some(x) = x.as_f64() {
+            out.insert(format!("injector_{k}"), x);
+        }
+    }
+    out
 }
 
 /// A running `rlm run`. Killed (SIGKILL) on drop if not stopped.
@@ -196,7 +221,17 @@ impl Inline {
         std::fs::write(dir.join("rlm.cmd"), format!("{cmd:?}\n"))?;
         let child = cmd.spawn().with_context(|| format!("starting {}", rlm.display()))?;
         let pid = child.id();
-        let mut me = Inline { child: Some(child), pid, ns: ns.to_string(), addr, dir: dir.to_path_buf(), log, rules, started: Instant::now(), rules_installed: false };
+        let mut me = Inline {
+            child: Some(child),
+            pid,
+            ns: ns.to_string(),
+            addr,
+            dir: dir.to_path_buf(),
+            log,
+            rules,
+            started: Instant::now(),
+            rules_installed: false,
+        };
         let deadline = Instant::now() + ready_timeout;
         loop {
             if let Some(st) = me.child.as_mut().expect("running").try_wait()? {
@@ -205,7 +240,8 @@ impl Inline {
             }
             if let Ok((200, body)) = http_get(ns, addr, "/status", Duration::from_millis(500)) {
                 // The metrics server comes up before the rules; wait for the loop to run.
-                let state = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v.get("state").and_then(|s| s.as_str()).map(String::from));
+                let state =
+                    serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v.get("state").and_then(|s| s.as_str()).map(String::from));
                 if state.as_deref().is_none_or(|s| s == "running") {
                     break;
                 }
@@ -255,6 +291,7 @@ impl Inline {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
                 out.transactions = v["stats"]["transactions"].as_u64();
                 out.pageviews = v["stats"]["pageviews"].as_u64();
+                out.injected = injection_counters(&v);
             }
         }
         if let Ok(m) = self.get("/metrics") {
@@ -449,5 +486,36 @@ pub mod prom {
             assert_eq!(quantile(&[], 0.5), None);
             assert_eq!(quantile(&[(1.0, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn injection_counters_from_status() {
+        let status = serde_json::json!({
+            "state": "running",
+            "stats": {"transactions": 10, "fast_syns_sent": 4, "fast_synacks_sent": 7, "syns_delayed": 0, "inject_denied": 1},
+            "injector": {"sent": 11, "failed": 0, "no_mac": 2, "iface": "app-c"}
+        });
+        let c = injection_counters(&status);
+        let want: BTreeMap<String, f64> = [
+            ("fast_syns_sent", 4.0),
+            ("fast_synacks_sent", 7.0),
+            ("syns_delayed", 0.0),
+            ("inject_denied", 1.0),
+            ("injector_sent", 11.0),
+            ("injector_failed", 0.0),
+            ("injector_no_mac", 2.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(c, want);
+        // An rlm without the counters (or no /status at all): nothing recorded.
+        assert!(injection_counters(&serde_json::json!({"stats": {"transactions": 3}})).is_empty());
+        assert!(injection_counters(&serde_json::Value::Null).is_empty());
     }
 }

@@ -52,11 +52,88 @@ pub fn histogram_png(path: &Path, title: &str, rts: &[f64], mean: f64, p95: f64)
         }))
         .map_err(|e| anyhow!("{e}"))?;
     for (x, label, color) in [(mean, format!("mean {mean:.2} s"), RED), (p95, format!("95th {p95:.2} s"), BLACK)] {
-        chart.draw_series(LineSeries::new(vec![(x, 0.0), (x, ymax)], color.stroke_width(2))).map_err(|e| anyhow!("{e}"))?.label(label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        chart
+            .draw_series(LineSeries::new(vec![(x, 0.0), (x, ymax)], color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.9)).label_font(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
+}
+
+/// One of rlm's injection counters of an arm (`arms[].rlm.injected`), or "-".
+fn injected(a: &ArmResult, counter: &str) -> String {
+    a.rlm.as_ref().and_then(|r| r.injected.get(counter)).map_or("-".into(), |x| format!("{x:.0}"))
+}
+
+/// 004 Table 1 for fast-synack: per SYN/ACK gap, the mean pageview response time and its speedup
+/// against the arm without fast retransmission (gap-3s), the 95th percentile, the share past
+/// 3 s and the pages, and the SYN/ACKs rlm resent.
+fn synack_table(arms: &[ArmResult]) -> String {
+    let base = arms.iter().find(|a| a.name == "gap-3s").map(|a| a.pageviews.all.mean_s).filter(|m| *m > 0.0);
+    let mut md = String::from(
+        "\n| SYN/ACK gap | mean PV RT | mean speedup | 95th % PV RT | > 3 s PV RT | total pages | SYN/ACKs rlm resent |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for a in arms {
+        let p = &a.pageviews.all;
+        let gap = a.name.strip_prefix("gap-").unwrap_or(&a.name);
+        let off = if a.name == "gap-3s" { " (off)" } else { "" };
+        let speedup = base.map_or("-".into(), |b| format!("{:.1}%", (b - p.mean_s) / b * 100.0));
+        md.push_str(&format!(
+            "| {gap}{off} | {:.2} s | {speedup} | {:.2} s | {:.2}% | {} | {} |\n",
+            p.mean_s,
+            p.p95_s,
+            p.gt3s_frac * 100.0,
+            p.count,
+            injected(a, "fast_synacks_sent")
+        ));
+    }
+    md
+}
+
+/// fast-syn and think-gap (004 Figures 16 and 17): each class of each arm, and what rlm did to
+/// the SYNs.
+fn class_table(arms: &[ArmResult]) -> String {
+    let mut md = String::from("\n| arm | class | pageviews | mean | p95 | > 3 s | failed |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+    for a in arms {
+        for (class, s) in &a.pageviews.by_class {
+            md.push_str(&format!(
+                "| {} | {class} | {} | {:.2} s | {:.2} s | {:.1}% | {} |\n",
+                a.name,
+                s.count,
+                s.mean_s,
+                s.p95_s,
+                s.gt3s_frac * 100.0,
+                s.failed
+            ));
+        }
+    }
+    md.push_str(
+        "\n| arm | LOW SYNs dropped | SYNs resent | client SYNs absorbed | first SYNs delayed | SYN/ACKs resent | frames refused |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for a in arms {
+        let dropped = a.rlm.as_ref().and_then(|r| r.syn_drops.get("LOW")).map_or("-".into(), |x| format!("{x:.0}"));
+        md.push_str(&format!(
+            "| {} | {dropped} | {} | {} | {} | {} | {} |\n",
+            a.name,
+            injected(a, "fast_syns_sent"),
+            injected(a, "fast_syns_absorbed"),
+            injected(a, "syns_delayed"),
+            injected(a, "fast_synacks_sent"),
+            injected(a, "inject_denied")
+        ));
+    }
+    md
 }
 
 /// The fidelity block of result.json: the appliance's passive measurement against the truth.
@@ -126,9 +203,16 @@ pub fn write(
             a.farm_usage.cpu_s
         ));
     }
+    match experiment {
+        "fast-synack" => md.push_str(&synack_table(arms)),
+        "fast-syn" | "think-gap" => md.push_str(&class_table(arms)),
+        _ => {}
+    }
     let open: Vec<&ArmResult> = arms.iter().filter(|a| a.requests.is_some()).collect();
     if !open.is_empty() {
-        md.push_str("\n| arm | requests | completed | mean | mean slowdown | largest 1% mean | throughput |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+        md.push_str(
+            "\n| arm | requests | completed | mean | mean slowdown | largest 1% mean | throughput |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        );
         for a in &open {
             let r = a.requests.as_ref().expect("filtered");
             md.push_str(&format!(
@@ -145,7 +229,14 @@ pub fn write(
     }
     for a in arms {
         for (class, s) in &a.pageviews.by_class {
-            md.push_str(&format!("\n- {} / {class}: {} pageviews, mean {:.2} s, p95 {:.2} s, > 3 s {:.1}%", a.name, s.count, s.mean_s, s.p95_s, s.gt3s_frac * 100.0));
+            md.push_str(&format!(
+                "\n- {} / {class}: {} pageviews, mean {:.2} s, p95 {:.2} s, > 3 s {:.1}%",
+                a.name,
+                s.count,
+                s.mean_s,
+                s.p95_s,
+                s.gt3s_frac * 100.0
+            ));
         }
     }
     md.push('\n');
@@ -179,12 +270,14 @@ pub fn write(
         }
         if let Some(r) = &a.rlm {
             md.push_str(&format!(
-                "\n- {} / rlm: exit {}, rules left {}, SYN drops {:?}, verdicts {:?}, verdict latency p50 {} p99 {}, CPU {:.1} s; log {}",
+                "\n- {} / rlm: exit {}, rules left {}, SYN drops {:?}, verdicts {:?}, frames sent or held {:?}, verdict latency p50 {} p99 {}, \
+                 CPU {:.1} s; log {}",
                 a.name,
                 r.exit_code.map_or("none (killed)".into(), |c| c.to_string()),
                 r.rules_left.len(),
                 r.syn_drops,
                 r.verdicts,
+                r.injected,
                 r.verdict_latency_p50_us.map_or("-".into(), |v| format!("{v:.0} µs")),
                 r.verdict_latency_p99_us.map_or("-".into(), |v| format!("{v:.0} µs")),
                 r.cpu_s,
@@ -247,14 +340,13 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::{timeline, PageviewSummary};
-    use crate::stats::PvStats;
+    use crate::experiment::{pv_stats, timeline, PageviewSummary};
 
-    #[test]
-    fn report_with_an_inline_arm_and_top_level_figures() {
-        let dir = std::env::temp_dir().join(format!("rlm-lab-report-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (specs, note) = crate::catalog::arms("syn-throttle", true).unwrap();
+    /// The quick arms of an experiment with 40 synthetic pageviews each (a third HIGH; arm k's
+    /// k seconds slower than the first), their ground truth written to `dir`, and the note.
+    fn synthetic_arms(dir: &Path, experiment: &str) -> (Vec<ArmResult>, &'static str) {
+        std::fs::create_dir_all(dir).unwrap();
+        let (specs, note) = crate::catalog::arms(experiment, true).unwrap();
         let mut arms = Vec::new();
         for (k, spec) in specs.iter().enumerate() {
             let truth = dir.join(format!("{}.jsonl", spec.name));
@@ -280,12 +372,13 @@ mod tests {
                 pvs.push(g);
             }
             std::fs::write(&truth, lines).unwrap();
-            let rts: Vec<f64> = pvs.iter().map(|p| p.rt_s).collect();
+            let by_class = ["HIGH", "LOW"].iter().map(|c| (c.to_string(), pv_stats(pvs.iter().filter(|p| p.class == *c)))).collect();
             let rlm = spec.rlm.as_ref().map(|_| crate::inline::RlmOutcome {
                 exit_code: Some(0),
                 clean_exit: true,
                 rules_installed: true,
                 syn_drops: [("LOW".to_string(), 12.0)].into_iter().collect(),
+                injected: [("fast_synacks_sent".to_string(), 30.0 * k as f64), ("fast_syns_sent".to_string(), 7.0)].into_iter().collect(),
                 ..Default::default()
             });
             arms.push(ArmResult {
@@ -293,7 +386,7 @@ mod tests {
                 config: spec.clone(),
                 clients: spec.high_clients + spec.low_clients,
                 duration_s: spec.duration_s,
-                pageviews: PageviewSummary { all: PvStats::of(&rts, 0), by_class: Default::default() },
+                pageviews: PageviewSummary { all: pv_stats(pvs.iter()), by_class },
                 requests: None,
                 generator: Default::default(),
                 generator_bottleneck: false,
@@ -307,6 +400,13 @@ mod tests {
                 timeline: timeline(&pvs, spec.duration_s),
             });
         }
+        (arms, note)
+    }
+
+    #[test]
+    fn report_with_an_inline_arm_and_top_level_figures() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-{}", std::process::id()));
+        let (arms, note) = synthetic_arms(&dir, "syn-throttle");
         let params = crate::catalog::params("syn-throttle", true);
         let md = write(&dir, "syn-throttle", true, &arms, None, note, &params).unwrap();
         assert!(md.contains("- target_s: 1.5"), "{md}");
@@ -316,8 +416,35 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap();
         assert_eq!(v["target_s"], 1.5);
         assert_eq!(v["arms"][1]["rlm"]["syn_drops"]["LOW"], 12.0);
+        assert_eq!(v["arms"][1]["rlm"]["injected"]["fast_syns_sent"], 7.0);
         assert_eq!(v["arms"][0]["timeline"].as_array().unwrap().len(), 6);
         assert!(dir.join("syn-throttle-rt.png").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn fast_synack_report_is_004_table_1() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-synack-{}", std::process::id()));
+        let (arms, note) = synthetic_arms(&dir, "fast-synack");
+        let md = write(&dir, "fast-synack", true, &arms, None, note, &crate::catalog::params("fast-synack", true)).unwrap();
+        assert!(md.contains("| SYN/ACK gap | mean PV RT | mean speedup | 95th % PV RT | > 3 s PV RT | total pages |"), "{md}");
+        // gap-3s is the reference (mean 2.5 s); gap-500ms is 1 s slower in this synthetic run.
+        assert!(md.contains("| 3s (off) | 2.50 s | 0.0% | 4.50 s | 40.00% | 40 | 0 |"), "{md}");
+        assert!(md.contains("| 500ms | 3.50 s | -40.0% |"), "{md}");
+        assert!(md.contains("| 10ms | 4.50 s |"), "{md}");
+        assert!(md.contains(r#"- synack_gaps: ["3s","500ms","10ms"]"#), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn fast_syn_report_has_the_classes_and_rlm_counters() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-fastsyn-{}", std::process::id()));
+        let (arms, note) = synthetic_arms(&dir, "fast-syn");
+        let md = write(&dir, "fast-syn", true, &arms, None, note, &crate::catalog::params("fast-syn", true)).unwrap();
+        assert!(md.contains("| arm | class | pageviews | mean | p95 | > 3 s | failed |"), "{md}");
+        assert!(md.contains("| fast-syn | LOW | 26 |"), "{md}");
+        assert!(md.contains("| fast-syn | 12 | 7 | - | - | 30 | - |"), "{md}");
+        assert!(md.contains("### Timeline"), "{md}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -92,9 +92,7 @@ enum Command {
         stats: Option<std::path::PathBuf>,
     },
     /// Check quick experiments' results (DIR/NAME/result.json) against the papers' shapes.
-    Check {
-        dir: std::path::PathBuf,
-    },
+    Check { dir: std::path::PathBuf },
     /// Run the WAN emulator on a running lab until interrupted (or for --seconds).
     Wan {
         /// A client group and its path: NET=RTTms,LOSS% or NET=RTTms,UP%,DOWN% (repeatable).
@@ -179,12 +177,15 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
-        Command::Check { dir } => testbed::catalog::check(&dir).and_then(|(ok, bad)| {
+        Command::Check { dir } => testbed::catalog::check(&dir).and_then(|(ok, bad, notes)| {
             for l in &ok {
                 println!("PASS {l}");
             }
             for l in &bad {
                 println!("FAIL {l}");
+            }
+            for l in &notes {
+                println!("NOTE {l}");
             }
             println!("{} passed, {} failed", ok.len(), bad.len());
             if bad.is_empty() {
