@@ -420,11 +420,20 @@ pub fn run(name: &str, quick: bool, out: &Path, prefix: &str) -> Result<String> 
 /// figures shown next to the checks but not judged. An experiment whose result is missing fails
 /// its checks; the others are still checked.
 pub fn check(root: &Path) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+    check_only(root, &NAMES)
+}
+
+/// [`check`] for these experiments only (each must have its result; the others are not read).
+pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
     use serde_json::Value;
     let mut v: Vec<(bool, String)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     let mut results: std::collections::BTreeMap<&str, Value> = std::collections::BTreeMap::new();
-    for name in NAMES {
+    for &name in names {
+        let Some(name) = NAMES.iter().copied().find(|n| *n == name) else {
+            v.push((false, format!("{name}: no such experiment (known: {})", NAMES.join(", "))));
+            continue;
+        };
         let p = root.join(name).join("result.json");
         match std::fs::read(&p).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice::<Value>(&b)?)) {
             Ok(r) => {
@@ -587,11 +596,18 @@ pub fn check(root: &Path) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
             off_slow >= 50.0,
             format!("fast-synack/gap-3s: {off_slow:.0} pageviews past 3 s (at least 50, for a 25% cut to be told from noise)"),
         ));
+        // The 25% target is judged on the full run (all four gaps, 300 s arms). The quick run's
+        // arms hold about 230 pageviews past 3 s, of which rlm can rescue only those whose
+        // SYN/ACK was lost (about 26 measured, not the SYNs lost before rlm): its cut swings by
+        // several points from run to run (measured 26% at 500 ms and 16% at 10 ms in one run),
+        // so it guards the mechanism at 10%.
+        let full = fs["synack_gaps"].as_array().is_some_and(|g| g.len() >= 4);
+        let (cut, judged) = if full { (0.25, "at least 25%") } else { (0.10, "at least 10% in a quick run; the 25% target is judged on the full run") };
         v.push((
-            fast_gt3 <= 0.75 * off_gt3,
+            fast_gt3 <= (1.0 - cut) * off_gt3,
             format!(
                 "fast-synack: gap-500ms cuts the share of pageviews past 3 s by {:.0}%: {:.2}% ({:.0} of {fast_n:.0}) against gap-3s's {:.2}% \
-                 ({off_slow:.0} of {off_n:.0}) (at least 25%; 004 Table 1: 28%)",
+                 ({off_slow:.0} of {off_n:.0}) ({judged}; 004 Table 1: 28%)",
                 (1.0 - fast_gt3 / off_gt3) * 100.0,
                 fast_gt3 * 100.0,
                 fast_gt3 * fast_n,
@@ -834,7 +850,7 @@ mod tests {
         let root = std::env::temp_dir().join(format!("rlm-lab-check-fast-{}", std::process::id()));
         let (none, no_class) = (json!({}), json!({}));
         let synack = |slow_frac: f64, pages: u64| {
-            json!({"experiment": "fast-synack", "arms": [
+            json!({"experiment": "fast-synack", "synack_gaps": ["3s", "1s", "500ms", "10ms"], "arms": [
                 arm_json("gap-3s", 2300, 0.05, no_class.clone(), none.clone()),
                 arm_json("gap-500ms", pages, slow_frac, no_class.clone(), json!({"fast_synacks_sent": 60.0})),
                 arm_json("gap-10ms", 2310, 0.025, no_class.clone(), json!({"fast_synacks_sent": 900.0})),
@@ -887,6 +903,12 @@ mod tests {
         assert!(has(&bad, "fast-synack: gap-500ms cuts the share of pageviews past 3 s by 20%"), "{bad:#?}");
         assert!(has(&bad, "fast-synack: gap-500ms completed 2200 pages"), "{bad:#?}");
         assert!(has(&bad, "fast-syn: the syn-throttle arm has 9 LOW pageviews with a failed connection, too few"), "{bad:#?}");
+        // A quick run (three gaps) guards the mechanism at a 10% cut.
+        let mut quick = synack(0.04, 2300);
+        quick["synack_gaps"] = json!(["3s", "500ms", "10ms"]);
+        write_result(&root, "fast-synack", quick);
+        let (ok, _, _) = fast_lines(&root);
+        assert!(has(&ok, "by 20%: 4.00% (92 of 2300) against gap-3s's 5.00% (115 of 2300) (at least 10% in a quick run"), "{ok:#?}");
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -92,7 +92,12 @@ enum Command {
         stats: Option<std::path::PathBuf>,
     },
     /// Check quick experiments' results (DIR/NAME/result.json) against the papers' shapes.
-    Check { dir: std::path::PathBuf },
+    Check {
+        dir: std::path::PathBuf,
+        /// Only these experiments (comma-separated; default: every one).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
     /// Run the WAN emulator on a running lab until interrupted (or for --seconds).
     Wan {
         /// A client group and its path: NET=RTTms,LOSS% or NET=RTTms,UP%,DOWN% (repeatable).
@@ -177,7 +182,11 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
-        Command::Check { dir } => testbed::catalog::check(&dir).and_then(|(ok, bad, notes)| {
+        Command::Check { dir, only } => {
+            let names: Vec<&str> = if only.is_empty() { testbed::catalog::NAMES.to_vec() } else { only.iter().map(String::as_str).collect() };
+            testbed::catalog::check_only(&dir, &names)
+        }
+        .and_then(|(ok, bad, notes)| {
             for l in &ok {
                 println!("PASS {l}");
             }
