@@ -32,6 +32,8 @@ pub struct Kept {
     pub sent: u32,
     /// A first SYN held back by `DELAY FIRST SYN`, not sent yet.
     pub delayed: bool,
+    /// Held back by `HALT FAST SYN` or a `DROP SYN` at its last turn: its release is paced.
+    pub held: bool,
     /// The class whose budget pays for it (index).
     pub class: usize,
 }
@@ -116,6 +118,38 @@ impl Budgets {
 }
 
 type Mac = [u8; 6];
+
+/// Paces the release of held SYNs, per class: when `HALT FAST SYN` (or the `DROP SYN` beside it)
+/// lets go, every SYN it held would reach the farm within one gap, a burst that can push the
+/// protected class back over its goal at once. A token bucket per class lets them go at
+/// `rate` per second (burst: a quarter second's worth).
+#[derive(Debug)]
+pub struct Release {
+    rate: f64,
+    classes: Vec<(f64, Timestamp)>,
+}
+
+impl Release {
+    pub fn new(rate: f64) -> Release {
+        Release { rate, classes: Vec::new() }
+    }
+
+    /// Take a token for one held SYN of `class` at `now`.
+    pub fn take(&mut self, now: Timestamp, class: usize) -> bool {
+        let cap = (self.rate / 4.0).max(1.0);
+        if self.classes.len() <= class {
+            self.classes.resize(class + 1, (cap, now));
+        }
+        let (tokens, last) = &mut self.classes[class];
+        *tokens = (*tokens + now.saturating_since(*last).as_secs_f64() * self.rate).min(cap);
+        *last = now.max(*last);
+        if *tokens < 1.0 {
+            return false;
+        }
+        *tokens -= 1.0;
+        true
+    }
+}
 
 /// The link (MAC) addresses to send frames with, learned from the handshakes' Ethernet frames.
 #[derive(Debug, Default)]
@@ -243,7 +277,7 @@ mod tests {
         let eth = syn_frame();
         let Decoded::Tcp(seg) = decode(LinkType::Ethernet, &eth) else { panic!() };
         let mut links = LinkAddrs::default();
-        let kept = Kept { gap: None, link: LinkType::RawIp, frame: eth[14..].into(), sent: 0, delayed: false, class: 0 };
+        let kept = Kept { gap: None, link: LinkType::RawIp, frame: eth[14..].into(), sent: 0, delayed: false, held: false, class: 0 };
         let (client, server) = (seg.src.ip, seg.dst.ip);
         assert!(links.frame(&kept, client, server, true).is_none(), "no address known yet");
         links.learn(LinkType::Ethernet, &eth, &seg);

@@ -73,6 +73,9 @@ pub struct RunArgs {
     /// Most fast retransmissions of one SYN or SYN/ACK.
     #[arg(long, value_name = "N")]
     pub fast_limit: Option<u32>,
+    /// Held SYNs released per second and class when HALT FAST SYN lets go.
+    #[arg(long, value_name = "N")]
+    pub fast_release_per_s: Option<f64>,
     /// Log JSON lines instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -138,6 +141,9 @@ impl RunArgs {
         }
         if let Some(v) = self.fast_limit {
             c.fast_limit = v;
+        }
+        if let Some(v) = self.fast_release_per_s {
+            c.fast_release_per_s = v;
         }
         c.log_json |= self.log_json;
         Ok(c)

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs};
+use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs, Release};
 use crate::flow::{CloseReason, ConnId, ConnState, FlowNote, FlowTable, HttpOptions};
 use crate::http::{HttpEvent, Txn};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
@@ -76,6 +76,8 @@ pub struct Config {
     pub fast_limit: u32,
     /// What rlm may inject, per class and in all ([`InjectBudget`]).
     pub inject_budget: InjectBudget,
+    /// Held SYNs released per second and class once `HALT FAST SYN` lets go ([`Release`]).
+    pub fast_release_per_s: f64,
     /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
     /// which keeps pageviews only, turns it off and saves building them).
     pub transaction_records: bool,
@@ -97,6 +99,7 @@ impl Default for Config {
             inject: false,
             fast_limit: 20,
             inject_budget: InjectBudget::default(),
+            fast_release_per_s: 20.0,
             class_window: Duration::from_secs(30),
             pageview: PageviewConfig::default(),
         }
@@ -235,6 +238,8 @@ pub struct Transmit {
 
 /// How often a held-back SYN without a `FAST SYN` gap is looked at again.
 const HELD_SYN_RECHECK: Duration = Duration::from_millis(500);
+/// How soon a released SYN that found no release token tries again.
+const RELEASE_RETRY: Duration = Duration::from_millis(50);
 
 /// A frame to keep once the frame being handled is through (set at the SYN and SYN/ACK nodes).
 #[derive(Clone, Copy, Debug)]
@@ -376,6 +381,7 @@ pub struct Engine {
     transmits: VecDeque<Transmit>,
     links: LinkAddrs,
     budgets: Budgets,
+    release: Release,
     /// The rules in force send frames ([`Policy::injects`]), at the SYN/ACK node too.
     injecting: bool,
     injecting_synack: bool,
@@ -391,6 +397,7 @@ impl Engine {
             stats.ignored.insert(i.name(), 0);
         }
         let budgets = Budgets::new(cfg.inject_budget.clone());
+        let release = Release::new(cfg.fast_release_per_s);
         Engine {
             flows: FlowTable::new(cfg.max_connections),
             pageviews: Pageviews::new(cfg.pageview.clone()),
@@ -412,6 +419,7 @@ impl Engine {
             transmits: VecDeque::new(),
             links: LinkAddrs::default(),
             budgets,
+            release,
             injecting: false,
             injecting_synack: false,
         }
@@ -1022,7 +1030,7 @@ impl Engine {
             self.stats.inject_denied += 1;
             return;
         }
-        map.insert(id, Kept { gap, link, frame: frame.into(), sent: 0, delayed, class });
+        map.insert(id, Kept { gap, link, frame: frame.into(), sent: 0, delayed, held: false, class });
         let first = match keep {
             Keep::Syn { delay: Some(d), .. } => d,
             _ => gap.unwrap_or(Duration::ZERO),
@@ -1079,7 +1087,16 @@ impl Engine {
             self.fast_syns.remove(&id);
             return;
         }
+        let held = self.fast_syns.get(&id).is_some_and(|k| k.held);
         if !out.halt_fast_syn && out.decision == SynDecision::Pass {
+            if held && !self.release.take(now, class.index()) {
+                // Released, but paced: look again shortly.
+                self.push_timer(now + RELEASE_RETRY, id, TimerKind::FastSyn);
+                return;
+            }
+            if let Some(k) = self.fast_syns.get_mut(&id) {
+                k.held = false;
+            }
             if !self.send_kept(now, id, true) {
                 self.fast_syns.remove(&id);
                 return;
@@ -1090,6 +1107,8 @@ impl Engine {
                 self.fast_syns.remove(&id);
                 return;
             }
+        } else if let Some(k) = self.fast_syns.get_mut(&id) {
+            k.held = true;
         }
         self.push_timer(now + out.fast_syn.unwrap_or(HELD_SYN_RECHECK), id, TimerKind::FastSyn);
     }

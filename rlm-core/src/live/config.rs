@@ -49,6 +49,9 @@ pub struct RunConfig {
     pub inject_max_per_s: f64,
     /// Most fast retransmissions of one SYN or SYN/ACK.
     pub fast_limit: u32,
+    /// SYNs held by `HALT FAST SYN` are released at most this many per second and class when it
+    /// lets go.
+    pub fast_release_per_s: f64,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
 }
@@ -86,6 +89,7 @@ impl Default for RunConfig {
             inject_burst: 1000.0,
             inject_max_per_s: 5000.0,
             fast_limit: 20,
+            fast_release_per_s: 20.0,
             log_json: false,
         }
     }
@@ -118,9 +122,9 @@ impl RunConfig {
         if self.queue_mark == 0 {
             bail!("queue_mark needs at least one bit set");
         }
-        let budget = [self.inject_per_handshake, self.inject_burst, self.inject_max_per_s];
+        let budget = [self.inject_per_handshake, self.inject_burst, self.inject_max_per_s, self.fast_release_per_s];
         if !budget.iter().all(|v| v.is_finite() && *v >= 0.0 && *v <= 1e9) {
-            bail!("inject_per_handshake, inject_burst and inject_max_per_s must be between 0 and 1e9");
+            bail!("inject_per_handshake, inject_burst, inject_max_per_s and fast_release_per_s must be between 0 and 1e9");
         }
         if !(1..=1000).contains(&self.fast_limit) {
             bail!("fast_limit must be between 1 and 1000");

@@ -248,6 +248,7 @@ impl Loop {
             class_window: Duration::from_secs_f64(cfg.class_window_s),
             inject: injector.is_some(),
             fast_limit: cfg.fast_limit,
+            fast_release_per_s: cfg.fast_release_per_s,
             inject_budget: crate::actions::InjectBudget {
                 per_handshake: cfg.inject_per_handshake,
                 burst: cfg.inject_burst,
