@@ -295,11 +295,18 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
             let (clients, fdur) = fast_synack_scale(quick);
             // The farm's CPU scaled with the browsers: the same light load, about 60% busy.
             let fcores = cores * f64::from(clients) / f64::from(light);
+            let fast_arm = |g: &str| {
+                let mut a = with_rlm(arm(&format!("gap-{g}"), clients, fdur, &WAN_80_2, false, fcores), fast_synack_rules(g), &[]);
+                // Connection slots for every browser's two connections and their keep-alive: as
+                // in 004's light runs, the farm drops no SYN, so what passes 3 s is the WAN's
+                // doing. (With the default 150 slots, 200 browsers filled them: pages waited in
+                // the listen backlog and SYNs fell at the farm, which no SYN/ACK resend helps:
+                // measured 12.5% of pageviews past 3 s against 4% at 60 browsers.)
+                a.farm.max_clients = a.farm.max_clients.max(3 * clients as usize);
+                a
+            };
             (
-                fast_synack_gaps(quick)
-                    .iter()
-                    .map(|g| with_rlm(arm(&format!("gap-{g}"), clients, fdur, &WAN_80_2, false, fcores), fast_synack_rules(g), &[]))
-                    .collect(),
+                fast_synack_gaps(quick).iter().map(|g| fast_arm(g)).collect(),
                 "004 Table 1: the light load over the 80 ms / 2% WAN of 004 Figure 12, rlm inline in every arm. With \
                  FAST SYN/ACK GAP g rlm resends the server's SYN/ACK to the client every g until the client's ACK \
                  comes, so a SYN/ACK lost in the WAN costs g instead of the server's 3 s timeout. Arm gap-3s is that \
@@ -596,13 +603,12 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             off_slow >= 50.0,
             format!("fast-synack/gap-3s: {off_slow:.0} pageviews past 3 s (at least 50, for a 25% cut to be told from noise)"),
         ));
-        // The 25% target is judged on the full run (all four gaps, 300 s arms). The quick run's
-        // arms hold about 230 pageviews past 3 s, of which rlm can rescue only those whose
-        // SYN/ACK was lost (about 26 measured, not the SYNs lost before rlm): its cut swings by
-        // several points from run to run (measured 26% at 500 ms and 16% at 10 ms in one run),
-        // so it guards the mechanism at 10%.
+        // The 25% target is judged on the full run (all four gaps, 300 s arms). A quick run's
+        // arms hold about 100 pageviews past 3 s in gap-3s, half of which rlm can rescue (the
+        // other half lost their SYN before rlm): measured 52% at 500 ms, but 24% at 10 ms in the
+        // same run, so the quick run guards the mechanism at 20%.
         let full = fs["synack_gaps"].as_array().is_some_and(|g| g.len() >= 4);
-        let (cut, judged) = if full { (0.25, "at least 25%") } else { (0.10, "at least 10% in a quick run; the 25% target is judged on the full run") };
+        let (cut, judged) = if full { (0.25, "at least 25%") } else { (0.20, "at least 20% in a quick run; the 25% target is judged on the full run") };
         v.push((
             fast_gt3 <= (1.0 - cut) * off_gt3,
             format!(
@@ -903,12 +909,12 @@ mod tests {
         assert!(has(&bad, "fast-synack: gap-500ms cuts the share of pageviews past 3 s by 20%"), "{bad:#?}");
         assert!(has(&bad, "fast-synack: gap-500ms completed 2200 pages"), "{bad:#?}");
         assert!(has(&bad, "fast-syn: the syn-throttle arm has 9 LOW pageviews with a failed connection, too few"), "{bad:#?}");
-        // A quick run (three gaps) guards the mechanism at a 10% cut.
+        // A quick run (three gaps) guards the mechanism at a 20% cut.
         let mut quick = synack(0.04, 2300);
         quick["synack_gaps"] = json!(["3s", "500ms", "10ms"]);
         write_result(&root, "fast-synack", quick);
         let (ok, _, _) = fast_lines(&root);
-        assert!(has(&ok, "by 20%: 4.00% (92 of 2300) against gap-3s's 5.00% (115 of 2300) (at least 10% in a quick run"), "{ok:#?}");
+        assert!(has(&ok, "by 20%: 4.00% (92 of 2300) against gap-3s's 5.00% (115 of 2300) (at least 20% in a quick run"), "{ok:#?}");
         let _ = std::fs::remove_dir_all(&root);
     }
 }
