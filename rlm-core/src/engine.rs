@@ -1081,7 +1081,7 @@ impl Engine {
         let (c, s) = (SocketAddr::new(client.ip, client.port), SocketAddr::new(server.ip, server.port));
         let class = policy.classify(c, s);
         let rt = self.pageviews.elapsed_for_client(client.ip, now);
-        let out = policy.at_syn_decided(now, c, s, class, Some(rt), None);
+        let out = policy.at_syn_again(now, c, s, class, Some(rt));
         if out.fast_syn.is_none() && !delayed {
             // The rule no longer applies (a new rule file): the client's own TCP takes over.
             self.fast_syns.remove(&id);

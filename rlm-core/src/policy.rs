@@ -368,8 +368,29 @@ impl Policy {
         pageview_rt: Option<Duration>,
         decided: Option<SynDecision>,
     ) -> SynOutcome {
+        self.syn_node(now, client, server, class, pageview_rt, decided, true)
+    }
+
+    /// The SYN node again for a SYN rlm holds or resends (`FAST SYN`, `DELAY FIRST SYN`): the
+    /// same decision, but not counted again (no class SYN, rule firing or drop): the SYN was
+    /// counted when it came. A `LIMIT SYN` bucket still pays for a copy that goes out.
+    pub fn at_syn_again(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId, pageview_rt: Option<Duration>) -> SynOutcome {
+        self.syn_node(now, client, server, class, pageview_rt, None, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn syn_node(
+        &mut self,
+        now: Timestamp,
+        client: SocketAddr,
+        server: SocketAddr,
+        class: ClassId,
+        pageview_rt: Option<Duration>,
+        decided: Option<SynDecision>,
+        count: bool,
+    ) -> SynOutcome {
         self.refresh(now);
-        if let Some(c) = self.class_counters.get_mut(class.index()) {
+        if let (true, Some(c)) = (count, self.class_counters.get_mut(class.index())) {
             c.syns += 1;
         }
         let mut facts = Facts::new(client, server, class, &self.windows);
@@ -383,7 +404,7 @@ impl Policy {
         let (mut fast_syn, mut halt_fast_syn, mut delay_first) = (None, false, None);
         let mut last_rule: Option<RuleId> = None;
         for f in &firings {
-            if last_rule != Some(f.rule) {
+            if count && last_rule != Some(f.rule) {
                 last_rule = Some(f.rule);
                 if let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) {
                     rc.fired += 1;
@@ -436,7 +457,7 @@ impl Policy {
                     }
                 }
                 _ => {
-                    if let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) {
+                    if let (true, Some(rc)) = (count, self.rule_counters.get_mut(f.rule.0 as usize)) {
                         rc.deferred += 1;
                     }
                 }
@@ -444,7 +465,7 @@ impl Policy {
         }
         self.firings = firings;
         let decision = decided.unwrap_or(decision);
-        if let (SynDecision::Drop { limited, .. }, Some(c)) = (decision, self.class_counters.get_mut(class.index())) {
+        if let (SynDecision::Drop { limited, .. }, true, Some(c)) = (decision, count, self.class_counters.get_mut(class.index())) {
             if limited {
                 c.syns_limited += 1;
             } else {

@@ -872,3 +872,31 @@ fn a_spoofed_syn_flood_is_not_amplified_and_leaves_memory_bounded() {
     assert_eq!(transmits(&mut r).len(), 1, "earned by the completed handshake");
     r.feed(62_700, lossy.ack());
 }
+
+#[test]
+fn held_syns_are_released_at_a_paced_rate_and_counted_once() {
+    let held = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN\n  DROP SYN\n  HALT FAST SYN\n";
+    let mut r = fast_run(held);
+    // 60 LOW connections are held while the throttle holds.
+    for i in 0..60u64 {
+        let c = TcpConv::new(&format!("10.5.0.{}:{}", 1 + i, 41000 + i), "10.9.0.1:80");
+        r.feed(i, c.syn());
+        assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    }
+    r.advance(2_000);
+    assert!(transmits(&mut r).is_empty());
+    let low = r.engine.policy().unwrap().rules().class_id("LOW").unwrap();
+    // Each held SYN was looked at again every gap, but counted once.
+    assert_eq!(r.engine.policy().unwrap().class_counters[low.index()].syns, 60);
+    assert_eq!(r.engine.policy().unwrap().class_counters[low.index()].syns_dropped, 60);
+    // The throttle lets go: the 60 go out at 20 a second (5 at once), not all within one gap.
+    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
+    let distinct = |t: &[rlm_core::engine::Transmit]| t.iter().map(|t| t.frame.clone()).collect::<std::collections::HashSet<_>>();
+    r.advance(3_000);
+    let first = distinct(&transmits(&mut r));
+    assert!((20..=26).contains(&first.len()), "{} released in the first second", first.len());
+    r.advance(6_000);
+    let mut all = first;
+    all.extend(distinct(&transmits(&mut r)));
+    assert_eq!(all.len(), 60, "every held SYN released within 3 s");
+}
