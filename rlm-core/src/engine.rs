@@ -769,7 +769,9 @@ impl Engine {
                         self.stats.synack_retransmissions += 1;
                     }
                     // The server answered: no more fast retransmissions.
-                    self.fast_syns.remove(&id);
+                    if self.injecting {
+                        self.fast_syns.remove(&id);
+                    }
                     self.pageviews.on_synack(now, id);
                     if self.injecting_synack && !retransmission {
                         self.at_synack(now, id);
@@ -926,8 +928,10 @@ impl Engine {
             return;
         }
         let never_established = !c.was_established();
-        self.fast_syns.remove(&id);
-        self.fast_synacks.remove(&id);
+        if self.injecting {
+            self.fast_syns.remove(&id);
+            self.fast_synacks.remove(&id);
+        }
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
         let first_syn = c.hs.syn.first;
