@@ -238,6 +238,9 @@ pub struct Transmit {
 
 /// How often a held-back SYN without a `FAST SYN` gap is looked at again.
 const HELD_SYN_RECHECK: Duration = Duration::from_millis(500);
+/// The longest SYN or SYN/ACK frame kept to be sent again (a handshake's frames are under 100
+/// bytes; a SYN with data, TCP Fast Open, is not kept): kept frames stay small in memory.
+const MAX_KEPT_FRAME: usize = 256;
 /// How soon a released SYN that found no release token tries again.
 const RELEASE_RETRY: Duration = Duration::from_millis(50);
 
@@ -769,7 +772,7 @@ impl Engine {
                         self.stats.synack_retransmissions += 1;
                     }
                     // The server answered: no more fast retransmissions.
-                    if self.injecting {
+                    if !self.fast_syns.is_empty() {
                         self.fast_syns.remove(&id);
                     }
                     self.pageviews.on_synack(now, id);
@@ -780,10 +783,13 @@ impl Engine {
                 FlowNote::Established => {
                     let c = self.flows.get(id).expect("live");
                     let (client, rtt) = (c.client.ip, c.rtt());
-                    if self.injecting {
-                        // The handshake is done: no more SYN/ACKs; a real client earns its class
-                        // some injections.
+                    if !self.fast_synacks.is_empty() {
+                        // The handshake is done: no more SYN/ACKs.
                         self.fast_synacks.remove(&id);
+                    }
+                    if self.injecting && rtt.is_some() {
+                        // A real client (its ACK matched the SYN/ACK, which a blind spoofer
+                        // cannot do) earns its class some injections.
                         let server = c.server;
                         if let Some(p) = &self.policy {
                             let class = p.classify(SocketAddr::new(client, c.client.port), SocketAddr::new(server.ip, server.port));
@@ -928,8 +934,10 @@ impl Engine {
             return;
         }
         let never_established = !c.was_established();
-        if self.injecting {
+        if !self.fast_syns.is_empty() {
             self.fast_syns.remove(&id);
+        }
+        if !self.fast_synacks.is_empty() {
             self.fast_synacks.remove(&id);
         }
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
@@ -974,7 +982,7 @@ impl Engine {
         let SynOutcome { decision, admission, fast_syn, delay_first, .. } = policy.at_syn_decided(now, c, s, class, Some(rt), decided);
         // DELAY FIRST SYN: a SYN that opens a pageview (its client has none open) is held back
         // and sent after the delay (004 Figure 17).
-        let delay = delay_first.filter(|_| !retransmission && rt.is_zero() && decision == SynDecision::Pass);
+        let delay = delay_first.filter(|d| !retransmission && rt.is_zero() && decision == SynDecision::Pass && *d < self.cfg.pageview.connect_timeout);
         if !retransmission && (fast_syn.is_some() || delay.is_some()) {
             // Keep this SYN's frame (once its handling is over) and send it after GAP (or the
             // delay) unless the server answers first.
@@ -1030,8 +1038,13 @@ impl Engine {
             Keep::Syn { gap, delay, class } => (&mut self.fast_syns, gap, delay.is_some(), class, TimerKind::FastSyn),
             Keep::SynAck { gap, class } => (&mut self.fast_synacks, Some(gap), false, class, TimerKind::FastSynAck),
         };
-        if map.len() >= self.budgets.config().max_pending && !map.contains_key(&id) {
+        if (map.len() >= self.budgets.config().max_pending && !map.contains_key(&id)) || frame.len() > MAX_KEPT_FRAME {
             self.stats.inject_denied += 1;
+            if delayed {
+                // Held back but not kept: let it go now rather than lose it.
+                self.verdict = Verdict::Accept;
+                self.stats.syns_delayed -= 1;
+            }
             return;
         }
         map.insert(id, Kept { gap, link, frame: frame.into(), sent: 0, delayed, held: false, class });

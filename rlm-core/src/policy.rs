@@ -372,8 +372,8 @@ impl Policy {
     }
 
     /// The SYN node again for a SYN rlm holds or resends (`FAST SYN`, `DELAY FIRST SYN`): the
-    /// same decision, but not counted again (no class SYN, rule firing or drop): the SYN was
-    /// counted when it came. A `LIMIT SYN` bucket still pays for a copy that goes out.
+    /// same decision, but not counted again (no class SYN, rule firing or drop) and no `LIMIT
+    /// SYN` token taken: the SYN was counted, and policed, when it came.
     pub fn at_syn_again(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId, pageview_rt: Option<Duration>) -> SynOutcome {
         self.syn_node(now, client, server, class, pageview_rt, None, false)
     }
@@ -444,7 +444,9 @@ impl Policy {
             }
             match f.effect {
                 Effect::DropSyn => decision = SynDecision::Drop { rule: f.rule, limited: false },
-                Effect::LimitSyn { .. } if decided.is_some() => {}
+                // A SYN already decided in the kernel, or looked at again while rlm holds or
+                // resends it (it took its token when it came): no token.
+                Effect::LimitSyn { .. } if decided.is_some() || !count => {}
                 Effect::LimitSyn { bucket, rate, burst } => {
                     let b = self.buckets.entry((bucket, class)).or_insert(TokenBucket { tokens: f64::from(burst), last: now });
                     let dt = now.saturating_since(b.last).as_secs_f64();

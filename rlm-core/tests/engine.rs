@@ -900,3 +900,61 @@ fn held_syns_are_released_at_a_paced_rate_and_counted_once() {
     all.extend(distinct(&transmits(&mut r)));
     assert_eq!(all.len(), 60, "every held SYN released within 3 s");
 }
+
+#[test]
+fn held_and_resent_syns_take_no_limit_syn_token() {
+    let mut r = fast_run("CLASS LOW IF IP.SRC == 10.5.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN LIMIT SYN 1/min BURST 2\n");
+    let a = TcpConv::new("10.5.0.1:40001", "10.9.0.1:80");
+    r.feed(0, a.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    // The server does not answer: rlm resends it four times, without touching the bucket.
+    r.advance(2_100);
+    assert_eq!(transmits(&mut r).len(), 4);
+    // So the bucket's second token is still there for the next client.
+    let b = TcpConv::new("10.5.0.2:40002", "10.9.0.1:80");
+    r.feed(2_200, b.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    let c = TcpConv::new("10.5.0.3:40003", "10.9.0.1:80");
+    r.feed(2_300, c.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop), "the third is policed");
+}
+
+#[test]
+fn a_blind_spoofer_earns_no_budget_and_a_delay_that_cannot_be_kept_lets_the_syn_go() {
+    let budget = rlm_core::actions::InjectBudget { burst: 2.0, max_pending: 1, ..Default::default() };
+    let mut r = Run::with(Config { inject: true, inject_budget: budget, ..Config::default() });
+    r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN FAST SYN/ACK GAP 100ms\n")));
+    // Spend the burst on two handshakes whose client never answers.
+    for i in 0..2u64 {
+        let mut c = TcpConv::new(&format!("10.6.0.{}:5000", i + 1), "10.9.0.1:80");
+        r.feed(i * 1000, c.syn());
+        r.feed(i * 1000 + 1, c.synack());
+        r.advance(i * 1000 + 150);
+        assert_eq!(transmits(&mut r).len(), 1);
+        // Its "client" then sends data without having seen the SYN/ACK (a blind spoofer):
+        // the connection counts as established, but it earns nothing.
+        let mut blind = c.client_data(b"GET / HTTP/1.1\r\n\r\n");
+        blind[14 + 20 + 8] ^= 0x5a; // an acknowledgment number it could only guess
+        r.feed(i * 1000 + 200, blind);
+    }
+    let mut lossy = TcpConv::new("10.6.0.9:5009", "10.9.0.1:80");
+    r.feed(5_000, lossy.syn());
+    r.feed(5_001, lossy.synack());
+    r.advance(5_300);
+    assert!(transmits(&mut r).is_empty(), "the burst is spent and nothing was earned");
+    assert!(r.engine.stats().inject_denied >= 1);
+
+    // DELAY FIRST SYN with no room to keep the SYN: it goes on at once, not lost.
+    let budget = rlm_core::actions::InjectBudget { max_pending: 1, ..Default::default() };
+    let mut d = Run::with(Config { inject: true, inject_budget: budget, ..Config::default() });
+    d.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN DELAY FIRST SYN 3s\n")));
+    d.feed(0, TcpConv::new("10.5.0.1:40001", "10.9.0.1:80").syn());
+    assert_eq!(d.verdict, Some(rlm_core::Verdict::Drop), "held back");
+    d.feed(10, TcpConv::new("10.5.0.2:40002", "10.9.0.1:80").syn());
+    assert_eq!(d.verdict, Some(rlm_core::Verdict::Accept), "no room to keep it: passed");
+    assert_eq!(d.engine.stats().syns_delayed, 1);
+    // A delay at or past the client's connect timeout would only make it fail: not applied.
+    let mut long = fast_run("IF IP.SRC == *.*.*.* THEN DELAY FIRST SYN 30s\n");
+    long.feed(0, TcpConv::new("10.5.0.3:40003", "10.9.0.1:80").syn());
+    assert_eq!(long.verdict, Some(rlm_core::Verdict::Accept));
+}

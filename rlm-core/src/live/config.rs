@@ -126,6 +126,9 @@ impl RunConfig {
         if !budget.iter().all(|v| v.is_finite() && *v >= 0.0 && *v <= 1e9) {
             bail!("inject_per_handshake, inject_burst, inject_max_per_s and fast_release_per_s must be between 0 and 1e9");
         }
+        if self.inject_max_per_s < 1.0 || self.fast_release_per_s < 1.0 {
+            bail!("inject_max_per_s and fast_release_per_s must be at least 1 (use inject = false to send nothing)");
+        }
         if !(1..=1000).contains(&self.fast_limit) {
             bail!("fast_limit must be between 1 and 1000");
         }

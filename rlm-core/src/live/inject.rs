@@ -47,6 +47,8 @@ impl PortSocket {
         sll.sll_ifindex = self.ifindex;
         sll.sll_halen = 6;
         sll.sll_addr[..6].copy_from_slice(&frame[..6]);
+        // The frame's EtherType, in network order as the kernel wants it.
+        sll.sll_protocol = u16::from_ne_bytes([frame[12], frame[13]]);
         // SAFETY: `frame` and `sll` are valid for the lengths given.
         let n = unsafe {
             libc::sendto(

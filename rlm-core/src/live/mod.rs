@@ -185,6 +185,11 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         queue_synacks,
         queue_mark: matches!(source, Source::Fast(_)).then_some(cfg.queue_mark),
     };
+    // Opened before any rule is installed: a failure leaves nothing behind.
+    let injector = match cfg.inject {
+        true => Some(inject::Injector::open(client_ifindex, server_ifindex)?),
+        false => None,
+    };
     let installed = netfilter::install(&plan)?;
     let what = match &source {
         Source::Fast(_) => "eBPF syn_admit on the client port, observe on the server port; SYNs without a verdict in the kernel are queued",
@@ -195,10 +200,6 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         backend = ?installed.backend(), queues = ?nfq.queues, queue_mark = ?plan.queue_mark.map(|m| format!("{m:#x}")), metrics = %cfg.metrics,
         "installed: {what} (bypass when rlm is gone)"
     );
-    let injector = match cfg.inject {
-        true => Some(inject::Injector::open(client_ifindex, server_ifindex)?),
-        false => None,
-    };
     let result = match drop_capabilities() {
         Ok(()) => {
             let mut lp = Loop::new(&cfg, nfq, source, injector, metrics, status, client_ifindex, server_ifindex);
