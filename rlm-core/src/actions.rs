@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
+use crate::policy::TokenBucket;
 use crate::time::Timestamp;
 use crate::wire::{LinkType, Segment};
 
@@ -66,25 +67,29 @@ impl Default for InjectBudget {
 #[derive(Debug)]
 pub struct Budgets {
     cfg: InjectBudget,
-    /// Tokens by class index (grown on demand; a new class starts full).
-    classes: Vec<f64>,
-    global: f64,
-    last: Timestamp,
+    /// By class index (grown on demand; a new class starts full): filled by handshakes only.
+    classes: Vec<TokenBucket>,
+    global: TokenBucket,
 }
 
 impl Budgets {
     pub fn new(cfg: InjectBudget) -> Budgets {
-        let global = (cfg.max_per_s / 10.0).max(1.0);
-        Budgets { cfg, classes: Vec::new(), global, last: Timestamp::ZERO }
+        let global = TokenBucket::full(Budgets::global_cap(&cfg), Timestamp::ZERO);
+        Budgets { cfg, classes: Vec::new(), global }
+    }
+
+    /// The global bucket holds a tenth of a second's worth.
+    fn global_cap(cfg: &InjectBudget) -> f64 {
+        (cfg.max_per_s / 10.0).max(1.0)
     }
 
     pub fn config(&self) -> &InjectBudget {
         &self.cfg
     }
 
-    fn class(&mut self, class: usize) -> &mut f64 {
+    fn class(&mut self, class: usize) -> &mut TokenBucket {
         if self.classes.len() <= class {
-            self.classes.resize(class + 1, self.cfg.burst);
+            self.classes.resize(class + 1, TokenBucket::full(self.cfg.burst, Timestamp::ZERO));
         }
         &mut self.classes[class]
     }
@@ -92,28 +97,17 @@ impl Budgets {
     /// A handshake of `class` completed.
     pub fn earn(&mut self, class: usize) {
         let (add, cap) = (self.cfg.per_handshake, self.cfg.burst);
-        let t = self.class(class);
-        *t = (*t + add).min(cap);
+        self.class(class).add(add, cap);
     }
 
     /// Take a token for one frame of `class` at `now`; false if the class or the global budget
     /// is spent.
     pub fn take(&mut self, now: Timestamp, class: usize) -> bool {
-        let cap = (self.cfg.max_per_s / 10.0).max(1.0);
-        let dt = now.saturating_since(self.last).as_secs_f64();
-        self.last = now.max(self.last);
-        self.global = (self.global + dt * self.cfg.max_per_s).min(cap);
-        if self.global < 1.0 || *self.class(class) < 1.0 {
+        self.global.refill(now, self.cfg.max_per_s, Budgets::global_cap(&self.cfg));
+        if !(self.global.has_token() && self.class(class).has_token()) {
             return false;
         }
-        self.global -= 1.0;
-        *self.class(class) -= 1.0;
-        true
-    }
-
-    /// Tokens a class holds now (for tests and status).
-    pub fn tokens(&self, class: usize) -> f64 {
-        self.classes.get(class).copied().unwrap_or(self.cfg.burst)
+        self.global.take() && self.class(class).take()
     }
 }
 
@@ -126,7 +120,7 @@ type Mac = [u8; 6];
 #[derive(Debug)]
 pub struct Release {
     rate: f64,
-    classes: Vec<(f64, Timestamp)>,
+    classes: Vec<TokenBucket>,
 }
 
 impl Release {
@@ -138,16 +132,11 @@ impl Release {
     pub fn take(&mut self, now: Timestamp, class: usize) -> bool {
         let cap = (self.rate / 4.0).max(1.0);
         if self.classes.len() <= class {
-            self.classes.resize(class + 1, (cap, now));
+            self.classes.resize(class + 1, TokenBucket::full(cap, now));
         }
-        let (tokens, last) = &mut self.classes[class];
-        *tokens = (*tokens + now.saturating_since(*last).as_secs_f64() * self.rate).min(cap);
-        *last = now.max(*last);
-        if *tokens < 1.0 {
-            return false;
-        }
-        *tokens -= 1.0;
-        true
+        let b = &mut self.classes[class];
+        b.refill(now, self.rate, cap);
+        b.take()
     }
 }
 

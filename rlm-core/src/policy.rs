@@ -94,10 +94,42 @@ impl Aggregates for ClassWindows {
     }
 }
 
+/// A token bucket: refilled at a rate up to a cap, one token for each thing let through
+/// (`LIMIT SYN`, and the injection budgets and paced release of [`crate::actions`]).
 #[derive(Clone, Copy, Debug)]
-struct TokenBucket {
+pub(crate) struct TokenBucket {
     tokens: f64,
     last: Timestamp,
+}
+
+impl TokenBucket {
+    pub(crate) fn full(cap: f64, now: Timestamp) -> TokenBucket {
+        TokenBucket { tokens: cap, last: now }
+    }
+
+    /// Add what `rate` per second brought since the last look, up to `cap`.
+    pub(crate) fn refill(&mut self, now: Timestamp, rate: f64, cap: f64) {
+        self.tokens = (self.tokens + now.saturating_since(self.last).as_secs_f64() * rate).min(cap);
+        self.last = now.max(self.last);
+    }
+
+    /// Add `n` tokens, up to `cap`.
+    pub(crate) fn add(&mut self, n: f64, cap: f64) {
+        self.tokens = (self.tokens + n).min(cap);
+    }
+
+    pub(crate) fn has_token(&self) -> bool {
+        self.tokens >= 1.0
+    }
+
+    /// Take a token if there is one.
+    pub(crate) fn take(&mut self) -> bool {
+        let ok = self.has_token();
+        if ok {
+            self.tokens -= 1.0;
+        }
+        ok
+    }
 }
 
 /// What the SYN node decided.
@@ -448,13 +480,9 @@ impl Policy {
                 // resends it (it took its token when it came): no token.
                 Effect::LimitSyn { .. } if decided.is_some() || !count => {}
                 Effect::LimitSyn { bucket, rate, burst } => {
-                    let b = self.buckets.entry((bucket, class)).or_insert(TokenBucket { tokens: f64::from(burst), last: now });
-                    let dt = now.saturating_since(b.last).as_secs_f64();
-                    b.tokens = (b.tokens + dt * rate.per_second()).min(f64::from(burst.max(1)));
-                    b.last = now;
-                    if b.tokens >= 1.0 {
-                        b.tokens -= 1.0;
-                    } else {
+                    let b = self.buckets.entry((bucket, class)).or_insert(TokenBucket::full(f64::from(burst), now));
+                    b.refill(now, rate.per_second(), f64::from(burst.max(1)));
+                    if !b.take() {
                         decision = SynDecision::Drop { rule: f.rule, limited: true };
                     }
                 }
