@@ -790,9 +790,8 @@ impl Engine {
                     if self.injecting && rtt.is_some() {
                         // A real client (its ACK matched the SYN/ACK, which a blind spoofer
                         // cannot do) earns its class some injections.
-                        let server = c.server;
                         if let Some(p) = &self.policy {
-                            let class = p.classify(SocketAddr::new(client, c.client.port), SocketAddr::new(server.ip, server.port));
+                            let class = p.classify(c.client.into(), c.server.into());
                             self.budgets.earn(class.index());
                         }
                     }
@@ -975,7 +974,7 @@ impl Engine {
             return;
         }
         let Some(policy) = self.policy.as_mut() else { return };
-        let (c, s) = (SocketAddr::new(client.ip, client.port), SocketAddr::new(server.ip, server.port));
+        let (c, s) = (SocketAddr::from(client), SocketAddr::from(server));
         let class = policy.classify(c, s);
         let rt = self.pageviews.elapsed_for_client(client.ip, now);
         let decided = self.decided.take();
@@ -1025,7 +1024,7 @@ impl Engine {
     /// send it again every gap until the client's ACK comes.
     fn at_synack(&mut self, now: Timestamp, id: ConnId) {
         let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return };
-        let (cl, sv) = (SocketAddr::new(c.client.ip, c.client.port), SocketAddr::new(c.server.ip, c.server.port));
+        let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
         let class = policy.classify(cl, sv);
         if let Some(gap) = policy.at_synack(now, cl, sv, class) {
             self.keep = Some((id, Keep::SynAck { gap, class: class.index() }));
@@ -1095,7 +1094,7 @@ impl Engine {
             self.fast_syns.remove(&id);
             return;
         };
-        let (c, s) = (SocketAddr::new(client.ip, client.port), SocketAddr::new(server.ip, server.port));
+        let (c, s) = (SocketAddr::from(client), SocketAddr::from(server));
         let class = policy.classify(c, s);
         let rt = self.pageviews.elapsed_for_client(client.ip, now);
         let out = policy.at_syn_again(now, c, s, class, Some(rt));

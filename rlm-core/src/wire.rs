@@ -5,7 +5,7 @@
 //! [`Malformed`] reason that is counted, never panicked on.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use etherparse::err::packet::SliceError;
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
@@ -41,6 +41,12 @@ impl LinkType {
 pub struct Endpoint {
     pub ip: IpAddr,
     pub port: u16,
+}
+
+impl From<Endpoint> for SocketAddr {
+    fn from(e: Endpoint) -> SocketAddr {
+        SocketAddr::new(e.ip, e.port)
+    }
 }
 
 impl fmt::Display for Endpoint {

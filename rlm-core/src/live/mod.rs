@@ -632,11 +632,11 @@ impl Loop {
             Source::Tap(_) => serde_json::Value::Null,
         };
         let st = self.engine.stats();
-        let injector = match &self.injector {
-            Some(inj) => serde_json::json!({ "sent": inj.counters.sent, "failed": inj.counters.failed, "no_mac": st.inject_no_mac }),
+        let (sent, failed) = self.injector.as_ref().map_or((0, 0), |i| (i.counters.sent, i.counters.failed));
+        let injector = match self.injector {
+            Some(_) => serde_json::json!({ "sent": sent, "failed": failed, "no_mac": st.inject_no_mac }),
             None => serde_json::Value::Null,
         };
-        let (sent, failed) = self.injector.as_ref().map_or((0, 0), |i| (i.counters.sent, i.counters.failed));
         for (counter, v) in [
             ("fast_syns_sent", st.fast_syns_sent),
             ("fast_synacks_sent", st.fast_synacks_sent),
