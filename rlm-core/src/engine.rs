@@ -772,9 +772,7 @@ impl Engine {
                         self.stats.synack_retransmissions += 1;
                     }
                     // The server answered: no more fast retransmissions.
-                    if !self.fast_syns.is_empty() {
-                        self.fast_syns.remove(&id);
-                    }
+                    self.fast_syns.remove(&id);
                     self.pageviews.on_synack(now, id);
                     if self.injecting_synack && !retransmission {
                         self.at_synack(now, id);
@@ -783,10 +781,8 @@ impl Engine {
                 FlowNote::Established => {
                     let c = self.flows.get(id).expect("live");
                     let (client, rtt) = (c.client.ip, c.rtt());
-                    if !self.fast_synacks.is_empty() {
-                        // The handshake is done: no more SYN/ACKs.
-                        self.fast_synacks.remove(&id);
-                    }
+                    // The handshake is done: no more SYN/ACKs.
+                    self.fast_synacks.remove(&id);
                     if self.injecting && rtt.is_some() {
                         // A real client (its ACK matched the SYN/ACK, which a blind spoofer
                         // cannot do) earns its class some injections.
@@ -933,12 +929,8 @@ impl Engine {
             return;
         }
         let never_established = !c.was_established();
-        if !self.fast_syns.is_empty() {
-            self.fast_syns.remove(&id);
-        }
-        if !self.fast_synacks.is_empty() {
-            self.fast_synacks.remove(&id);
-        }
+        self.fast_syns.remove(&id);
+        self.fast_synacks.remove(&id);
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
         let first_syn = c.hs.syn.first;
