@@ -11,11 +11,15 @@
 //! IPv4 header and TCP checksums are computed afresh (a frame read before the NIC's checksum
 //! offload may carry a partial sum).
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use ahash::AHashMap;
+
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
+use crate::flow::ConnId;
 use crate::policy::TokenBucket;
 use crate::time::Timestamp;
 use crate::wire::{LinkType, Segment};
@@ -116,27 +120,74 @@ type Mac = [u8; 6];
 /// Paces the release of held SYNs, per class: when `HALT FAST SYN` (or the `DROP SYN` beside it)
 /// lets go, every SYN it held would reach the farm within one gap, a burst that can push the
 /// protected class back over its goal at once. A token bucket per class lets them go at
-/// `rate` per second (burst: a quarter second's worth).
+/// `rate` per second (burst: a quarter second's worth), oldest first: a SYN held longest is
+/// nearest to its client giving up.
 #[derive(Debug)]
 pub struct Release {
     rate: f64,
     classes: Vec<TokenBucket>,
+    /// SYNs the rule lets go that wait for a token: (class, first SYN seen, connection).
+    waiting: BTreeSet<(usize, Timestamp, ConnId)>,
+    /// The key in `waiting` of each waiting connection.
+    keys: AHashMap<ConnId, (usize, Timestamp)>,
 }
+
+/// The least connection handle (a range's start).
+const FIRST_CONN: ConnId = ConnId { slot: 0, gen: 0 };
 
 impl Release {
     pub fn new(rate: f64) -> Release {
-        Release { rate, classes: Vec::new() }
+        Release { rate, classes: Vec::new(), waiting: BTreeSet::new(), keys: AHashMap::new() }
     }
 
-    /// Take a token for one held SYN of `class` at `now`.
-    pub fn take(&mut self, now: Timestamp, class: usize) -> bool {
+    /// The held SYN `id` of `class`, first seen `since`, may go: true if it gets a token now,
+    /// that is, fewer SYNs of its class have waited longer than there are tokens. Otherwise it
+    /// waits in line (ask again shortly). Entries older than `max_age` (their client has given
+    /// up) are forgotten.
+    pub fn try_release(&mut self, now: Timestamp, class: usize, since: Timestamp, id: ConnId, max_age: Duration) -> bool {
         let cap = (self.rate / 4.0).max(1.0);
         if self.classes.len() <= class {
             self.classes.resize(class + 1, TokenBucket::full(cap, now));
         }
-        let b = &mut self.classes[class];
-        b.refill(now, self.rate, cap);
-        b.take()
+        self.classes[class].refill(now, self.rate, cap);
+        let expired: Vec<ConnId> = self
+            .waiting
+            .range((class, Timestamp(0), FIRST_CONN)..)
+            .take_while(|(c, t, _)| *c == class && now.saturating_since(*t) > max_age)
+            .map(|e| e.2)
+            .collect();
+        for old in expired {
+            self.forget(old);
+        }
+        if self.keys.insert(id, (class, since)).is_none() {
+            self.waiting.insert((class, since, id));
+        }
+        let tokens = self.classes[class].tokens() as usize;
+        let ahead = self.waiting.range((class, Timestamp(0), FIRST_CONN)..).take_while(|e| e.0 == class).take(tokens).any(|e| e.2 == id);
+        if ahead && self.classes[class].take() {
+            self.forget(id);
+            return true;
+        }
+        false
+    }
+
+    /// `id` no longer waits (sent, held again, or gone).
+    pub fn forget(&mut self, id: ConnId) {
+        if let Some((class, since)) = self.keys.remove(&id) {
+            self.waiting.remove(&(class, since, id));
+        }
+    }
+
+    /// Keep only the waiting connections `keep` says to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&ConnId) -> bool) {
+        self.keys.retain(|id, _| keep(id));
+        let keys = &self.keys;
+        self.waiting.retain(|(_, _, id)| keys.contains_key(id));
+    }
+
+    /// SYNs waiting for a token (all classes).
+    pub fn waiting(&self) -> usize {
+        self.keys.len()
     }
 }
 
@@ -289,5 +340,32 @@ mod tests {
         let mut g = Budgets::new(InjectBudget { per_handshake: 0.0, burst: 1e9, max_per_s: 1000.0, max_pending: 10 });
         assert_eq!((0..500).filter(|_| g.take(t, 0)).count(), 100);
         assert_eq!((0..500).filter(|_| g.take(Timestamp::from_millis(1_050), 0)).count(), 50);
+    }
+
+    #[test]
+    fn held_syns_are_released_oldest_first_at_the_rate() {
+        let mut r = Release::new(4.0); // burst 1
+        let conn = |slot| ConnId { slot, gen: 1 };
+        let max_age = Duration::from_secs(21);
+        let t = |ms| Timestamp::from_millis(ms);
+        // Alone in line, the first to ask takes the burst's token; two more wait, the younger
+        // asking first.
+        assert!(r.try_release(t(1_000), 0, t(100), conn(1), max_age));
+        assert!(!r.try_release(t(1_000), 0, t(300), conn(3), max_age), "no token left");
+        assert!(!r.try_release(t(1_000), 0, t(200), conn(2), max_age));
+        // A quarter second later one token: it goes to the older, whoever asks first.
+        assert!(!r.try_release(t(1_250), 0, t(300), conn(3), max_age), "not the youngest's turn");
+        assert!(r.try_release(t(1_250), 0, t(200), conn(2), max_age));
+        // Another class has its own line and bucket.
+        assert!(r.try_release(t(1_250), 1, t(900), conn(9), max_age));
+        // One that is held again steps out of line, and the next in line gets the token.
+        r.try_release(t(1_300), 0, t(250), conn(4), max_age);
+        r.forget(conn(4));
+        assert!(r.try_release(t(1_500), 0, t(300), conn(3), max_age));
+        assert_eq!(r.waiting(), 0);
+        // A line's head whose client gave up long ago does not block it.
+        r.try_release(t(1_500), 0, t(400), conn(5), max_age);
+        assert!(r.try_release(t(30_000), 0, t(20_000), conn(6), max_age), "the stale head is forgotten");
+        assert_eq!(r.waiting(), 0);
     }
 }

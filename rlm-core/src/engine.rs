@@ -568,6 +568,8 @@ impl Engine {
             self.timers_compacted = self.timers.len();
             let half_open = |id: &ConnId| flows.get(*id).is_some_and(|c| matches!(c.state, ConnState::SynSent | ConnState::SynReceived));
             self.fast_syns.retain(|id, _| half_open(id));
+            let fast_syns = &self.fast_syns;
+            self.release.retain(|id| fast_syns.contains_key(id));
             self.fast_synacks.retain(|id, _| half_open(id));
         }
     }
@@ -772,7 +774,7 @@ impl Engine {
                         self.stats.synack_retransmissions += 1;
                     }
                     // The server answered: no more fast retransmissions.
-                    self.fast_syns.remove(&id);
+                    self.forget_fast_syn(id);
                     self.pageviews.on_synack(now, id);
                     if self.injecting_synack && !retransmission {
                         self.at_synack(now, id);
@@ -930,6 +932,7 @@ impl Engine {
         }
         let never_established = !c.was_established();
         self.fast_syns.remove(&id);
+        self.release.forget(id);
         self.fast_synacks.remove(&id);
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
@@ -1072,18 +1075,18 @@ impl Engine {
     /// answered, the client has given up (its connect timeout) or the limit is reached.
     fn fast_syn_due(&mut self, now: Timestamp, id: ConnId) {
         let Some(c) = self.flows.get(id).filter(|c| c.state == ConnState::SynSent) else {
-            self.fast_syns.remove(&id);
+            self.forget_fast_syn(id);
             return;
         };
         let (client, server, first) = (c.client, c.server, c.hs.syn.first.unwrap_or(now));
         let Some(fs) = self.fast_syns.get(&id) else { return };
         let delayed = fs.delayed;
         if now.saturating_since(first) >= self.cfg.pageview.connect_timeout || fs.sent >= self.cfg.fast_limit {
-            self.fast_syns.remove(&id);
+            self.forget_fast_syn(id);
             return;
         }
         let Some(policy) = self.policy.as_mut() else {
-            self.fast_syns.remove(&id);
+            self.forget_fast_syn(id);
             return;
         };
         let (c, s) = (SocketAddr::from(client), SocketAddr::from(server));
@@ -1092,13 +1095,13 @@ impl Engine {
         let out = policy.at_syn_again(now, c, s, class, Some(rt));
         if out.fast_syn.is_none() && !delayed {
             // The rule no longer applies (a new rule file): the client's own TCP takes over.
-            self.fast_syns.remove(&id);
+            self.forget_fast_syn(id);
             return;
         }
         let held = self.fast_syns.get(&id).is_some_and(|k| k.held);
         if !out.halt_fast_syn && out.decision == SynDecision::Pass {
-            if held && !self.release.take(now, class.index()) {
-                // Released, but paced: look again shortly.
+            if held && !self.release.try_release(now, class.index(), first, id, self.cfg.pageview.connect_timeout) {
+                // Released, but paced (oldest first): look again shortly.
                 self.push_timer(now + RELEASE_RETRY, id, TimerKind::FastSyn);
                 return;
             }
@@ -1106,19 +1109,26 @@ impl Engine {
                 k.held = false;
             }
             if !self.send_kept(now, id, true) {
-                self.fast_syns.remove(&id);
+                self.forget_fast_syn(id);
                 return;
             }
             self.stats.fast_syns_sent += 1;
             if out.fast_syn.is_none() {
                 // A held-back first SYN without FAST SYN: sent once; the client's TCP goes on.
-                self.fast_syns.remove(&id);
+                self.forget_fast_syn(id);
                 return;
             }
         } else if let Some(k) = self.fast_syns.get_mut(&id) {
             k.held = true;
+            self.release.forget(id);
         }
         self.push_timer(now + out.fast_syn.unwrap_or(HELD_SYN_RECHECK), id, TimerKind::FastSyn);
+    }
+
+    /// Stop fast-retransmitting (or holding) the SYN of `id`.
+    fn forget_fast_syn(&mut self, id: ConnId) {
+        self.fast_syns.remove(&id);
+        self.release.forget(id);
     }
 
     /// A SYN/ACK's timer: send it again to the client unless its ACK came, it has given up or

@@ -118,6 +118,11 @@ impl TokenBucket {
         self.tokens = (self.tokens + n).min(cap);
     }
 
+    /// Tokens held (whole and part).
+    pub(crate) fn tokens(&self) -> f64 {
+        self.tokens
+    }
+
     pub(crate) fn has_token(&self) -> bool {
         self.tokens >= 1.0
     }

@@ -896,9 +896,14 @@ fn held_syns_are_released_at_a_paced_rate_and_counted_once() {
     let first = distinct(&transmits(&mut r));
     assert!((20..=26).contains(&first.len()), "{} released in the first second", first.len());
     r.advance(6_000);
-    let mut all = first;
+    let mut all = first.clone();
     all.extend(distinct(&transmits(&mut r)));
     assert_eq!(all.len(), 60, "every held SYN released within 3 s");
+    // Oldest first: the first second's are the SYNs held longest (source ports 41000 on).
+    let port = |f: &[u8]| u16::from_be_bytes([f[34], f[35]]);
+    let mut ports: Vec<u16> = first.iter().map(|f| port(f)).collect();
+    ports.sort();
+    assert_eq!(ports, (41000..41000 + ports.len() as u16).collect::<Vec<_>>());
 }
 
 #[test]
