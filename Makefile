@@ -13,11 +13,9 @@ export CARGO_TERM_COLOR ?= never
 
 LAB_OUT ?= lab-out
 LAB := ./target/release/rlm-lab
-EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop maxclients syn-throttle syn-police fast-synack throughput
-# Issue 9's 004 Figures 16 and 17: run by `make lab` (and by hand, --quick) but not yet by
-# `make test`, whose checks hold only what is met: measured quick, FAST SYN + HALT cut LOW's
-# failures by 99% but made LOW's mean and HIGH's worse (docs/experiments.md).
-LAB_ONLY := fast-syn think-gap
+EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop maxclients syn-throttle syn-police fast-synack fast-syn think-gap throughput
+# Experiments that only `make lab` runs (none at the moment).
+LAB_ONLY :=
 comma := ,
 empty :=
 space := $(empty) $(empty)
