@@ -7,6 +7,7 @@
 //! drivers ([`capture`]) and commands ([`analyze`]) sit around it.
 
 pub mod actions;
+pub mod adapt;
 pub mod analyze;
 pub mod capture;
 pub mod engine;

@@ -79,6 +79,8 @@ pub struct Segment<'a> {
     pub payload: &'a [u8],
     /// Offset of the TCP payload in the frame (for in-place rewrites).
     pub payload_offset: usize,
+    /// Offset of the TCP header in the frame (its checksum is 16 bytes in).
+    pub tcp_offset: usize,
 }
 
 /// Why a frame was not decoded into a TCP segment although it claimed to carry one.
@@ -220,6 +222,7 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
     let payload = tcp.payload();
     // The payload is a sub-slice of `frame` (or of frame[4..]); its offset lets actions rewrite in place.
     let payload_offset = base + (payload.as_ptr() as usize - frame[base..].as_ptr() as usize);
+    let tcp_offset = base + (tcp.slice().as_ptr() as usize - frame[base..].as_ptr() as usize);
     Decoded::Tcp(Segment {
         src: Endpoint { ip: src_ip, port: tcp.source_port() },
         dst: Endpoint { ip: dst_ip, port: tcp.destination_port() },
@@ -229,6 +232,7 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
         window: tcp.window_size(),
         payload,
         payload_offset,
+        tcp_offset,
     })
 }
 
@@ -258,6 +262,8 @@ mod tests {
         assert_eq!(s.ack, 7);
         assert!(s.flags.ack && !s.flags.syn);
         assert_eq!(&f[s.payload_offset..], b"GET / HTTP/1.1\r\n\r\n");
+        // Ethernet 14, VLAN tag 4, IPv4 20: the TCP header, 20 bytes before the payload.
+        assert_eq!((s.tcp_offset, s.payload_offset), (38, 58));
     }
 
     #[test]
