@@ -8,32 +8,45 @@
 //! changes. Frames to be sent afresh (injected copies) are recomputed instead
 //! ([`crate::actions::fix_checksums`]).
 
+use etherparse::checksum::Sum16BitWords;
+
 use crate::wire::{decode, Decoded, LinkType};
 
-/// What an edit writes over its range.
+/// What an edit writes, and so how long its range is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fill {
-    /// Spaces (a reference blanked).
-    Spaces,
-    /// These bytes, exactly as many as the range is long (a URL rewritten).
+    /// This many spaces (a reference blanked).
+    Spaces(usize),
+    /// These bytes (a URL rewritten).
     Bytes(Box<[u8]>),
 }
 
-/// One edit: `len` bytes of the TCP payload from offset `at`.
+/// One edit of the TCP payload from offset `at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Edit {
     pub at: usize,
-    pub len: usize,
     pub fill: Fill,
 }
 
 impl Edit {
     pub fn spaces(at: usize, len: usize) -> Edit {
-        Edit { at, len, fill: Fill::Spaces }
+        Edit { at, fill: Fill::Spaces(len) }
     }
 
     pub fn bytes(at: usize, bytes: &[u8]) -> Edit {
-        Edit { at, len: bytes.len(), fill: Fill::Bytes(bytes.into()) }
+        Edit { at, fill: Fill::Bytes(bytes.into()) }
+    }
+
+    /// The bytes it covers.
+    pub fn len(&self) -> usize {
+        match &self.fill {
+            Fill::Spaces(n) => *n,
+            Fill::Bytes(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -44,29 +57,13 @@ pub enum PatchError {
     NotTcp,
     /// An edit reaches past the payload's end.
     OutOfRange,
-    /// A `Fill::Bytes` whose length is not the edit's.
-    BadFill,
 }
 
-/// The one's complement sum of `data` as 16-bit big-endian words (an odd last byte padded with
-/// zero), folded to 16 bits.
-fn ones_sum(data: &[u8]) -> u16 {
-    let mut sum: u64 = 0;
-    let mut words = data.chunks_exact(2);
-    for w in &mut words {
-        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    if let [last] = words.remainder() {
-        sum += u64::from(*last) << 8;
-    }
-    fold(sum)
-}
-
-fn fold(mut sum: u64) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
+/// The complement of the one's complement sum of `data`'s 16-bit words (an odd last byte
+/// padded with zero), as its two bytes on the wire: etherparse sums the words in the machine's
+/// byte order, so words go in and come out as bytes, never as numbers.
+fn complement_of_sum(data: &[u8]) -> [u8; 2] {
+    Sum16BitWords::new().add_slice(data).ones_complement().to_ne_bytes()
 }
 
 /// Apply `edits` to the TCP payload of `frame` (of link type `link`) and update the TCP
@@ -76,26 +73,21 @@ pub fn apply(frame: &mut [u8], link: LinkType, edits: &[Edit]) -> Result<usize, 
         Decoded::Tcp(seg) => (seg.payload_offset, seg.payload.len(), seg.tcp_offset + 16),
         _ => return Err(PatchError::NotTcp),
     };
-    for e in edits {
-        if e.at.checked_add(e.len).map_or(true, |end| end > payload_len) {
-            return Err(PatchError::OutOfRange);
-        }
-        if matches!(&e.fill, Fill::Bytes(b) if b.len() != e.len) {
-            return Err(PatchError::BadFill);
-        }
+    if edits.iter().any(|e| e.at.checked_add(e.len()).map_or(true, |end| end > payload_len)) {
+        return Err(PatchError::OutOfRange);
     }
-    let mut hc = u16::from_be_bytes([frame[sum_at], frame[sum_at + 1]]);
+    let mut hc = [frame[sum_at], frame[sum_at + 1]];
     let mut changed = 0;
-    for e in edits.iter().filter(|e| e.len > 0) {
+    for e in edits.iter().filter(|e| !e.is_empty()) {
         // The words the edit touches, counted from the payload's start: the TCP header's length
         // is a multiple of 4, so the payload's words are the checksum's words.
         let start = e.at & !1;
-        let end = ((e.at + e.len + 1) & !1).min(payload_len);
+        let end = ((e.at + e.len() + 1) & !1).min(payload_len);
         let span = &mut frame[payload_at + start..payload_at + end];
-        let old = ones_sum(span);
-        let target = &mut span[e.at - start..e.at - start + e.len];
+        let not_old = complement_of_sum(span);
+        let target = &mut span[e.at - start..e.at - start + e.len()];
         match &e.fill {
-            Fill::Spaces => {
+            Fill::Spaces(_) => {
                 changed += target.iter().filter(|b| **b != b' ').count();
                 target.fill(b' ');
             }
@@ -104,11 +96,11 @@ pub fn apply(frame: &mut [u8], link: LinkType, edits: &[Edit]) -> Result<usize, 
                 target.copy_from_slice(b);
             }
         }
-        let new = ones_sum(span);
-        // RFC 1624 eq. 3.
-        hc = !fold(u64::from(!hc) + u64::from(!old) + u64::from(new));
+        let new = complement_of_sum(span).map(|b| !b);
+        // RFC 1624 eq. 3: HC' = ~(~HC + ~m + m').
+        hc = Sum16BitWords::new().add_2bytes(hc.map(|b| !b)).add_2bytes(not_old).add_2bytes(new).ones_complement().to_ne_bytes();
     }
-    frame[sum_at..sum_at + 2].copy_from_slice(&hc.to_be_bytes());
+    frame[sum_at..sum_at + 2].copy_from_slice(&hc);
     Ok(changed)
 }
 
@@ -174,7 +166,7 @@ mod tests {
         let f0 = frame(false, b"abcdef");
         let mut f = f0.clone();
         assert_eq!(apply(&mut f, LinkType::Ethernet, &[Edit::spaces(0, 2), Edit::spaces(4, 3)]), Err(PatchError::OutOfRange));
-        assert_eq!(apply(&mut f, LinkType::Ethernet, &[Edit { at: 0, len: 2, fill: Fill::Bytes(b"x".as_slice().into()) }]), Err(PatchError::BadFill));
+        assert_eq!(apply(&mut f, LinkType::Ethernet, &[Edit::bytes(5, b"xy")]), Err(PatchError::OutOfRange));
         assert_eq!(apply(&mut f, LinkType::Ethernet, &[Edit::spaces(usize::MAX, 2)]), Err(PatchError::OutOfRange));
         assert_eq!(f, f0);
         assert_eq!(apply(&mut f[..20], LinkType::Ethernet, &[]), Err(PatchError::NotTcp));
@@ -214,8 +206,8 @@ mod tests {
             let mut want = payload.clone();
             for e in &edits {
                 match &e.fill {
-                    Fill::Spaces => want[e.at..e.at + e.len].fill(b' '),
-                    Fill::Bytes(b) => want[e.at..e.at + e.len].copy_from_slice(b),
+                    Fill::Spaces(n) => want[e.at..e.at + n].fill(b' '),
+                    Fill::Bytes(b) => want[e.at..e.at + b.len()].copy_from_slice(b),
                 }
             }
             prop_assert!(apply(&mut f, LinkType::Ethernet, &edits).is_ok());
