@@ -150,12 +150,7 @@ impl Release {
             self.classes.resize(class + 1, TokenBucket::full(cap, now));
         }
         self.classes[class].refill(now, self.rate, cap);
-        let expired: Vec<ConnId> = self
-            .waiting
-            .range((class, Timestamp(0), FIRST_CONN)..)
-            .take_while(|(c, t, _)| *c == class && now.saturating_since(*t) > max_age)
-            .map(|e| e.2)
-            .collect();
+        let expired: Vec<ConnId> = self.line(class).take_while(|(since, _)| now.saturating_since(*since) > max_age).map(|e| e.1).collect();
         for old in expired {
             self.forget(old);
         }
@@ -163,12 +158,17 @@ impl Release {
             self.waiting.insert((class, since, id));
         }
         let tokens = self.classes[class].tokens() as usize;
-        let ahead = self.waiting.range((class, Timestamp(0), FIRST_CONN)..).take_while(|e| e.0 == class).take(tokens).any(|e| e.2 == id);
+        let ahead = self.line(class).take(tokens).any(|e| e.1 == id);
         if ahead && self.classes[class].take() {
             self.forget(id);
             return true;
         }
         false
+    }
+
+    /// The SYNs of `class` waiting, oldest first: (first SYN seen, connection).
+    fn line(&self, class: usize) -> impl Iterator<Item = (Timestamp, ConnId)> + '_ {
+        self.waiting.range((class, Timestamp(0), FIRST_CONN)..).take_while(move |e| e.0 == class).map(|e| (e.1, e.2))
     }
 
     /// `id` no longer waits (sent, held again, or gone).
