@@ -39,6 +39,9 @@ pub struct Kept {
     pub delayed: bool,
     /// Held back by `HALT FAST SYN` or a `DROP SYN` at its last turn: its release is paced.
     pub held: bool,
+    /// When the client's own retransmission of a held SYN was let through (the rule had let go
+    /// before the paced release reached it): rlm's next copy goes a gap after it.
+    pub client_sent: Option<Timestamp>,
     /// The class whose budget pays for it (index).
     pub class: usize,
 }
@@ -317,7 +320,7 @@ mod tests {
         let eth = syn_frame();
         let Decoded::Tcp(seg) = decode(LinkType::Ethernet, &eth) else { panic!() };
         let mut links = LinkAddrs::default();
-        let kept = Kept { gap: None, link: LinkType::RawIp, frame: eth[14..].into(), sent: 0, delayed: false, held: false, class: 0 };
+        let kept = Kept { gap: None, link: LinkType::RawIp, frame: eth[14..].into(), sent: 0, delayed: false, held: false, client_sent: None, class: 0 };
         let (client, server) = (seg.src.ip, seg.dst.ip);
         assert!(links.frame(&kept, client, server, true).is_none(), "no address known yet");
         links.learn(LinkType::Ethernet, &eth, &seg);

@@ -328,6 +328,9 @@ pub struct Stats {
     pub fast_syns_sent: u64,
     /// Clients' own retransmissions absorbed while rlm was retransmitting for them.
     pub fast_syns_absorbed: u64,
+    /// Clients' own retransmissions of a held SYN let through: the rule had let go before the
+    /// paced release reached the SYN.
+    pub fast_syns_client_passed: u64,
     /// SYN/ACKs retransmitted to the clients on the servers' behalf (`FAST SYN/ACK`).
     pub fast_synacks_sent: u64,
     /// First SYNs of pageviews held back (`DELAY FIRST SYN`).
@@ -961,6 +964,9 @@ impl Engine {
     /// the pageview's accounting: the client will retransmit it and wait.
     fn at_syn(&mut self, now: Timestamp, id: ConnId, client: Endpoint, server: Endpoint, retransmission: bool) {
         if retransmission && self.fast_syns.contains_key(&id) {
+            if self.client_passes_held_syn(now, id, client, server) {
+                return;
+            }
             // rlm sends this SYN for the client (every GAP, or after a delay): the client's own
             // retransmission is absorbed, so that the server sees one SYN stream. It is not a
             // SYN of the class for the rules (no token, no counter).
@@ -1015,6 +1021,32 @@ impl Engine {
         }
     }
 
+    /// A client's own retransmission of a SYN that rlm holds (`HALT FAST SYN`), arriving when
+    /// the rule has let go but the paced release has not reached it yet: it goes on to the
+    /// server, as it would without rlm's retransmissions, so that the paced release never makes
+    /// a SYN wait longer than the client's own backoff. rlm's retransmissions go on a gap after
+    /// it. True if it was let through.
+    fn client_passes_held_syn(&mut self, now: Timestamp, id: ConnId, client: Endpoint, server: Endpoint) -> bool {
+        if !self.fast_syns.get(&id).is_some_and(|k| k.held) {
+            return false;
+        }
+        let Some(policy) = self.policy.as_mut() else { return false };
+        let (c, s) = (SocketAddr::from(client), SocketAddr::from(server));
+        let class = policy.classify(c, s);
+        let rt = self.pageviews.elapsed_for_client(client.ip, now);
+        let out = policy.at_syn_again(now, c, s, class, Some(rt));
+        if out.halt_fast_syn || out.decision != SynDecision::Pass {
+            return false;
+        }
+        if let Some(k) = self.fast_syns.get_mut(&id) {
+            k.held = false;
+            k.client_sent = Some(now);
+        }
+        self.release.forget(id);
+        self.stats.fast_syns_client_passed += 1;
+        true
+    }
+
     /// The SYN/ACK node: with `FAST SYN/ACK` in force for the connection, keep the SYN/ACK to
     /// send it again every gap until the client's ACK comes.
     fn at_synack(&mut self, now: Timestamp, id: ConnId) {
@@ -1041,7 +1073,7 @@ impl Engine {
             }
             return;
         }
-        map.insert(id, Kept { gap, link, frame: frame.into(), sent: 0, delayed, held: false, class });
+        map.insert(id, Kept { gap, link, frame: frame.into(), sent: 0, delayed, held: false, client_sent: None, class });
         let first = match keep {
             Keep::Syn { delay: Some(d), .. } => d,
             _ => gap.unwrap_or(Duration::ZERO),
@@ -1099,6 +1131,14 @@ impl Engine {
             return;
         }
         let held = self.fast_syns.get(&id).is_some_and(|k| k.held);
+        if let Some(at) = self.fast_syns.get(&id).and_then(|k| k.client_sent) {
+            // The client's own copy went a moment ago: rlm's next goes a gap after it.
+            let next = at + out.fast_syn.unwrap_or(HELD_SYN_RECHECK);
+            if !held && now < next {
+                self.push_timer(next, id, TimerKind::FastSyn);
+                return;
+            }
+        }
         if !out.halt_fast_syn && out.decision == SynDecision::Pass {
             if held && !self.release.try_release(now, class.index(), first, id, self.cfg.pageview.connect_timeout) {
                 // Released, but paced (oldest first): look again shortly.

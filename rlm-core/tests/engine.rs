@@ -907,6 +907,42 @@ fn held_syns_are_released_at_a_paced_rate_and_counted_once() {
 }
 
 #[test]
+fn a_clients_own_retransmission_passes_once_the_rule_lets_go_before_the_paced_release() {
+    let held = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN\n  DROP SYN\n  HALT FAST SYN\n";
+    let mut r = fast_run(held);
+    // 60 LOW SYNs held; the last one's client is ours.
+    let convs: Vec<TcpConv> = (0..60u64).map(|i| TcpConv::new(&format!("10.5.0.{}:{}", 1 + i, 41000 + i), "10.9.0.1:80")).collect();
+    for (i, c) in convs.iter().enumerate() {
+        r.feed(i as u64, c.syn());
+    }
+    r.advance(2_000);
+    assert!(transmits(&mut r).is_empty());
+    // While the rule holds, the client's own retransmission is absorbed.
+    let last = &convs[59];
+    r.feed(2_100, last.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
+    // The rule has let go; the paced release (20/s, oldest first) is far from the youngest SYN
+    // when its client retransmits: that retransmission goes to the server.
+    r.advance(2_300);
+    r.feed(2_300, last.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    assert_eq!(r.engine.stats().fast_syns_client_passed, 1);
+    // rlm does not send a copy of it within the gap, and sends one a gap after it.
+    let port = |f: &[u8]| u16::from_be_bytes([f[34], f[35]]);
+    let ours = |t: Vec<rlm_core::engine::Transmit>| t.iter().filter(|t| port(&t.frame) == 41059).count();
+    r.advance(2_790);
+    assert_eq!(ours(transmits(&mut r)), 0, "no copy within a gap of the client's");
+    r.advance(2_810);
+    assert_eq!(ours(transmits(&mut r)), 1, "the next copy a gap after the client's");
+    // Another client's retransmission while the rule holds again is absorbed.
+    r.engine.set_rules(Some(rules(held)));
+    r.feed(2_900, convs[58].syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    assert_eq!(r.engine.stats().fast_syns_client_passed, 1);
+}
+
+#[test]
 fn held_and_resent_syns_take_no_limit_syn_token() {
     let mut r = fast_run("CLASS LOW IF IP.SRC == 10.5.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN LIMIT SYN 1/min BURST 2\n");
     let a = TcpConv::new("10.5.0.1:40001", "10.9.0.1:80");

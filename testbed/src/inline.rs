@@ -102,7 +102,8 @@ pub struct RlmOutcome {
 
 /// The counters of rlm's /status `stats` about the frames it sends or holds back (004 section
 /// 6.2-6.3: fast SYN and SYN/ACK retransmission, DELAY FIRST SYN).
-pub const INJECTION_STATS: [&str; 5] = ["fast_syns_sent", "fast_synacks_sent", "fast_syns_absorbed", "syns_delayed", "inject_denied"];
+pub const INJECTION_STATS: [&str; 6] =
+    ["fast_syns_sent", "fast_synacks_sent", "fast_syns_absorbed", "fast_syns_client_passed", "syns_delayed", "inject_denied"];
 
 /// [`INJECTION_STATS`] from a /status document, and every number of its top-level `injector`
 /// object as `injector_NAME` (`injector_sent`, `injector_failed`, `injector_no_mac`). Missing

@@ -118,16 +118,17 @@ fn class_table(arms: &[ArmResult]) -> String {
         }
     }
     md.push_str(
-        "\n| arm | LOW SYNs dropped | SYNs resent | client SYNs absorbed | first SYNs delayed | SYN/ACKs resent | frames refused |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+        "\n| arm | LOW SYNs dropped | SYNs resent | client SYNs absorbed | client SYNs let through | first SYNs delayed | SYN/ACKs resent | frames refused |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for a in arms {
         let dropped = a.rlm.as_ref().and_then(|r| r.syn_drops.get("LOW")).map_or("-".into(), |x| format!("{x:.0}"));
         md.push_str(&format!(
-            "| {} | {dropped} | {} | {} | {} | {} | {} |\n",
+            "| {} | {dropped} | {} | {} | {} | {} | {} | {} |\n",
             a.name,
             injected(a, "fast_syns_sent"),
             injected(a, "fast_syns_absorbed"),
+            injected(a, "fast_syns_client_passed"),
             injected(a, "syns_delayed"),
             injected(a, "fast_synacks_sent"),
             injected(a, "inject_denied")
@@ -443,7 +444,7 @@ mod tests {
         let md = write(&dir, "fast-syn", true, &arms, None, note, &crate::catalog::params("fast-syn", true)).unwrap();
         assert!(md.contains("| arm | class | pageviews | mean | p95 | > 3 s | failed |"), "{md}");
         assert!(md.contains("| fast-syn | LOW | 26 |"), "{md}");
-        assert!(md.contains("| fast-syn | 12 | 7 | - | - | 30 | - |"), "{md}");
+        assert!(md.contains("| fast-syn | 12 | 7 | - | - | - | 30 | - |"), "{md}");
         assert!(md.contains("### Timeline"), "{md}");
         let _ = std::fs::remove_dir_all(&dir);
     }

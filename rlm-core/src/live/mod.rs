@@ -641,6 +641,7 @@ impl Loop {
             ("fast_syns_sent", st.fast_syns_sent),
             ("fast_synacks_sent", st.fast_synacks_sent),
             ("fast_syns_absorbed", st.fast_syns_absorbed),
+            ("fast_syns_client_passed", st.fast_syns_client_passed),
             ("syns_delayed", st.syns_delayed),
             ("denied", st.inject_denied),
             ("no_mac", st.inject_no_mac),
