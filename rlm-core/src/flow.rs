@@ -62,11 +62,34 @@ struct OooBuf {
 
 /// A piece of a direction's stream, in order.
 pub enum Chunk<'a> {
-    Data(&'a [u8]),
+    /// Bytes in order; `seq` is the sequence number of the first (content adaptation maps the
+    /// stream's positions back onto the wire with it).
+    Data {
+        seq: u32,
+        data: &'a [u8],
+    },
     Gap(u64),
     /// A segment carrying only bytes already delivered: the sender retransmitted them because
     /// the receiver did not get them (lost past the appliance).
     Retransmitted,
+}
+
+/// What became of a segment's payload in its direction's stream. Content adaptation edits
+/// every copy of a byte alike, and needs to know which copies carry bytes it has not scanned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegFate {
+    /// No payload went to the stream (a handshake segment, a bare ACK, an RST, a closed connection).
+    Empty,
+    /// Every byte new, in order.
+    New,
+    /// Some bytes delivered before, the rest new.
+    Partial,
+    /// Every byte delivered before.
+    Retransmission,
+    /// Past a hole: kept until the hole fills.
+    Ahead,
+    /// Too far from the stream to belong to it.
+    Ignored,
 }
 
 impl HalfStream {
@@ -81,9 +104,9 @@ impl HalfStream {
     }
 
     /// Take a segment's payload; call `sink` with what is now in order.
-    fn accept(&mut self, now: Timestamp, seq: u32, payload: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) {
+    fn accept(&mut self, now: Timestamp, seq: u32, payload: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) -> SegFate {
         if payload.is_empty() {
-            return;
+            return SegFate::Empty;
         }
         if !self.started {
             self.start_at(seq);
@@ -98,13 +121,18 @@ impl HalfStream {
                 if self.acked.is_none_or(|a| seq_lt(a, end)) {
                     sink(Chunk::Retransmitted);
                 }
-                return;
+                return SegFate::Retransmission;
             }
             if skip > 0 {
                 self.retransmits += 1;
             }
             self.deliver(now, &payload[skip..], sink);
             self.flush_ooo(now, sink);
+            if skip > 0 {
+                SegFate::Partial
+            } else {
+                SegFate::New
+            }
         } else if ahead < MAX_AHEAD {
             let ooo = self.ooo.get_or_insert_with(Default::default);
             if ooo.segs.len() >= MAX_OOO_SEGMENTS || ooo.bytes + payload.len() > MAX_OOO_BYTES {
@@ -113,8 +141,7 @@ impl HalfStream {
                 let to = if seq_lt(seq, first) { seq } else { first };
                 self.gap_to(to, sink);
                 self.flush_ooo(now, sink);
-                self.accept(now, seq, payload, sink);
-                return;
+                return self.accept(now, seq, payload, sink);
             }
             match ooo.segs.binary_search_by(|(s, _)| {
                 if seq_lt(*s, seq) {
@@ -138,15 +165,19 @@ impl HalfStream {
                     ooo.segs.insert(i, (seq, payload.to_vec()));
                 }
             }
+            SegFate::Ahead
+        } else {
+            // Far outside any window we could be in.
+            SegFate::Ignored
         }
-        // else: far outside any window we could be in; ignored.
     }
 
     fn deliver(&mut self, now: Timestamp, data: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) {
+        let seq = self.next;
         self.next = self.next.wrapping_add(data.len() as u32);
         self.bytes += data.len() as u64;
         self.last_data = Some(now);
-        sink(Chunk::Data(data));
+        sink(Chunk::Data { seq, data });
     }
 
     fn gap_to(&mut self, to: u32, sink: &mut dyn FnMut(Chunk<'_>)) {
@@ -369,13 +400,13 @@ impl Conn {
         self.hs.established.is_some() || self.midstream
     }
 
-    /// Process one segment of this connection.
-    pub fn on_segment(&mut self, now: Timestamp, seg: &Segment<'_>, notes: &mut Vec<FlowNote>, http_out: &mut Vec<HttpEvent>) {
+    /// Process one segment of this connection; what became of its payload.
+    pub fn on_segment(&mut self, now: Timestamp, seg: &Segment<'_>, notes: &mut Vec<FlowNote>, http_out: &mut Vec<HttpEvent>) -> SegFate {
         self.last_seen = now;
         let dir = self.dir_of(seg);
         let f = seg.flags;
         if self.state == ConnState::Closed {
-            return;
+            return SegFate::Empty;
         }
         if f.rst {
             if self.state == ConnState::SynSent && dir == Dir::ToClient {
@@ -383,7 +414,7 @@ impl Conn {
             } else {
                 notes.push(FlowNote::Rst);
             }
-            return;
+            return SegFate::Empty;
         }
         match dir {
             Dir::ToServer => {
@@ -393,7 +424,7 @@ impl Conn {
                         self.c2s.start_at(seg.seq.wrapping_add(1));
                     }
                     notes.push(FlowNote::Syn { retransmission });
-                    return;
+                    return SegFate::Empty;
                 }
                 if self.state == ConnState::SynReceived && f.ack && self.s2c.next_seq() == Some(seg.ack) {
                     self.establish(now, true);
@@ -410,7 +441,7 @@ impl Conn {
                         self.state = ConnState::SynReceived;
                     }
                     notes.push(FlowNote::SynAck { retransmission });
-                    return;
+                    return SegFate::Empty;
                 }
             }
         }
@@ -431,8 +462,8 @@ impl Conn {
             }
             if let Some(h) = http.as_mut() {
                 match (c, d) {
-                    (Chunk::Data(b), Dir::ToServer) => h.on_client_data(now, b, http_out),
-                    (Chunk::Data(b), Dir::ToClient) => h.on_server_data(now, b, http_out),
+                    (Chunk::Data { seq, data }, Dir::ToServer) => h.on_client_data(now, seq, data, http_out),
+                    (Chunk::Data { seq, data }, Dir::ToClient) => h.on_server_data(now, seq, data, http_out),
                     (Chunk::Gap(n), Dir::ToServer) => h.on_client_gap(n),
                     (Chunk::Gap(n), Dir::ToClient) => h.on_server_gap(now, n, http_out),
                     (Chunk::Retransmitted, _) => {}
@@ -442,7 +473,7 @@ impl Conn {
         if f.ack {
             other.on_peer_ack(now, seg.ack, &mut |c| sink(c, opposite(dir)));
         }
-        this.accept(now, seg.seq, seg.payload, &mut |c| sink(c, dir));
+        let fate = this.accept(now, seg.seq, seg.payload, &mut |c| sink(c, dir));
         if server_retransmitted {
             notes.push(FlowNote::ServerRetransmission);
         }
@@ -463,6 +494,7 @@ impl Conn {
                 notes.push(FlowNote::Fin(dir));
             }
         }
+        fate
     }
 
     fn establish(&mut self, now: Timestamp, by_ack: bool) {
@@ -489,12 +521,12 @@ impl Conn {
         self.state = ConnState::Closed;
         let http = &mut self.http;
         self.c2s.flush_all(now, &mut |c| match (http.as_mut(), c) {
-            (Some(h), Chunk::Data(b)) => h.on_client_data(now, b, http_out),
+            (Some(h), Chunk::Data { seq, data }) => h.on_client_data(now, seq, data, http_out),
             (Some(h), Chunk::Gap(n)) => h.on_client_gap(n),
             _ => {}
         });
         self.s2c.flush_all(now, &mut |c| match (http.as_mut(), c) {
-            (Some(h), Chunk::Data(b)) => h.on_server_data(now, b, http_out),
+            (Some(h), Chunk::Data { seq, data }) => h.on_server_data(now, seq, data, http_out),
             (Some(h), Chunk::Gap(n)) => h.on_server_gap(now, n, http_out),
             _ => {}
         });
@@ -646,16 +678,44 @@ mod tests {
     use super::*;
 
     fn collect(h: &mut HalfStream, segs: &[(u32, &[u8])]) -> (Vec<u8>, u64) {
+        let (data, gaps, _) = collect_fates(h, segs);
+        (data, gaps)
+    }
+
+    /// The bytes delivered, the gap bytes, and each segment's fate; checks that every delivered
+    /// piece starts where the stream was.
+    fn collect_fates(h: &mut HalfStream, segs: &[(u32, &[u8])]) -> (Vec<u8>, u64, Vec<SegFate>) {
         let mut data = Vec::new();
         let mut gaps = 0;
+        let mut fates = Vec::new();
+        let mut at = h.next_seq();
         for (seq, p) in segs {
-            h.accept(Timestamp::ZERO, *seq, p, &mut |c| match c {
-                Chunk::Data(b) => data.extend_from_slice(b),
-                Chunk::Gap(n) => gaps += n,
+            fates.push(h.accept(Timestamp::ZERO, *seq, p, &mut |c| match c {
+                Chunk::Data { seq, data: b } => {
+                    assert_eq!(at.unwrap_or(seq), seq, "a piece starts where the stream was");
+                    at = Some(seq.wrapping_add(b.len() as u32));
+                    data.extend_from_slice(b)
+                }
+                Chunk::Gap(n) => {
+                    gaps += n;
+                    at = at.map(|a| a.wrapping_add(n as u32));
+                }
                 Chunk::Retransmitted => {}
-            });
+            }));
         }
-        (data, gaps)
+        (data, gaps, fates)
+    }
+
+    #[test]
+    fn each_segment_says_what_became_of_it() {
+        let mut h = HalfStream::default();
+        h.start_at(u32::MAX - 2);
+        let segs: [(u32, &[u8]); 6] = [(3, b"gh"), (u32::MAX - 2, b"abc"), (u32::MAX - 2, b"abcdef"), (1, b"ef"), (0, b""), (1 << 30, b"x")];
+        let (d, g, fates) = collect_fates(&mut h, &segs);
+        assert_eq!(d, b"abcdefgh");
+        assert_eq!(g, 0);
+        use SegFate::*;
+        assert_eq!(fates, vec![Ahead, New, Partial, Retransmission, Empty, Ignored]);
     }
 
     #[test]
@@ -683,7 +743,7 @@ mod tests {
         let (_, _) = collect(&mut h, &[(0, b"aa"), (10, b"bb")]);
         let mut out = Vec::new();
         h.on_peer_ack(Timestamp::ZERO, 12, &mut |c| match c {
-            Chunk::Data(b) => out.push(format!("d{}", b.len())),
+            Chunk::Data { data, .. } => out.push(format!("d{}", data.len())),
             Chunk::Gap(n) => out.push(format!("g{n}")),
             Chunk::Retransmitted => out.push("r".into()),
         });

@@ -28,10 +28,16 @@ fn chunked(sizes: &[usize], fill: u8) -> Vec<u8> {
     v
 }
 
-/// Serialise request/response pairs; return both streams and the expected (req_len, resp_len, status).
-fn conversation(bodies: &[(Body, Body)]) -> (Vec<u8>, Vec<u8>, Vec<(u64, u64, u16)>) {
-    let (mut client, mut server, mut expect) = (Vec::new(), Vec::new(), Vec::new());
+/// Where a transaction's messages start in the streams: the request line, the status line and
+/// the response body's first byte (none without one).
+type Offsets = (usize, usize, Option<usize>);
+
+/// Serialise request/response pairs; return both streams, the expected (req_len, resp_len,
+/// status) and where each transaction's messages start.
+fn conversation(bodies: &[(Body, Body)]) -> (Vec<u8>, Vec<u8>, Vec<(u64, u64, u16)>, Vec<Offsets>) {
+    let (mut client, mut server, mut expect, mut offsets) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (i, (req, resp)) in bodies.iter().enumerate() {
+        let (req_at, resp_at) = (client.len(), server.len());
         let (method, req_len) = match req {
             Body::Length(n) => {
                 client.extend(format!("POST /p{i} HTTP/1.1\r\nHost: h\r\nContent-Length: {n}\r\n\r\n").into_bytes());
@@ -48,6 +54,7 @@ fn conversation(bodies: &[(Body, Body)]) -> (Vec<u8>, Vec<u8>, Vec<(u64, u64, u1
                 ("HEAD", 0)
             }
         };
+        let mut body_at = None;
         let (status, resp_len) = match (resp, method) {
             (_, "HEAD") => {
                 server.extend(b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n");
@@ -55,11 +62,13 @@ fn conversation(bodies: &[(Body, Body)]) -> (Vec<u8>, Vec<u8>, Vec<(u64, u64, u1
             }
             (Body::Length(n), _) => {
                 server.extend(format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {n}\r\n\r\n").into_bytes());
+                body_at = (*n > 0).then_some(server.len());
                 server.extend(std::iter::repeat_n(b'<', *n));
                 (200, *n as u64)
             }
             (Body::Chunked(sizes), _) => {
                 server.extend(b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n");
+                body_at = sizes.first().map(|n| server.len() + format!("{n:x}\r\n").len());
                 server.extend(chunked(sizes, b'r'));
                 (201, sizes.iter().sum::<usize>() as u64)
             }
@@ -69,8 +78,25 @@ fn conversation(bodies: &[(Body, Body)]) -> (Vec<u8>, Vec<u8>, Vec<(u64, u64, u1
             }
         };
         expect.push((req_len, resp_len, status));
+        offsets.push((req_at, resp_at, body_at));
     }
-    (client, server, expect)
+    (client, server, expect, offsets)
+}
+
+/// Sequence numbers start just below the wrap, so that positions are checked across it.
+const SEQ_BASE: u32 = u32::MAX - 1000;
+
+/// Feed one side's bytes to `h`, cut at `cuts`, numbered from [`SEQ_BASE`].
+fn feed_http(h: &mut HttpConn, from_server: bool, data: &[u8], cuts: &[usize], now: Timestamp, out: &mut Vec<HttpEvent>) {
+    let mut seq = SEQ_BASE;
+    for seg in split(data, cuts) {
+        if from_server {
+            h.on_server_data(now, seq, &seg, out);
+        } else {
+            h.on_client_data(now, seq, &seg, out);
+        }
+        seq = seq.wrapping_add(seg.len() as u32);
+    }
 }
 
 fn split(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
@@ -91,21 +117,25 @@ proptest! {
         ccuts in prop::collection::vec(any::<usize>(), 0..20),
         scuts in prop::collection::vec(any::<usize>(), 0..20),
     ) {
-        let (client, server, expect) = conversation(&bodies);
+        let (client, server, expect, offsets) = conversation(&bodies);
         let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true });
         let mut out = Vec::new();
         // The client pipelines everything, then the server answers everything.
-        for seg in split(&client, &ccuts) {
-            h.on_client_data(Timestamp(1), &seg, &mut out);
-        }
-        for seg in split(&server, &scuts) {
-            h.on_server_data(Timestamp(2), &seg, &mut out);
-        }
+        feed_http(&mut h, false, &client, &ccuts, Timestamp(1), &mut out);
+        feed_http(&mut h, true, &server, &scuts, Timestamp(2), &mut out);
         let done: Vec<(u64, u64, u16)> = out.iter().filter_map(|e| match e {
             HttpEvent::Done(t) => Some((t.request_body_len, t.response_body_len, t.response.as_ref().map(|r| r.status).unwrap_or(0))),
             _ => None,
         }).collect();
         prop_assert_eq!(&done, &expect);
+        // Each message's position in sequence space, whatever the cuts and through chunk framing.
+        let seq = |off: usize| SEQ_BASE.wrapping_add(off as u32);
+        let positions: Vec<(Option<u32>, Option<u32>, Option<u32>)> = out.iter().filter_map(|e| match e {
+            HttpEvent::Done(t) => Some((t.request_seq, t.response_seq, t.response_body_seq)),
+            _ => None,
+        }).collect();
+        let expected: Vec<_> = offsets.iter().map(|&(q, r, b)| (Some(seq(q)), Some(seq(r)), b.map(seq))).collect();
+        prop_assert_eq!(positions, expected);
         prop_assert!(out.iter().all(|e| !matches!(e, HttpEvent::Done(t) if !t.anomalies.is_empty())));
     }
 
@@ -117,12 +147,8 @@ proptest! {
     ) {
         let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true });
         let mut out = Vec::new();
-        for seg in split(&client, &cuts) {
-            h.on_client_data(Timestamp(1), &seg, &mut out);
-        }
-        for seg in split(&server, &cuts) {
-            h.on_server_data(Timestamp(2), &seg, &mut out);
-        }
+        feed_http(&mut h, false, &client, &cuts, Timestamp(1), &mut out);
+        feed_http(&mut h, true, &server, &cuts, Timestamp(2), &mut out);
         h.on_server_gap(Timestamp(3), 17, &mut out);
         h.close(Timestamp(4), false, &mut out);
         prop_assert_eq!(h.in_flight(), 0);
@@ -360,12 +386,8 @@ proptest! {
         }
         let mut h = HttpConn::new(false, HttpOptions { scan_embeds: false, detect: false, decode_bodies: true });
         let mut out = Vec::new();
-        for seg in split(&client, &ccuts) {
-            h.on_client_data(Timestamp(1), &seg, &mut out);
-        }
-        for seg in split(&server, &scuts) {
-            h.on_server_data(Timestamp(2), &seg, &mut out);
-        }
+        feed_http(&mut h, false, &client, &ccuts, Timestamp(1), &mut out);
+        feed_http(&mut h, true, &server, &scuts, Timestamp(2), &mut out);
         let got: Vec<_> = out.iter().filter_map(|e| match e {
             HttpEvent::Done(t) => {
                 let rq = t.request.as_ref()?;
@@ -384,16 +406,15 @@ proptest! {
                          cuts in prop::collection::vec(any::<usize>(), 0..10)) {
         let mut h = HttpConn::new(false, HttpOptions { scan_embeds: false, detect: false, decode_bodies: true });
         let mut out = Vec::new();
-        h.on_client_data(Timestamp(1), format!("GET {target}{}", if lf_only { "\n" } else { "\r\n" }).as_bytes(), &mut out);
-        for seg in split(&body, &cuts) {
-            h.on_server_data(Timestamp(2), &seg, &mut out);
-        }
+        h.on_client_data(Timestamp(1), SEQ_BASE, format!("GET {target}{}", if lf_only { "\n" } else { "\r\n" }).as_bytes(), &mut out);
+        feed_http(&mut h, true, &body, &cuts, Timestamp(2), &mut out);
         h.on_server_end(Timestamp(3), &mut out);
         h.close(Timestamp(3), false, &mut out);
         let t = out.iter().find_map(|e| match e { HttpEvent::Done(t) => Some(t), _ => None }).expect("a transaction");
         prop_assert_eq!(t.request.as_ref().map(|r| (r.uri.clone(), r.version.as_str())), Some((target.clone(), "0.9".to_string())));
         prop_assert_eq!(t.response.as_ref().map(|r| r.status), Some(0));
         prop_assert_eq!(t.response_body_len, body.len() as u64);
+        prop_assert_eq!((t.request_seq, t.response_body_seq), (Some(SEQ_BASE), Some(SEQ_BASE)));
     }
 }
 

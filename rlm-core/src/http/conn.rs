@@ -27,6 +27,8 @@ pub struct Txn {
     /// None for a response that arrived with no request to pair with.
     pub request: Option<RequestHead>,
     pub request_ts: Timestamp,
+    /// Sequence number of the request line's first byte.
+    pub request_seq: Option<u32>,
     /// Body bytes on the wire (after de-chunking, before content decoding).
     pub request_body_len: u64,
     /// Size after content decoding (gzip, deflate), when the body was encoded and decoding is on.
@@ -37,6 +39,9 @@ pub struct Txn {
     pub interim: Option<u16>,
     pub response_first_ts: Option<Timestamp>,
     pub response_last_ts: Option<Timestamp>,
+    /// Sequence numbers of the final response's status line and of its body's first byte.
+    pub response_seq: Option<u32>,
+    pub response_body_seq: Option<u32>,
     /// Body bytes on the wire (after de-chunking, before content decoding).
     pub response_body_len: u64,
     /// Size after content decoding (gzip, deflate), when the body was encoded and decoding is on.
@@ -117,6 +122,7 @@ impl Txn {
             anomalies: request.as_ref().map(|r| r.anomalies).unwrap_or_default(),
             request,
             request_ts: ts,
+            request_seq: None,
             request_body_len: 0,
             request_body_decoded: None,
             request_done: false,
@@ -124,6 +130,8 @@ impl Txn {
             interim: None,
             response_first_ts: None,
             response_last_ts: None,
+            response_seq: None,
+            response_body_seq: None,
             response_body_len: 0,
             response_body_decoded: None,
             response_done: false,
@@ -296,8 +304,11 @@ impl HttpConn {
         self.resp_buf = Vec::new();
     }
 
-    /// Bytes sent by the client, in order.
-    pub fn on_client_data(&mut self, now: Timestamp, mut d: &[u8], out: &mut Vec<HttpEvent>) {
+    /// Bytes sent by the client, in order; `seq` is the sequence number of the first.
+    pub fn on_client_data(&mut self, now: Timestamp, seq: u32, mut d: &[u8], out: &mut Vec<HttpEvent>) {
+        let total = d.len();
+        // The sequence number of the first byte of what is left of `d`.
+        let at = |rest: &[u8]| seq.wrapping_add((total - rest.len()) as u32);
         if self.detect && self.depth == 0 && self.req == Stream::Head && self.req_buf.is_empty() {
             let first = d.iter().position(|b| !b.is_ascii_whitespace()).map(|i| &d[i..]).unwrap_or(&[]);
             if !first.is_empty() && !starts_like_http_request(first) {
@@ -324,13 +335,15 @@ impl HttpConn {
                             d = &[];
                         }
                         HeadTake::Complete { head, consumed } => {
+                            // The head's bytes end where `consumed` does.
+                            let seq = at(&d[consumed..]).wrapping_sub(head.len() as u32);
                             d = &d[consumed..];
-                            self.request_head(head, out);
+                            self.request_head(head, seq, out);
                         }
-                        HeadTake::SimpleRequest { line, consumed } => {
+                        HeadTake::SimpleRequest { line, consumed, len } => {
                             // An HTTP/0.9 simple request is a single line with no version; the
                             // connection carries nothing else HTTP from the client.
-                            let _ = consumed;
+                            let seq = at(&d[consumed..]).wrapping_sub(len as u32);
                             d = &[];
                             let req = RequestHead {
                                 method: line.method,
@@ -346,7 +359,7 @@ impl HttpConn {
                                 destination: head::Destination::Unknown,
                                 anomalies: line.anomalies,
                             };
-                            self.push_request(req, out);
+                            self.push_request(req, seq, out);
                             self.req = Stream::Tunnel;
                         }
                     }
@@ -395,8 +408,11 @@ impl HttpConn {
         }
     }
 
-    /// Bytes sent by the server, in order.
-    pub fn on_server_data(&mut self, now: Timestamp, mut d: &[u8], out: &mut Vec<HttpEvent>) {
+    /// Bytes sent by the server, in order; `seq` is the sequence number of the first.
+    pub fn on_server_data(&mut self, now: Timestamp, seq: u32, mut d: &[u8], out: &mut Vec<HttpEvent>) {
+        let total = d.len();
+        // The sequence number of the first byte of what is left of `d`.
+        let at = |rest: &[u8]| seq.wrapping_add((total - rest.len()) as u32);
         if self.detect && self.depth == 0 && self.resp == Stream::Head && self.resp_buf.is_empty() {
             // The server spoke first, before any request: not HTTP (SMTP, SSH, ...).
             self.give_up();
@@ -407,8 +423,7 @@ impl HttpConn {
                 Stream::Head => {
                     // The answer to an HTTP/0.9 request is the bare body, whatever it starts with;
                     // otherwise a response that does not start with a status line is not HTTP.
-                    let answers_09 =
-                        self.pending.get(self.resp_idx).and_then(|t| t.request.as_ref()).is_some_and(|r| r.version == Version::HTTP_09);
+                    let answers_09 = self.pending.get(self.resp_idx).and_then(|t| t.request.as_ref()).is_some_and(|r| r.version == Version::HTTP_09);
                     if self.resp_buf.is_empty() {
                         if !answers_09 {
                             let skip = d.iter().take_while(|b| is_ws_line_end(**b)).count();
@@ -432,9 +447,10 @@ impl HttpConn {
                             self.resp = Stream::Resync;
                             continue;
                         }
+                        // The head bytes buffered so far came just before `d`.
                         let buffered = std::mem::take(&mut self.resp_buf);
                         self.start_http09_response(now);
-                        self.response_body(now, &buffered, out);
+                        self.response_body(now, at(d).wrapping_sub(buffered.len() as u32), &buffered, out);
                         continue;
                     }
                     match take_head(&mut self.resp_buf, d, false) {
@@ -445,14 +461,15 @@ impl HttpConn {
                             d = &[];
                         }
                         HeadTake::Complete { head, consumed } => {
+                            let seq = at(&d[consumed..]).wrapping_sub(head.len() as u32);
                             d = &d[consumed..];
-                            self.response_head(now, &head, out);
+                            self.response_head(now, &head, seq, out);
                         }
                     }
                 }
                 Stream::Length(rem) => {
                     let take = rem.min(d.len() as u64) as usize;
-                    self.response_body(now, &d[..take], out);
+                    self.response_body(now, at(d), &d[..take], out);
                     d = &d[take..];
                     if take as u64 == rem {
                         self.response_done(now, out);
@@ -467,7 +484,7 @@ impl HttpConn {
                     match step {
                         ChunkStep::Progress { consumed, data } => {
                             if let Some((s, n)) = data {
-                                self.response_body(now, &d[s..s + n], out);
+                                self.response_body(now, at(&d[s..]), &d[s..s + n], out);
                             }
                             d = &d[consumed..];
                         }
@@ -484,7 +501,7 @@ impl HttpConn {
                     }
                 }
                 Stream::UntilClose => {
-                    self.response_body(now, d, out);
+                    self.response_body(now, at(d), d, out);
                     d = &[];
                 }
                 Stream::Resync => match resync(d, |s| s.len() >= 5 && s[..5].eq_ignore_ascii_case(b"HTTP/")) {
@@ -601,9 +618,10 @@ impl HttpConn {
 
     // --- requests ---
 
-    fn request_head(&mut self, head: Vec<u8>, out: &mut Vec<HttpEvent>) {
+    /// A request head, whose first byte has sequence number `seq`.
+    fn request_head(&mut self, head: Vec<u8>, seq: u32, out: &mut Vec<HttpEvent>) {
         match head::parse_request(&head) {
-            Ok(req) => self.push_request(req, out),
+            Ok(req) => self.push_request(req, seq, out),
             Err(_) => {
                 // Not a request line (Zeek stops reading the client here). The server's answer
                 // to it, if it answers in HTTP, is still recorded, flagged.
@@ -613,7 +631,7 @@ impl HttpConn {
         }
     }
 
-    fn push_request(&mut self, req: RequestHead, out: &mut Vec<HttpEvent>) {
+    fn push_request(&mut self, req: RequestHead, seq: u32, out: &mut Vec<HttpEvent>) {
         if self.pending.len() >= MAX_PENDING {
             // Far more pipelined requests than any browser sends: report the oldest unanswered.
             if let Some(mut t) = self.pending.pop_front() {
@@ -635,6 +653,7 @@ impl HttpConn {
         let connect = req.method.eq_ignore_ascii_case("CONNECT");
         let (coding, multipart) = (req.coding, req.multipart);
         let mut t = Txn::new(self.depth, Some(req), self.req_head_ts);
+        t.request_seq = Some(seq);
         if self.decode && !matches!(framing, Framing::None) {
             t.req_decoder = BodyDecoder::new(coding).map(Box::new);
         }
@@ -754,7 +773,8 @@ impl HttpConn {
         self.resp = Stream::UntilClose;
     }
 
-    fn response_head(&mut self, now: Timestamp, head: &[u8], out: &mut Vec<HttpEvent>) {
+    /// A response head, whose first byte has sequence number `seq`.
+    fn response_head(&mut self, now: Timestamp, head: &[u8], seq: u32, out: &mut Vec<HttpEvent>) {
         let (resp, inputs) = match head::parse_response(head) {
             Ok(x) => x,
             Err(_) => {
@@ -777,6 +797,7 @@ impl HttpConn {
             self.resp = Stream::Head;
             return;
         }
+        t.response_seq = Some(seq);
         let framing = head::response_framing(t.method(), &resp, inputs);
         t.anomalies.insert(resp.anomalies);
         let ct = resp.content_type.as_deref().unwrap_or("").to_ascii_lowercase();
@@ -825,10 +846,14 @@ impl HttpConn {
         }
     }
 
-    fn response_body(&mut self, now: Timestamp, data: &[u8], out: &mut Vec<HttpEvent>) {
+    /// Body bytes in order (chunk framing removed); `seq` is the sequence number of the first.
+    fn response_body(&mut self, now: Timestamp, seq: u32, data: &[u8], out: &mut Vec<HttpEvent>) {
         let Some(t) = self.pending.get_mut(self.resp_idx) else {
             return;
         };
+        if t.response_body_seq.is_none() && !data.is_empty() {
+            t.response_body_seq = Some(seq);
+        }
         t.response_body_len += data.len() as u64;
         t.response_last_ts = Some(now);
         if let Some(dec) = t.resp_decoder.as_mut() {
@@ -839,7 +864,7 @@ impl HttpConn {
         }
         if let Some(sc) = t.scanner.as_mut() {
             let mut refs = Vec::new();
-            sc.feed(data, &mut refs);
+            sc.feed_at(data, seq, &mut refs);
             if !refs.is_empty() {
                 out.push(HttpEvent::Embeds { depth: t.depth, refs });
             }
@@ -878,10 +903,11 @@ enum HeadTake {
         head: Vec<u8>,
         consumed: usize,
     },
-    /// An HTTP/0.9 simple request line, and the input bytes it used.
+    /// An HTTP/0.9 simple request line, the input bytes it used, and its whole length.
     SimpleRequest {
         line: head::RequestLine,
         consumed: usize,
+        len: usize,
     },
 }
 
@@ -906,7 +932,7 @@ fn take_head(buf: &mut Vec<u8>, d: &[u8], allow_simple: bool) -> HeadTake {
             let first = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
             if let Some(line) = head::parse_request_line(first).filter(|l| l.version == Version::HTTP_09) {
                 buf.clear();
-                return HeadTake::SimpleRequest { line, consumed: nl + 1 - prev };
+                return HeadTake::SimpleRequest { line, consumed: nl + 1 - prev, len: nl + 1 };
             }
         }
     }

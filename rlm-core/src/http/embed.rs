@@ -64,18 +64,32 @@ pub struct EmbedRef {
     pub start: u64,
     /// Body offset just past the tag's `>` (or the `)` in CSS).
     pub end: u64,
+    /// Where an `<img>`'s fetching attributes (every `src` and `srcset`, from the name's first
+    /// byte through the value's end) lie on the wire, as `(seq, len)` ranges in order: what
+    /// content adaptation blanks to remove the element's object. Filled only by
+    /// [`EmbedScanner::feed_at`], and left empty when the tag spans more pieces than the scanner
+    /// keeps or has more such attributes than it keeps.
+    pub wire: Vec<(u32, u32)>,
 }
 
 const MAX_NAME: usize = 16;
 const MAX_VALUE: usize = 4096;
+/// Fetching attributes of one `<img>` tracked for removal (a tag with more keeps its object).
+const MAX_FETCH_ATTRS: usize = 4;
+/// Pieces (segments, or chunks of them) of one tag whose sequence numbers are kept.
+const MAX_PIECES: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Html {
     Text,
     TagOpen,
-    MarkupDecl { dashes: u8 },
+    MarkupDecl {
+        dashes: u8,
+    },
     /// `dashes`: how many `-` (at most 2) directly precede the next byte inside the comment.
-    Comment { dashes: u8 },
+    Comment {
+        dashes: u8,
+    },
     Bogus,
     TagName,
     BeforeAttrName,
@@ -85,7 +99,10 @@ enum Html {
     Quoted(u8),
     Unquoted,
     /// Inside `<script>` or `<style>`; `matched` bytes of the closing tag seen so far.
-    RawText { style: bool, matched: u8 },
+    RawText {
+        style: bool,
+        matched: u8,
+    },
 }
 
 /// Byte classes inside a tag (HTML whitespace is space, tab, CR, LF, FF).
@@ -346,7 +363,14 @@ impl CssScanner {
                     if !self.overflow && !self.value.is_empty() {
                         let kind = if import { EmbedKind::Stylesheet } else { EmbedKind::CssUrl };
                         if let Some(url) = clean_url(&self.value) {
-                            out.push(EmbedRef { urls: vec![url], kind, required: required || import, start: self.start, end: offset + 1 });
+                            out.push(EmbedRef {
+                                urls: vec![url],
+                                kind,
+                                required: required || import,
+                                start: self.start,
+                                end: offset + 1,
+                                wire: Vec::new(),
+                            });
                         }
                     }
                     self.state = Css::Normal;
@@ -408,11 +432,7 @@ fn clean_url(raw: &[u8]) -> Option<String> {
 
 /// Candidates of a `srcset`: comma-separated "URL [descriptor]".
 fn srcset_urls(v: &[u8]) -> Vec<String> {
-    String::from_utf8_lossy(v)
-        .split(',')
-        .filter_map(|c| c.split_ascii_whitespace().next())
-        .filter_map(|u| clean_url(u.as_bytes()))
-        .collect()
+    String::from_utf8_lossy(v).split(',').filter_map(|c| c.split_ascii_whitespace().next()).filter_map(|u| clean_url(u.as_bytes())).collect()
 }
 
 /// The streaming scanner: feed it body bytes in order, collect references.
@@ -443,6 +463,22 @@ pub struct EmbedScanner {
     /// Which attributes are stored: the first occurrence of each that did not overflow.
     have: u16,
     css: CssScanner,
+    /// Positions for removal (fed by `feed_at`): the current attribute's extent in body offsets
+    /// (its name's first byte; just past its last byte so far), the `<img>`'s fetching
+    /// attributes so far, and the pieces of the current tag as (body offset, sequence number).
+    track: bool,
+    attr_start: u64,
+    attr_end: u64,
+    fetch: [(u64, u64); MAX_FETCH_ATTRS],
+    fetch_n: u8,
+    fetch_overflow: bool,
+    pieces: [(u64, u32); MAX_PIECES],
+    pieces_n: u8,
+}
+
+/// Whether an attribute name read so far (`name`, lowercased) may still become `src` or `srcset`.
+fn may_be_fetch_attr(name: &[u8]) -> bool {
+    !name.is_empty() && (b"srcset".starts_with(name))
 }
 
 impl EmbedScanner {
@@ -467,6 +503,14 @@ impl EmbedScanner {
             spans: [(0, 0); ATTRS],
             have: 0,
             css: CssScanner::default(),
+            track: false,
+            attr_start: 0,
+            attr_end: 0,
+            fetch: [(0, 0); MAX_FETCH_ATTRS],
+            fetch_n: 0,
+            fetch_overflow: false,
+            pieces: [(0, 0); MAX_PIECES],
+            pieces_n: 0,
         }
     }
 
@@ -478,6 +522,95 @@ impl EmbedScanner {
     /// Body bytes scanned so far.
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+
+    /// Scan the next piece of the body, whose first byte has sequence number `seq`: the same as
+    /// [`EmbedScanner::feed`], and `<img>` references also say where their fetching attributes
+    /// lie on the wire ([`EmbedRef::wire`]). Pieces need not be contiguous in sequence space
+    /// (chunk framing lies between them).
+    pub fn feed_at(&mut self, data: &[u8], seq: u32, out: &mut Vec<EmbedRef>) {
+        self.track = true;
+        if data.is_empty() {
+            return;
+        }
+        if self.state == Html::Text {
+            self.pieces_n = 0;
+        } else {
+            // Keep the pieces from the one holding the current tag's `<`.
+            let n = self.pieces_n as usize;
+            let keep_from = (1..n).take_while(|&k| self.pieces[k].0 <= self.tag_start).last().unwrap_or(0);
+            self.pieces.copy_within(keep_from..n, 0);
+            self.pieces_n -= keep_from as u8;
+        }
+        if self.pieces_n as usize == MAX_PIECES {
+            // The oldest piece goes: a tag that began in it can no longer be mapped.
+            self.pieces.copy_within(1.., 0);
+            self.pieces_n -= 1;
+        }
+        self.pieces[self.pieces_n as usize] = (self.offset, seq);
+        self.pieces_n += 1;
+        self.feed(data, out);
+    }
+
+    /// Where bytes already scanned may still have to be blanked: the sequence number of the
+    /// first byte of the current `<img>` tag's fetching attributes (or of an attribute whose
+    /// name may still become one), when the scan stopped inside such a tag. A segment that
+    /// ends there cannot be sent until the tag's end decides. `None` when nothing scanned so
+    /// far can change (or the scanner was not fed with sequence numbers).
+    pub fn pending(&self) -> Option<u32> {
+        if !self.track || self.kind != Tag::Img || self.fetch_overflow {
+            return None;
+        }
+        let in_fetch_attr = match self.state {
+            Html::AttrName => may_be_fetch_attr(&self.attr_name[..self.attr_len as usize]),
+            Html::AfterAttrName | Html::BeforeAttrValue | Html::Quoted(_) | Html::Unquoted => matches!(self.attr, Attr::Src | Attr::Srcset),
+            Html::BeforeAttrName => false,
+            _ => return None,
+        };
+        let first = if self.fetch_n > 0 { Some(self.fetch[0].0) } else { in_fetch_attr.then_some(self.attr_start) };
+        first.and_then(|off| self.seq_of(off))
+    }
+
+    /// The sequence number of the byte at body offset `off`, if a kept piece holds it.
+    fn seq_of(&self, off: u64) -> Option<u32> {
+        let pieces = &self.pieces[..self.pieces_n as usize];
+        let k = pieces.iter().rposition(|p| p.0 <= off)?;
+        Some(pieces[k].1.wrapping_add((off - pieces[k].0) as u32))
+    }
+
+    /// The wire ranges of body offsets `[from, to)`, split where the pieces are, merged where
+    /// they are contiguous; appended to `out`. False if a piece no longer kept holds some.
+    fn wire_ranges(&self, from: u64, to: u64, out: &mut Vec<(u32, u32)>) -> bool {
+        let pieces = &self.pieces[..self.pieces_n as usize];
+        let Some(mut k) = pieces.iter().rposition(|p| p.0 <= from) else { return false };
+        let mut at = from;
+        while at < to {
+            let piece_end = pieces.get(k + 1).map_or(u64::MAX, |p| p.0);
+            let end = to.min(piece_end);
+            let seq = pieces[k].1.wrapping_add((at - pieces[k].0) as u32);
+            let len = (end - at) as u32;
+            match out.last_mut() {
+                Some(last) if last.0.wrapping_add(last.1) == seq => last.1 += len,
+                _ => out.push((seq, len)),
+            }
+            at = end;
+            k += 1;
+        }
+        true
+    }
+
+    /// The wire ranges of the current `<img>`'s fetching attributes (empty if not all known).
+    fn fetch_wire(&self) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        if !self.track || self.fetch_overflow {
+            return out;
+        }
+        for &(from, to) in &self.fetch[..self.fetch_n as usize] {
+            if !self.wire_ranges(from, to, &mut out) {
+                return Vec::new();
+            }
+        }
+        out
     }
 
     /// Scan the next piece of the body.
@@ -568,6 +701,8 @@ impl EmbedScanner {
             self.have = 0;
             self.values.clear();
             self.stored = 0;
+            self.fetch_n = 0;
+            self.fetch_overflow = false;
             self.state = Html::TagName;
         } else if b == b'!' {
             self.state = Html::MarkupDecl { dashes: 0 };
@@ -661,7 +796,7 @@ impl EmbedScanner {
                 if data[j] == b'>' {
                     end_tag!(j)
                 }
-                self.start_attr(data[j]);
+                self.start_attr(data[j], base + j as u64);
                 attr_from = Some(j);
                 i = j + 1;
                 st = Html::AttrName;
@@ -673,6 +808,7 @@ impl EmbedScanner {
                     pause!()
                 };
                 let j = i + k;
+                self.attr_end = base + j as u64;
                 // The name is complete: no later state adds to it.
                 self.attr = match attr_from {
                     Some(from) => attr_of_any_case(&data[from..j]),
@@ -691,7 +827,7 @@ impl EmbedScanner {
                         end_tag!(j)
                     }
                     b'=' => {
-                        self.start_value();
+                        self.start_value(base + j as u64 + 1);
                         st = Html::BeforeAttrValue;
                     }
                     b'/' => {
@@ -712,12 +848,12 @@ impl EmbedScanner {
                         end_tag!(j)
                     }
                     b'=' => {
-                        self.start_value();
+                        self.start_value(base + j as u64 + 1);
                         st = Html::BeforeAttrValue;
                     }
                     b => {
                         self.store_attr();
-                        self.start_attr(b);
+                        self.start_attr(b, base + j as u64);
                         attr_from = Some(j);
                         st = Html::AttrName;
                         continue;
@@ -747,6 +883,7 @@ impl EmbedScanner {
                     pause!()
                 };
                 self.push_value(&rest[..k]);
+                self.attr_end = base + (i + k + 1) as u64;
                 self.store_attr();
                 i += k + 1;
                 st = Html::BeforeAttrName;
@@ -757,6 +894,7 @@ impl EmbedScanner {
                 self.push_value(&rest[..end.unwrap_or(rest.len())]);
                 let Some(k) = end else { pause!() };
                 let j = i + k;
+                self.attr_end = base + j as u64;
                 self.store_attr();
                 if data[j] == b'>' {
                     end_tag!(j)
@@ -823,14 +961,18 @@ impl EmbedScanner {
         i + j
     }
 
-    fn start_attr(&mut self, b: u8) {
+    /// An attribute name begins with `b`, at body offset `offset`.
+    fn start_attr(&mut self, b: u8, offset: u64) {
+        self.attr_start = offset;
         self.attr_name[0] = b.to_ascii_lowercase();
         self.attr_len = 1;
         self.values.truncate(self.stored);
         self.value_overflow = false;
     }
 
-    fn start_value(&mut self) {
+    /// The current attribute has a value: its `=` ends just before body offset `after_eq`.
+    fn start_value(&mut self, after_eq: u64) {
+        self.attr_end = after_eq;
         self.values.truncate(self.stored);
         self.value_overflow = false;
     }
@@ -854,6 +996,17 @@ impl EmbedScanner {
     /// The current attribute is complete: keep its value if the tag wants it, this is its first
     /// occurrence, and it did not overflow.
     fn store_attr(&mut self) {
+        if self.track && self.kind == Tag::Img && matches!(self.attr, Attr::Src | Attr::Srcset) {
+            // Every occurrence: a browser takes the first, so blanking it alone would let a
+            // second one fetch.
+            match self.fetch.get_mut(self.fetch_n as usize) {
+                Some(f) => {
+                    *f = (self.attr_start, self.attr_end);
+                    self.fetch_n += 1;
+                }
+                None => self.fetch_overflow = true,
+            }
+        }
         if self.keep && !self.value_overflow {
             self.spans[self.attr as usize] = (self.stored as u32, self.values.len() as u32);
             self.stored = self.values.len();
@@ -874,9 +1027,10 @@ impl EmbedScanner {
 
     fn end_tag(&mut self, end: u64, out: &mut Vec<EmbedRef>) {
         let start = self.tag_start;
-        let mut emit = |urls: Vec<String>, kind: EmbedKind, required: bool| {
+        let wire = if self.kind == Tag::Img { self.fetch_wire() } else { Vec::new() };
+        let mut emit = |urls: Vec<String>, kind: EmbedKind, required: bool, wire: Vec<(u32, u32)>| {
             if !urls.is_empty() {
-                out.push(EmbedRef { urls, kind, required, start, end });
+                out.push(EmbedRef { urls, kind, required, start, end, wire });
             }
         };
         let one = |v: Option<&[u8]>| v.and_then(clean_url).into_iter().collect::<Vec<_>>();
@@ -888,42 +1042,42 @@ impl EmbedScanner {
                         urls.push(u);
                     }
                 }
-                emit(urls, EmbedKind::Image, true);
+                emit(urls, EmbedKind::Image, true, wire);
             }
-            Tag::Script => emit(one(self.get(Attr::Src)), EmbedKind::Script, true),
+            Tag::Script => emit(one(self.get(Attr::Src)), EmbedKind::Script, true, Vec::new()),
             Tag::Link => {
                 let rel = String::from_utf8_lossy(self.get(Attr::Rel).unwrap_or_default()).to_ascii_lowercase();
                 let rels: Vec<&str> = rel.split_ascii_whitespace().collect();
                 let href = one(self.get(Attr::Href));
                 if rels.contains(&"stylesheet") && !rels.contains(&"alternate") {
-                    emit(href, EmbedKind::Stylesheet, true);
+                    emit(href, EmbedKind::Stylesheet, true, Vec::new());
                 } else if rels.iter().any(|r| *r == "icon" || *r == "apple-touch-icon") {
-                    emit(href, EmbedKind::Icon, false);
+                    emit(href, EmbedKind::Icon, false, Vec::new());
                 } else if rels.iter().any(|r| *r == "preload" || *r == "modulepreload") {
-                    emit(href, EmbedKind::Object, false);
+                    emit(href, EmbedKind::Object, false, Vec::new());
                 }
             }
-            Tag::Frame => emit(one(self.get(Attr::Src)), EmbedKind::Frame, true),
-            Tag::Object => emit(one(self.get(Attr::Data)), EmbedKind::Object, true),
-            Tag::Embed => emit(one(self.get(Attr::Src)), EmbedKind::Object, true),
+            Tag::Frame => emit(one(self.get(Attr::Src)), EmbedKind::Frame, true, Vec::new()),
+            Tag::Object => emit(one(self.get(Attr::Data)), EmbedKind::Object, true, Vec::new()),
+            Tag::Embed => emit(one(self.get(Attr::Src)), EmbedKind::Object, true, Vec::new()),
             Tag::Source => {
                 let mut urls = one(self.get(Attr::Src));
                 urls.extend(self.get(Attr::Srcset).map(srcset_urls).unwrap_or_default());
-                emit(urls, EmbedKind::Media, false);
+                emit(urls, EmbedKind::Media, false, Vec::new());
             }
             Tag::Media => {
-                emit(one(self.get(Attr::Src)), EmbedKind::Media, false);
-                emit(one(self.get(Attr::Poster)), EmbedKind::Image, false);
+                emit(one(self.get(Attr::Src)), EmbedKind::Media, false, Vec::new());
+                emit(one(self.get(Attr::Poster)), EmbedKind::Image, false, Vec::new());
             }
             Tag::Input => {
                 if self.get(Attr::Type).is_some_and(|t| t.eq_ignore_ascii_case(b"image")) {
-                    emit(one(self.get(Attr::Src)), EmbedKind::Image, true);
+                    emit(one(self.get(Attr::Src)), EmbedKind::Image, true, Vec::new());
                 }
             }
             Tag::Style | Tag::Other => {}
         }
         if let Some(u) = self.get(Attr::Background).and_then(clean_url) {
-            out.push(EmbedRef { urls: vec![u], kind: EmbedKind::Image, required: true, start, end });
+            out.push(EmbedRef { urls: vec![u], kind: EmbedKind::Image, required: true, start, end, wire: Vec::new() });
         }
         if let Some(style) = self.get(Attr::Style) {
             let mut css = CssScanner::default();
@@ -1039,6 +1193,114 @@ mod tests {
             s.feed(b, &mut out);
         }
         assert_eq!(urls(&out), vec!["/x.png", "/y.css", "/f.woff2"]);
+    }
+
+    /// Feed `body` to a tracking scanner in pieces of `step` bytes laid on a wire where `junk`
+    /// (chunk framing, say) lies between pieces; return the wire, and the references with the
+    /// bytes their wire ranges cover there.
+    fn scan_on_wire(body: &[u8], step: usize, junk: &[u8], seq0: u32) -> (Vec<u8>, Vec<(EmbedRef, Vec<u8>)>) {
+        let mut s = EmbedScanner::html();
+        let (mut out, mut wire) = (Vec::new(), Vec::new());
+        for piece in body.chunks(step.max(1)) {
+            wire.extend_from_slice(junk);
+            s.feed_at(piece, seq0.wrapping_add(wire.len() as u32), &mut out);
+            wire.extend_from_slice(piece);
+        }
+        let covered = out
+            .into_iter()
+            .map(|r| {
+                let bytes = r.wire.iter().flat_map(|&(seq, len)| {
+                    let at = seq.wrapping_sub(seq0) as usize;
+                    wire[at..at + len as usize].to_vec()
+                });
+                let bytes = bytes.collect();
+                (r, bytes)
+            })
+            .collect();
+        (wire, covered)
+    }
+
+    const IMGS: &[u8] = br#"<p>x</p><IMG SRC="/img/a.gif" alt="a > b"><img alt=x srcset="/b-1x.png 1x, /b-2x.png 2x" src='/b.png'>
+<img src=/c.gif><img
+  src = "/d.gif"><img src="/e.gif" src="/e2.gif"><img alt="no src"><img sources=x src=/f.gif><script src="/s.js"></script>"#;
+
+    #[test]
+    fn wire_ranges_cover_exactly_each_imgs_fetching_attributes_whatever_the_pieces() {
+        let expect: Vec<&[u8]> = vec![
+            b"SRC=\"/img/a.gif\"",
+            b"srcset=\"/b-1x.png 1x, /b-2x.png 2x\"src='/b.png'",
+            b"src=/c.gif",
+            b"src = \"/d.gif\"",
+            b"src=\"/e.gif\"src=\"/e2.gif\"",
+            b"src=/f.gif",
+        ];
+        for (junk, seq0) in [(&b""[..], 1000u32), (&b"\r\n1f40\r\n"[..], u32::MAX - 50)] {
+            for step in 1..=IMGS.len() {
+                let (_, refs) = scan_on_wire(IMGS, step, junk, seq0);
+                let imgs: Vec<&Vec<u8>> = refs.iter().filter(|(r, _)| r.kind == EmbedKind::Image).map(|(_, b)| b).collect();
+                assert_eq!(imgs.len(), expect.len());
+                for (got, want) in imgs.iter().zip(&expect) {
+                    // Small pieces may leave a tag unmappable (more than 8 of them), never wrong.
+                    if step >= 12 || !got.is_empty() {
+                        assert_eq!(String::from_utf8_lossy(got), String::from_utf8_lossy(want), "step {step}, junk {junk:?}");
+                    }
+                }
+                assert!(refs.iter().filter(|(r, _)| r.kind != EmbedKind::Image).all(|(r, _)| r.wire.is_empty()), "step {step}");
+            }
+            // With nothing between the pieces, the ranges do not depend on the pieces at all.
+            if junk.is_empty() {
+                let whole: Vec<Vec<(u32, u32)>> = scan_on_wire(IMGS, IMGS.len(), junk, seq0).1.into_iter().map(|(r, _)| r.wire).collect();
+                for step in [12, 17, 100] {
+                    let cut: Vec<Vec<(u32, u32)>> = scan_on_wire(IMGS, step, junk, seq0).1.into_iter().map(|(r, _)| r.wire).collect();
+                    assert_eq!(cut, whole, "step {step}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tag_over_more_pieces_than_kept_cannot_be_mapped() {
+        let body = b"<img alt=\"one two three four five six seven eight\" src=\"/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.gif\">";
+        // The attribute spans 13 pieces of 4 bytes: its first ones are gone by its end.
+        let (_, refs) = scan_on_wire(body, 4, b"", 0);
+        assert_eq!(refs.len(), 1);
+        assert!(refs[0].0.wire.is_empty(), "{:?}", refs[0].0.wire);
+        // In 8 pieces of 7 bytes it is still mapped, though the tag's `<` lies in a piece let go.
+        let (_, refs) = scan_on_wire(body, 7, b"", 0);
+        assert!(refs[0].1.starts_with(b"src=\"/a") && refs[0].1.ends_with(b".gif\""), "{}", String::from_utf8_lossy(&refs[0].1));
+        // Fed whole, or without sequence numbers, the reference is the same but for `wire`.
+        let (_, whole) = scan_on_wire(body, body.len(), b"", 0);
+        assert_eq!(whole[0].1, refs[0].1);
+        assert_eq!(scan(body, 4)[0].urls, whole[0].0.urls);
+    }
+
+    #[test]
+    fn pending_says_from_where_a_cut_tag_may_still_be_blanked() {
+        let pending_after = |prefix: &[u8]| {
+            let mut s = EmbedScanner::html();
+            s.feed_at(prefix, 500, &mut Vec::new());
+            s.pending()
+        };
+        let at = |prefix: &[u8], needle: &[u8]| Some(500 + prefix.windows(needle.len()).position(|w| w == needle).unwrap() as u32);
+        for cut in [
+            &b"x<img alt=\"a\" sr"[..],
+            b"x<img alt=\"a\" src",
+            b"x<img alt=\"a\" src=",
+            b"x<img alt=\"a\" src=\"/a",
+            b"x<img alt=\"a\" src=\"/a\" ",
+            b"x<img alt=\"a\" src=\"/a\" width",
+        ] {
+            assert_eq!(pending_after(cut), at(cut, b"sr"), "{}", String::from_utf8_lossy(cut));
+        }
+        for cut in
+            [&b"x<im"[..], b"x<img", b"x<img alt=\"a\" ", b"x<img alt=\"a", b"x<img style=", b"x<a href=\"/", b"x<img src=/a>", b"x<script src=\"/a"]
+        {
+            assert_eq!(pending_after(cut), None, "{}", String::from_utf8_lossy(cut));
+        }
+        // Without sequence numbers nothing is tracked.
+        let mut s = EmbedScanner::html();
+        s.feed(b"x<img src=\"/a", &mut Vec::new());
+        assert_eq!(s.pending(), None);
     }
 
     #[test]

@@ -123,7 +123,7 @@ impl CssScanner {
                     if !self.overflow && !self.value.is_empty() {
                         let kind = if import { EmbedKind::Stylesheet } else { EmbedKind::CssUrl };
                         if let Some(url) = clean_url(&self.value) {
-                            out.push(EmbedRef { urls: vec![url], kind, required: required || import, start: self.start, end: offset + 1 });
+                            out.push(EmbedRef { urls: vec![url], kind, required: required || import, start: self.start, end: offset + 1, wire: Vec::new() });
                         }
                     }
                     self.state = Css::Normal;
@@ -422,7 +422,7 @@ impl Reference {
         let (start, end) = (self.tag_start, self.offset + 1);
         let mut emit = |urls: Vec<String>, kind: EmbedKind, required: bool| {
             if !urls.is_empty() {
-                out.push(EmbedRef { urls, kind, required, start, end });
+                out.push(EmbedRef { urls, kind, required, start, end, wire: Vec::new() });
             }
         };
         let one = |v: Option<&[u8]>| v.and_then(clean_url).into_iter().collect::<Vec<_>>();
@@ -470,7 +470,7 @@ impl Reference {
         }
         if let Some(bg) = self.get(Attr::Background) {
             if let Some(u) = clean_url(bg) {
-                out.push(EmbedRef { urls: vec![u], kind: EmbedKind::Image, required: true, start, end });
+                out.push(EmbedRef { urls: vec![u], kind: EmbedKind::Image, required: true, start, end, wire: Vec::new() });
             }
         }
         if let Some(style) = self.get(Attr::Style).map(|s| s.to_vec()) {
