@@ -18,8 +18,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs, Release};
-use crate::flow::{CloseReason, ConnId, ConnState, FlowNote, FlowTable, HttpOptions};
-use crate::http::{HttpEvent, Txn};
+use crate::adapt::patch::{self, Edit};
+use crate::adapt::remove::{AdaptConn, Removal};
+use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote, FlowTable, HttpOptions, SegFate};
+use crate::http::{EmbedKind, EmbedRef, HttpEvent, Txn};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
 use crate::policy::{Admission, Policy, SynDecision, SynOutcome};
 use crate::time::Timestamp;
@@ -72,6 +74,10 @@ pub struct Config {
     /// the server's SYN/ACK to the client every GAP until its ACK comes) and `DELAY FIRST SYN`.
     /// Only for a driver that sends those frames; otherwise the actions are counted as deferred.
     pub inject: bool,
+    /// Carry out `REMOVE EMBEDS`: server segments that carry blanked references come back as
+    /// [`Verdict::Replace`]. Only for a driver that forwards rewritten frames (NFQUEUE);
+    /// otherwise the rules are counted as deferred.
+    pub adapt: bool,
     /// Most fast retransmissions of one SYN, and of one SYN/ACK.
     pub fast_limit: u32,
     /// What rlm may inject, per class and in all ([`InjectBudget`]).
@@ -97,6 +103,7 @@ impl Default for Config {
             decode_bodies: true,
             transaction_records: true,
             inject: false,
+            adapt: false,
             fast_limit: 20,
             inject_budget: InjectBudget::default(),
             fast_release_per_s: 20.0,
@@ -340,6 +347,25 @@ pub struct Stats {
     pub inject_denied: u64,
     /// Frames not sent because no link address was known for where they go.
     pub inject_no_mac: u64,
+    /// Image references blanked out of container pages (`REMOVE EMBEDS`).
+    pub embeds_removed: u64,
+    /// References a rule took but that stayed: part of their attributes had gone on in an
+    /// earlier segment (`split`), or the scanner could not place them on the wire (`unmapped`),
+    /// or the connection's record of blanks was full.
+    pub embeds_kept_split: u64,
+    pub embeds_kept_unmapped: u64,
+    pub adapt_record_full: u64,
+    /// Containers a rule took but left alone: their body came content-encoded, or segments
+    /// past a hole had already gone on.
+    pub adapt_skipped_encoded: u64,
+    pub adapt_skipped_ooo: u64,
+    /// Server segments past a hole dropped while a removal was under way (the server resends
+    /// them, and the resend is blanked).
+    pub adapt_ooo_dropped: u64,
+    /// Server segments forwarded with blanks (first copies and retransmissions).
+    pub adapt_segments_edited: u64,
+    /// Segments whose blanks could not be written (left as they were).
+    pub adapt_patch_failed: u64,
     pub retransmitted_segments: u64,
     pub gap_bytes: u64,
     pub transactions: u64,
@@ -391,6 +417,15 @@ pub struct Engine {
     /// The rules in force send frames ([`Policy::injects`]), at the SYN/ACK node too.
     injecting: bool,
     injecting_synack: bool,
+    /// Some rule has `REMOVE EMBEDS` ([`Policy::removes_embeds`]).
+    removing: bool,
+    /// Content adaptation's state, by connection.
+    adapt: ahash::AHashMap<ConnId, AdaptConn>,
+    /// The server segment being handled: the sequence number of its first byte new to the
+    /// stream (blanks before it can no longer be written into a copy the client gets first).
+    adapt_from: Option<u32>,
+    /// The blanks to write into the frame being handled.
+    adapt_edits: Option<Vec<Edit>>,
 }
 
 impl Engine {
@@ -428,6 +463,10 @@ impl Engine {
             release,
             injecting: false,
             injecting_synack: false,
+            removing: false,
+            adapt: ahash::AHashMap::new(),
+            adapt_from: None,
+            adapt_edits: None,
         }
     }
 
@@ -519,12 +558,14 @@ impl Engine {
             (Some(r), None) => {
                 let mut p = Policy::new(r, self.cfg.class_window);
                 p.inject_carried_out = self.cfg.inject;
+                p.adapt_carried_out = self.cfg.adapt;
                 self.policy = Some(p);
             }
             (None, _) => self.policy = None,
         }
         self.injecting = self.policy.as_ref().is_some_and(Policy::injects);
         self.injecting_synack = self.policy.as_ref().is_some_and(Policy::injects_at_synack);
+        self.removing = self.policy.as_ref().is_some_and(Policy::removes_embeds);
     }
 
     /// The rules in force and their state.
@@ -599,6 +640,9 @@ impl Engine {
                 self.on_segment(now, port, &seg);
                 if let Some((id, keep)) = self.keep.take() {
                     self.keep_frame(now, id, keep, link, frame);
+                }
+                if let Some(edits) = self.adapt_edits.take() {
+                    self.write_blanks(link, frame, &edits);
                 }
             }
             Decoded::Ignored(i) => *self.stats.ignored.entry(i.name()).or_default() += 1,
@@ -755,7 +799,9 @@ impl Engine {
         let c = self.flows.get_mut(id).expect("live id");
         let before_retx = c.c2s.retransmits + c.s2c.retransmits;
         let before_gap = c.c2s.gap_bytes + c.s2c.gap_bytes;
-        c.on_segment(now, seg, &mut notes, &mut http_events);
+        let dir = c.dir_of(seg);
+        self.adapt_from = if dir == Dir::ToClient { c.s2c.next_seq() } else { None };
+        let fate = c.on_segment(now, seg, &mut notes, &mut http_events);
         self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
         self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
         let mut close: Option<CloseReason> = None;
@@ -811,6 +857,10 @@ impl Engine {
         self.notes = notes;
         self.process_http(now, id, &mut http_events);
         self.http_events = http_events;
+        self.adapt_from = None;
+        if !self.adapt.is_empty() {
+            self.adapt_segment(id, dir, fate, seg);
+        }
         if let Some(reason) = close {
             self.close_conn(now, id, reason);
             if reason == CloseReason::Refused {
@@ -821,7 +871,12 @@ impl Engine {
     }
 
     fn process_http(&mut self, now: Timestamp, id: ConnId, evs: &mut Vec<HttpEvent>) {
-        for ev in evs.drain(..) {
+        let mut i = 0;
+        while i < evs.len() {
+            // Taken out in order; what follows stays readable (a transaction that ended in the
+            // same segment is no longer on the connection, only in its `Done` further on).
+            let ev = std::mem::replace(&mut evs[i], HttpEvent::Request { depth: 0 });
+            i += 1;
             match ev {
                 HttpEvent::Request { depth } => {
                     let c = self.flows.get(id).expect("live");
@@ -849,18 +904,35 @@ impl Engine {
                 }
                 HttpEvent::ResponseHead { depth } => {
                     let c = self.flows.get(id).expect("live");
-                    let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else {
-                        continue;
-                    };
-                    let encoded = txn.response.as_ref().is_some_and(|r| r.encoded);
-                    let first = txn.response_first_ts.unwrap_or(now);
-                    let html = txn.is_html();
-                    self.pageviews.on_response_head(first, id, depth, html, encoded);
+                    if let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) {
+                        let encoded = txn.response.as_ref().is_some_and(|r| r.encoded);
+                        let first = txn.response_first_ts.unwrap_or(now);
+                        let html = txn.is_html();
+                        self.pageviews.on_response_head(first, id, depth, html, encoded);
+                    }
+                    if self.removing {
+                        let done = evs[i..].iter().find_map(|e| match e {
+                            HttpEvent::Done(t) if t.depth == depth => Some(&**t),
+                            _ => None,
+                        });
+                        self.decide_removal(now, id, depth, done);
+                    }
                 }
-                HttpEvent::Embeds { depth, refs } => self.pageviews.on_embeds(now, id, depth, &refs),
-                HttpEvent::Done(txn) => self.txn_done(now, id, txn),
+                HttpEvent::Embeds { depth, mut refs } => {
+                    if !self.adapt.is_empty() {
+                        self.remove_embeds(id, depth, &mut refs);
+                    }
+                    self.pageviews.on_embeds(now, id, depth, &refs)
+                }
+                HttpEvent::Done(txn) => {
+                    if let Some(a) = self.adapt.get_mut(&id) {
+                        a.removals.retain(|r| r.depth != txn.depth);
+                    }
+                    self.txn_done(now, id, txn)
+                }
             }
         }
+        evs.clear();
         if let Some(c) = self.flows.get(id) {
             if c.http.as_ref().is_some_and(|h| h.not_http) {
                 // Counted once: the parser is dropped.
@@ -934,6 +1006,7 @@ impl Engine {
             return;
         }
         let never_established = !c.was_established();
+        self.adapt.remove(&id);
         self.fast_syns.remove(&id);
         self.release.forget(id);
         self.fast_synacks.remove(&id);
@@ -1045,6 +1118,103 @@ impl Engine {
         self.release.forget(id);
         self.stats.fast_syns_client_passed += 1;
         true
+    }
+
+    /// The response node at a response's head: whether a `REMOVE EMBEDS` takes this
+    /// container. Not when its body comes content-encoded (it cannot be blanked), nor when
+    /// segments past a hole have already gone on (they could hold references).
+    /// `done`: the transaction, when it has ended already (within the same segment).
+    fn decide_removal(&mut self, now: Timestamp, id: ConnId, depth: u32, done: Option<&Txn>) {
+        let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return };
+        let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)).or(done).filter(|t| t.is_html()) else { return };
+        let Some(resp) = txn.response.as_ref().filter(|r| (200..300).contains(&r.status)) else { return };
+        let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
+        let class = policy.classify(cl, sv);
+        let rt = self.pageviews.elapsed_for_client(c.client.ip, now);
+        let req = txn.request.as_ref();
+        let url = req.map(|r| r.uri.as_str());
+        let host = req.and_then(|r| r.host.as_deref());
+        let Some((rule, select)) = policy.at_response(now, cl, sv, class, url, host, resp.content_type.as_deref(), Some(rt)) else { return };
+        if resp.encoded {
+            self.stats.adapt_skipped_encoded += 1;
+        } else if c.s2c.has_ahead() {
+            self.stats.adapt_skipped_ooo += 1;
+        } else {
+            self.adapt.entry(id).or_default().removals.push(Removal::new(depth, rule, select));
+        }
+    }
+
+    /// A container's references, in document order, as the scanner finds them: those its
+    /// removal takes are blanked (kept in the connection's record) and no longer expected by the
+    /// pageview. A reference whose attributes began in a segment that went on already stays.
+    fn remove_embeds(&mut self, id: ConnId, depth: u32, refs: &mut Vec<EmbedRef>) {
+        let Engine { adapt, stats, adapt_from, .. } = self;
+        let Some(a) = adapt.get_mut(&id) else { return };
+        let Some(i) = a.removals.iter().position(|r| r.depth == depth) else { return };
+        let (removal, record) = (&mut a.removals[i], &mut a.record);
+        refs.retain(|e| {
+            if e.kind != EmbedKind::Image || !removal.takes(&e.urls[0]) {
+                return true;
+            }
+            if e.wire.is_empty() {
+                stats.embeds_kept_unmapped += 1;
+                return true;
+            }
+            // Every range within the bytes new in this segment (or past it, in data that was
+            // waiting behind a hole and was dropped, so that its resend is blanked).
+            if !adapt_from.is_some_and(|from| e.wire.iter().all(|&(seq, _)| (seq.wrapping_sub(from) as i32) >= 0)) {
+                stats.embeds_kept_split += 1;
+                return true;
+            }
+            if !record.add(&e.wire) {
+                stats.adapt_record_full += 1;
+                return true;
+            }
+            stats.embeds_removed += 1;
+            false
+        });
+    }
+
+    /// After a segment of an adapted connection: a server segment gets the blanks that fall in
+    /// it (or is dropped, past a hole while a removal is under way); the client's
+    /// acknowledgements let go of blanks it can no longer ask for.
+    fn adapt_segment(&mut self, id: ConnId, dir: Dir, fate: SegFate, seg: &Segment<'_>) {
+        let Some(a) = self.adapt.get_mut(&id) else { return };
+        match dir {
+            Dir::ToClient if !seg.payload.is_empty() => {
+                if fate == SegFate::Ahead && !a.removals.is_empty() {
+                    self.verdict = Verdict::Drop;
+                    self.stats.adapt_ooo_dropped += 1;
+                    return;
+                }
+                let edits = a.record.edits(seg.seq, seg.payload.len());
+                if !edits.is_empty() {
+                    self.adapt_edits = Some(edits);
+                }
+            }
+            Dir::ToServer if seg.flags.ack => {
+                a.record.prune(seg.ack);
+                if a.is_idle() {
+                    self.adapt.remove(&id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Write the blanks into a copy of the frame being handled: its verdict becomes that copy.
+    fn write_blanks(&mut self, link: LinkType, frame: &[u8], edits: &[Edit]) {
+        if !matches!(self.verdict, Verdict::Accept) {
+            return;
+        }
+        let mut copy = frame.to_vec();
+        match patch::apply(&mut copy, link, edits) {
+            Ok(_) => {
+                self.verdict = Verdict::Replace(copy.into());
+                self.stats.adapt_segments_edited += 1;
+            }
+            Err(_) => self.stats.adapt_patch_failed += 1,
+        }
     }
 
     /// The SYN/ACK node: with `FAST SYN/ACK` in force for the connection, keep the SYN/ACK to

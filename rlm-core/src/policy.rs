@@ -19,7 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ahash::AHashMap;
-use rules::{Aggregates, BucketId, ClassId, Effect, Facts, Firing, Holds, RuleId, RuleSet, Scope, Stat};
+use rules::{Aggregates, BucketId, ClassId, Effect, EmbedSelect, Facts, Firing, Holds, RuleId, RuleSet, Scope, Stat};
 use serde::Serialize;
 
 use crate::time::Timestamp;
@@ -225,6 +225,9 @@ pub struct Policy {
     /// The engine carries out the actions that send frames (`FAST SYN`, `FAST SYN/ACK`, `DELAY
     /// FIRST SYN`, `HALT FAST SYN`): they are not counted as deferred.
     pub inject_carried_out: bool,
+    /// The engine carries out `REMOVE EMBEDS` (its driver forwards rewritten frames): not
+    /// counted as deferred.
+    pub adapt_carried_out: bool,
 }
 
 fn since_epoch(t: Timestamp) -> Duration {
@@ -246,6 +249,7 @@ impl Policy {
             generation: 1,
             syn_by_address: rules.syn_decided_by_addresses(),
             inject_carried_out: false,
+            adapt_carried_out: false,
             class_counters: vec![ClassCounters::default(); n],
             rule_counters: vec![RuleCounters::default(); rules.rule_count()],
             labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
@@ -264,6 +268,7 @@ impl Policy {
         let mut old = Policy::new(rules, self.window);
         std::mem::swap(self, &mut old);
         self.inject_carried_out = old.inject_carried_out;
+        self.adapt_carried_out = old.adapt_carried_out;
         let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
         for i in 0..old_rules.class_count() {
             let name = old_rules.class_name(ClassId(i as u16));
@@ -369,6 +374,53 @@ impl Policy {
         }
         self.firings = firings;
         gap
+    }
+
+    /// Whether some rule has `REMOVE EMBEDS` (container responses are worth evaluating: for
+    /// the removal, or for the counters when it is not carried out).
+    pub fn removes_embeds(&self) -> bool {
+        self.rules.any_effect_at(rules::Node::Response, |e| matches!(e, rules::Effect::RemoveEmbeds(_)))
+    }
+
+    /// The response node (transition 3 to 4 of 004 Figure 3), at a container page's head: the
+    /// first `REMOVE EMBEDS` in force for it, with its rule. `url`, `host` and `content_type`
+    /// are the transaction's; `pageview_rt` the elapsed time of the client's pageview.
+    #[allow(clippy::too_many_arguments)]
+    pub fn at_response(
+        &mut self,
+        now: Timestamp,
+        client: SocketAddr,
+        server: SocketAddr,
+        class: ClassId,
+        url: Option<&str>,
+        host: Option<&str>,
+        content_type: Option<&str>,
+        pageview_rt: Option<Duration>,
+    ) -> Option<(RuleId, EmbedSelect)> {
+        self.refresh(now);
+        let mut facts = Facts::new(client, server, class, &self.windows);
+        facts.holds = Some(&self.holds);
+        (facts.url, facts.host, facts.content_type, facts.rt) = (url, host, content_type, pageview_rt);
+        let mut firings = std::mem::take(&mut self.firings);
+        firings.clear();
+        self.rules.eval_response(&facts, &mut firings);
+        let mut found = None;
+        for f in &firings {
+            let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) else { continue };
+            rc.fired += 1;
+            rc.last_fired = Some(now);
+            if let rules::Effect::RemoveEmbeds(id) = f.effect {
+                let select = &self.rules.embeds(id).select;
+                // Prediction is not carried out yet.
+                if self.adapt_carried_out && !matches!(select, EmbedSelect::Predicted { .. }) {
+                    found.get_or_insert_with(|| (f.rule, select.clone()));
+                } else {
+                    rc.deferred += 1;
+                }
+            }
+        }
+        self.firings = firings;
+        found
     }
 
     /// Whether the SYN decision depends only on the client's and server's addresses and the

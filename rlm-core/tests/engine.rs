@@ -999,3 +999,169 @@ fn a_blind_spoofer_earns_no_budget_and_a_delay_that_cannot_be_kept_lets_the_syn_
     long.feed(0, TcpConv::new("10.5.0.3:40003", "10.9.0.1:80").syn());
     assert_eq!(long.verdict, Some(rlm_core::Verdict::Accept));
 }
+
+// --- content adaptation: REMOVE EMBEDS ---
+
+fn adapt_run(rules_text: &str) -> Run {
+    let mut r = Run::with(Config { adapt: true, ..Config::default() });
+    r.engine.set_rules(Some(rules(rules_text)));
+    r
+}
+
+/// Feed a server frame; what goes on toward the client (`None`: dropped).
+fn forward(r: &mut Run, ms: u64, frame: Vec<u8>) -> Option<Vec<u8>> {
+    r.feed(ms, frame.clone());
+    match r.verdict.take().expect("a verdict") {
+        rlm_core::Verdict::Accept => Some(frame),
+        rlm_core::Verdict::Drop => None,
+        rlm_core::Verdict::Replace(f) => Some(f.into_vec()),
+    }
+}
+
+/// The TCP sequence number and payload of a frame, after checking its TCP checksum.
+fn seq_payload(frame: &[u8]) -> (u32, Vec<u8>) {
+    let p = etherparse::SlicedPacket::from_ethernet(frame).expect("a frame");
+    let Some(etherparse::TransportSlice::Tcp(t)) = &p.transport else { panic!("not TCP") };
+    let Some(etherparse::NetSlice::Ipv4(v4)) = &p.net else { panic!("not IPv4") };
+    let full = t.calc_checksum_ipv4(v4.header().source(), v4.header().destination()).unwrap();
+    let carried = t.checksum();
+    assert!(full == carried || (full | carried == 0xffff && full & carried == 0), "TCP checksum {carried:#06x}, should be {full:#06x}");
+    (t.sequence_number(), t.payload().to_vec())
+}
+
+/// The client's stream as it receives it: every forwarded copy laid at its sequence number,
+/// each byte checked equal across copies.
+fn client_stream(frames: &[Vec<u8>], isn_next: u32) -> Vec<u8> {
+    let mut out: Vec<Option<u8>> = Vec::new();
+    for f in frames {
+        let (seq, payload) = seq_payload(f);
+        let at = seq.wrapping_sub(isn_next) as usize;
+        if out.len() < at + payload.len() {
+            out.resize(at + payload.len(), None);
+        }
+        for (i, b) in payload.iter().enumerate() {
+            assert!(out[at + i].is_none_or(|x| x == *b), "copies differ at {}", at + i);
+            out[at + i] = Some(*b);
+        }
+    }
+    out.into_iter().map(|b| b.expect("no hole")).collect()
+}
+
+const REMOVE_AFTER_1: &str = "IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n";
+
+#[test]
+fn remove_embeds_blanks_the_chosen_references_in_every_copy_and_the_pageview_does_not_wait_for_them() {
+    let mut r = adapt_run(REMOVE_AFTER_1);
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/index.html", "")));
+    let body_start = c.sseq;
+    let resp = html_response(PAGE);
+    let mut sent: Vec<Vec<u8>> = c.server_data_in(&resp, 90).into_iter().map(|f| forward(&mut r, 100, f).expect("forwarded")).collect();
+    // The server resends it all, cut otherwise: blanked the same.
+    c.sseq = body_start;
+    sent.extend(c.server_data_in(&resp, 37).into_iter().map(|f| forward(&mut r, 400, f).expect("forwarded")));
+    let got = client_stream(&sent, body_start);
+    let want = String::from_utf8(resp.clone()).unwrap().replace("src='img/b.gif'", "               ").replace("SRC=/img/c.gif", "              ");
+    assert_eq!(String::from_utf8(got).unwrap(), want);
+    let s = r.engine.stats();
+    assert_eq!((s.embeds_removed, s.embeds_kept_split), (2, 0));
+    assert!(s.adapt_segments_edited >= 2);
+    // The browser fetches only the image left; the pageview ends with it, not after a wait.
+    r.feed(180, c.client_data(&get("/img/a.gif", "Referer: http://shop/index.html\r\n")));
+    r.feed_all(185, c.server_data(&gif_response(500)));
+    r.feed(265, c.client_ack());
+    r.finish(20_000);
+    assert_eq!(r.pv.len(), 1);
+    assert_eq!(r.pv[0].objects, 1, "{:?}", r.pv[0].object_uris);
+    assert!(r.pv[0].rt_s < 1.0, "{}", r.pv[0].rt_s);
+    assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 0);
+}
+
+#[test]
+fn a_reference_cut_by_a_segment_boundary_after_its_attribute_began_is_kept_whole() {
+    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/index.html", "")));
+    let body_start = c.sseq;
+    let resp = html_response(PAGE);
+    // Cut inside b's URL: its attribute began in the first segment, which has gone on.
+    let cut = resp.windows(5).position(|w| w == b"b.gif").unwrap();
+    let mut sent = Vec::new();
+    for part in [&resp[..cut], &resp[cut..]] {
+        sent.extend(c.server_data(part).into_iter().map(|f| forward(&mut r, 100, f).unwrap()));
+    }
+    let got = String::from_utf8(client_stream(&sent, body_start)).unwrap();
+    let want = String::from_utf8(resp.clone()).unwrap().replace("src=\"/img/a.gif\"", "                ").replace("SRC=/img/c.gif", "              ");
+    assert_eq!(got, want, "a and c blanked, b whole");
+    assert_eq!((r.engine.stats().embeds_removed, r.engine.stats().embeds_kept_split), (2, 1));
+}
+
+#[test]
+fn a_segment_past_a_hole_is_dropped_while_a_removal_is_under_way_and_its_resend_is_blanked() {
+    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/index.html", "")));
+    let body_start = c.sseq;
+    let resp = html_response(PAGE);
+    let segs = c.server_data_in(&resp, 80);
+    assert!(segs.len() >= 3);
+    // The head's segment, then the last one (ahead of a hole), then the rest.
+    let mut sent = vec![forward(&mut r, 100, segs[0].clone()).unwrap()];
+    let last = segs.len() - 1;
+    assert_eq!(forward(&mut r, 101, segs[last].clone()), None, "dropped past the hole");
+    for s in &segs[1..last] {
+        sent.push(forward(&mut r, 102, s.clone()).unwrap());
+    }
+    sent.push(forward(&mut r, 300, segs[last].clone()).expect("the resend goes on"));
+    let got = String::from_utf8(client_stream(&sent, body_start)).unwrap();
+    assert!(!got.contains("gif"), "{got}");
+    assert_eq!(r.engine.stats().adapt_ooo_dropped, 1);
+}
+
+#[test]
+fn an_encoded_container_is_left_alone_and_counted() {
+    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/index.html", "")));
+    let resp = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n{PAGE}", PAGE.len());
+    for f in c.server_data(resp.as_bytes()) {
+        assert_eq!(forward(&mut r, 100, f.clone()), Some(f));
+    }
+    assert_eq!((r.engine.stats().adapt_skipped_encoded, r.engine.stats().embeds_removed), (1, 0), "{:?}", r.engine.stats());
+}
+
+#[test]
+fn chunk_framing_inside_an_attribute_is_never_blanked() {
+    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AT 2\n");
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/index.html", "")));
+    let body_start = c.sseq;
+    // Chunks cut inside b's attribute, both in one segment.
+    let cut = PAGE.find("img/b").unwrap();
+    let (a, b) = PAGE.split_at(cut);
+    let resp = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n", a.len(), b.len());
+    let sent: Vec<Vec<u8>> = c.server_data(resp.as_bytes()).into_iter().map(|f| forward(&mut r, 100, f).unwrap()).collect();
+    let got = String::from_utf8(client_stream(&sent, body_start)).unwrap();
+    let want = resp.replace("src='", "     ").replace(&format!("\r\n{:x}\r\nimg/b.gif'", b.len()), &format!("\r\n{:x}\r\n          ", b.len()));
+    assert_eq!(got, want, "{:?}", r.engine.stats());
+    assert_eq!(r.engine.stats().embeds_removed, 1);
+}
+
+#[test]
+fn without_a_driver_that_forwards_rewritten_frames_removal_is_only_counted() {
+    let mut r = Run::new();
+    r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n")));
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/index.html", "")));
+    for f in c.server_data(&html_response(PAGE)) {
+        assert_eq!(forward(&mut r, 100, f.clone()), Some(f));
+    }
+    assert_eq!(r.engine.stats().embeds_removed, 0);
+    assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 1);
+}
