@@ -14,7 +14,9 @@
 //    port is copied into the ring buffer for the engine to measure, but the clients' SYNs
 //    (reported at the client port) and bare IPv4 ACKs other than the one that completes a
 //    handshake (the engine times the handshake with it; the others tell it nothing it needs).
-//    Nothing is held.
+//    Nothing is held. While content adaptation is on (CFG_QUEUE_RESPONSES), the servers' IPv4
+//    segments with payload, FIN or RST get the queue mark instead of a report: the engine sees
+//    them through NFQUEUE, and rewrites them there.
 //
 // Maps are the only interface with the engine. If rlm is gone the programs are detached with
 // it (their links belong to its process) and the bridge forwards plainly.
@@ -46,6 +48,8 @@
 
 #define FLAG_LIMITED 1
 
+#define CFG_QUEUE_RESPONSES 1
+
 #define MAX_BUCKETS 1024
 
 enum counter {
@@ -55,6 +59,7 @@ enum counter {
     C_OBSERVED,
     C_RING_FULL,
     C_ACK_SKIPPED,
+    C_RESP_QUEUED,
     C_COUNTERS,
 };
 
@@ -62,6 +67,8 @@ struct config {
     __u64 generation;
     __u32 queue_mark;
     __u32 mode;
+    __u32 flags;    // CFG_*
+    __u32 pad;
 };
 
 struct syn_key {
@@ -363,6 +370,15 @@ int observe(struct __sk_buff *skb)
     // A client's SYN is reported (or queued) at the client port.
     if (to_server && tcp->syn && !tcp->ack)
         return TC_ACT_OK;
+    if (!to_server && p.v4 && !tcp->syn && (p.payload > 0 || tcp->fin || tcp->rst)) {
+        __u32 zero = 0;
+        struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+        if (cfg && (cfg->flags & CFG_QUEUE_RESPONSES)) {
+            count(C_RESP_QUEUED);
+            skb->mark |= cfg->queue_mark;
+            return TC_ACT_OK;
+        }
+    }
     if (p.v4) {
         if (!to_server && tcp->syn && tcp->ack) {
             // The SYN/ACK: remember the ACK number that will complete the handshake.

@@ -5,7 +5,9 @@
 //!   published for its (client, server, port) under the current generation, or marks it for
 //!   NFQUEUE when there is none ([`Mode`]).
 //! - `observe` on the server port's ingress and egress copies every packet of the servers' ports
-//!   into the ring buffer but the clients' SYNs and the bare ACKs other than a handshake's.
+//!   into the ring buffer but the clients' SYNs and the bare ACKs other than a handshake's; with
+//!   [`InlinePath::set_queue_responses`] on, the servers' IPv4 segments with payload, FIN or RST
+//!   are marked for NFQUEUE instead (content adaptation rewrites them there).
 //!
 //! Both are attached with tcx links owned by this process: they go when it goes, whatever way
 //! it ends, and the bridge forwards plainly.
@@ -50,8 +52,10 @@ struct ConfigValue {
     generation: u64,
     queue_mark: u32,
     mode: u32,
+    flags: u32,
+    pad: u32,
 }
-// SAFETY: 8 + 4 + 4 bytes, no padding; the C struct's layout.
+// SAFETY: 8 + 4 + 4 + 4 + 4 bytes, no padding; the C struct's layout.
 unsafe impl Pod for ConfigValue {}
 
 #[repr(C)]
@@ -101,7 +105,12 @@ pub struct Counters {
     pub ring_full: u64,
     /// Bare ACKs not reported (all but the handshake's).
     pub ack_skipped: u64,
+    /// Server segments marked for NFQUEUE (content adaptation) instead of reported.
+    pub resp_queued: u64,
 }
+
+/// `ConfigValue::flags`: mark the servers' segments for NFQUEUE.
+const CFG_QUEUE_RESPONSES: u32 = 1;
 
 /// What a ring-buffer record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +163,7 @@ pub struct InlinePath {
     queue_mark: u32,
     generation: u64,
     mode: Mode,
+    queue_responses: bool,
 }
 
 impl InlinePath {
@@ -171,7 +181,7 @@ impl InlinePath {
                 ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
             }
         }
-        let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll };
+        let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false };
         path.write_config()?;
         for (prog, iface, dirs) in
             [("syn_admit", client_port, &[TcAttachType::Ingress][..]), ("observe", server_port, &[TcAttachType::Ingress, TcAttachType::Egress][..])]
@@ -189,8 +199,16 @@ impl InlinePath {
 
     fn write_config(&mut self) -> Result<()> {
         let mut cfg: Array<&mut MapData, ConfigValue> = Array::try_from(self.bpf.map_mut("config").context("map config")?)?;
-        cfg.set(0, ConfigValue { generation: self.generation, queue_mark: self.queue_mark, mode: self.mode as u32 }, 0)?;
+        let flags = if self.queue_responses { CFG_QUEUE_RESPONSES } else { 0 };
+        cfg.set(0, ConfigValue { generation: self.generation, queue_mark: self.queue_mark, mode: self.mode as u32, flags, pad: 0 }, 0)?;
         Ok(())
+    }
+
+    /// Mark the servers' IPv4 segments with payload, FIN or RST for NFQUEUE instead of
+    /// reporting them (content adaptation), or stop.
+    pub fn set_queue_responses(&mut self, on: bool) -> Result<()> {
+        self.queue_responses = on;
+        self.write_config()
     }
 
     /// Put a mode and a generation of the class statistics in force: verdicts of other
@@ -238,7 +256,15 @@ impl InlinePath {
     pub fn counters(&self) -> Result<Counters> {
         let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.bpf.map("counters").context("map counters")?)?;
         let sum = |i: u32| -> Result<u64> { Ok(m.get(&i, 0)?.iter().sum()) };
-        Ok(Counters { syn_passed: sum(0)?, syn_dropped: sum(1)?, syn_queued: sum(2)?, observed: sum(3)?, ring_full: sum(4)?, ack_skipped: sum(5)? })
+        Ok(Counters {
+            syn_passed: sum(0)?,
+            syn_dropped: sum(1)?,
+            syn_queued: sum(2)?,
+            observed: sum(3)?,
+            ring_full: sum(4)?,
+            ack_skipped: sum(5)?,
+            resp_queued: sum(6)?,
+        })
     }
 }
 
@@ -248,7 +274,7 @@ mod tests {
 
     #[test]
     fn layouts_match_the_c_structs() {
-        assert_eq!(std::mem::size_of::<ConfigValue>(), 16);
+        assert_eq!(std::mem::size_of::<ConfigValue>(), 24);
         assert_eq!(std::mem::size_of::<SynKey>(), 12);
         assert_eq!(std::mem::size_of::<SynVerdictValue>(), 24);
         assert_eq!(std::mem::size_of::<BucketValue>(), 32);

@@ -61,6 +61,9 @@ pub struct RunArgs {
     /// Do not send frames: FAST SYN, FAST SYN/ACK and DELAY FIRST SYN are only counted.
     #[arg(long)]
     pub no_inject: bool,
+    /// Do not rewrite content: REMOVE EMBEDS is only counted.
+    #[arg(long)]
+    pub no_adapt: bool,
     /// Frames a class may inject per completed handshake of its clients.
     #[arg(long, value_name = "N")]
     pub inject_per_handshake: Option<f64>,
@@ -130,6 +133,7 @@ impl RunArgs {
             c.class_window_s = v;
         }
         c.inject &= !self.no_inject;
+        c.adapt &= !self.no_adapt;
         if let Some(v) = self.inject_per_handshake {
             c.inject_per_handshake = v;
         }

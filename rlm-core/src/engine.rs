@@ -282,6 +282,9 @@ pub enum FastpathUpdate {
     Bucket { slot: u32, rate_per_s: f64, burst: u32 },
     /// The verdict for SYNs from `client` to `server` while `generation` is in force.
     SynVerdict { client: std::net::Ipv4Addr, server: SocketAddrV4, generation: u64, admission: Admission },
+    /// Send the servers' segments through the queue (content adaptation is carried out by the
+    /// rules in force), or stop.
+    QueueResponses(bool),
 }
 
 /// The engine's side of a kernel fast path ([`Engine::enable_fastpath`]).
@@ -296,6 +299,8 @@ struct Fastpath {
     seen: Option<(u64, u64)>,
     generation: u64,
     buckets: ahash::AHashSet<u32>,
+    /// What the last [`FastpathUpdate::QueueResponses`] said (the kernel starts with false).
+    queue_responses: bool,
 }
 
 /// Sizes of the engine's tables.
@@ -479,8 +484,16 @@ impl Engine {
     /// current SYN mode.
     pub fn enable_fastpath(&mut self) {
         let mode = self.syn_mode();
-        self.fastpath = Some(Fastpath { updates: VecDeque::new(), epoch: 0, mode, seen: None, generation: 0, buckets: ahash::AHashSet::new() });
+        let queue_responses = self.queues_responses();
+        let updates = queue_responses.then_some(FastpathUpdate::QueueResponses(true)).into_iter().collect();
+        self.fastpath = Some(Fastpath { updates, epoch: 0, mode, seen: None, generation: 0, buckets: ahash::AHashSet::new(), queue_responses });
         self.note_fastpath();
+    }
+
+    /// Whether the servers' segments must come through the queue: a `REMOVE EMBEDS` is carried
+    /// out.
+    fn queues_responses(&self) -> bool {
+        self.cfg.adapt && self.removing
     }
 
     /// How the rule set in force lets a kernel fast path treat SYNs.
@@ -544,10 +557,15 @@ impl Engine {
     pub fn set_rules(&mut self, rules: Option<RuleSet>) {
         self.set_policy(rules);
         let mode = self.syn_mode();
+        let queue_responses = self.queues_responses();
         if let Some(fp) = self.fastpath.as_mut() {
             fp.epoch += 1;
             fp.mode = mode;
             fp.buckets.clear();
+            if fp.queue_responses != queue_responses {
+                fp.queue_responses = queue_responses;
+                fp.updates.push_back(FastpathUpdate::QueueResponses(queue_responses));
+            }
         }
         self.note_fastpath();
     }

@@ -1165,3 +1165,21 @@ fn without_a_driver_that_forwards_rewritten_frames_removal_is_only_counted() {
     assert_eq!(r.engine.stats().embeds_removed, 0);
     assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 1);
 }
+
+#[test]
+fn the_fast_path_queues_the_servers_segments_while_a_removal_is_carried_out() {
+    use rlm_core::FastpathUpdate;
+    let queue = |u: &[FastpathUpdate]| u.iter().filter_map(|u| if let FastpathUpdate::QueueResponses(on) = u { Some(*on) } else { None }).collect::<Vec<_>>();
+    let mut r = adapt_run(REMOVE_AFTER_1);
+    r.engine.enable_fastpath();
+    assert_eq!(queue(&fastpath_updates(&mut r)), [true]);
+    r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN DROP SYN\n")));
+    assert_eq!(queue(&fastpath_updates(&mut r)), [false]);
+    r.engine.set_rules(Some(rules("IF IP.SRC == 10.*.*.* THEN DROP SYN\n")));
+    assert_eq!(queue(&fastpath_updates(&mut r)), [] as [bool; 0], "no change, no update");
+    // A driver that does not forward rewritten frames never asks for them.
+    let mut passive = Run::new();
+    passive.engine.set_rules(Some(rules(REMOVE_AFTER_1)));
+    passive.engine.enable_fastpath();
+    assert_eq!(queue(&fastpath_updates(&mut passive)), [] as [bool; 0]);
+}

@@ -21,6 +21,12 @@ const QUEUE_EVERY_SYN: &str = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP
 /// A tiny web server on the farm's address: one short page per connection, then close. Returns
 /// the count of connections it accepted.
 fn serve_pages(srv_ns: &str) -> Arc<std::sync::atomic::AtomicUsize> {
+    serve(srv_ns, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n".to_vec())
+}
+
+/// [`serve_pages`] with this response.
+fn serve(srv_ns: &str, response: Vec<u8>) -> Arc<std::sync::atomic::AtomicUsize> {
+    let response = Arc::new(response);
     let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = accepted.clone();
     let ns = srv_ns.to_string();
@@ -32,6 +38,7 @@ fn serve_pages(srv_ns: &str) -> Arc<std::sync::atomic::AtomicUsize> {
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
             count.fetch_add(1, Ordering::SeqCst);
+            let response = response.clone();
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 let mut got = Vec::new();
@@ -41,7 +48,7 @@ fn serve_pages(srv_ns: &str) -> Arc<std::sync::atomic::AtomicUsize> {
                         Ok(n) => got.extend_from_slice(&buf[..n]),
                     }
                 }
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n");
+                let _ = s.write_all(&response);
             });
         }
     });
@@ -71,10 +78,18 @@ fn lab(tag: &str, clients: u32) -> (Plan, testbed::topology::DownOnDrop, Info) {
 }
 
 fn lab_counting(tag: &str, clients: u32) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
+    lab_serving(tag, clients, None)
+}
+
+/// The lab, its farm serving `response` (else [`serve_pages`]' short page).
+fn lab_serving(tag: &str, clients: u32, response: Option<Vec<u8>>) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
     let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients };
     let guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
-    let accepted = serve_pages(&info.namespaces.servers);
+    let accepted = match response {
+        Some(r) => serve(&info.namespaces.servers, r),
+        None => serve_pages(&info.namespaces.servers),
+    };
     (plan, guard, info, accepted)
 }
 
@@ -393,5 +408,66 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
     assert!(n("inject_denied") > 0);
     assert_eq!(status["injector"]["sent"].as_u64(), Some(injected));
     assert!(rss_after < rss_before + 64 * 1024, "rlm's memory grew from {rss_before} to {rss_after} KiB");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// REMOVE EMBEDS inline: a container of several segments comes to the client with the chosen
+/// image references blanked (each whole, or kept whole where a segment boundary cut it after its
+/// attribute began), nothing else changed, and every packet's checksum good by tshark's reckoning.
+#[test]
+fn remove_embeds_blanks_references_in_the_container_and_keeps_checksums_good() {
+    let imgs: String = (1..=40).map(|i| format!("<p>item {i} of the catalogue</p><img src=\"/img/item-{i:03}.gif\" alt=\"item {i}\">\n")).collect();
+    let page = format!("<html><body>\n{imgs}</body></html>\n");
+    let response = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}", page.len());
+    let (_plan, _guard, info, _) = lab_serving("a", 1, Some(response.clone().into_bytes()));
+    let dir = std::env::temp_dir().join(format!("rlm-adapt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n"), extra_args: vec![] };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    // The endpoints compute their checksums themselves, so that tshark can judge every packet.
+    in_ns(&info.namespaces.servers, &["ethtool", "-K", "srv0", "tx", "off"]);
+    in_ns(&info.namespaces.clients, &["ethtool", "-K", &info.clients.interface, "tx", "off"]);
+    let cli_cap = Capture::start(&info.namespaces.clients, &info.clients.interface, dir.join("client.pcap"));
+    let (ns, src) = (info.namespaces.clients.clone(), info.clients.high[0].clone());
+    let got: Vec<u8> = std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(&format!("{src}:0").parse::<SocketAddr>().unwrap().into()).unwrap();
+        s.connect_timeout(&format!("{FARM_ADDR}:80").parse::<SocketAddr>().unwrap().into(), Duration::from_secs(3)).unwrap();
+        let mut s: TcpStream = s.into();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: farm\r\n\r\n").unwrap();
+        let mut body = Vec::new();
+        s.read_to_end(&mut body).unwrap();
+        body
+    })
+    .join()
+    .unwrap();
+    let rows = cli_cap.finish();
+    let out = rlm.stop().expect("stop");
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
+    println!("rlm stats {}", status["stats"]);
+    let got = String::from_utf8(got).expect("text");
+    assert_eq!(got.len(), response.len(), "the same length");
+    // Every tag is the original or the original with its src blanked; the first is kept.
+    let (mut blanked, mut kept) = (0, 0);
+    for (i, (a, b)) in response.split('<').zip(got.split('<')).enumerate() {
+        if a == b {
+            kept += a.starts_with("img ") as usize;
+            continue;
+        }
+        let src = &a[a.find("src=").expect("only img tags change")..a.find(" alt").unwrap()];
+        assert_eq!(b, a.replacen(src, &" ".repeat(src.len()), 1), "tag {i}");
+        assert!(!a.contains("item-001"), "the first image is kept");
+        blanked += 1;
+    }
+    println!("{blanked} references blanked, {kept} kept");
+    let removed = status["stats"]["embeds_removed"].as_u64().unwrap();
+    assert_eq!(blanked as u64, removed);
+    assert!(removed >= 30, "most of the 39 go: {removed}");
+    assert_eq!(removed + status["stats"]["embeds_kept_split"].as_u64().unwrap(), 39);
+    assert!(!rows.is_empty());
+    let bad: Vec<_> = rows.iter().filter(|r| !(r.4 && r.5)).collect();
+    assert!(bad.is_empty(), "packets with bad checksums at the client: {bad:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

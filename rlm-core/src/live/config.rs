@@ -52,6 +52,10 @@ pub struct RunConfig {
     /// SYNs held by `HALT FAST SYN` are released at most this many per second and class when it
     /// lets go.
     pub fast_release_per_s: f64,
+    /// Carry out `REMOVE EMBEDS` (needs observer = "ebpf"): while such a rule is in force, the
+    /// servers' IPv4 segments go through NFQUEUE and come out with the chosen references
+    /// blanked; off (or with the pcap observer): the rules are only counted.
+    pub adapt: bool,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
 }
@@ -90,6 +94,7 @@ impl Default for RunConfig {
             inject_max_per_s: 5000.0,
             fast_limit: 20,
             fast_release_per_s: 20.0,
+            adapt: true,
             log_json: false,
         }
     }

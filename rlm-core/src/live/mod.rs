@@ -184,6 +184,7 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         server_ports: cfg.server_ports.clone(),
         queue_synacks,
         queue_mark: matches!(source, Source::Fast(_)).then_some(cfg.queue_mark),
+        queue_responses: cfg.adapt && matches!(source, Source::Fast(_)),
     };
     // Opened before any rule is installed: a failure leaves nothing behind.
     let injector = match cfg.inject {
@@ -248,6 +249,9 @@ impl Loop {
             transaction_records: false,
             class_window: Duration::from_secs_f64(cfg.class_window_s),
             inject: injector.is_some(),
+            // Rewriting needs the servers' segments in the queue, which only the eBPF fast path
+            // sends there.
+            adapt: cfg.adapt && matches!(source, Source::Fast(_)),
             fast_limit: cfg.fast_limit,
             fast_release_per_s: cfg.fast_release_per_s,
             inject_budget: crate::actions::InjectBudget {
@@ -314,6 +318,11 @@ impl Loop {
                 _ = hup.recv() => self.reload(),
                 g = nfq_fd.readable() => {
                     let mut g = g?;
+                    if fast {
+                        // What the ring holds came before what waits in the queue (a request
+                        // before its response): the engine takes it first.
+                        while self.drain_source() == RING_BATCH {}
+                    }
                     if self.drain_queue()? < BATCH {
                         g.clear_ready();
                     }
@@ -466,6 +475,10 @@ impl Loop {
                     f.path.set_mode(mode, generation)
                 }
                 FastpathUpdate::Bucket { slot, rate_per_s, burst } => f.path.set_bucket(slot, rate_per_s, burst),
+                FastpathUpdate::QueueResponses(on) => {
+                    info!(on, "fast path: the servers' segments go through the queue (REMOVE EMBEDS)");
+                    f.path.set_queue_responses(on)
+                }
                 FastpathUpdate::SynVerdict { client, server, generation, admission } => {
                     let action = match admission {
                         Admission::Pass => SynAction::Pass,
@@ -562,6 +575,7 @@ impl Loop {
                         ("observed", c.observed),
                         ("ring_full", c.ring_full),
                         ("ack_skipped", c.ack_skipped),
+                        ("resp_queued", c.resp_queued),
                     ] {
                         self.metrics.fastpath.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
                     }
@@ -625,6 +639,7 @@ impl Loop {
                     "observed": c.observed,
                     "ring_full": c.ring_full,
                     "ack_skipped": c.ack_skipped,
+                    "resp_queued": c.resp_queued,
                     "map_update_errors": f.update_errors,
                 }),
                 Err(e) => serde_json::json!({ "error": format!("{e:#}") }),

@@ -33,6 +33,9 @@ pub struct QueuePlan {
     /// Queue only the SYNs carrying these mark bits (set by the eBPF fast path on the SYNs it
     /// has no verdict for); `None`: every client SYN.
     pub queue_mark: Option<u32>,
+    /// Queue the servers' segments that carry the mark too (the eBPF fast path marks them while
+    /// content adaptation is carried out): with `queue_mark` only.
+    pub queue_responses: bool,
 }
 
 /// Which mechanism carries the queue rules.
@@ -105,14 +108,25 @@ impl QueuePlan {
                 self.server_port
             ));
         }
+        if let Some(jump) = self.responses_jump() {
+            t.push_str(&format!("-A FORWARD {jump}\n"));
+            t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp ! --tcp-flags SYN SYN{synack_ports}{mark} -j {q}\n", self.server_port));
+        }
         t.push_str("COMMIT\n");
         t
+    }
+
+    /// The FORWARD rule (without `-A`) that sends the servers' marked segments to rlm's chain.
+    fn responses_jump(&self) -> Option<String> {
+        let m = self.queue_mark.filter(|_| self.queue_responses)?;
+        Some(format!("-p tcp ! --tcp-flags SYN SYN -m mark --mark {m:#x}/{m:#x} -j {}", self.chain()))
     }
 
     /// The iptables-restore text that removes it.
     pub fn iptables_remove(&self) -> String {
         let chain = self.chain();
-        format!("*mangle\n-D FORWARD -p tcp --tcp-flags {} -j {chain}\n-F {chain}\n-X {chain}\nCOMMIT\n", self.jump_flags())
+        let responses = self.responses_jump().map(|j| format!("-D FORWARD {j}\n")).unwrap_or_default();
+        format!("*mangle\n-D FORWARD -p tcp --tcp-flags {} -j {chain}\n{responses}-F {chain}\n-X {chain}\nCOMMIT\n", self.jump_flags())
     }
 
     /// The nft ruleset of rlm's own table (used where the kernel has the `queue` statement).
@@ -129,11 +143,14 @@ impl QueuePlan {
             let list: Vec<String> = self.server_ports.iter().map(u16::to_string).collect();
             (format!("tcp dport {{ {} }} ", list.join(", ")), format!("tcp sport {{ {} }} ", list.join(", ")))
         };
-        let synack = if self.queue_synacks {
+        let mut synack = if self.queue_synacks {
             format!("    iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn|ack {q}\n", self.bridge, ports.1)
         } else {
             String::new()
         };
+        if let Some(m) = self.queue_mark.filter(|_| self.queue_responses) {
+            synack.push_str(&format!("    iifname \"{}\" {}tcp flags & syn == 0 meta mark & {m:#x} == {m:#x} {q}\n", self.bridge, ports.1));
+        }
         format!(
             "table inet {table} {{\n  chain forward {{\n    type filter hook forward priority mangle; policy accept;\n    \
              iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn {}{q}\n{synack}  }}\n}}\n",
@@ -303,6 +320,25 @@ mod tests {
             server_ports: vec![80, 8080],
             queue_synacks: true,
             queue_mark: None,
+            queue_responses: false,
+        }
+    }
+
+    #[test]
+    fn the_servers_marked_segments_are_queued_while_adapting_and_the_jump_is_removed() {
+        let adapt = QueuePlan { queue_synacks: false, queue_mark: Some(0x80_0000), queue_responses: true, ..plan(1) };
+        let t = adapt.iptables_install();
+        assert!(t.contains("-A FORWARD -p tcp ! --tcp-flags SYN SYN -m mark --mark 0x800000/0x800000 -j RLM-br0\n"), "{t}");
+        assert!(
+            t.contains("-A RLM-br0 -m physdev --physdev-in app-s -p tcp ! --tcp-flags SYN SYN -m multiport --sports 80,8080 -m mark --mark 0x800000/0x800000 -j NFQUEUE --queue-num 0 --queue-bypass\n"),
+            "{t}"
+        );
+        let r = adapt.iptables_remove();
+        assert!(r.contains("-D FORWARD -p tcp ! --tcp-flags SYN SYN -m mark --mark 0x800000/0x800000 -j RLM-br0\n"), "{r}");
+        assert!(adapt.nft_install().contains("tcp sport { 80, 8080 } tcp flags & syn == 0 meta mark & 0x800000 == 0x800000 queue"));
+        // Without the fast path's mark nothing marks them: no rule.
+        for p in [QueuePlan { queue_responses: true, ..plan(1) }, QueuePlan { queue_mark: Some(0x80_0000), ..plan(1) }] {
+            assert!(!p.iptables_install().contains("! --tcp-flags SYN SYN") && !p.nft_install().contains("syn == 0"));
         }
     }
 
