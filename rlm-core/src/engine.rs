@@ -360,10 +360,8 @@ pub struct Stats {
     pub embeds_kept_split: u64,
     pub embeds_kept_unmapped: u64,
     pub adapt_record_full: u64,
-    /// Containers a rule took but left alone: their body came content-encoded, or segments
-    /// past a hole had already gone on.
+    /// Containers a rule took but left alone: their body came content-encoded.
     pub adapt_skipped_encoded: u64,
-    pub adapt_skipped_ooo: u64,
     /// Server segments past a hole dropped while a removal was under way (the server resends
     /// them, and the resend is blanked).
     pub adapt_ooo_dropped: u64,
@@ -427,8 +425,9 @@ pub struct Engine {
     /// Content adaptation's state, by connection.
     adapt: ahash::AHashMap<ConnId, AdaptConn>,
     /// The server segment being handled: the sequence number of its first byte new to the
-    /// stream (blanks before it can no longer be written into a copy the client gets first).
-    adapt_from: Option<u32>,
+    /// stream (blanks before it can no longer be written into a copy the client gets first),
+    /// and of the byte past its end.
+    adapt_window: Option<(u32, u32)>,
     /// The blanks to write into the frame being handled.
     adapt_edits: Option<Vec<Edit>>,
 }
@@ -470,7 +469,7 @@ impl Engine {
             injecting_synack: false,
             removing: false,
             adapt: ahash::AHashMap::new(),
-            adapt_from: None,
+            adapt_window: None,
             adapt_edits: None,
         }
     }
@@ -818,7 +817,10 @@ impl Engine {
         let before_retx = c.c2s.retransmits + c.s2c.retransmits;
         let before_gap = c.c2s.gap_bytes + c.s2c.gap_bytes;
         let dir = c.dir_of(seg);
-        self.adapt_from = if dir == Dir::ToClient { c.s2c.next_seq() } else { None };
+        self.adapt_window = match (dir, c.s2c.next_seq()) {
+            (Dir::ToClient, Some(from)) => Some((from, seg.seq.wrapping_add(seg.payload.len() as u32))),
+            _ => None,
+        };
         let fate = c.on_segment(now, seg, &mut notes, &mut http_events);
         self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
         self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
@@ -875,8 +877,8 @@ impl Engine {
         self.notes = notes;
         self.process_http(now, id, &mut http_events);
         self.http_events = http_events;
-        self.adapt_from = None;
-        if !self.adapt.is_empty() {
+        self.adapt_window = None;
+        if self.removing && self.cfg.adapt {
             self.adapt_segment(id, dir, fate, seg);
         }
         if let Some(reason) = close {
@@ -1139,8 +1141,7 @@ impl Engine {
     }
 
     /// The response node at a response's head: whether a `REMOVE EMBEDS` takes this
-    /// container. Not when its body comes content-encoded (it cannot be blanked), nor when
-    /// segments past a hole have already gone on (they could hold references).
+    /// container. Not when its body comes content-encoded (it cannot be blanked).
     /// `done`: the transaction, when it has ended already (within the same segment).
     fn decide_removal(&mut self, now: Timestamp, id: ConnId, depth: u32, done: Option<&Txn>) {
         let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return };
@@ -1155,8 +1156,6 @@ impl Engine {
         let Some((rule, select)) = policy.at_response(now, cl, sv, class, url, host, resp.content_type.as_deref(), Some(rt)) else { return };
         if resp.encoded {
             self.stats.adapt_skipped_encoded += 1;
-        } else if c.s2c.has_ahead() {
-            self.stats.adapt_skipped_ooo += 1;
         } else {
             self.adapt.entry(id).or_default().removals.push(Removal::new(depth, rule, select));
         }
@@ -1166,10 +1165,19 @@ impl Engine {
     /// removal takes are blanked (kept in the connection's record) and no longer expected by the
     /// pageview. A reference whose attributes began in a segment that went on already stays.
     fn remove_embeds(&mut self, id: ConnId, depth: u32, refs: &mut Vec<EmbedRef>) {
-        let Engine { adapt, stats, adapt_from, .. } = self;
+        let Engine { adapt, stats, adapt_window, .. } = self;
         let Some(a) = adapt.get_mut(&id) else { return };
         let Some(i) = a.removals.iter().position(|r| r.depth == depth) else { return };
-        let (removal, record) = (&mut a.removals[i], &mut a.record);
+        let (removal, record, ahead_sent_to) = (&mut a.removals[i], &mut a.record, a.ahead_sent_to);
+        let at_or_after = |x: u32, y: u32| (x.wrapping_sub(y) as i32) >= 0;
+        // A range can still be blanked on every copy: it lies in the bytes this segment brings,
+        // or past it in data that waited behind a hole and did not go on (dropped, or sent back
+        // again later).
+        let reachable = |&(seq, len): &(u32, u32)| {
+            adapt_window.is_some_and(|(from, seg_end)| {
+                at_or_after(seq, from) && (at_or_after(seg_end, seq.wrapping_add(len)) || ahead_sent_to.is_none_or(|to| at_or_after(seq, to)))
+            })
+        };
         refs.retain(|e| {
             if e.kind != EmbedKind::Image || !removal.takes(&e.urls[0]) {
                 return true;
@@ -1178,9 +1186,7 @@ impl Engine {
                 stats.embeds_kept_unmapped += 1;
                 return true;
             }
-            // Every range within the bytes new in this segment (or past it, in data that was
-            // waiting behind a hole and was dropped, so that its resend is blanked).
-            if !adapt_from.is_some_and(|from| e.wire.iter().all(|&(seq, _)| (seq.wrapping_sub(from) as i32) >= 0)) {
+            if !e.wire.iter().all(reachable) {
                 stats.embeds_kept_split += 1;
                 return true;
             }
@@ -1197,10 +1203,19 @@ impl Engine {
     /// it (or is dropped, past a hole while a removal is under way); the client's
     /// acknowledgements let go of blanks it can no longer ask for.
     fn adapt_segment(&mut self, id: ConnId, dir: Dir, fate: SegFate, seg: &Segment<'_>) {
+        if fate == SegFate::Ahead && !self.adapt.get(&id).is_some_and(|a| !a.removals.is_empty()) {
+            // It goes on as it is: references found in it once the hole fills stay.
+            let end = seg.seq.wrapping_add(seg.payload.len() as u32);
+            let a = self.adapt.entry(id).or_default();
+            if a.ahead_sent_to.is_none_or(|to| (end.wrapping_sub(to) as i32) > 0) {
+                a.ahead_sent_to = Some(end);
+            }
+            return;
+        }
         let Some(a) = self.adapt.get_mut(&id) else { return };
         match dir {
             Dir::ToClient if !seg.payload.is_empty() => {
-                if fate == SegFate::Ahead && !a.removals.is_empty() {
+                if fate == SegFate::Ahead {
                     self.verdict = Verdict::Drop;
                     self.stats.adapt_ooo_dropped += 1;
                     return;

@@ -103,11 +103,6 @@ impl HalfStream {
         self.started.then_some(self.next)
     }
 
-    /// Whether segments past a hole wait for it to fill.
-    pub fn has_ahead(&self) -> bool {
-        self.ooo.is_some()
-    }
-
     /// Take a segment's payload; call `sink` with what is now in order.
     fn accept(&mut self, now: Timestamp, seq: u32, payload: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) -> SegFate {
         if payload.is_empty() {

@@ -1183,3 +1183,226 @@ fn the_fast_path_queues_the_servers_segments_while_a_removal_is_carried_out() {
     passive.engine.enable_fastpath();
     assert_eq!(queue(&fastpath_updates(&mut passive)), [] as [bool; 0]);
 }
+
+mod removal_properties {
+    //! REMOVE EMBEDS whatever the server does: any segmentation, retransmissions cut otherwise,
+    //! neighbours swapped, chunked or sized bodies, pipelined responses. Each image's fetching
+    //! attributes reach the client either whole or all blanks, blanks only where the rule takes
+    //! it, every other byte as the server sent it, every copy alike, every checksum good.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One piece of a generated page.
+    #[derive(Clone, Debug)]
+    enum Frag {
+        Text(String),
+        /// An image: quote style (0 double, 1 single, 2 none), upper case, an attribute before
+        /// `src`, a `srcset` after it.
+        Img { quote: u8, upper: bool, before: bool, srcset: bool },
+        /// Markup that is no image reference: `<img alt>`, a comment or a script holding one.
+        Decoy(u8),
+    }
+
+    fn frag() -> impl Strategy<Value = Frag> {
+        prop_oneof![
+            "[a-z <>/=\"']{0,30}".prop_map(|t| Frag::Text(t.replace('<', "&lt;"))),
+            (0u8..3, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(quote, upper, before, srcset)| Frag::Img { quote, upper, before, srcset }),
+            (0u8..3).prop_map(Frag::Decoy),
+        ]
+    }
+
+    /// A counted image of a page: its URL and its fetching attributes' spans (body offsets).
+    type Image = (String, Vec<(usize, usize)>);
+
+    /// A page, and its counted images.
+    fn render(frags: &[Frag], page: usize) -> (String, Vec<Image>) {
+        let mut html = String::from("<html><body>");
+        let mut imgs = Vec::new();
+        for f in frags {
+            match f {
+                Frag::Text(t) => html.push_str(t),
+                Frag::Img { quote, upper, before, srcset } => {
+                    let url = format!("/img/p{page}-{}.gif", imgs.len() + 1);
+                    let q = ["\"", "'", ""][*quote as usize];
+                    html.push_str(if *upper { "<IMG " } else { "<img " });
+                    if *before {
+                        html.push_str("alt=\"x\" ");
+                    }
+                    let mut spans = Vec::new();
+                    let at = html.len();
+                    html.push_str(&format!("{}={q}{url}{q}", if *upper { "SRC" } else { "src" }));
+                    spans.push((at, html.len()));
+                    if *srcset {
+                        html.push(' ');
+                        let at = html.len();
+                        html.push_str(&format!("srcset=\"{url} 1x, {url}?2 2x\""));
+                        spans.push((at, html.len()));
+                    }
+                    html.push_str(" width=1>");
+                    imgs.push((url, spans));
+                }
+                Frag::Decoy(0) => html.push_str("<img alt=\"none\">"),
+                Frag::Decoy(1) => html.push_str("<!-- <img src=\"/no.gif\"> -->"),
+                Frag::Decoy(_) => html.push_str("<script>var s = \"<img src='/no.gif'>\";</script>"),
+            }
+        }
+        html.push_str("</body></html>");
+        (html, imgs)
+    }
+
+    fn selector() -> impl Strategy<Value = (String, rules::EmbedSelect)> {
+        use rules::EmbedSelect;
+        prop_oneof![
+            Just(("".to_string(), EmbedSelect::All)),
+            (0u32..4).prop_map(|n| (format!(" AFTER {n}"), EmbedSelect::After(n))),
+            (1u32..5).prop_map(|n| (format!(" AT {n}"), EmbedSelect::At(vec![n]))),
+            Just((" MATCHING \"*-1.gif\"".to_string(), EmbedSelect::Matching(rules::Glob::new("*-1.gif")))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_copy_of_every_byte_reaches_the_client_as_the_rule_says(
+            pages in prop::collection::vec((prop::collection::vec(frag(), 0..14), any::<bool>()), 1..4),
+            (rule_sel, select) in selector(),
+            cuts in prop::collection::vec(1usize..400, 1..40),
+            resends in prop::collection::vec((any::<usize>(), 1usize..300), 0..6),
+            swaps in prop::collection::vec(any::<usize>(), 0..3),
+        ) {
+            let mut r = adapt_run(&format!("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS{rule_sel}\n"));
+            let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+            handshake(&mut r, &mut c, 0);
+            // The client pipelines every request; the server answers each page, with an image
+            // between pages.
+            let mut requests = Vec::new();
+            let (mut stream, mut expect_imgs) = (Vec::new(), Vec::new());
+            for (i, (frags, chunked)) in pages.iter().enumerate() {
+                requests.extend(get(&format!("/p{i}.html"), ""));
+                let (html, imgs) = render(frags, i);
+                let head = if *chunked {
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n".to_string()
+                } else {
+                    format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n", html.len())
+                };
+                stream.extend(head.as_bytes());
+                let base = stream.len();
+                if *chunked {
+                    // Chunks cut where the segment cuts are, so that framing lands inside tags.
+                    let (mut at, mut k) = (0, 0);
+                    let mut wire_of = vec![0usize; html.len() + 1];
+                    while at < html.len() {
+                        let n = cuts[k % cuts.len()].min(html.len() - at);
+                        k += 1;
+                        let hdr = format!("{n:x}\r\n");
+                        stream.extend(hdr.as_bytes());
+                        for j in 0..n {
+                            wire_of[at + j] = stream.len() + j;
+                        }
+                        stream.extend(&html.as_bytes()[at..at + n]);
+                        stream.extend(b"\r\n");
+                        at += n;
+                    }
+                    stream.extend(b"0\r\n\r\n");
+                    let spans: Vec<(String, u32, Vec<Vec<usize>>)> = imgs
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, (u, sp))| (u, k as u32 + 1, sp.iter().map(|&(a, b)| (a..b).map(|o| wire_of[o]).collect()).collect()))
+                        .collect();
+                    expect_imgs.extend(spans);
+                } else {
+                    stream.extend(html.as_bytes());
+                    let spans: Vec<(String, u32, Vec<Vec<usize>>)> = imgs
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, (u, sp))| (u, k as u32 + 1, sp.iter().map(|&(a, b)| (a..b).map(|o| base + o).collect()).collect()))
+                        .collect();
+                    expect_imgs.extend(spans);
+                }
+                requests.extend(get(&format!("/i{i}.gif"), ""));
+                stream.extend(gif_response(300 + i * 7));
+            }
+            r.feed(80, c.client_data(&requests));
+            let isn = c.sseq;
+            // Segments: the stream cut at the given sizes, some neighbours swapped.
+            let mut segs: Vec<(usize, usize)> = Vec::new();
+            let (mut at, mut k) = (0, 0);
+            while at < stream.len() {
+                let n = cuts[(k * 7 + 3) % cuts.len()].min(stream.len() - at);
+                segs.push((at, n));
+                at += n;
+                k += 1;
+            }
+            for s in &swaps {
+                if segs.len() > 2 {
+                    let i = 1 + s % (segs.len() - 2);
+                    segs.swap(i, i + 1);
+                }
+            }
+            for (off, n) in &resends {
+                let a = off % stream.len();
+                segs.push((a, (*n).min(stream.len() - a)));
+            }
+            let mut sent = Vec::new();
+            let mut t = 100;
+            let send = |r: &mut Run, c: &mut TcpConv, t: u64, (a, n): (usize, usize)| {
+                c.sseq = isn.wrapping_add(a as u32);
+                let f = c.server_data_in(&stream[a..a + n], n).pop().unwrap();
+                forward(r, t, f)
+            };
+            let mut delivered = vec![false; stream.len()];
+            for &s in &segs {
+                t += 1;
+                if let Some(f) = send(&mut r, &mut c, t, s) {
+                    delivered[s.0..s.0 + s.1].iter_mut().for_each(|d| *d = true);
+                    sent.push(f);
+                }
+            }
+            // What was dropped (past a hole) the server resends until it is all through.
+            for _ in 0..3 {
+                let mut i = 0;
+                while i < stream.len() {
+                    if delivered[i] {
+                        i += 1;
+                        continue;
+                    }
+                    let j = (i..stream.len()).find(|&j| delivered[j]).unwrap_or(stream.len());
+                    t += 1;
+                    if let Some(f) = send(&mut r, &mut c, t, (i, j - i)) {
+                        delivered[i..j].iter_mut().for_each(|d| *d = true);
+                        sent.push(f);
+                    }
+                    i = j;
+                }
+            }
+            prop_assert!(delivered.iter().all(|d| *d), "everything reached the client");
+            let got = client_stream(&sent, isn);
+            prop_assert_eq!(got.len(), stream.len());
+            // Each image: whole or all blanks; blanks only where the rule takes it.
+            let mut may_differ = vec![false; stream.len()];
+            let (mut blanked, mut taken) = (0u64, 0u64);
+            // Positions count within each container.
+            for (i, (url, position, spans)) in expect_imgs.iter().enumerate() {
+                let takes = rlm_core::adapt::remove::selects(&select, *position, url);
+                let all: Vec<usize> = spans.iter().flatten().copied().collect();
+                let is_blank = all.iter().all(|&o| got[o] == b' ');
+                let is_whole = all.iter().all(|&o| got[o] == stream[o]);
+                prop_assert!(is_blank || is_whole, "image {} half blanked", i + 1);
+                if is_blank {
+                    prop_assert!(takes, "image {} blanked, not taken by the rule", i + 1);
+                    blanked += 1;
+                }
+                taken += takes as u64;
+                all.iter().for_each(|&o| may_differ[o] = true);
+            }
+            for (o, (a, b)) in stream.iter().zip(&got).enumerate() {
+                prop_assert!(a == b || may_differ[o], "byte {o} changed outside an image's attributes");
+            }
+            let s = r.engine.stats();
+            prop_assert_eq!(s.embeds_removed, blanked);
+            prop_assert_eq!(s.embeds_removed + s.embeds_kept_split + s.embeds_kept_unmapped + s.adapt_record_full, taken);
+            prop_assert_eq!(s.adapt_patch_failed, 0);
+        }
+    }
+}

@@ -102,6 +102,9 @@ pub struct AdaptConn {
     /// Container responses under way with a removal decided (pipelined ones wait their turn).
     pub removals: Vec<Removal>,
     pub record: Record,
+    /// The end of the furthest server segment past a hole that went on unblanked (no removal
+    /// was under way): references in it, found once the hole fills, stay.
+    pub ahead_sent_to: Option<u32>,
 }
 
 impl AdaptConn {
@@ -111,7 +114,7 @@ impl AdaptConn {
 
     /// Nothing under way and nothing to blank: the connection can be forgotten.
     pub fn is_idle(&self) -> bool {
-        self.removals.is_empty() && self.record.is_empty()
+        self.removals.is_empty() && self.record.is_empty() && self.ahead_sent_to.is_none()
     }
 }
 
