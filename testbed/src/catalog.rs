@@ -204,6 +204,8 @@ fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: bool, c
         name: name.into(),
         high_clients: high,
         low_clients: clients - high,
+        more_clients: Vec::new(),
+        classes: Vec::new(),
         think_mean_s: 7.0,
         duration_s,
         wan: wan.iter().map(|s| s.to_string()).collect(),
@@ -441,7 +443,7 @@ pub fn run(name: &str, quick: bool, out: &Path, prefix: &str) -> Result<String> 
     let mut results = Vec::new();
     for s in &specs {
         let dir = out.join(&s.name);
-        eprintln!("rlm-lab: {name}: arm {} ({} clients, {:.0} s)", s.name, s.high_clients + s.low_clients, s.duration_s);
+        eprintln!("rlm-lab: {name}: arm {} ({} clients, {:.0} s)", s.name, s.clients(), s.duration_s);
         results.push(run_arm(prefix, s, &dir)?);
     }
     let fid =
@@ -826,9 +828,9 @@ mod tests {
         assert_eq!(rules(&quick[0]), CLASS_RULES);
         assert_eq!(rules(&quick[1]), format!("{CLASS_RULES}IF IP.SRC == *.*.*.* THEN\n  FAST SYN/ACK GAP 500ms\n"));
         let (wan, _) = arms("baseline-wan", true).unwrap();
-        let per_core = |s: &ArmSpec| f64::from(s.high_clients + s.low_clients) / s.farm.cpu_cores.unwrap();
+        let per_core = |s: &ArmSpec| f64::from(s.clients()) / s.farm.cpu_cores.unwrap();
         for s in quick.iter().chain(full.iter()) {
-            assert!(s.high_clients + s.low_clients <= 200, "{}", s.name);
+            assert!(s.clients() <= 200, "{}", s.name);
             assert!((per_core(s) - per_core(&wan[0])).abs() < 1e-6, "{}: the light load's browsers per farm core", s.name);
             assert_eq!(s.wan, wan[0].wan);
             assert!(s.rlm.as_ref().unwrap().extra_args.is_empty());
@@ -846,14 +848,14 @@ mod tests {
         throttle.rlm.as_mut().unwrap().extra_args = ["--class-window", "1", "--fast-release-per-s", "8"].map(String::from).to_vec();
         assert_eq!(serde_json::to_value(&fs[0]).unwrap(), serde_json::to_value(&throttle).unwrap());
         let (ff, _) = arms("fast-syn", false).unwrap();
-        assert_eq!((ff[1].high_clients + ff[1].low_clients, ff[1].farm.max_clients), (600, 375));
+        assert_eq!((ff[1].clients(), ff[1].farm.max_clients), (600, 375));
         assert_eq!(ff[1].rlm.as_ref().unwrap().extra_args, ["--class-window", "1", "--fast-release-per-s", "20"]);
         let fast = format!(
             "{CLASS_RULES}IF IP.SRC == *.*.*.* THEN\n  FAST SYN + SYN/ACK GAP 500ms\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 1.5s THEN\n  DROP SYN\n  HALT FAST SYN\n"
         );
         assert_eq!(rules(&fs[1]), fast);
         assert_eq!(fs[1].rlm.as_ref().unwrap().extra_args, ["--class-window", "1", "--fast-release-per-s", "8"]);
-        assert_eq!((fs[1].high_clients + fs[1].low_clients, fs[1].duration_s), (240, 60.0));
+        assert_eq!((fs[1].clients(), fs[1].duration_s), (240, 60.0));
 
         // think-gap: its arm alone quick, after fast-syn's in the full run.
         let (tq, _) = arms("think-gap", true).unwrap();

@@ -26,6 +26,10 @@ pub struct ArmSpec {
     pub name: String,
     pub high_clients: u32,
     pub low_clients: u32,
+    /// Browsers of further groups (10.6/16, 10.7/16, ...).
+    pub more_clients: Vec<u32>,
+    /// The class of each group in subnet order (10.4/16 first); empty: HIGH and LOW.
+    pub classes: Vec<String>,
     pub think_mean_s: f64,
     pub duration_s: f64,
     /// WAN paths per client group; empty: no WAN hop (a LAN).
@@ -113,6 +117,28 @@ pub struct TimeBucket {
     pub by_class: BTreeMap<String, PvStats>,
 }
 
+/// The classes of some pageviews, in order.
+fn classes_of(pvs: &[GroundTruth]) -> std::collections::BTreeSet<String> {
+    pvs.iter().map(|p| p.class.clone()).collect()
+}
+
+impl ArmSpec {
+    /// Browsers in all.
+    pub fn clients(&self) -> u32 {
+        self.high_clients + self.low_clients + self.more_clients.iter().sum::<u32>()
+    }
+
+    /// The class of each group, in subnet order (10.4/16 first).
+    pub fn class_names(&self) -> Vec<String> {
+        if self.classes.is_empty() {
+            let more = (0..self.more_clients.len()).map(|k| format!("G{}", k + 3));
+            ["HIGH".to_string(), "LOW".to_string()].into_iter().chain(more).collect()
+        } else {
+            self.classes.clone()
+        }
+    }
+}
+
 /// The timeline of an arm's pageviews (by start time, per class).
 pub fn timeline(pvs: &[GroundTruth], duration_s: f64) -> Vec<TimeBucket> {
     let Some(t0) = pvs.iter().map(|p| p.start_ts).min_by(f64::total_cmp) else { return Vec::new() };
@@ -122,10 +148,10 @@ pub fn timeline(pvs: &[GroundTruth], duration_s: f64) -> Vec<TimeBucket> {
         .map(|k| {
             let inb = |p: &&GroundTruth| ((p.start_ts - t0) / span) as usize == k;
             let mut by_class = BTreeMap::new();
-            for class in ["HIGH", "LOW"] {
+            for class in classes_of(pvs) {
                 let v: Vec<&GroundTruth> = pvs.iter().filter(inb).filter(|p| p.class == class).collect();
                 if !v.is_empty() {
-                    by_class.insert(class.to_string(), pv_stats(v.into_iter()));
+                    by_class.insert(class, pv_stats(v.into_iter()));
                 }
             }
             TimeBucket { t_s: k as f64 * span, span_s: span, by_class }
@@ -376,7 +402,7 @@ fn start_capture(ns: String, dev: &'static str, filter: String, path: PathBuf, s
 pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
     std::fs::create_dir_all(dir)?;
     let lab = lab_binary()?;
-    let plan = Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients };
+    let plan = Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients, more_clients: arm.more_clients.clone() };
     let info = plan.up()?;
     let result = (|| -> Result<ArmResult> {
         if let Some(ol) = &arm.openloop {
@@ -386,8 +412,12 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let mut wan = start_wan(&plan, arm)?;
         let cgroup = ProfileCgroup::create(&format!("{prefix}-{}", arm.profile.name()), arm.profile)?;
 
-        let mut browsers: Vec<BrowserSpec> = info.clients.high.iter().map(|a| BrowserSpec { addr: a.parse().expect("address"), class: "HIGH".into() }).collect();
-        browsers.extend(info.clients.low.iter().map(|a| BrowserSpec { addr: a.parse().expect("address"), class: "LOW".into() }));
+        let browsers: Vec<BrowserSpec> = arm
+            .class_names()
+            .iter()
+            .enumerate()
+            .flat_map(|(g, class)| info.clients.group(g).iter().map(|a| BrowserSpec { addr: a.parse().expect("address"), class: class.clone() }))
+            .collect();
         let spec = RunSpec {
             server: format!("{FARM_ADDR}:{FRONT_PORT}").parse()?,
             browsers,
@@ -449,16 +479,11 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
 
         let pvs = read_truth(&truth)?;
         let (generator, bottleneck) = generator_stats(dir);
-        let mut by_class = BTreeMap::new();
-        for class in ["HIGH", "LOW"] {
-            if pvs.iter().any(|p| p.class == class) {
-                by_class.insert(class.to_string(), pv_stats(pvs.iter().filter(|p| p.class == class)));
-            }
-        }
+        let by_class = classes_of(&pvs).into_iter().map(|c| (c.clone(), pv_stats(pvs.iter().filter(|p| p.class == c)))).collect();
         Ok(ArmResult {
             name: arm.name.clone(),
             config: arm.clone(),
-            clients: arm.high_clients + arm.low_clients,
+            clients: arm.clients(),
             duration_s: arm.duration_s,
             pageviews: PageviewSummary { all: pv_stats(pvs.iter()), by_class },
             requests: None,
@@ -484,7 +509,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let mut farm = Farm::start(plan, &farm_cfg, lab)?;
     plan.shape_uplink(ol.link_bps, ol.queue_packets)?;
     let mut wan = start_wan(plan, arm)?;
-    let clients = info.clients.high.iter().chain(info.clients.low.iter()).map(|a| a.parse().expect("address")).collect();
+    let clients = info.clients.all().map(|a| a.parse().expect("address")).collect();
     let spec = OpenLoopSpec {
         server: format!("{FARM_ADDR}:{}", crate::farm::FILES_PORT).parse()?,
         clients,
@@ -515,7 +540,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     Ok(ArmResult {
         name: arm.name.clone(),
         config: arm.clone(),
-        clients: arm.high_clients + arm.low_clients,
+        clients: arm.clients(),
         duration_s: arm.duration_s,
         pageviews: PageviewSummary::default(),
         requests: Some(serde_json::to_value(&stats)?),

@@ -385,7 +385,7 @@ mod tests {
             arms.push(ArmResult {
                 name: spec.name.clone(),
                 config: spec.clone(),
-                clients: spec.high_clients + spec.low_clients,
+                clients: spec.clients(),
                 duration_s: spec.duration_s,
                 pageviews: PageviewSummary { all: pv_stats(pvs.iter()), by_class },
                 requests: None,

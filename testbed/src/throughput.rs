@@ -287,7 +287,7 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
 /// Run the experiment: `rounds` rounds, each a plain-bridge sample then an rlm sample.
 pub fn run(prefix: &str, rounds: usize, out: &Path, spec: &ArmSpec) -> Result<Vec<ArmResult>> {
     std::fs::create_dir_all(out)?;
-    let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1 };
+    let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1, more_clients: Vec::new() };
     plan.up()?;
     let result = (|| -> Result<Vec<ArmResult>> {
         // The WAN hop forwards plainly: no bridge netfilter, no rule.

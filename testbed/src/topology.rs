@@ -25,11 +25,13 @@ pub struct Plan {
     /// Emulated browsers per class; each gets its own address.
     pub high_clients: u32,
     pub low_clients: u32,
+    /// Browsers of further groups, on 10.6/16, 10.7/16, ... in order.
+    pub more_clients: Vec<u32>,
 }
 
 impl Default for Plan {
     fn default() -> Self {
-        Plan { prefix: "rlm".into(), high_clients: 64, low_clients: 128 }
+        Plan { prefix: "rlm".into(), high_clients: 64, low_clients: 128, more_clients: Vec::new() }
     }
 }
 
@@ -40,8 +42,17 @@ const MASK: u8 = 8;
 
 /// The `n`-th (0-based) address of a class subnet: 10.4.0.1, ..., 10.4.0.254, 10.4.1.1, ...
 pub fn client_addr(high: bool, n: u32) -> String {
-    let second = if high { 4 } else { 5 };
-    format!("10.{second}.{}.{}", n / 254, n % 254 + 1)
+    group_addr(if high { 0 } else { 1 }, n)
+}
+
+/// The second octet of client group `g`'s subnet: 10.4/16 (HIGH), 10.5/16 (LOW), 10.6/16, ...
+pub fn group_octet(g: usize) -> u8 {
+    4 + g as u8
+}
+
+/// The `n`-th (0-based) address of client group `g`.
+pub fn group_addr(g: usize, n: u32) -> String {
+    format!("10.{}.{}.{}", group_octet(g), n / 254, n % 254 + 1)
 }
 
 /// What `rlm-lab up --json` prints: enough for other tools to attach.
@@ -91,6 +102,23 @@ pub struct Clients {
     pub low_subnet: String,
     pub high: Vec<String>,
     pub low: Vec<String>,
+    /// Further groups' addresses (10.6/16, 10.7/16, ...).
+    pub more: Vec<Vec<String>>,
+}
+
+impl Clients {
+    /// The addresses of group `g` (0: HIGH, 1: LOW, then the further ones).
+    pub fn group(&self, g: usize) -> &[String] {
+        match g {
+            0 => &self.high,
+            1 => &self.low,
+            k => self.more.get(k - 2).map_or(&[], |v| &v[..]),
+        }
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.high.iter().chain(self.low.iter()).chain(self.more.iter().flatten())
+    }
 }
 
 impl Plan {
@@ -110,6 +138,7 @@ impl Plan {
                 low_subnet: LOW_SUBNET.into(),
                 high: (0..self.high_clients).map(|n| client_addr(true, n)).collect(),
                 low: (0..self.low_clients).map(|n| client_addr(false, n)).collect(),
+                more: self.more_clients.iter().enumerate().map(|(k, &c)| (0..c).map(|n| group_addr(k + 2, n)).collect()).collect(),
             },
         }
     }
@@ -144,7 +173,7 @@ impl Plan {
         }
         // Clients: one address each, both classes on one interface.
         let mut batch = String::new();
-        for a in self.info().clients.high.iter().chain(self.info().clients.low.iter()) {
+        for a in self.info().clients.all() {
             batch.push_str(&format!("addr add {a}/{MASK} dev cli0\n"));
         }
         ip_batch(&cli, &batch)?;
@@ -164,7 +193,7 @@ impl Plan {
     /// Wait until the path carries traffic end to end (fresh links take a moment, and the first
     /// ARP exchanges would otherwise cost the first requests of an experiment a second).
     fn wait_ready(&self, info: &Info) -> Result<()> {
-        let src = info.clients.high.first().or(info.clients.low.first()).cloned().unwrap_or_else(|| FARM_ADDR.into());
+        let src = info.clients.all().next().cloned().unwrap_or_else(|| FARM_ADDR.into());
         for _ in 0..50 {
             if in_ns(&info.namespaces.clients, "ping", &["-c", "1", "-W", "1", "-I", &src, FARM_ADDR]).is_ok() {
                 return Ok(());
@@ -285,15 +314,16 @@ mod tests {
 
     #[test]
     fn client_addresses_are_unique_and_in_their_subnets() {
-        let p = Plan { prefix: "x".into(), high_clients: 600, low_clients: 3 };
+        let p = Plan { prefix: "x".into(), high_clients: 600, low_clients: 3, more_clients: vec![2] };
         let i = p.info();
-        let mut all: Vec<&String> = i.clients.high.iter().chain(i.clients.low.iter()).collect();
+        let mut all: Vec<&String> = i.clients.all().collect();
+        assert_eq!(i.clients.group(2), ["10.6.0.1", "10.6.0.2"]);
         assert!(i.clients.high.iter().all(|a| a.starts_with("10.4.")));
         assert!(i.clients.low.iter().all(|a| a.starts_with("10.5.")));
         assert_eq!(i.clients.high[253], "10.4.0.254");
         assert_eq!(i.clients.high[254], "10.4.1.1");
         all.sort();
         all.dedup();
-        assert_eq!(all.len(), 603);
+        assert_eq!(all.len(), 605);
     }
 }

@@ -83,7 +83,7 @@ fn lab_counting(tag: &str, clients: u32) -> (Plan, testbed::topology::DownOnDrop
 
 /// The lab, its farm serving `response` (else [`serve_pages`]' short page).
 fn lab_serving(tag: &str, clients: u32, response: Option<Vec<u8>>) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
-    let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients };
+    let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients, more_clients: Vec::new() };
     let guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let accepted = match response {
