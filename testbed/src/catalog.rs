@@ -15,7 +15,7 @@ use crate::report::{self, Fidelity};
 use sim_clients::openloop::Schedule;
 use sim_clients::tcp_profile::TcpProfile;
 
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 13] = [
     "baseline-lan",
     "baseline-wan",
     "heavy",
@@ -27,6 +27,7 @@ pub const NAMES: [&str; 12] = [
     "fast-synack",
     "fast-syn",
     "think-gap",
+    "remove-embeds",
     "throughput",
 ];
 
@@ -179,6 +180,10 @@ pub fn params(name: &str, quick: bool) -> serde_json::Map<String, serde_json::Va
         "maxclients" => {
             m.insert("max_clients".into(), maxclients_limits(quick).into());
         }
+        "remove-embeds" => {
+            m.insert("groups".into(), serde_json::json!(RTT_GROUPS.iter().map(|g| g.0).collect::<Vec<_>>()));
+            m.insert("kept".into(), serde_json::json!(remove_embeds_kept(quick)));
+        }
         "throughput" => {
             m.insert("rounds".into(), throughput_rounds(quick).into());
             m.insert("sample_s".into(), 5.into());
@@ -232,6 +237,41 @@ fn openloop_arm(name: &str, schedule: Schedule, duration_s: f64, cpu_cores: f64)
 }
 
 const WAN_80_2: [&str; 2] = ["10.4.0.0/16=80ms,2%", "10.5.0.0/16=80ms,2%"];
+
+/// 004 section 6.4's client groups: (class, WAN path), on 10.4/16, 10.5/16 and 10.6/16.
+const RTT_GROUPS: [(&str, &str); 3] = [("rtt160", "10.4.0.0/16=160ms,2%"), ("rtt220", "10.5.0.0/16=220ms,2%"), ("rtt300", "10.6.0.0/16=300ms,2%")];
+
+/// The remove-embeds arms' embedded objects kept (`None`: all; 0: none), in order.
+fn remove_embeds_kept(quick: bool) -> Vec<Option<u32>> {
+    if quick {
+        vec![None, Some(0), Some(1)]
+    } else {
+        std::iter::once(None).chain((0..=10).map(Some)).collect()
+    }
+}
+
+/// The rules of a remove-embeds arm: the groups' classes, and REMOVE EMBEDS keeping the first
+/// `kept` objects (none: nothing removed).
+fn remove_embeds_rules(kept: Option<u32>) -> String {
+    let mut r: String = RTT_GROUPS.iter().enumerate().map(|(g, (c, _))| format!("CLASS {c} IF IP.SRC == 10.{}.*.*\n", 4 + g)).collect();
+    match kept {
+        None => {}
+        Some(0) => r.push_str("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n"),
+        Some(n) => r.push_str(&format!("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER {n}\n")),
+    }
+    r
+}
+
+/// A remove-embeds arm: `clients` browsers in the three RTT groups, rlm inline.
+fn remove_embeds_arm(kept: Option<u32>, clients: u32, duration_s: f64, cpu_cores: f64) -> ArmSpec {
+    let name = kept.map_or("keep-all".to_string(), |n| format!("keep-{n}"));
+    let wan: Vec<&str> = RTT_GROUPS.iter().map(|g| g.1).collect();
+    let mut a = with_rlm(arm(&name, clients, duration_s, &wan, false, cpu_cores), remove_embeds_rules(kept), &[]);
+    let per = clients / 3;
+    (a.high_clients, a.low_clients, a.more_clients) = (per, per, vec![clients - 2 * per]);
+    a.classes = RTT_GROUPS.iter().map(|g| g.0.to_string()).collect();
+    a
+}
 
 /// The arms of an experiment, and a note for its report.
 pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
@@ -366,6 +406,14 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
                  whose container comes over a kept-alive connection is not delayed.",
             )
         }
+        "remove-embeds" => (
+            remove_embeds_kept(quick).into_iter().map(|k| remove_embeds_arm(k, light, dur, cores)).collect(),
+            "004 Figure 18: the light load split into three groups of clients at 160, 220 and 300 ms RTT (2% loss), \
+             no server overloaded. rlm inline in every arm blanks the image references of each container page past \
+             the first N (arm keep-N; keep-all removes nothing, keep-0 all of them), so that a client far away can \
+             be given the response time of a near one. A reference whose attribute a segment boundary cuts is kept \
+             whole (counted).",
+        ),
         "throughput" => {
             let mut a = arm("throughput", 0, f64::from(5 * 2 * throughput_rounds(quick) as u32), &[], false, cores);
             a.farm.cpu_cores = None;
@@ -718,6 +766,29 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
     }
 
     // 004 Figure 17: LOW's first SYN of each pageview held back 3 s on top of fast-syn's rules.
+    // 004 Figure 18: removing embedded objects brings the far groups' response times down.
+    if let Some(re) = results.get("remove-embeds") {
+        let classes: Vec<&str> = RTT_GROUPS.iter().map(|g| g.0).collect();
+        let means = |a: &str| classes.iter().map(|c| class_mean(re, a, c)).collect::<Vec<f64>>();
+        let show = |m: &[f64]| classes.iter().zip(m).map(|(c, x)| format!("{c} {x:.2} s")).collect::<Vec<_>>().join(", ");
+        let (all, none, one) = (means("keep-all"), means("keep-0"), means("keep-1"));
+        v.push((all.windows(2).all(|w| w[0] < w[1]), format!("remove-embeds/keep-all: the farther the slower ({})", show(&all))));
+        v.push((
+            none[2] <= 0.5 * all[2],
+            format!("remove-embeds: keep-0 brings rtt300's mean to {:.2} s, at most half of keep-all's {:.2} s", none[2], all[2]),
+        ));
+        v.push((
+            one.iter().zip(&all).all(|(o, a)| o < a),
+            format!("remove-embeds: keep-1 beats keep-all in every group ({} against {})", show(&one), show(&all)),
+        ));
+        for a in re["arms"].as_array().into_iter().flatten() {
+            let name = a["name"].as_str().unwrap_or("?");
+            rlm_clean(&mut v, "remove-embeds", a);
+            let (removed, failed) = (num(&a["rlm"]["adapted"]["embeds_removed"]), num(&a["rlm"]["adapted"]["adapt_patch_failed"]));
+            let want = if name == "keep-all" { removed == 0.0 } else { removed > 0.0 };
+            v.push((want && failed == 0.0, format!("remove-embeds/{name}: rlm blanked {removed} references, {failed} segments it could not rewrite")));
+        }
+    }
     if let Some(tg) = results.get("think-gap") {
         let target = num(&tg["target_s"]);
         let a = arm(tg, "think-gap");

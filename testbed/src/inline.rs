@@ -91,6 +91,8 @@ pub struct RlmOutcome {
     /// injection budget refused, and the injector's own counts. A counter rlm did not report is
     /// absent.
     pub injected: BTreeMap<String, f64>,
+    /// What content adaptation did (from /status, [`ADAPT_STATS`]).
+    pub adapted: BTreeMap<String, f64>,
     /// CPU rlm used (user + system), from /proc.
     pub cpu_s: f64,
     pub wall_s: f64,
@@ -105,11 +107,20 @@ pub struct RlmOutcome {
 pub const INJECTION_STATS: [&str; 6] =
     ["fast_syns_sent", "fast_synacks_sent", "fast_syns_absorbed", "fast_syns_client_passed", "syns_delayed", "inject_denied"];
 
+/// The counters of rlm's /status `stats` about content adaptation (004 section 5).
+pub const ADAPT_STATS: [&str; 7] =
+    ["embeds_removed", "embeds_kept_split", "embeds_kept_unmapped", "adapt_segments_edited", "adapt_ooo_dropped", "adapt_skipped_encoded", "adapt_patch_failed"];
+
+/// Those of `keys` that a /status document's `stats` has.
+fn stats_of(status: &serde_json::Value, keys: &[&str]) -> BTreeMap<String, f64> {
+    keys.iter().filter_map(|&k| status["stats"][k].as_f64().map(|x| (k.to_string(), x))).collect()
+}
+
 /// [`INJECTION_STATS`] from a /status document, and every number of its top-level `injector`
 /// object as `injector_NAME` (`injector_sent`, `injector_failed`, `injector_no_mac`). Missing
 /// keys are left out.
 pub fn injection_counters(status: &serde_json::Value) -> BTreeMap<String, f64> {
-    let mut out: BTreeMap<String, f64> = INJECTION_STATS.iter().filter_map(|&k| status["stats"][k].as_f64().map(|x| (k.to_string(), x))).collect();
+    let mut out = stats_of(status, &INJECTION_STATS);
     for (k, x) in status["injector"].as_object().into_iter().flatten() {
         if let Some(x) = x.as_f64() {
             out.insert(format!("injector_{k}"), x);
@@ -293,6 +304,7 @@ impl Inline {
                 out.transactions = v["stats"]["transactions"].as_u64();
                 out.pageviews = v["stats"]["pageviews"].as_u64();
                 out.injected = injection_counters(&v);
+                out.adapted = stats_of(&v, &ADAPT_STATS);
             }
         }
         if let Ok(m) = self.get("/metrics") {

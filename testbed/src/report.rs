@@ -137,6 +137,72 @@ fn class_table(arms: &[ArmResult]) -> String {
     md
 }
 
+/// The objects an arm of remove-embeds keeps (`keep-N`: N; `keep-all`: None).
+fn kept_of(arm: &str) -> Option<u32> {
+    arm.strip_prefix("keep-").and_then(|n| n.parse().ok())
+}
+
+/// remove-embeds (004 Figure 18): each group's mean by the objects kept, and what rlm blanked.
+fn removal_table(arms: &[ArmResult]) -> String {
+    let classes: Vec<&String> = arms.first().map(|a| a.pageviews.by_class.keys().collect()).unwrap_or_default();
+    let heads: Vec<String> = classes.iter().map(|c| format!("{c} mean")).collect();
+    let mut md = format!("\n| arm | {} | references blanked | kept at a cut | segments rewritten |\n", heads.join(" | "));
+    md.push_str(&format!("| --- |{} --- | --- | --- |\n", " --- |".repeat(classes.len())));
+    for a in arms {
+        let means: Vec<String> = classes.iter().map(|c| a.pageviews.by_class.get(*c).map_or("-".into(), |s| format!("{:.2} s", s.mean_s))).collect();
+        let got = |k: &str| a.rlm.as_ref().and_then(|r| r.adapted.get(k)).map_or("-".into(), |x| format!("{x:.0}"));
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            a.name,
+            means.join(" | "),
+            got("embeds_removed"),
+            got("embeds_kept_split"),
+            got("adapt_segments_edited")
+        ));
+    }
+    md
+}
+
+/// 004 Figure 18 as a plot: each class's mean response time against the objects kept (the
+/// arm that removes nothing at the right, one past the largest N).
+pub fn removal_png(path: &Path, arms: &[ArmResult]) -> Result<()> {
+    register_font()?;
+    let largest = arms.iter().filter_map(|a| kept_of(&a.name)).max().unwrap_or(0);
+    let x_of = |a: &ArmResult| kept_of(&a.name).unwrap_or(largest + 1) as f64;
+    let ymax = arms.iter().flat_map(|a| a.pageviews.by_class.values().map(|s| s.mean_s)).fold(0.0, f64::max).max(0.5) * 1.15;
+    let root = BitMapBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("mean response time by objects kept (right: all)", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(-0.5f64..(largest as f64 + 1.5), 0f64..ymax)
+        .map_err(|e| anyhow!("{e}"))?;
+    chart.configure_mesh().x_desc("embedded objects kept").y_desc("mean (s)").label_style(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
+    let classes: Vec<String> = arms.first().map(|a| a.pageviews.by_class.keys().cloned().collect()).unwrap_or_default();
+    for (k, class) in classes.iter().enumerate() {
+        let color = Palette99::pick(k).to_rgba();
+        let mut pts: Vec<(f64, f64)> = arms.iter().filter_map(|a| a.pageviews.by_class.get(class).map(|s| (x_of(a), s.mean_s))).collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(class.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled()))).map_err(|e| anyhow!("{e}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
 /// The fidelity block of result.json: the appliance's passive measurement against the truth.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Fidelity {
@@ -207,6 +273,11 @@ pub fn write(
     match experiment {
         "fast-synack" => md.push_str(&synack_table(arms)),
         "fast-syn" | "think-gap" => md.push_str(&class_table(arms)),
+        "remove-embeds" => {
+            md.push_str(&removal_table(arms));
+            removal_png(&dir.join("remove-embeds-kept.png"), arms)?;
+            md.push_str("\n![mean by objects kept](remove-embeds-kept.png)\n");
+        }
         _ => {}
     }
     let open: Vec<&ArmResult> = arms.iter().filter(|a| a.requests.is_some()).collect();
@@ -343,8 +414,9 @@ mod tests {
     use super::*;
     use crate::experiment::{pv_stats, timeline, PageviewSummary};
 
-    /// The quick arms of an experiment with 40 synthetic pageviews each (a third HIGH; arm k's
-    /// k seconds slower than the first), their ground truth written to `dir`, and the note.
+    /// The quick arms of an experiment with 40 synthetic pageviews each (a third in the first
+    /// group, HIGH, the rest in the others in turn; arm k's k seconds slower than the first),
+    /// their ground truth written to `dir`, and the note.
     fn synthetic_arms(dir: &Path, experiment: &str) -> (Vec<ArmResult>, &'static str) {
         std::fs::create_dir_all(dir).unwrap();
         let (specs, note) = crate::catalog::arms(experiment, true).unwrap();
@@ -353,8 +425,9 @@ mod tests {
             let truth = dir.join(format!("{}.jsonl", spec.name));
             let mut lines = String::new();
             let mut pvs = Vec::new();
+            let names = spec.class_names();
             for i in 0..40 {
-                let class = if i % 3 == 0 { "HIGH" } else { "LOW" };
+                let class = &names[(i % 3).min(names.len() - 1)];
                 let g = sim_clients::browser::GroundTruth {
                     client: "10.4.0.1".into(),
                     class: class.into(),
@@ -373,7 +446,7 @@ mod tests {
                 pvs.push(g);
             }
             std::fs::write(&truth, lines).unwrap();
-            let by_class = ["HIGH", "LOW"].iter().map(|c| (c.to_string(), pv_stats(pvs.iter().filter(|p| p.class == *c)))).collect();
+            let by_class = names.iter().map(|c| (c.to_string(), pv_stats(pvs.iter().filter(|p| p.class == *c)))).collect();
             let rlm = spec.rlm.as_ref().map(|_| crate::inline::RlmOutcome {
                 exit_code: Some(0),
                 clean_exit: true,
@@ -434,6 +507,23 @@ mod tests {
         assert!(md.contains("| 500ms | 3.50 s | -40.0% |"), "{md}");
         assert!(md.contains("| 10ms | 4.50 s |"), "{md}");
         assert!(md.contains(r#"- synack_gaps: ["3s","500ms","10ms"]"#), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn remove_embeds_report_has_each_groups_mean_by_objects_kept_and_the_plot() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-remove-{}", std::process::id()));
+        let (mut arms, note) = synthetic_arms(&dir, "remove-embeds");
+        for a in &mut arms {
+            if let Some(r) = a.rlm.as_mut() {
+                r.adapted = [("embeds_removed".to_string(), 40.0), ("embeds_kept_split".to_string(), 2.0)].into_iter().collect();
+            }
+        }
+        let md = write(&dir, "remove-embeds", true, &arms, None, note, &crate::catalog::params("remove-embeds", true)).unwrap();
+        assert!(md.contains("| arm | rtt160 mean | rtt220 mean | rtt300 mean | references blanked | kept at a cut | segments rewritten |"), "{md}");
+        assert!(md.contains("| keep-0 | "), "{md}");
+        assert!(md.contains(" | 40 | 2 | - |"), "{md}");
+        assert!(dir.join("remove-embeds-kept.png").metadata().unwrap().len() > 1000);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
