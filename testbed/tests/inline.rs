@@ -21,12 +21,14 @@ const QUEUE_EVERY_SYN: &str = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP
 /// A tiny web server on the farm's address: one short page per connection, then close. Returns
 /// the count of connections it accepted.
 fn serve_pages(srv_ns: &str) -> Arc<std::sync::atomic::AtomicUsize> {
-    serve(srv_ns, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n".to_vec())
+    serve(srv_ns, Arc::new(|_: &str| b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n".to_vec()))
 }
 
-/// [`serve_pages`] with this response.
-fn serve(srv_ns: &str, response: Vec<u8>) -> Arc<std::sync::atomic::AtomicUsize> {
-    let response = Arc::new(response);
+/// What the farm answers to a request, by its target.
+type Responder = Arc<dyn Fn(&str) -> Vec<u8> + Send + Sync>;
+
+/// [`serve_pages`] answering with `respond`.
+fn serve(srv_ns: &str, respond: Responder) -> Arc<std::sync::atomic::AtomicUsize> {
     let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = accepted.clone();
     let ns = srv_ns.to_string();
@@ -38,7 +40,7 @@ fn serve(srv_ns: &str, response: Vec<u8>) -> Arc<std::sync::atomic::AtomicUsize>
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
             count.fetch_add(1, Ordering::SeqCst);
-            let response = response.clone();
+            let respond = respond.clone();
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 let mut got = Vec::new();
@@ -48,7 +50,9 @@ fn serve(srv_ns: &str, response: Vec<u8>) -> Arc<std::sync::atomic::AtomicUsize>
                         Ok(n) => got.extend_from_slice(&buf[..n]),
                     }
                 }
-                let _ = s.write_all(&response);
+                let head = String::from_utf8_lossy(&got);
+                let target = head.split_whitespace().nth(1).unwrap_or("/");
+                let _ = s.write_all(&respond(target));
             });
         }
     });
@@ -81,12 +85,12 @@ fn lab_counting(tag: &str, clients: u32) -> (Plan, testbed::topology::DownOnDrop
     lab_serving(tag, clients, None)
 }
 
-/// The lab, its farm serving `response` (else [`serve_pages`]' short page).
-fn lab_serving(tag: &str, clients: u32, response: Option<Vec<u8>>) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
+/// The lab, its farm answering with `respond` (else [`serve_pages`]' short page).
+fn lab_serving(tag: &str, clients: u32, respond: Option<Responder>) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
     let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients, more_clients: Vec::new() };
     let guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
-    let accepted = match response {
+    let accepted = match respond {
         Some(r) => serve(&info.namespaces.servers, r),
         None => serve_pages(&info.namespaces.servers),
     };
@@ -419,7 +423,8 @@ fn remove_embeds_blanks_references_in_the_container_and_keeps_checksums_good() {
     let imgs: String = (1..=40).map(|i| format!("<p>item {i} of the catalogue</p><img src=\"/img/item-{i:03}.gif\" alt=\"item {i}\">\n")).collect();
     let page = format!("<html><body>\n{imgs}</body></html>\n");
     let response = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}", page.len());
-    let (_plan, _guard, info, _) = lab_serving("a", 1, Some(response.clone().into_bytes()));
+    let body = response.clone().into_bytes();
+    let (_plan, _guard, info, _) = lab_serving("a", 1, Some(Arc::new(move |_: &str| body.clone())));
     let dir = std::env::temp_dir().join(format!("rlm-adapt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n"), extra_args: vec![] };
@@ -469,5 +474,62 @@ fn remove_embeds_blanks_references_in_the_container_and_keeps_checksums_good() {
     assert!(!rows.is_empty());
     let bad: Vec<_> = rows.iter().filter(|r| !(r.4 && r.5)).collect();
     assert!(bad.is_empty(), "packets with bad checksums at the client: {bad:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A 1×1 GIF.
+const GIF: &[u8] = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;";
+
+/// A real browser through the appliance: headless Chromium loads a page whose image references
+/// rlm blanks (`REMOVE EMBEDS AT 2`, then `AFTER 3`), renders it whole (every `<img>` element
+/// still there) and asks the farm for exactly the images left.
+#[test]
+fn chromium_loads_pages_with_references_removed_and_fetches_exactly_the_images_left() {
+    if std::process::Command::new("chromium").arg("--version").output().is_err() {
+        panic!("chromium is missing (make deps installs it)");
+    }
+    let imgs: String = (1..=8).map(|i| format!("<p>row {i}</p><img src=\"/img/{i}.gif\" alt=\"image {i}\" width=\"10\" height=\"10\">\n")).collect();
+    let page = format!("<!DOCTYPE html>\n<html><head><title>t</title></head><body>\n{imgs}</body></html>\n");
+    let log: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let seen = log.clone();
+    let respond: Responder = Arc::new(move |target: &str| {
+        seen.lock().unwrap().push(target.to_string());
+        let (ctype, body) = match target {
+            "/" => ("text/html", page.clone().into_bytes()),
+            t if t.starts_with("/img/") => ("image/gif", GIF.to_vec()),
+            _ => return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
+        };
+        let mut r = format!("HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
+        r.extend(body);
+        r
+    });
+    let (_plan, _guard, info, _) = lab_serving("c", 1, Some(respond));
+    let dir = std::env::temp_dir().join(format!("rlm-chromium-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (rule, left) in [("REMOVE EMBEDS AT 2", vec![1, 3, 4, 5, 6, 7, 8]), ("REMOVE EMBEDS AFTER 3", vec![1, 2, 3])] {
+        let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == *.*.*.* THEN {rule}\n"), extra_args: vec![] };
+        let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+        log.lock().unwrap().clear();
+        let profile = dir.join("profile");
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &info.namespaces.clients, "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"])
+            .args(["--disable-background-networking", "--disable-component-update", "--virtual-time-budget=8000", "--dump-dom"])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(format!("http://{FARM_ADDR}/"))
+            .output()
+            .expect("chromium runs");
+        let out_rlm = rlm.stop().expect("stop");
+        let dom = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{rule}: chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(dom.trim_end().ends_with("</html>"), "{rule}: {dom}");
+        assert_eq!(dom.matches("<img").count(), 8, "{rule}: every element rendered: {dom}");
+        let mut got: Vec<String> = log.lock().unwrap().iter().filter(|t| *t != "/" && *t != "/favicon.ico").cloned().collect();
+        got.sort();
+        let want: Vec<String> = left.iter().map(|i| format!("/img/{i}.gif")).collect();
+        assert_eq!(got, want, "{rule}: the farm served exactly the images left");
+        let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_rlm.status.as_ref().expect("status")).unwrap()).unwrap();
+        assert_eq!(status["stats"]["embeds_removed"].as_u64(), Some(8 - left.len() as u64), "{rule}: {}", status["stats"]);
+        std::fs::remove_dir_all(&profile).ok();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
