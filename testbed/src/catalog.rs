@@ -685,7 +685,8 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
         // other half lost their SYN before rlm): measured 52% at 500 ms, but 24% at 10 ms in the
         // same run, so the quick run guards the mechanism at 20%.
         let full = fs["synack_gaps"].as_array().is_some_and(|g| g.len() >= 4);
-        let (cut, judged) = if full { (0.25, "at least 25%") } else { (0.20, "at least 20% in a quick run; the 25% target is judged on the full run") };
+        let (cut, judged) =
+            if full { (0.25, "at least 25%") } else { (0.20, "at least 20% in a quick run; the 25% target is judged on the full run") };
         v.push((
             fast_gt3 <= (1.0 - cut) * off_gt3,
             format!(
@@ -786,7 +787,10 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             rlm_clean(&mut v, "remove-embeds", a);
             let (removed, failed) = (num(&a["rlm"]["adapted"]["embeds_removed"]), num(&a["rlm"]["adapted"]["adapt_patch_failed"]));
             let want = if name == "keep-all" { removed == 0.0 } else { removed > 0.0 };
-            v.push((want && failed == 0.0, format!("remove-embeds/{name}: rlm blanked {removed} references, {failed} segments it could not rewrite")));
+            v.push((
+                want && failed == 0.0,
+                format!("remove-embeds/{name}: rlm blanked {removed} references, {failed} segments it could not rewrite"),
+            ));
         }
     }
     if let Some(tg) = results.get("think-gap") {

@@ -108,8 +108,15 @@ pub const INJECTION_STATS: [&str; 6] =
     ["fast_syns_sent", "fast_synacks_sent", "fast_syns_absorbed", "fast_syns_client_passed", "syns_delayed", "inject_denied"];
 
 /// The counters of rlm's /status `stats` about content adaptation (004 section 5).
-pub const ADAPT_STATS: [&str; 7] =
-    ["embeds_removed", "embeds_kept_split", "embeds_kept_unmapped", "adapt_segments_edited", "adapt_ooo_dropped", "adapt_skipped_encoded", "adapt_patch_failed"];
+pub const ADAPT_STATS: [&str; 7] = [
+    "embeds_removed",
+    "embeds_kept_split",
+    "embeds_kept_unmapped",
+    "adapt_segments_edited",
+    "adapt_ooo_dropped",
+    "adapt_skipped_encoded",
+    "adapt_patch_failed",
+];
 
 /// Those of `keys` that a /status document's `stats` has.
 fn stats_of(status: &serde_json::Value, keys: &[&str]) -> BTreeMap<String, f64> {

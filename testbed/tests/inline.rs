@@ -86,7 +86,11 @@ fn lab_counting(tag: &str, clients: u32) -> (Plan, testbed::topology::DownOnDrop
 }
 
 /// The lab, its farm answering with `respond` (else [`serve_pages`]' short page).
-fn lab_serving(tag: &str, clients: u32, respond: Option<Responder>) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
+fn lab_serving(
+    tag: &str,
+    clients: u32,
+    respond: Option<Responder>,
+) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
     let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients, more_clients: Vec::new() };
     let guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
@@ -379,13 +383,23 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
         assert!(sll.sll_ifindex > 0);
         sll.sll_halen = 6;
         for i in 0..FLOOD {
-            let c = rlm_core::testkit::TcpConv::new(&format!("10.5.{}.{}:{}", 100 + i / 250 % 100, 1 + i % 250, 1024 + i % 60_000), &format!("{FARM_ADDR}:80"));
+            let c = rlm_core::testkit::TcpConv::new(
+                &format!("10.5.{}.{}:{}", 100 + i / 250 % 100, 1 + i % 250, 1024 + i % 60_000),
+                &format!("{FARM_ADDR}:80"),
+            );
             let mut f = c.syn();
             f[0..6].copy_from_slice(&farm_mac);
             f[6..12].copy_from_slice(&cli_mac);
             // SAFETY: valid buffers of the lengths given.
             let n = unsafe {
-                libc::sendto(fd, f.as_ptr() as *const _, f.len(), 0, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32)
+                libc::sendto(
+                    fd,
+                    f.as_ptr() as *const _,
+                    f.len(),
+                    0,
+                    &sll as *const _ as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                )
             };
             assert_eq!(n, f.len() as isize);
             if i % 20 == 0 {
@@ -404,7 +418,11 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
     let st = &status["stats"];
     let n = |k: &str| st[k].as_u64().unwrap_or(0);
     let injected = n("fast_syns_sent") + n("fast_synacks_sent");
-    println!("flood of {FLOOD}: rlm injected {injected}, denied {}, rss {rss_before} -> {rss_after} KiB; tables {}", n("inject_denied"), status["tables"]);
+    println!(
+        "flood of {FLOOD}: rlm injected {injected}, denied {}, rss {rss_before} -> {rss_after} KiB; tables {}",
+        n("inject_denied"),
+        status["tables"]
+    );
     assert!(n("connections") >= u64::from(FLOOD) * 9 / 10, "rlm saw the flood: {st}");
     // The burst, plus what the two real handshakes earned (10 each).
     assert!(injected <= 200 + 2 * 10, "{injected} frames injected for {FLOOD} spoofed SYNs");
@@ -478,7 +496,8 @@ fn remove_embeds_blanks_references_in_the_container_and_keeps_checksums_good() {
 }
 
 /// A 1×1 GIF.
-const GIF: &[u8] = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;";
+const GIF: &[u8] =
+    b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;";
 
 /// A real browser through the appliance: headless Chromium loads a page whose image references
 /// rlm blanks (`REMOVE EMBEDS AT 2`, then `AFTER 3`), renders it whole (every `<img>` element
