@@ -65,7 +65,7 @@ fn assert_near(got: &[f64], want: &[f64], tol: f64) {
 
 #[test]
 fn xp_and_linux_syn_timeouts() {
-    let plan = Plan { prefix: format!("rlms{}", std::process::id()), high_clients: 2, low_clients: 0 };
+    let plan = Plan { prefix: format!("rlms{}", std::process::id()), high_clients: 2, low_clients: 0, more_clients: Vec::new() };
     let _guard = Guard(plan.clone());
     let info = plan.up().expect("up");
     // Every SYN to ports 81 and 82 is dropped at the farm, as a full server would.
