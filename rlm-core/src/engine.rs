@@ -243,6 +243,14 @@ pub struct Transmit {
     pub frame: Box<[u8]>,
 }
 
+/// Server segments past a hole dropped in a row while a removal is under way; past it they go
+/// on unblanked (the hole may never fill in rlm's view: a segment that went around it while its
+/// queue was full, say, and the client's bare ACKs do not come to rlm).
+const MAX_AHEAD_DROPS: u32 = 32;
+
+/// Blanks further behind a server segment than this are let go.
+const RECORD_HORIZON: u32 = 1 << 26;
+
 /// How often a held-back SYN without a `FAST SYN` gap is looked at again.
 const HELD_SYN_RECHECK: Duration = Duration::from_millis(500);
 /// The longest SYN or SYN/ACK frame kept to be sent again (a handshake's frames are under 100
@@ -1026,7 +1034,6 @@ impl Engine {
             return;
         }
         let never_established = !c.was_established();
-        self.adapt.remove(&id);
         self.fast_syns.remove(&id);
         self.release.forget(id);
         self.fast_synacks.remove(&id);
@@ -1036,6 +1043,8 @@ impl Engine {
         let syns = c.hs.syn.count;
         self.process_http(now, id, &mut evs);
         self.http_events = evs;
+        // After the flush, which can start a removal.
+        self.adapt.remove(&id);
         // A closed connection stays only to absorb stragglers: its slot is freed after the
         // linger, not after the idle timeout armed when it opened.
         if !matches!(reason, CloseReason::Shutdown | CloseReason::Refused | CloseReason::ConnectTimeout | CloseReason::Evicted) {
@@ -1147,6 +1156,10 @@ impl Engine {
         let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return };
         let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)).or(done).filter(|t| t.is_html()) else { return };
         let Some(resp) = txn.response.as_ref().filter(|r| (200..300).contains(&r.status)) else { return };
+        // The fast path queues (and so lets rlm rewrite) IPv4 segments only.
+        if !c.server.ip.is_ipv4() {
+            return;
+        }
         let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
         let class = policy.classify(cl, sv);
         let rt = self.pageviews.elapsed_for_client(c.client.ip, now);
@@ -1203,10 +1216,21 @@ impl Engine {
     /// it (or is dropped, past a hole while a removal is under way); the client's
     /// acknowledgements let go of blanks it can no longer ask for.
     fn adapt_segment(&mut self, id: ConnId, dir: Dir, fate: SegFate, seg: &Segment<'_>) {
-        if fate == SegFate::Ahead && !self.adapt.get(&id).is_some_and(|a| !a.removals.is_empty()) {
-            // It goes on as it is: references found in it once the hole fills stay.
-            let end = seg.seq.wrapping_add(seg.payload.len() as u32);
+        let to_client = dir == Dir::ToClient && !seg.payload.is_empty();
+        let removing = self.adapt.get(&id).is_some_and(|a| !a.removals.is_empty());
+        if to_client && fate == SegFate::Ahead {
             let a = self.adapt.entry(id).or_default();
+            if removing && a.ahead_dropped < MAX_AHEAD_DROPS {
+                // The server sends it again once the hole fills, and the resend is blanked.
+                a.ahead_dropped += 1;
+                self.verdict = Verdict::Drop;
+                self.stats.adapt_ooo_dropped += 1;
+                return;
+            }
+            // It goes on as it is (no removal under way, or a hole that does not fill: the
+            // bytes before it may have gone around rlm): references found in it once the hole
+            // fills stay whole.
+            let end = seg.seq.wrapping_add(seg.payload.len() as u32);
             if a.ahead_sent_to.is_none_or(|to| (end.wrapping_sub(to) as i32) > 0) {
                 a.ahead_sent_to = Some(end);
             }
@@ -1214,12 +1238,13 @@ impl Engine {
         }
         let Some(a) = self.adapt.get_mut(&id) else { return };
         match dir {
-            Dir::ToClient if !seg.payload.is_empty() => {
-                if fate == SegFate::Ahead {
-                    self.verdict = Verdict::Drop;
-                    self.stats.adapt_ooo_dropped += 1;
-                    return;
+            Dir::ToClient if to_client => {
+                if fate == SegFate::New {
+                    a.ahead_dropped = 0;
                 }
+                // Blanks this far behind the stream cannot be asked for again (the client's
+                // window is far smaller), and their sequence numbers will come round again.
+                a.record.prune(seg.seq.wrapping_sub(RECORD_HORIZON));
                 let edits = a.record.edits(seg.seq, seg.payload.len());
                 if !edits.is_empty() {
                     self.adapt_edits = Some(edits);

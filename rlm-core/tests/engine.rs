@@ -1122,6 +1122,25 @@ fn a_segment_past_a_hole_is_dropped_while_a_removal_is_under_way_and_its_resend_
 }
 
 #[test]
+fn a_hole_that_does_not_fill_stops_being_waited_for_after_32_drops() {
+    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/index.html", "")));
+    let page: String = (0..60).map(|i| format!("<p>{i}</p><img src=\"/img/{i}.gif\">")).collect();
+    let segs = c.server_data_in(&html_response(&page), 40);
+    assert!(segs.len() > 40);
+    // The head's segments, then a hole (a segment that went around rlm), then the rest.
+    for f in &segs[..3] {
+        assert!(forward(&mut r, 100, f.clone()).is_some());
+    }
+    let fates: Vec<bool> = segs[4..38].iter().map(|f| forward(&mut r, 101, f.clone()).is_some()).collect();
+    assert!(fates[..32].iter().all(|sent| !sent), "the first 32 past the hole are dropped");
+    assert!(fates[32..].iter().all(|sent| *sent), "then they go on");
+    assert_eq!(r.engine.stats().adapt_ooo_dropped, 32);
+}
+
+#[test]
 fn an_encoded_container_is_left_alone_and_counted() {
     let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
     let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
@@ -1352,8 +1371,14 @@ mod removal_properties {
                 forward(r, t, f)
             };
             let mut delivered = vec![false; stream.len()];
+            // First copies that came in order: every byte before them sent already, none after.
+            let (mut in_order, mut covered) = (Vec::new(), vec![false; stream.len()]);
             for &s in &segs {
                 t += 1;
+                if covered[..s.0].iter().all(|c| *c) && !covered[s.0..].iter().any(|c| *c) {
+                    in_order.push(s);
+                }
+                covered[s.0..s.0 + s.1].iter_mut().for_each(|c| *c = true);
                 if let Some(f) = send(&mut r, &mut c, t, s) {
                     delivered[s.0..s.0 + s.1].iter_mut().for_each(|d| *d = true);
                     sent.push(f);
@@ -1389,6 +1414,13 @@ mod removal_properties {
                 let is_blank = all.iter().all(|&o| got[o] == b' ');
                 let is_whole = all.iter().all(|&o| got[o] == stream[o]);
                 prop_assert!(is_blank || is_whole, "image {} half blanked", i + 1);
+                // A tag that came whole in one segment, in order, is blanked if the rule takes it.
+                let (lo, hi) = (*all.iter().min().unwrap(), *all.iter().max().unwrap());
+                let tag_from = stream[..lo].iter().rposition(|&b| b == b'<').unwrap();
+                let tag_to = hi + stream[hi..].iter().position(|&b| b == b'>').unwrap();
+                if takes && in_order.iter().any(|&(a, n)| a <= tag_from && tag_to < a + n) {
+                    prop_assert!(is_blank, "image {} came whole in one segment in order and was not blanked: {:?}", i + 1, r.engine.stats());
+                }
                 if is_blank {
                     prop_assert!(takes, "image {} blanked, not taken by the rule", i + 1);
                     blanked += 1;

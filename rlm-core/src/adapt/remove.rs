@@ -105,6 +105,8 @@ pub struct AdaptConn {
     /// The end of the furthest server segment past a hole that went on unblanked (no removal
     /// was under way): references in it, found once the hole fills, stay.
     pub ahead_sent_to: Option<u32>,
+    /// Server segments past a hole dropped in a row.
+    pub ahead_dropped: u32,
 }
 
 impl AdaptConn {

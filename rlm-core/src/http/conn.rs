@@ -843,6 +843,9 @@ impl HttpConn {
             if let Some(dec) = t.resp_decoder.as_mut() {
                 dec.gap();
             }
+            if let Some(sc) = t.scanner.as_mut() {
+                sc.gap();
+            }
         }
     }
 

@@ -571,6 +571,14 @@ impl EmbedScanner {
         first.and_then(|off| self.seq_of(off))
     }
 
+    /// Bytes of the body were lost (a capture gap): the tag under way cannot be placed on the
+    /// wire any more (its bytes before and after the hole do not meet), so none of its
+    /// attributes is blanked; later tags are placed from the next piece on.
+    pub fn gap(&mut self) {
+        self.pieces_n = 0;
+        self.fetch_overflow = true;
+    }
+
     /// The sequence number of the byte at body offset `off`, if a kept piece holds it.
     fn seq_of(&self, off: u64) -> Option<u32> {
         let pieces = &self.pieces[..self.pieces_n as usize];
@@ -1256,6 +1264,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_tag_across_a_gap_is_not_placed_and_the_next_one_is() {
+        let mut s = EmbedScanner::html();
+        let mut out = Vec::new();
+        s.feed_at(b"<p><img src=\"/a", 1000, &mut out);
+        s.gap();
+        s.feed_at(b".gif\"><img src=/b.gif>", 1100, &mut out);
+        assert_eq!(out.len(), 2);
+        assert!(out[0].wire.is_empty(), "{:?}", out[0].wire);
+        assert_eq!(out[1].wire, [(1100 + 6 + 5, 10)]);
     }
 
     #[test]
