@@ -26,7 +26,7 @@ use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
 use crate::policy::{Admission, Policy, SynDecision, SynOutcome};
 use crate::time::Timestamp;
 use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed, Segment};
-use rules::RuleSet;
+use rules::{ClassId, RuleSet};
 
 /// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).
 pub const WELL_KNOWN_HTTP_PORTS: &[u16] = &[80, 81, 631, 1080, 3128, 8000, 8080, 8888];
@@ -1123,6 +1123,16 @@ impl Engine {
         }
     }
 
+    /// The SYN node again for a SYN rlm holds or resends ([`Policy::at_syn_again`]): the client's
+    /// class and the decision. `None` without rules.
+    fn syn_again(&mut self, now: Timestamp, client: Endpoint, server: Endpoint) -> Option<(ClassId, SynOutcome)> {
+        let policy = self.policy.as_mut()?;
+        let (c, s) = (SocketAddr::from(client), SocketAddr::from(server));
+        let class = policy.classify(c, s);
+        let rt = self.pageviews.elapsed_for_client(client.ip, now);
+        Some((class, policy.at_syn_again(now, c, s, class, Some(rt))))
+    }
+
     /// A client's own retransmission of a SYN that rlm holds (`HALT FAST SYN`), arriving when
     /// the rule has let go but the paced release has not reached it yet: it goes on to the
     /// server, as it would without rlm's retransmissions, so that the paced release never makes
@@ -1132,11 +1142,7 @@ impl Engine {
         if !self.fast_syns.get(&id).is_some_and(|k| k.held) {
             return false;
         }
-        let Some(policy) = self.policy.as_mut() else { return false };
-        let (c, s) = (SocketAddr::from(client), SocketAddr::from(server));
-        let class = policy.classify(c, s);
-        let rt = self.pageviews.elapsed_for_client(client.ip, now);
-        let out = policy.at_syn_again(now, c, s, class, Some(rt));
+        let Some((_, out)) = self.syn_again(now, client, server) else { return false };
         if out.halt_fast_syn || out.decision != SynDecision::Pass {
             return false;
         }
@@ -1345,14 +1351,10 @@ impl Engine {
             self.forget_fast_syn(id);
             return;
         }
-        let Some(policy) = self.policy.as_mut() else {
+        let Some((class, out)) = self.syn_again(now, client, server) else {
             self.forget_fast_syn(id);
             return;
         };
-        let (c, s) = (SocketAddr::from(client), SocketAddr::from(server));
-        let class = policy.classify(c, s);
-        let rt = self.pageviews.elapsed_for_client(client.ip, now);
-        let out = policy.at_syn_again(now, c, s, class, Some(rt));
         if out.fast_syn.is_none() && !delayed {
             // The rule no longer applies (a new rule file): the client's own TCP takes over.
             self.forget_fast_syn(id);

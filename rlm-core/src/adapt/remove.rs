@@ -110,10 +110,6 @@ pub struct AdaptConn {
 }
 
 impl AdaptConn {
-    pub fn removal(&mut self, depth: u32) -> Option<&mut Removal> {
-        self.removals.iter_mut().find(|r| r.depth == depth)
-    }
-
     /// Nothing under way and nothing to blank: the connection can be forgotten.
     pub fn is_idle(&self) -> bool {
         self.removals.is_empty() && self.record.is_empty() && self.ahead_sent_to.is_none()
