@@ -1008,6 +1008,15 @@ fn adapt_run(rules_text: &str) -> Run {
     r
 }
 
+/// A client that has opened a connection and asked for `/index.html`: the server's answer
+/// starts at the conversation's `sseq`.
+fn asking_for_a_page(mut r: Run) -> (Run, TcpConv) {
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/index.html", "")));
+    (r, c)
+}
+
 /// Feed a server frame; what goes on toward the client (`None`: dropped).
 fn forward(r: &mut Run, ms: u64, frame: Vec<u8>) -> Option<Vec<u8>> {
     r.feed(ms, frame.clone());
@@ -1051,10 +1060,7 @@ const REMOVE_AFTER_1: &str = "IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n"
 
 #[test]
 fn remove_embeds_blanks_the_chosen_references_in_every_copy_and_the_pageview_does_not_wait_for_them() {
-    let mut r = adapt_run(REMOVE_AFTER_1);
-    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
-    handshake(&mut r, &mut c, 0);
-    r.feed(80, c.client_data(&get("/index.html", "")));
+    let (mut r, mut c) = asking_for_a_page(adapt_run(REMOVE_AFTER_1));
     let body_start = c.sseq;
     let resp = html_response(PAGE);
     let mut sent: Vec<Vec<u8>> = c.server_data_in(&resp, 90).into_iter().map(|f| forward(&mut r, 100, f).expect("forwarded")).collect();
@@ -1080,10 +1086,7 @@ fn remove_embeds_blanks_the_chosen_references_in_every_copy_and_the_pageview_doe
 
 #[test]
 fn a_reference_cut_by_a_segment_boundary_after_its_attribute_began_is_kept_whole() {
-    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
-    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
-    handshake(&mut r, &mut c, 0);
-    r.feed(80, c.client_data(&get("/index.html", "")));
+    let (mut r, mut c) = asking_for_a_page(adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n"));
     let body_start = c.sseq;
     let resp = html_response(PAGE);
     // Cut inside b's URL: its attribute began in the first segment, which has gone on.
@@ -1100,10 +1103,7 @@ fn a_reference_cut_by_a_segment_boundary_after_its_attribute_began_is_kept_whole
 
 #[test]
 fn a_segment_past_a_hole_is_dropped_while_a_removal_is_under_way_and_its_resend_is_blanked() {
-    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
-    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
-    handshake(&mut r, &mut c, 0);
-    r.feed(80, c.client_data(&get("/index.html", "")));
+    let (mut r, mut c) = asking_for_a_page(adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n"));
     let body_start = c.sseq;
     let resp = html_response(PAGE);
     let segs = c.server_data_in(&resp, 80);
@@ -1123,10 +1123,7 @@ fn a_segment_past_a_hole_is_dropped_while_a_removal_is_under_way_and_its_resend_
 
 #[test]
 fn a_hole_that_does_not_fill_stops_being_waited_for_after_32_drops() {
-    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
-    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
-    handshake(&mut r, &mut c, 0);
-    r.feed(80, c.client_data(&get("/index.html", "")));
+    let (mut r, mut c) = asking_for_a_page(adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n"));
     let page: String = (0..60).map(|i| format!("<p>{i}</p><img src=\"/img/{i}.gif\">")).collect();
     let segs = c.server_data_in(&html_response(&page), 40);
     assert!(segs.len() > 40);
@@ -1142,10 +1139,7 @@ fn a_hole_that_does_not_fill_stops_being_waited_for_after_32_drops() {
 
 #[test]
 fn an_encoded_container_is_left_alone_and_counted() {
-    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n");
-    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
-    handshake(&mut r, &mut c, 0);
-    r.feed(80, c.client_data(&get("/index.html", "")));
+    let (mut r, mut c) = asking_for_a_page(adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n"));
     let resp = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n{PAGE}", PAGE.len());
     for f in c.server_data(resp.as_bytes()) {
         assert_eq!(forward(&mut r, 100, f.clone()), Some(f));
@@ -1155,10 +1149,7 @@ fn an_encoded_container_is_left_alone_and_counted() {
 
 #[test]
 fn chunk_framing_inside_an_attribute_is_never_blanked() {
-    let mut r = adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AT 2\n");
-    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
-    handshake(&mut r, &mut c, 0);
-    r.feed(80, c.client_data(&get("/index.html", "")));
+    let (mut r, mut c) = asking_for_a_page(adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AT 2\n"));
     let body_start = c.sseq;
     // Chunks cut inside b's attribute, both in one segment.
     let cut = PAGE.find("img/b").unwrap();
@@ -1173,11 +1164,9 @@ fn chunk_framing_inside_an_attribute_is_never_blanked() {
 
 #[test]
 fn without_a_driver_that_forwards_rewritten_frames_removal_is_only_counted() {
-    let mut r = Run::new();
-    r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n")));
-    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
-    handshake(&mut r, &mut c, 0);
-    r.feed(80, c.client_data(&get("/index.html", "")));
+    let mut passive = Run::new();
+    passive.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS\n")));
+    let (mut r, mut c) = asking_for_a_page(passive);
     for f in c.server_data(&html_response(PAGE)) {
         assert_eq!(forward(&mut r, 100, f.clone()), Some(f));
     }
