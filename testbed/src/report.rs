@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use serde::Serialize;
 
@@ -24,7 +25,6 @@ fn register_font() -> Result<()> {
 
 /// A histogram of response times with mean and 95th percentile marked.
 pub fn histogram_png(path: &Path, title: &str, rts: &[f64], mean: f64, p95: f64) -> Result<()> {
-    register_font()?;
     // Wide enough for the tail that matters (the 21 s failures of 004 Figure 14), no wider.
     let max = rts.iter().cloned().fold(0.0f64, f64::max);
     let top = max.min((p95 * 2.0).max(mean * 3.0)).max(p95 * 1.2).clamp(0.1, 60.0);
@@ -35,6 +35,37 @@ pub fn histogram_png(path: &Path, title: &str, rts: &[f64], mean: f64, p95: f64)
         counts[((r / bin) as usize).min(bins - 1)] += 1;
     }
     let ymax = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
+    chart_png(path, title, (0f64..top, "response time (s)"), (0f64..ymax, "count"), |chart| {
+        chart
+            .draw_series(counts.iter().enumerate().map(|(i, c)| {
+                let x0 = i as f64 * bin;
+                Rectangle::new([(x0, 0.0), (x0 + bin, *c as f64)], BLUE.mix(0.6).filled())
+            }))
+            .map_err(|e| anyhow!("{e}"))?;
+        for (x, label, color) in [(mean, format!("mean {mean:.2} s"), RED), (p95, format!("95th {p95:.2} s"), BLACK)] {
+            chart
+                .draw_series(LineSeries::new(vec![(x, 0.0), (x, ymax)], color.stroke_width(2)))
+                .map_err(|e| anyhow!("{e}"))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        }
+        Ok(())
+    })
+}
+
+/// A chart of the lab's: f64 against f64, drawn into a PNG.
+type Chart<'a> = ChartContext<'a, BitMapBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The lab's charts: an 800×480 PNG with a title, axes over these ranges with these labels,
+/// what `draw` puts in, and a legend of the series it labelled.
+fn chart_png(
+    path: &Path,
+    title: &str,
+    (xs, x_desc): (std::ops::Range<f64>, &str),
+    (ys, y_desc): (std::ops::Range<f64>, &str),
+    draw: impl FnOnce(&mut Chart<'_>) -> Result<()>,
+) -> Result<()> {
+    register_font()?;
     let root = BitMapBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
@@ -42,22 +73,10 @@ pub fn histogram_png(path: &Path, title: &str, rts: &[f64], mean: f64, p95: f64)
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(56)
-        .build_cartesian_2d(0f64..top, 0f64..ymax)
+        .build_cartesian_2d(xs, ys)
         .map_err(|e| anyhow!("{e}"))?;
-    chart.configure_mesh().x_desc("response time (s)").y_desc("count").label_style(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
-    chart
-        .draw_series(counts.iter().enumerate().map(|(i, c)| {
-            let x0 = i as f64 * bin;
-            Rectangle::new([(x0, 0.0), (x0 + bin, *c as f64)], BLUE.mix(0.6).filled())
-        }))
-        .map_err(|e| anyhow!("{e}"))?;
-    for (x, label, color) in [(mean, format!("mean {mean:.2} s"), RED), (p95, format!("95th {p95:.2} s"), BLACK)] {
-        chart
-            .draw_series(LineSeries::new(vec![(x, 0.0), (x, ymax)], color.stroke_width(2)))
-            .map_err(|e| anyhow!("{e}"))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
-    }
+    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).label_style(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
+    draw(&mut chart)?;
     chart
         .configure_series_labels()
         .border_style(BLACK)
@@ -166,41 +185,25 @@ fn removal_table(arms: &[ArmResult]) -> String {
 /// 004 Figure 18 as a plot: each class's mean response time against the objects kept (the
 /// arm that removes nothing at the right, one past the largest N).
 pub fn removal_png(path: &Path, arms: &[ArmResult]) -> Result<()> {
-    register_font()?;
     let largest = arms.iter().filter_map(|a| kept_of(&a.name)).max().unwrap_or(0);
     let x_of = |a: &ArmResult| kept_of(&a.name).unwrap_or(largest + 1) as f64;
     let ymax = arms.iter().flat_map(|a| a.pageviews.by_class.values().map(|s| s.mean_s)).fold(0.0, f64::max).max(0.5) * 1.15;
-    let root = BitMapBackend::new(path, (800, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("mean response time by objects kept (right: all)", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(56)
-        .build_cartesian_2d(-0.5f64..(largest as f64 + 1.5), 0f64..ymax)
-        .map_err(|e| anyhow!("{e}"))?;
-    chart.configure_mesh().x_desc("embedded objects kept").y_desc("mean (s)").label_style(("sans-serif", 14)).draw().map_err(|e| anyhow!("{e}"))?;
     let classes: Vec<String> = arms.first().map(|a| a.pageviews.by_class.keys().cloned().collect()).unwrap_or_default();
-    for (k, class) in classes.iter().enumerate() {
-        let color = Palette99::pick(k).to_rgba();
-        let mut pts: Vec<(f64, f64)> = arms.iter().filter_map(|a| a.pageviews.by_class.get(class).map(|s| (x_of(a), s.mean_s))).collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(|e| anyhow!("{e}"))?
-            .label(class.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
-        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled()))).map_err(|e| anyhow!("{e}"))?;
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
-    Ok(())
+    let title = "mean response time by objects kept (right: all)";
+    chart_png(path, title, (-0.5f64..(largest as f64 + 1.5), "embedded objects kept"), (0f64..ymax, "mean (s)"), |chart| {
+        for (k, class) in classes.iter().enumerate() {
+            let color = Palette99::pick(k).to_rgba();
+            let mut pts: Vec<(f64, f64)> = arms.iter().filter_map(|a| a.pageviews.by_class.get(class).map(|s| (x_of(a), s.mean_s))).collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(|e| anyhow!("{e}"))?
+                .label(class.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+            chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled()))).map_err(|e| anyhow!("{e}"))?;
+        }
+        Ok(())
+    })
 }
 
 /// The fidelity block of result.json: the appliance's passive measurement against the truth.
