@@ -112,8 +112,16 @@ pub const FAST_SYN_GAP: &str = "500ms";
 /// think-gap's DELAY FIRST SYN for LOW (004 Figure 17).
 pub const FIRST_SYN_DELAY: &str = "3s";
 
-/// Rounds of the throughput experiment (each a plain-bridge and an rlm sample).
-pub fn throughput_rounds(quick: bool) -> usize {
+/// Rounds of the throughput experiment (each a plain-bridge and an rlm sample): 5, the least the
+/// lab issue asks for, in both runs. With 3, the quick run's bulk ratio swung from 89% to 95%
+/// between two runs of the same code (rlm's cost here is 5 to 7%, against the 90% floor).
+pub fn throughput_rounds(_quick: bool) -> usize {
+    5
+}
+
+/// Seconds of each figure of a throughput sample (iperf3, then wrk): 5, the lab issue's; the
+/// quick run's 3 keep its 5 rounds to about the time 3 rounds of 5 s took.
+pub fn throughput_sample_s(quick: bool) -> u32 {
     if quick {
         3
     } else {
@@ -186,6 +194,7 @@ pub fn params(name: &str, quick: bool) -> serde_json::Map<String, serde_json::Va
         }
         "throughput" => {
             m.insert("rounds".into(), throughput_rounds(quick).into());
+            m.insert("sample_s".into(), throughput_sample_s(quick).into());
             m.insert("sample_s".into(), 5.into());
         }
         _ => {}
@@ -415,15 +424,16 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
              whole (counted).",
         ),
         "throughput" => {
-            let mut a = arm("throughput", 0, f64::from(5 * 2 * throughput_rounds(quick) as u32), &[], false, cores);
+            let mut a = arm("throughput", 0, f64::from(throughput_sample_s(quick) * 2 * throughput_rounds(quick) as u32), &[], false, cores);
             a.farm.cpu_cores = None;
             a.profile = TcpProfile::Linux;
             (
                 vec![a],
-                "What rlm inline costs the bridge: arms plain-bridge and rlm alternate, round after round, each sample 5 s \
-                 of iperf3 (one stream, server to client), 5 s of wrk (a new connection per request to a 512-byte page of \
-                 nginx on port 80, so every request's SYN crosses rlm's queue) and 2,000 timed connects. No WAN \
-                 emulation; offloads off as in every lab run. Medians of the samples; every sample is listed.",
+                "What rlm inline costs the bridge: arms plain-bridge and rlm alternate, round after round (the first of \
+                 the two alternating too), each sample `sample_s` seconds of iperf3 (one stream, server to client), as \
+                 long of wrk (a new connection per request to a 512-byte page of nginx on port 80, so every request's \
+                 SYN crosses rlm's queue) and 2,000 timed connects. No WAN emulation; offloads off as in every lab run. \
+                 Medians of the samples; every sample is listed.",
             )
         }
         other => bail!("unknown experiment '{other}' (known: {})", NAMES.join(", ")),
@@ -485,7 +495,7 @@ pub fn run(name: &str, quick: bool, out: &Path, prefix: &str) -> Result<String> 
     let params = params(name, quick);
     if name == "throughput" {
         eprintln!("rlm-lab: {name}: {} rounds of plain-bridge and rlm", throughput_rounds(quick));
-        let results = crate::throughput::run(prefix, throughput_rounds(quick), out, &specs[0])?;
+        let results = crate::throughput::run(prefix, throughput_rounds(quick), throughput_sample_s(quick), out, &specs[0])?;
         return report::write(out, name, quick, &results, None, note, &params);
     }
     let mut results = Vec::new();
@@ -833,11 +843,15 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             format!("throughput: rlm bulk {bw:.2} Gbit/s is {:.0}% of the plain bridge's {bp:.2} (at least 90%)", bw / bp * 100.0),
         ));
         let (cp, cw) = (num(&p["conn_per_s"]), num(&w["conn_per_s"]));
-        // The target is 80%, judged on the full run (5 rounds or more: `make lab`). Measured
-        // there: 81%. The quick run's 3 rounds swing by several points on this shared
+        // The target is 80%, judged on the full run (5 rounds of 5 s: `make lab`). Measured
+        // there: 81%. The quick run's shorter samples swing by several points on this shared
         // two-core machine (76-79% measured), so it guards against regressions at 70%.
-        let (floor, judged) =
-            if nw >= 5 && np >= 5 { (0.8, "the 80% target") } else { (0.7, "70% in a quick run; the 80% target is judged on the full run") };
+        let quick = tp["quick"].as_bool().unwrap_or(true);
+        let (floor, judged) = if !quick && nw >= 5 && np >= 5 {
+            (0.8, "the 80% target")
+        } else {
+            (0.7, "70% in a quick run; the 80% target is judged on the full run")
+        };
         v.push((
             cw >= floor * cp,
             format!("throughput: rlm {cw:.0} connections/s is {:.0}% of the plain bridge's {cp:.0} (at least {judged})", cw / cp * 100.0),
