@@ -179,7 +179,8 @@ pub enum ActionKind {
     /// `REMOVE EMBEDS [selector]`
     RemoveEmbeds { select: EmbedSelect },
     /// `REWRITE EMBEDS [selector] [USING "file"]`
-    RewriteEmbeds { select: EmbedSelect, mapping: Option<String> },
+    /// `mapping`: the file name and where it is written.
+    RewriteEmbeds { select: EmbedSelect, mapping: Option<(String, Span)> },
 }
 
 /// The default retransmission gap of `FAST ...` without `GAP` (004's Figure 16 rule).
@@ -327,7 +328,7 @@ impl fmt::Display for ActionKind {
             ActionKind::RemoveEmbeds { select } => write!(f, "REMOVE EMBEDS{select}"),
             ActionKind::RewriteEmbeds { select, mapping } => {
                 write!(f, "REWRITE EMBEDS{select}")?;
-                if let Some(m) = mapping {
+                if let Some((m, _)) = mapping {
                     write!(f, " USING {}", crate::glob::quote(m))?;
                 }
                 Ok(())

@@ -317,11 +317,16 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
                         ActionKind::HaltFastSyn => push(Node::Syn, Effect::HaltFastSyn),
                         ActionKind::RemoveEmbeds { select } => {
                             push(Node::Response, Effect::RemoveEmbeds(EmbedsId(embeds.len() as u32)));
-                            embeds.push(Embeds { select: select.clone(), mapping: None });
+                            embeds.push(Embeds { select: select.clone(), mapping: None, mapping_span: None, map: None });
                         }
                         ActionKind::RewriteEmbeds { select, mapping } => {
                             push(Node::Request, Effect::RewriteEmbeds(EmbedsId(embeds.len() as u32)));
-                            embeds.push(Embeds { select: select.clone(), mapping: mapping.clone() });
+                            embeds.push(Embeds {
+                                select: select.clone(),
+                                mapping: mapping.as_ref().map(|m| m.0.clone()),
+                                mapping_span: mapping.as_ref().map(|m| m.1),
+                                map: None,
+                            });
                         }
                     }
                 }

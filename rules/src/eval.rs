@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::addr::AddrPattern;
 use crate::ast::{self, Cmp, EmbedSelect, End, Stat};
+use crate::diag::Span;
 use crate::glob::Glob;
 use crate::num::Rate;
 
@@ -170,6 +171,10 @@ pub struct Embeds {
     pub select: EmbedSelect,
     /// `USING "file"` (rewrites only).
     pub mapping: Option<String>,
+    /// Where that file name is written in the rule file.
+    pub mapping_span: Option<Span>,
+    /// The mapping file, read by [`crate::check_file`] (relative to the rule file's directory).
+    pub map: Option<std::sync::Arc<crate::Mapping>>,
 }
 
 /// A `LIMIT SYN` bucket's parameters.

@@ -45,6 +45,7 @@ mod diag;
 mod eval;
 mod glob;
 mod lex;
+pub mod mapping;
 mod num;
 mod parse;
 
@@ -59,6 +60,7 @@ pub use eval::{
     DEFAULT_CLASS,
 };
 pub use glob::Glob;
+pub use mapping::Mapping;
 pub use num::{fmt_duration, Per, Rate};
 pub use parse::{MAX_DEPTH, MAX_EMBED_POS, MAX_ERRORS};
 
@@ -148,7 +150,46 @@ pub fn check_file(path: &Path) -> Result<RuleSet, CheckError> {
         let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
         CheckError::Io(format!("{name}:{line}: error: the file is not UTF-8 (byte {at})"))
     })?;
-    compile(&name, &src).map_err(CheckError::Invalid)
+    let mut rules = compile(&name, &src).map_err(CheckError::Invalid)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    load_mappings(&mut rules, &name, &src, dir).map_err(CheckError::Invalid)?;
+    Ok(rules)
+}
+
+/// Read the mapping file of every `REWRITE EMBEDS ... USING "file"` (a relative name is taken
+/// from `dir`, the rule file's directory) into the rule set. A file that cannot be read is an
+/// error at its name in the rule file (`file`, `src`); one that does not parse, at its own
+/// line and column.
+pub fn load_mappings(rules: &mut RuleSet, file: &str, src: &str, dir: &Path) -> Result<(), Diagnostics> {
+    let map = diag::SourceMap::new(src);
+    let mut out = Vec::new();
+    for e in rules.embeds.iter_mut() {
+        let (Some(name), Some(span)) = (e.mapping.as_deref(), e.mapping_span) else { continue };
+        let path = dir.join(name);
+        let text = match std::fs::metadata(&path) {
+            Ok(m) if m.len() > mapping::MAX_MAPPING_SIZE as u64 => {
+                Err(format!("{} bytes; a mapping file may have at most {}", m.len(), mapping::MAX_MAPPING_SIZE))
+            }
+            Ok(m) if m.is_dir() => Err("is a directory".to_string()),
+            Ok(_) => std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| String::from_utf8(b).map_err(|_| "is not UTF-8".to_string())),
+            Err(e) => Err(e.to_string()),
+        };
+        match text {
+            Ok(text) => match Mapping::parse(&path.display().to_string(), &text) {
+                Ok(m) => e.map = Some(std::sync::Arc::new(m)),
+                Err(d) => out.extend(d.0),
+            },
+            Err(why) => out.push(map.diagnostic(
+                file,
+                diag::Error::new(span, format!("cannot read the mapping file {}: {why}", path.display())).expected("a readable mapping file"),
+            )),
+        }
+    }
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(Diagnostics(out))
+    }
 }
 
 /// One paragraph about a checked rule set, for `rlm check`: classes, rules, and what acts where.

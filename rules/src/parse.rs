@@ -471,9 +471,9 @@ impl<'s> Parser<'s> {
 
     /// After `REMOVE EMBEDS` / `REWRITE EMBEDS`: one selector and (for rewrites) `USING "file"`,
     /// in either order.
-    fn embed_clauses(&mut self, rewrite: bool) -> R<(EmbedSelect, Option<String>)> {
+    fn embed_clauses(&mut self, rewrite: bool) -> R<(EmbedSelect, Option<(String, Span)>)> {
         let mut select: Option<(EmbedSelect, Span)> = None;
-        let mut mapping: Option<String> = None;
+        let mut mapping: Option<(String, Span)> = None;
         loop {
             let start = self.peek().map(|t| t.span).unwrap_or_default();
             let sel = if self.peek_kw("AFTER") {
@@ -526,7 +526,7 @@ impl<'s> Parser<'s> {
                 if file.is_empty() {
                     return Err(Error::new(fspan, "the mapping file name is empty").expected("a mapping file name in quotes"));
                 }
-                mapping = Some(file);
+                mapping = Some((file, fspan));
                 continue;
             } else {
                 break;
