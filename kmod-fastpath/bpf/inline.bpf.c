@@ -16,7 +16,9 @@
 //    handshake (the engine times the handshake with it; the others tell it nothing it needs).
 //    Nothing is held. While content adaptation is on (CFG_QUEUE_RESPONSES), the servers' IPv4
 //    segments with payload, FIN or RST get the queue mark instead of a report: the engine sees
-//    them through NFQUEUE, and rewrites them there.
+//    them through NFQUEUE, and rewrites them there. Likewise, while a rewrite is carried out
+//    (CFG_QUEUE_REQUESTS), the clients' IPv4 segments with payload get the mark at the client
+//    port (syn_admit) and are not reported here.
 //
 // Maps are the only interface with the engine. If rlm is gone the programs are detached with
 // it (their links belong to its process) and the bridge forwards plainly.
@@ -49,6 +51,7 @@
 #define FLAG_LIMITED 1
 
 #define CFG_QUEUE_RESPONSES 1
+#define CFG_QUEUE_REQUESTS 2
 
 #define MAX_BUCKETS 1024
 
@@ -60,6 +63,7 @@ enum counter {
     C_RING_FULL,
     C_ACK_SKIPPED,
     C_RESP_QUEUED,
+    C_REQ_QUEUED,
     C_COUNTERS,
 };
 
@@ -326,6 +330,16 @@ int syn_admit(struct __sk_buff *skb)
     if (!parse_tcp(skb, &p))
         return TC_ACT_OK;
     struct tcphdr *tcp = p.tcp;
+    if (!tcp->syn && p.v4 && p.payload > 0) {
+        // A client's segment with payload (a request): queued while a rewrite is carried out.
+        __u32 zero = 0;
+        struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+        if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS) && is_server_port(tcp->dest)) {
+            count(C_REQ_QUEUED);
+            skb->mark |= cfg->queue_mark;
+        }
+        return TC_ACT_OK;
+    }
     if (!tcp->syn || tcp->ack || tcp->rst || !is_server_port(tcp->dest))
         return TC_ACT_OK;
     __u32 zero = 0;
@@ -370,6 +384,14 @@ int observe(struct __sk_buff *skb)
     // A client's SYN is reported (or queued) at the client port.
     if (to_server && tcp->syn && !tcp->ack)
         return TC_ACT_OK;
+    if (p.v4 && !tcp->syn && p.payload > 0 && to_server) {
+        // A client's request, queued at the client port while a rewrite is carried out: the
+        // engine has it from the queue.
+        __u32 zero = 0;
+        struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+        if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS))
+            return TC_ACT_OK;
+    }
     if (!to_server && p.v4 && !tcp->syn && (p.payload > 0 || tcp->fin || tcp->rst)) {
         __u32 zero = 0;
         struct config *cfg = bpf_map_lookup_elem(&config, &zero);

@@ -107,10 +107,14 @@ pub struct Counters {
     pub ack_skipped: u64,
     /// Server segments marked for NFQUEUE (content adaptation) instead of reported.
     pub resp_queued: u64,
+    /// Client segments marked for NFQUEUE (request rewrites) instead of reported.
+    pub req_queued: u64,
 }
 
 /// `ConfigValue::flags`: mark the servers' segments for NFQUEUE.
 const CFG_QUEUE_RESPONSES: u32 = 1;
+/// `ConfigValue::flags`: mark the clients' segments with payload for NFQUEUE.
+const CFG_QUEUE_REQUESTS: u32 = 2;
 
 /// What a ring-buffer record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,6 +168,7 @@ pub struct InlinePath {
     generation: u64,
     mode: Mode,
     queue_responses: bool,
+    queue_requests: bool,
 }
 
 impl InlinePath {
@@ -181,7 +186,7 @@ impl InlinePath {
                 ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
             }
         }
-        let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false };
+        let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
         path.write_config()?;
         for (prog, iface, dirs) in
             [("syn_admit", client_port, &[TcAttachType::Ingress][..]), ("observe", server_port, &[TcAttachType::Ingress, TcAttachType::Egress][..])]
@@ -199,7 +204,7 @@ impl InlinePath {
 
     fn write_config(&mut self) -> Result<()> {
         let mut cfg: Array<&mut MapData, ConfigValue> = Array::try_from(self.bpf.map_mut("config").context("map config")?)?;
-        let flags = if self.queue_responses { CFG_QUEUE_RESPONSES } else { 0 };
+        let flags = if self.queue_responses { CFG_QUEUE_RESPONSES } else { 0 } | if self.queue_requests { CFG_QUEUE_REQUESTS } else { 0 };
         cfg.set(0, ConfigValue { generation: self.generation, queue_mark: self.queue_mark, mode: self.mode as u32, flags, pad: 0 }, 0)?;
         Ok(())
     }
@@ -208,6 +213,13 @@ impl InlinePath {
     /// reporting them (content adaptation), or stop.
     pub fn set_queue_responses(&mut self, on: bool) -> Result<()> {
         self.queue_responses = on;
+        self.write_config()
+    }
+
+    /// Mark the clients' IPv4 segments with payload (requests) for NFQUEUE at the client port
+    /// instead of reporting them at the server port (request rewrites), or stop.
+    pub fn set_queue_requests(&mut self, on: bool) -> Result<()> {
+        self.queue_requests = on;
         self.write_config()
     }
 
@@ -264,6 +276,7 @@ impl InlinePath {
             ring_full: sum(4)?,
             ack_skipped: sum(5)?,
             resp_queued: sum(6)?,
+            req_queued: sum(7)?,
         })
     }
 }

@@ -19,7 +19,9 @@ use serde::Serialize;
 
 use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs, Release};
 use crate::adapt::patch::{self, Edit};
-use crate::adapt::remove::{AdaptConn, Removal};
+use crate::adapt::rewrite;
+use crate::adapt::remove::Removal;
+use crate::adapt::AdaptConn;
 use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote, FlowTable, HttpOptions, SegFate};
 use crate::http::{EmbedKind, EmbedRef, HttpEvent, Txn};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
@@ -293,6 +295,9 @@ pub enum FastpathUpdate {
     /// Send the servers' segments through the queue (content adaptation is carried out by the
     /// rules in force), or stop.
     QueueResponses(bool),
+    /// Send the clients' segments through the queue (a `REWRITE EMBEDS` is carried out), or
+    /// stop.
+    QueueRequests(bool),
 }
 
 /// The engine's side of a kernel fast path ([`Engine::enable_fastpath`]).
@@ -309,6 +314,8 @@ struct Fastpath {
     buckets: ahash::AHashSet<u32>,
     /// What the last [`FastpathUpdate::QueueResponses`] said (the kernel starts with false).
     queue_responses: bool,
+    /// And the last [`FastpathUpdate::QueueRequests`].
+    queue_requests: bool,
 }
 
 /// Sizes of the engine's tables.
@@ -368,6 +375,14 @@ pub struct Stats {
     pub embeds_kept_split: u64,
     pub embeds_kept_unmapped: u64,
     pub adapt_record_full: u64,
+    /// Requests of embedded images rewritten to the mapping's variant (`REWRITE EMBEDS`).
+    pub embeds_rewritten: u64,
+    /// Requests a rewrite took that went on as they were: the mapping has no variant for the
+    /// target (`unmapped`), the target came in an earlier segment than the head's end
+    /// (`split`), or the request line was not spaced as parsed (`unplaced`).
+    pub rewrites_unmapped: u64,
+    pub rewrites_split: u64,
+    pub rewrites_unplaced: u64,
     /// Containers a rule took but left alone: their body came content-encoded.
     pub adapt_skipped_encoded: u64,
     /// Server segments past a hole dropped while a removal was under way (the server resends
@@ -430,6 +445,10 @@ pub struct Engine {
     injecting_synack: bool,
     /// Some rule has `REMOVE EMBEDS` ([`Policy::removes_embeds`]).
     removing: bool,
+    /// A `REWRITE EMBEDS` is in the rules.
+    rewriting: bool,
+    /// Requests whose heads completed in the segment being handled, for a rewrite (their depths).
+    rewrite_due: Vec<u32>,
     /// Content adaptation's state, by connection.
     adapt: ahash::AHashMap<ConnId, AdaptConn>,
     /// The server segment being handled: the sequence number of its first byte new to the
@@ -476,6 +495,8 @@ impl Engine {
             injecting: false,
             injecting_synack: false,
             removing: false,
+            rewriting: false,
+            rewrite_due: Vec::new(),
             adapt: ahash::AHashMap::new(),
             adapt_window: None,
             adapt_edits: None,
@@ -492,8 +513,14 @@ impl Engine {
     pub fn enable_fastpath(&mut self) {
         let mode = self.syn_mode();
         let queue_responses = self.queues_responses();
-        let updates = queue_responses.then_some(FastpathUpdate::QueueResponses(true)).into_iter().collect();
-        self.fastpath = Some(Fastpath { updates, epoch: 0, mode, seen: None, generation: 0, buckets: ahash::AHashSet::new(), queue_responses });
+        let queue_requests = self.queues_requests();
+        let updates = queue_responses
+            .then_some(FastpathUpdate::QueueResponses(true))
+            .into_iter()
+            .chain(queue_requests.then_some(FastpathUpdate::QueueRequests(true)))
+            .collect();
+        self.fastpath =
+            Some(Fastpath { updates, epoch: 0, mode, seen: None, generation: 0, buckets: ahash::AHashSet::new(), queue_responses, queue_requests });
         self.note_fastpath();
     }
 
@@ -501,6 +528,12 @@ impl Engine {
     /// out.
     fn queues_responses(&self) -> bool {
         self.cfg.adapt && self.removing
+    }
+
+    /// Whether the clients' segments must come through the queue: a `REWRITE EMBEDS` is carried
+    /// out.
+    fn queues_requests(&self) -> bool {
+        self.cfg.adapt && self.rewriting && self.policy.as_ref().is_some_and(Policy::rewrites_with_mapping)
     }
 
     /// How the rule set in force lets a kernel fast path treat SYNs.
@@ -565,6 +598,7 @@ impl Engine {
         self.set_policy(rules);
         let mode = self.syn_mode();
         let queue_responses = self.queues_responses();
+        let queue_requests = self.queues_requests();
         if let Some(fp) = self.fastpath.as_mut() {
             fp.epoch += 1;
             fp.mode = mode;
@@ -572,6 +606,10 @@ impl Engine {
             if fp.queue_responses != queue_responses {
                 fp.queue_responses = queue_responses;
                 fp.updates.push_back(FastpathUpdate::QueueResponses(queue_responses));
+            }
+            if fp.queue_requests != queue_requests {
+                fp.queue_requests = queue_requests;
+                fp.updates.push_back(FastpathUpdate::QueueRequests(queue_requests));
             }
         }
         self.note_fastpath();
@@ -591,6 +629,7 @@ impl Engine {
         self.injecting = self.policy.as_ref().is_some_and(Policy::injects);
         self.injecting_synack = self.policy.as_ref().is_some_and(Policy::injects_at_synack);
         self.removing = self.policy.as_ref().is_some_and(Policy::removes_embeds);
+        self.rewriting = self.policy.as_ref().is_some_and(Policy::rewrites_embeds);
     }
 
     /// The rules in force and their state.
@@ -886,7 +925,13 @@ impl Engine {
         self.process_http(now, id, &mut http_events);
         self.http_events = http_events;
         self.adapt_window = None;
-        if self.removing && self.cfg.adapt {
+        if self.rewriting {
+            for depth in std::mem::take(&mut self.rewrite_due) {
+                self.decide_rewrite(now, id, depth, seg);
+            }
+        }
+        self.rewrite_due.clear();
+        if (self.removing || self.rewriting) && self.cfg.adapt {
             self.adapt_segment(id, dir, fate, seg);
         }
         if let Some(reason) = close {
@@ -929,6 +974,9 @@ impl Engine {
                         rtt: c.rtt(),
                     };
                     self.pageviews.on_request(now, &info);
+                    if self.rewriting {
+                        self.rewrite_due.push(depth);
+                    }
                 }
                 HttpEvent::ResponseHead { depth } => {
                     let c = self.flows.get(id).expect("live");
@@ -1180,6 +1228,43 @@ impl Engine {
         }
     }
 
+    /// The request node at an embedded image's request head (completed by `seg`, a client's
+    /// segment): whether a `REWRITE EMBEDS` takes it, and if so its target is rewritten in this
+    /// segment and in every resend of it (the connection's request record).
+    fn decide_rewrite(&mut self, now: Timestamp, id: ConnId, depth: u32, seg: &Segment<'_>) {
+        let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return };
+        // The fast path queues (and so lets rlm rewrite) IPv4 segments only.
+        if !c.server.ip.is_ipv4() || c.dir_of(seg) != Dir::ToServer {
+            return;
+        }
+        let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else { return };
+        let (Some(req), Some(request_seq)) = (txn.request.as_ref(), txn.request_seq) else { return };
+        // Only the images a container listed.
+        let Some(position) = self.pageviews.image_position(id, depth) else { return };
+        let rt = self.pageviews.pageview_of_txn(id, depth).and_then(|pv| self.pageviews.elapsed(pv, now)).unwrap_or_default();
+        let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
+        let class = policy.classify(cl, sv);
+        let Some((_rule, select, map)) = policy.at_request(now, cl, sv, class, &req.uri, req.host.as_deref(), rt) else { return };
+        if !crate::adapt::remove::selects(&select, position, &req.uri) {
+            return;
+        }
+        let Some(new) = map.map(&req.uri) else {
+            self.stats.rewrites_unmapped += 1;
+            return;
+        };
+        match rewrite::target_edit(seg.payload, seg.seq, request_seq, &req.method, &req.uri, &new) {
+            Ok((seq, bytes)) => {
+                if self.adapt.entry(id).or_default().requests.add_bytes(seq, &bytes) {
+                    self.stats.embeds_rewritten += 1;
+                } else {
+                    self.stats.adapt_record_full += 1;
+                }
+            }
+            Err(rewrite::Missed::NotInSegment) => self.stats.rewrites_split += 1,
+            Err(rewrite::Missed::Unplaced) => self.stats.rewrites_unplaced += 1,
+        }
+    }
+
     /// A container's references, in document order, as the scanner finds them: those its
     /// removal takes are blanked (kept in the connection's record) and no longer expected by the
     /// pageview. A reference whose attributes began in a segment that went on already stays.
@@ -1256,13 +1341,27 @@ impl Engine {
                     self.adapt_edits = Some(edits);
                 }
             }
-            Dir::ToServer if seg.flags.ack => {
-                a.record.prune(seg.ack);
+            Dir::ToServer => {
+                if seg.flags.ack {
+                    a.record.prune(seg.ack);
+                }
+                if !seg.payload.is_empty() && !a.requests.is_empty() {
+                    a.requests.prune(seg.seq.wrapping_sub(RECORD_HORIZON));
+                    let edits = a.requests.edits(seg.seq, seg.payload.len());
+                    if !edits.is_empty() {
+                        self.adapt_edits = Some(edits);
+                    }
+                }
                 if a.is_idle() {
                     self.adapt.remove(&id);
                 }
             }
             _ => {}
+        }
+        if dir == Dir::ToClient && seg.flags.ack {
+            if let Some(a) = self.adapt.get_mut(&id) {
+                a.requests.prune(seg.ack);
+            }
         }
     }
 

@@ -133,6 +133,8 @@ struct PvTxn {
     /// Counts towards the end of the pageview (icons do not: the load event does not wait for them).
     extends_end: bool,
     container: bool,
+    /// The object of the container's embed list it fetches (index in `expected`).
+    embed: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -347,6 +349,17 @@ impl Pageviews {
     /// The pageview a transaction was assigned to.
     pub fn pageview_of_txn(&self, conn: ConnId, depth: u32) -> Option<u64> {
         self.txn_pv.get(&(conn, depth)).copied()
+    }
+
+    /// A transaction that fetches an image its pageview's container (or one of its stylesheets)
+    /// listed: the image's position among the listed images (1-based, in the order found).
+    pub fn image_position(&self, conn: ConnId, depth: u32) -> Option<u32> {
+        let p = self.open.get(self.txn_pv.get(&(conn, depth))?)?;
+        let ci = p.conn_index(conn)?;
+        let t = p.txns.iter().rev().find(|t| t.conn as usize == ci && t.depth == depth)?;
+        let i = t.embed? as usize;
+        let listed = p.expected.get(..=i)?;
+        (listed[i].kind == EmbedKind::Image).then(|| listed.iter().filter(|e| e.kind == EmbedKind::Image).count() as u32)
     }
 
     /// Elapsed client-perceived time of an open pageview (what rules look at while it runs).
@@ -679,6 +692,7 @@ impl Pageviews {
             done: false,
             extends_end,
             container: is_container,
+            embed: embed_of.and_then(|(_, i)| i).map(|i| i as u32),
         });
         p.in_flight += 1;
         self.txn_pv.insert((r.conn, r.depth), id);

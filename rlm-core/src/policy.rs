@@ -16,10 +16,11 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ahash::AHashMap;
-use rules::{Aggregates, BucketId, ClassId, Effect, EmbedSelect, Facts, Firing, Holds, RuleId, RuleSet, Scope, Stat};
+use rules::{Aggregates, BucketId, ClassId, Effect, EmbedSelect, Facts, Firing, Holds, Mapping, RuleId, RuleSet, Scope, Stat};
 use serde::Serialize;
 
 use crate::time::Timestamp;
@@ -416,6 +417,60 @@ impl Policy {
                     found.get_or_insert_with(|| (f.rule, select.clone()));
                 } else {
                     rc.deferred += 1;
+                }
+            }
+        }
+        self.firings = firings;
+        found
+    }
+
+    /// Whether some rule has `REWRITE EMBEDS` (embedded objects' requests are worth evaluating:
+    /// for the rewrite, or for the counters when it is not carried out).
+    pub fn rewrites_embeds(&self) -> bool {
+        self.rules.any_effect_at(rules::Node::Request, |e| matches!(e, Effect::RewriteEmbeds(_)))
+    }
+
+    /// Whether some rule has `REWRITE EMBEDS` with its mapping read: requests must come through
+    /// the queue to be rewritten.
+    pub fn rewrites_with_mapping(&self) -> bool {
+        let rules = &self.rules;
+        rules.any_effect_at(rules::Node::Request, |e| matches!(e, Effect::RewriteEmbeds(id) if rules.embeds(*id).map.is_some()))
+    }
+
+    /// The request node (transitions 5 and 7 of 004 Figure 3), at an embedded object's request
+    /// head: the first `REWRITE EMBEDS` in force for it whose mapping was read, with its rule.
+    /// `url` is the request's target, `pageview_rt` the elapsed time of its pageview. A
+    /// rewrite with no mapping read (no `USING`, or rules compiled without reading files) or
+    /// with `IF PREDICTED` is counted as deferred.
+    pub fn at_request(
+        &mut self,
+        now: Timestamp,
+        client: SocketAddr,
+        server: SocketAddr,
+        class: ClassId,
+        url: &str,
+        host: Option<&str>,
+        pageview_rt: Duration,
+    ) -> Option<(RuleId, EmbedSelect, Arc<Mapping>)> {
+        self.refresh(now);
+        let mut facts = Facts::new(client, server, class, &self.windows);
+        facts.holds = Some(&self.holds);
+        (facts.url, facts.host, facts.rt) = (Some(url), host, Some(pageview_rt));
+        let mut firings = std::mem::take(&mut self.firings);
+        firings.clear();
+        self.rules.eval_request(&facts, &mut firings);
+        let mut found = None;
+        for f in &firings {
+            let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) else { continue };
+            rc.fired += 1;
+            rc.last_fired = Some(now);
+            if let rules::Effect::RewriteEmbeds(id) = f.effect {
+                let e = self.rules.embeds(id);
+                match &e.map {
+                    Some(map) if self.adapt_carried_out && !matches!(e.select, EmbedSelect::Predicted { .. }) => {
+                        found.get_or_insert_with(|| (f.rule, e.select.clone(), map.clone()));
+                    }
+                    _ => rc.deferred += 1,
                 }
             }
         }

@@ -805,7 +805,7 @@ fn a_syn_from_the_queue_goes_out_with_the_link_addresses_learned_from_handshakes
     use rlm_core::wire::LinkType;
     let mut r = fast_run("IF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n");
     // An earlier handshake, seen with its Ethernet header, teaches the addresses.
-    let mut a = TcpConv::new("10.5.0.1:40000", "10.9.0.1:80");
+    let a = TcpConv::new("10.5.0.1:40000", "10.9.0.1:80");
     let mut syn_a = a.syn();
     syn_a[0..6].copy_from_slice(&[0xaa; 6]); // to the server
     syn_a[6..12].copy_from_slice(&[0xcc; 6]); // from the clients' router
@@ -978,7 +978,7 @@ fn a_blind_spoofer_earns_no_budget_and_a_delay_that_cannot_be_kept_lets_the_syn_
         blind[14 + 20 + 8] ^= 0x5a; // an acknowledgment number it could only guess
         r.feed(i * 1000 + 200, blind);
     }
-    let mut lossy = TcpConv::new("10.6.0.9:5009", "10.9.0.1:80");
+    let lossy = TcpConv::new("10.6.0.9:5009", "10.9.0.1:80");
     r.feed(5_000, lossy.syn());
     r.feed(5_001, lossy.synack());
     r.advance(5_300);
@@ -1054,6 +1054,93 @@ fn client_stream(frames: &[Vec<u8>], isn_next: u32) -> Vec<u8> {
         }
     }
     out.into_iter().map(|b| b.expect("no hole")).collect()
+}
+
+// --- content adaptation: REWRITE EMBEDS ---
+
+/// A run whose rules were read from files, with `map` as the mapping `ims.map` beside them.
+fn rewrite_run(rules_text: &str, map: &str, name: &str) -> Run {
+    let dir = std::env::temp_dir().join(format!("rlm-engine-rewrite-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("rules.rlm"), rules_text).unwrap();
+    std::fs::write(dir.join("ims.map"), map).unwrap();
+    let rs = rules::check_file(&dir.join("rules.rlm")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut r = Run::with(Config { adapt: true, ..Config::default() });
+    r.engine.set_rules(Some(rs));
+    r
+}
+
+const REWRITE_AFTER_1: &str = "IF IP.SRC == *.*.*.* THEN REWRITE EMBEDS AFTER 1 USING \"ims.map\"\n";
+
+#[test]
+fn rewrite_embeds_rewrites_the_chosen_image_requests_in_place_and_every_resend() {
+    let (mut r, mut c) = asking_for_a_page(rewrite_run(REWRITE_AFTER_1, "/img/* /ims/*\n", "chosen"));
+    r.feed_all(100, c.server_data(&html_response(PAGE)));
+    // The first image is kept (AFTER 1): its request goes on as it was.
+    let a = c.client_data(&get("/img/a.gif", "Referer: http://shop/index.html\r\n"));
+    assert_eq!(forward(&mut r, 180, a.clone()).unwrap(), a);
+    r.feed_all(190, c.server_data(&gif_response(300)));
+    // The second is rewritten to its variant, in place: same length, valid checksum.
+    let b = c.client_data(&get("/img/b.gif", "Referer: http://shop/index.html\r\n"));
+    let sent = forward(&mut r, 200, b.clone()).unwrap();
+    let (seq, payload) = seq_payload(&sent);
+    assert_eq!((seq, payload.len()), (seq_payload(&b).0, seq_payload(&b).1.len()));
+    assert_eq!(String::from_utf8(payload.clone()).unwrap(), String::from_utf8(get("/ims/b.gif", "Referer: http://shop/index.html\r\n")).unwrap());
+    // The client resends it, cut in two inside the target: each piece gets its part.
+    let (_, orig) = seq_payload(&b);
+    let mut again = c.clone();
+    again.cseq = seq;
+    let p1 = forward(&mut r, 500, again.client_data(&orig[..8])).unwrap();
+    let p2 = forward(&mut r, 500, again.client_data(&orig[8..])).unwrap();
+    assert_eq!([seq_payload(&p1).1, seq_payload(&p2).1].concat(), payload);
+    r.feed_all(520, c.server_data(&gif_response(40)));
+    // The third too; the pageview still counts every object (rlm read the original requests).
+    let cc = c.client_data(&get("/img/c.gif", "Referer: http://shop/index.html\r\n"));
+    assert!(String::from_utf8(seq_payload(&forward(&mut r, 600, cc).unwrap()).1).unwrap().starts_with("GET /ims/c.gif "));
+    r.feed_all(610, c.server_data(&gif_response(40)));
+    r.feed(700, c.client_ack());
+    r.finish(20_000);
+    let s = r.engine.stats();
+    assert_eq!((s.embeds_rewritten, s.rewrites_split, s.rewrites_unplaced, s.rewrites_unmapped), (2, 0, 0, 0));
+    assert!(s.adapt_segments_edited >= 4, "{}", s.adapt_segments_edited);
+    assert_eq!(r.pv.len(), 1);
+    assert_eq!(r.pv[0].objects, 3, "{:?}", r.pv[0].object_uris);
+    assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 0);
+}
+
+#[test]
+fn only_listed_images_are_rewritten_and_a_target_the_map_lacks_goes_as_it_was() {
+    let rules_text = "IF IP.SRC == *.*.*.* THEN REWRITE EMBEDS USING \"ims.map\"\n";
+    let map = "/img/a.gif /img/A.gif\n/img/a.gif?v=2 /img/A.gif?v=2\n";
+    let (mut r, mut c) = asking_for_a_page(rewrite_run(rules_text, map, "listed"));
+    r.feed_all(100, c.server_data(&html_response(PAGE)));
+    // b is listed but the mapping has no variant for it.
+    let b = c.client_data(&get("/img/b.gif", "Referer: http://shop/index.html\r\n"));
+    assert_eq!(forward(&mut r, 200, b.clone()).unwrap(), b);
+    r.feed_all(210, c.server_data(&gif_response(10)));
+    let a = c.client_data(&get("/img/a.gif", "Referer: http://shop/index.html\r\n"));
+    assert!(String::from_utf8(seq_payload(&forward(&mut r, 300, a).unwrap()).1).unwrap().starts_with("GET /img/A.gif HTTP/1.1\r\n"));
+    r.feed_all(310, c.server_data(&gif_response(10)));
+    // A request the page did not list goes as it was, though the mapping has it.
+    let other = c.client_data(&get("/img/a.gif?v=2", ""));
+    assert_eq!(forward(&mut r, 400, other.clone()).unwrap(), other);
+    let s = r.engine.stats();
+    assert_eq!((s.embeds_rewritten, s.rewrites_unmapped), (1, 1));
+}
+
+#[test]
+fn a_rewrite_without_its_mapping_read_is_deferred_and_rewrites_nothing() {
+    // Compiled without reading files: the rule fires, nothing is rewritten, it is counted.
+    let (mut r, mut c) = asking_for_a_page(adapt_run(REWRITE_AFTER_1));
+    r.feed_all(100, c.server_data(&html_response(PAGE)));
+    for (t, u) in [(200, "/img/a.gif"), (300, "/img/b.gif")] {
+        let f = c.client_data(&get(u, "Referer: http://shop/index.html\r\n"));
+        assert_eq!(forward(&mut r, t, f.clone()).unwrap(), f);
+        r.feed_all(t + 10, c.server_data(&gif_response(10)));
+    }
+    assert_eq!(r.engine.stats().embeds_rewritten, 0);
+    assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 2);
 }
 
 const REMOVE_AFTER_1: &str = "IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n";

@@ -26,6 +26,10 @@ pub struct RlmArm {
     pub extra_args: Vec<String>,
 }
 
+/// The lab's `REWRITE EMBEDS` mapping (`testbed/maps/ims.map`: every image to its small
+/// variant), written beside every arm's rule file so that rules can say `USING "ims.map"`.
+pub const IMS_MAP: &str = include_str!("../maps/ims.map");
+
 /// The lab's bridge and its ports, as `rlm run` is told them.
 pub const BRIDGE: &str = "br0";
 pub const CLIENT_PORT: &str = "app-c";
@@ -108,10 +112,14 @@ pub const INJECTION_STATS: [&str; 6] =
     ["fast_syns_sent", "fast_synacks_sent", "fast_syns_absorbed", "fast_syns_client_passed", "syns_delayed", "inject_denied"];
 
 /// The counters of rlm's /status `stats` about content adaptation (004 section 5).
-pub const ADAPT_STATS: [&str; 7] = [
+pub const ADAPT_STATS: [&str; 11] = [
     "embeds_removed",
     "embeds_kept_split",
     "embeds_kept_unmapped",
+    "embeds_rewritten",
+    "rewrites_unmapped",
+    "rewrites_split",
+    "rewrites_unplaced",
     "adapt_segments_edited",
     "adapt_ooo_dropped",
     "adapt_skipped_encoded",
@@ -218,13 +226,14 @@ fn cpu_seconds(pid: u32) -> f64 {
 
 impl Inline {
     /// Start rlm in namespace `ns` (the lab's appliance namespace) with the arm's rules; files
-    /// go to `dir` (rules.rlm, rlm.log). Fails, with the end of rlm's log, if rlm exits or
+    /// go to `dir` (rules.rlm, the lab's mapping ims.map beside it, rlm.log). Fails, with the end of rlm's log, if rlm exits or
     /// `/status` does not answer within `ready_timeout`.
     pub fn start(ns: &str, arm: &RlmArm, dir: &Path, ready_timeout: Duration) -> Result<Inline> {
         std::fs::create_dir_all(dir)?;
         let rlm = rlm_binary()?;
         let rules = dir.join("rules.rlm");
         std::fs::write(&rules, &arm.rules)?;
+        std::fs::write(dir.join("ims.map"), IMS_MAP)?;
         let log = dir.join("rlm.log");
         let addr: SocketAddr = ([127, 0, 0, 1], METRICS_PORT).into();
         let mut cmd = Command::new("ip");

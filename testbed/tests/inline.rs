@@ -501,9 +501,11 @@ const GIF: &[u8] =
 
 /// A real browser through the appliance: headless Chromium loads a page whose image references
 /// rlm blanks (`REMOVE EMBEDS AT 2`, then `AFTER 3`), renders it whole (every `<img>` element
-/// still there) and asks the farm for exactly the images left.
+/// still there) and asks the farm for exactly the images left; then a page whose image requests
+/// past the fifth rlm rewrites to their small variants (`REWRITE EMBEDS AFTER 5`), and the farm
+/// is asked for those variants.
 #[test]
-fn chromium_loads_pages_with_references_removed_and_fetches_exactly_the_images_left() {
+fn chromium_loads_pages_with_references_removed_or_rewritten_and_fetches_exactly_what_is_left() {
     if std::process::Command::new("chromium").arg("--version").output().is_err() {
         panic!("chromium is missing (make deps installs it)");
     }
@@ -515,7 +517,7 @@ fn chromium_loads_pages_with_references_removed_and_fetches_exactly_the_images_l
         seen.lock().unwrap().push(target.to_string());
         let (ctype, body) = match target {
             "/" => ("text/html", page.clone().into_bytes()),
-            t if t.starts_with("/img/") => ("image/gif", GIF.to_vec()),
+            t if t.starts_with("/img/") || t.starts_with("/ims/") => ("image/gif", GIF.to_vec()),
             _ => return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
         };
         let mut r = format!("HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
@@ -525,7 +527,14 @@ fn chromium_loads_pages_with_references_removed_and_fetches_exactly_the_images_l
     let (_plan, _guard, info, _) = lab_serving("c", 1, Some(respond));
     let dir = std::env::temp_dir().join(format!("rlm-chromium-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (rule, left) in [("REMOVE EMBEDS AT 2", vec![1, 3, 4, 5, 6, 7, 8]), ("REMOVE EMBEDS AFTER 3", vec![1, 2, 3])] {
+    let img = |dir: &str, i: &[u32]| -> Vec<String> { i.iter().map(|i| format!("/{dir}/{i}.gif")).collect() };
+    let cases = [
+        ("REMOVE EMBEDS AT 2", img("img", &[1, 3, 4, 5, 6, 7, 8]), "embeds_removed", 1),
+        ("REMOVE EMBEDS AFTER 3", img("img", &[1, 2, 3]), "embeds_removed", 5),
+        // The lab's mapping (written beside the rules): /img/* to /ims/*, in place.
+        ("REWRITE EMBEDS AFTER 5 USING \"ims.map\"", [img("img", &[1, 2, 3, 4, 5]), img("ims", &[6, 7, 8])].concat(), "embeds_rewritten", 3),
+    ];
+    for (rule, want, stat, count) in cases {
         let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == *.*.*.* THEN {rule}\n"), extra_args: vec![] };
         let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
         log.lock().unwrap().clear();
@@ -544,10 +553,11 @@ fn chromium_loads_pages_with_references_removed_and_fetches_exactly_the_images_l
         assert_eq!(dom.matches("<img").count(), 8, "{rule}: every element rendered: {dom}");
         let mut got: Vec<String> = log.lock().unwrap().iter().filter(|t| *t != "/" && *t != "/favicon.ico").cloned().collect();
         got.sort();
-        let want: Vec<String> = left.iter().map(|i| format!("/img/{i}.gif")).collect();
-        assert_eq!(got, want, "{rule}: the farm served exactly the images left");
+        let mut want = want;
+        want.sort();
+        assert_eq!(got, want, "{rule}: the farm served exactly the images left, or their variants");
         let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_rlm.status.as_ref().expect("status")).unwrap()).unwrap();
-        assert_eq!(status["stats"]["embeds_removed"].as_u64(), Some(8 - left.len() as u64), "{rule}: {}", status["stats"]);
+        assert_eq!(status["stats"][stat].as_u64(), Some(count), "{rule}: {}", status["stats"]);
         std::fs::remove_dir_all(&profile).ok();
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -184,7 +184,7 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         server_ports: cfg.server_ports.clone(),
         queue_synacks,
         queue_mark: matches!(source, Source::Fast(_)).then_some(cfg.queue_mark),
-        queue_responses: cfg.adapt && matches!(source, Source::Fast(_)),
+        queue_content: cfg.adapt && matches!(source, Source::Fast(_)),
     };
     // Opened before any rule is installed: a failure leaves nothing behind.
     let injector = match cfg.inject {
@@ -478,6 +478,10 @@ impl Loop {
                 FastpathUpdate::QueueResponses(on) => {
                     info!(on, "fast path: the servers' segments go through the queue (REMOVE EMBEDS)");
                     f.path.set_queue_responses(on)
+                }
+                FastpathUpdate::QueueRequests(on) => {
+                    info!(on, "fast path: the clients' segments go through the queue (REWRITE EMBEDS)");
+                    f.path.set_queue_requests(on)
                 }
                 FastpathUpdate::SynVerdict { client, server, generation, admission } => {
                     let action = match admission {

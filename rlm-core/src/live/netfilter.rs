@@ -33,9 +33,10 @@ pub struct QueuePlan {
     /// Queue only the SYNs carrying these mark bits (set by the eBPF fast path on the SYNs it
     /// has no verdict for); `None`: every client SYN.
     pub queue_mark: Option<u32>,
-    /// Queue the servers' segments that carry the mark too (the eBPF fast path marks them while
-    /// content adaptation is carried out): with `queue_mark` only.
-    pub queue_responses: bool,
+    /// Queue the non-SYN segments that carry the mark too, the servers' and the clients' (the
+    /// eBPF fast path marks them while content adaptation is carried out: responses for `REMOVE
+    /// EMBEDS`, requests for `REWRITE EMBEDS`): with `queue_mark` only.
+    pub queue_content: bool,
 }
 
 /// Which mechanism carries the queue rules.
@@ -108,24 +109,25 @@ impl QueuePlan {
                 self.server_port
             ));
         }
-        if let Some(jump) = self.responses_jump() {
+        if let Some(jump) = self.content_jump() {
             t.push_str(&format!("-A FORWARD {jump}\n"));
             t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp ! --tcp-flags SYN SYN{synack_ports}{mark} -j {q}\n", self.server_port));
+            t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp ! --tcp-flags SYN SYN{syn_ports}{mark} -j {q}\n", self.client_port));
         }
         t.push_str("COMMIT\n");
         t
     }
 
-    /// The FORWARD rule (without `-A`) that sends the servers' marked segments to rlm's chain.
-    fn responses_jump(&self) -> Option<String> {
-        let m = self.queue_mark.filter(|_| self.queue_responses)?;
+    /// The FORWARD rule (without `-A`) that sends the marked non-SYN segments to rlm's chain.
+    fn content_jump(&self) -> Option<String> {
+        let m = self.queue_mark.filter(|_| self.queue_content)?;
         Some(format!("-p tcp ! --tcp-flags SYN SYN -m mark --mark {m:#x}/{m:#x} -j {}", self.chain()))
     }
 
     /// The iptables-restore text that removes it.
     pub fn iptables_remove(&self) -> String {
         let chain = self.chain();
-        let responses = self.responses_jump().map(|j| format!("-D FORWARD {j}\n")).unwrap_or_default();
+        let responses = self.content_jump().map(|j| format!("-D FORWARD {j}\n")).unwrap_or_default();
         format!("*mangle\n-D FORWARD -p tcp --tcp-flags {} -j {chain}\n{responses}-F {chain}\n-X {chain}\nCOMMIT\n", self.jump_flags())
     }
 
@@ -148,8 +150,9 @@ impl QueuePlan {
         } else {
             String::new()
         };
-        if let Some(m) = self.queue_mark.filter(|_| self.queue_responses) {
+        if let Some(m) = self.queue_mark.filter(|_| self.queue_content) {
             synack.push_str(&format!("    iifname \"{}\" {}tcp flags & syn == 0 meta mark & {m:#x} == {m:#x} {q}\n", self.bridge, ports.1));
+            synack.push_str(&format!("    iifname \"{}\" {}tcp flags & syn == 0 meta mark & {m:#x} == {m:#x} {q}\n", self.bridge, ports.0));
         }
         format!(
             "table inet {table} {{\n  chain forward {{\n    type filter hook forward priority mangle; policy accept;\n    \
@@ -320,24 +323,29 @@ mod tests {
             server_ports: vec![80, 8080],
             queue_synacks: true,
             queue_mark: None,
-            queue_responses: false,
+            queue_content: false,
         }
     }
 
     #[test]
-    fn the_servers_marked_segments_are_queued_while_adapting_and_the_jump_is_removed() {
-        let adapt = QueuePlan { queue_synacks: false, queue_mark: Some(0x80_0000), queue_responses: true, ..plan(1) };
+    fn the_marked_segments_are_queued_both_ways_while_adapting_and_the_jump_is_removed() {
+        let adapt = QueuePlan { queue_synacks: false, queue_mark: Some(0x80_0000), queue_content: true, ..plan(1) };
         let t = adapt.iptables_install();
         assert!(t.contains("-A FORWARD -p tcp ! --tcp-flags SYN SYN -m mark --mark 0x800000/0x800000 -j RLM-br0\n"), "{t}");
         assert!(
             t.contains("-A RLM-br0 -m physdev --physdev-in app-s -p tcp ! --tcp-flags SYN SYN -m multiport --sports 80,8080 -m mark --mark 0x800000/0x800000 -j NFQUEUE --queue-num 0 --queue-bypass\n"),
             "{t}"
         );
+        assert!(
+            t.contains("-A RLM-br0 -m physdev --physdev-in app-c -p tcp ! --tcp-flags SYN SYN -m multiport --dports 80,8080 -m mark --mark 0x800000/0x800000 -j NFQUEUE --queue-num 0 --queue-bypass\n"),
+            "{t}"
+        );
         let r = adapt.iptables_remove();
         assert!(r.contains("-D FORWARD -p tcp ! --tcp-flags SYN SYN -m mark --mark 0x800000/0x800000 -j RLM-br0\n"), "{r}");
         assert!(adapt.nft_install().contains("tcp sport { 80, 8080 } tcp flags & syn == 0 meta mark & 0x800000 == 0x800000 queue"));
+        assert!(adapt.nft_install().contains("tcp dport { 80, 8080 } tcp flags & syn == 0 meta mark & 0x800000 == 0x800000 queue"));
         // Without the fast path's mark nothing marks them: no rule.
-        for p in [QueuePlan { queue_responses: true, ..plan(1) }, QueuePlan { queue_mark: Some(0x80_0000), ..plan(1) }] {
+        for p in [QueuePlan { queue_content: true, ..plan(1) }, QueuePlan { queue_mark: Some(0x80_0000), ..plan(1) }] {
             assert!(!p.iptables_install().contains("! --tcp-flags SYN SYN") && !p.nft_install().contains("syn == 0"));
         }
     }

@@ -162,16 +162,21 @@ fn params(query: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
+/// The images (served by nginx): `/img/` and their small variants under `/ims/`.
+fn is_image(path: &str) -> bool {
+    path.starts_with("/img/") || path.starts_with("/ims/")
+}
+
 async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let start = std::time::Instant::now();
-    let kind = if req.uri().path().starts_with("/img/") { Kind::Image } else { Kind::Page };
+    let kind = if is_image(req.uri().path()) { Kind::Image } else { Kind::Page };
     let r = respond(&sh, req).await?;
     Ok(timed(&sh, start, kind, r))
 }
 
 async fn respond(sh: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_string();
-    if path.starts_with("/img/") {
+    if is_image(&path) {
         sh.stats.images.fetch_add(1, Ordering::Relaxed);
         let uri = format!("http://{}{}", sh.upstream, path);
         let resp = match Request::get(uri).body(http_body_util::Empty::<Bytes>::new()) {

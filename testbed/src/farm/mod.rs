@@ -88,7 +88,7 @@ fn nginx_conf(dir: &Path, docroot: &Path) -> String {
          http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_timeout 120;\n  keepalive_requests 1000000;\n\
            types {{ image/gif gif; }}\n  default_type application/octet-stream;\n\
            client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
-           server {{\n    listen 127.0.0.1:{STATIC_PORT};\n    root {r};\n    location /img/ {{ }}\n  }}\n\
+           server {{\n    listen 127.0.0.1:{STATIC_PORT};\n    root {r};\n    location /img/ {{ }}\n    location /ims/ {{ }}\n  }}\n\
            server {{\n    listen {FARM_ADDR}:{FILES_PORT} backlog=4096;\n    root {r};\n    location /files/ {{ }}\n  }}\n}}\n",
         d = dir.display(),
         r = docroot.display()

@@ -3,8 +3,8 @@
 //! Every container page is built from a database query and embeds up to 11 images: the logo,
 //! navigation buttons and item thumbnails. Product-detail pages carry a 256 KB cover as their
 //! second object for six items in seven, so about 18% of the browsing mix's pageviews have it
-//! (004 section 6.4). Every image also exists in a smaller variant under `/img/small/` for the
-//! rewrite experiments.
+//! (004 section 6.4). Every image also exists in a smaller variant under `/ims/` (a sixteenth of
+//! its size, at a path of the same length) for the rewrite experiments.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -217,7 +217,9 @@ pub fn image_files() -> Vec<(String, usize)> {
     for i in 0..LARGE {
         v.push((format!("img/large/{i}.gif"), LARGE_BYTES));
     }
-    let small: Vec<(String, usize)> = v.iter().map(|(p, n)| (p.replacen("img/", "img/small/", 1), (n / 16).max(200))).collect();
+    // The small variants, a sixteenth of the size, at a path of the same length (`/ims/...` for
+    // `/img/...`), so that rlm can rewrite a request in place (`testbed/maps/ims.map`).
+    let small: Vec<(String, usize)> = v.iter().map(|(p, n)| (p.replacen("img/", "ims/", 1), (n / 16).max(200))).collect();
     v.extend(small);
     v
 }
@@ -290,5 +292,20 @@ mod tests {
         assert!(html.contains("T&lt;1&gt;"));
         let no_cover = render(PageType::ProductDetail, &[ItemRow { id: 7, title: "x".into(), author: "y".into(), cost: 1.0 }]);
         assert!(!no_cover.contains("/img/large/"));
+    }
+
+    #[test]
+    fn the_labs_mapping_takes_every_image_to_its_small_variant() {
+        let map = rules::Mapping::parse("ims.map", crate::inline::IMS_MAP).expect("the lab's mapping parses");
+        let files: std::collections::HashMap<String, usize> = image_files().into_iter().collect();
+        let mut n = 0;
+        for (path, &size) in files.iter().filter(|(p, _)| p.starts_with("img/")) {
+            let to = map.map(&format!("/{path}")).expect("mapped");
+            assert_eq!(to.len(), path.len() + 1);
+            let small = files[&to[1..]];
+            assert_eq!(small, (size / 16).max(200), "{path} -> {to}");
+            n += 1;
+        }
+        assert_eq!(n * 2, files.len());
     }
 }
