@@ -337,6 +337,11 @@ impl RuleSet {
         &self.embeds[id.0 as usize]
     }
 
+    /// How many `REMOVE EMBEDS` / `REWRITE EMBEDS` actions there are ([`EmbedsId`] 0 to this).
+    pub fn embeds_count(&self) -> usize {
+        self.embeds.len()
+    }
+
     /// Every `LIMIT SYN` bucket, indexed by [`BucketId`].
     pub fn buckets(&self) -> &[Bucket] {
         &self.buckets

@@ -156,28 +156,34 @@ fn class_table(arms: &[ArmResult]) -> String {
     md
 }
 
-/// The objects an arm of remove-embeds keeps (`keep-N`: N; `keep-all`: None).
+/// The objects an arm of remove-embeds or rewrite-embeds keeps whole (`keep-N`: N; `keep-all`
+/// and others: None).
 fn kept_of(arm: &str) -> Option<u32> {
     arm.strip_prefix("keep-").and_then(|n| n.parse().ok())
 }
 
-/// remove-embeds (004 Figure 18): each group's mean by the objects kept, and what rlm blanked.
-fn removal_table(arms: &[ArmResult]) -> String {
+/// An arm on the objects-kept axis: `keep-N` and `keep-all` (the other arms, such as
+/// rewrite-embeds' `rt-1s`, are in the table only).
+fn on_kept_axis(arm: &str) -> bool {
+    arm == "keep-all" || kept_of(arm).is_some()
+}
+
+/// remove-embeds and rewrite-embeds (004 Figures 18 and 19): each group's mean by the objects
+/// kept, and what rlm did to the pages or the requests.
+fn embeds_table(experiment: &str, arms: &[ArmResult]) -> String {
     let classes: Vec<&String> = arms.first().map(|a| a.pageviews.by_class.keys().collect()).unwrap_or_default();
     let heads: Vec<String> = classes.iter().map(|c| format!("{c} mean")).collect();
-    let mut md = format!("\n| arm | {} | references blanked | kept at a cut | segments rewritten |\n", heads.join(" | "));
+    let counters: [(&str, &str); 3] = if experiment == "rewrite-embeds" {
+        [("requests rewritten", "embeds_rewritten"), ("left: target split", "rewrites_split"), ("segments rewritten", "adapt_segments_edited")]
+    } else {
+        [("references blanked", "embeds_removed"), ("kept at a cut", "embeds_kept_split"), ("segments rewritten", "adapt_segments_edited")]
+    };
+    let mut md = format!("\n| arm | {} | {} |\n", heads.join(" | "), counters.map(|c| c.0).join(" | "));
     md.push_str(&format!("| --- |{} --- | --- | --- |\n", " --- |".repeat(classes.len())));
     for a in arms {
         let means: Vec<String> = classes.iter().map(|c| a.pageviews.by_class.get(*c).map_or("-".into(), |s| format!("{:.2} s", s.mean_s))).collect();
         let got = |k: &str| a.rlm.as_ref().and_then(|r| r.adapted.get(k)).map_or("-".into(), |x| format!("{x:.0}"));
-        md.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
-            a.name,
-            means.join(" | "),
-            got("embeds_removed"),
-            got("embeds_kept_split"),
-            got("adapt_segments_edited")
-        ));
+        md.push_str(&format!("| {} | {} | {} |\n", a.name, means.join(" | "), counters.map(|c| got(c.1)).join(" | ")));
     }
     md
 }
@@ -185,8 +191,9 @@ fn removal_table(arms: &[ArmResult]) -> String {
 /// 004 Figure 18 as a plot: each class's mean response time against the objects kept (the
 /// arm that removes nothing at the right, one past the largest N).
 pub fn removal_png(path: &Path, arms: &[ArmResult]) -> Result<()> {
+    let arms: Vec<&ArmResult> = arms.iter().filter(|a| on_kept_axis(&a.name)).collect();
     let largest = arms.iter().filter_map(|a| kept_of(&a.name)).max().unwrap_or(0);
-    let x_of = |a: &ArmResult| kept_of(&a.name).unwrap_or(largest + 1) as f64;
+    let x_of = |a: &&ArmResult| kept_of(&a.name).unwrap_or(largest + 1) as f64;
     let ymax = arms.iter().flat_map(|a| a.pageviews.by_class.values().map(|s| s.mean_s)).fold(0.0, f64::max).max(0.5) * 1.15;
     let classes: Vec<String> = arms.first().map(|a| a.pageviews.by_class.keys().cloned().collect()).unwrap_or_default();
     let title = "mean response time by objects kept (right: all)";
@@ -276,10 +283,11 @@ pub fn write(
     match experiment {
         "fast-synack" => md.push_str(&synack_table(arms)),
         "fast-syn" | "think-gap" => md.push_str(&class_table(arms)),
-        "remove-embeds" => {
-            md.push_str(&removal_table(arms));
-            removal_png(&dir.join("remove-embeds-kept.png"), arms)?;
-            md.push_str("\n![mean by objects kept](remove-embeds-kept.png)\n");
+        "remove-embeds" | "rewrite-embeds" => {
+            md.push_str(&embeds_table(experiment, arms));
+            let png = format!("{experiment}-kept.png");
+            removal_png(&dir.join(&png), arms)?;
+            md.push_str(&format!("\n![mean by objects kept]({png})\n"));
         }
         _ => {}
     }
