@@ -7,6 +7,7 @@
 //! keeps what was changed, so that every copy is changed alike.
 
 pub mod patch;
+pub mod predict;
 pub mod record;
 pub mod remove;
 pub mod rewrite;
