@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs, Release};
 use crate::adapt::patch::{self, Edit};
+use crate::adapt::predict::{size_key, Basis, ClientLoss, Predictor, SizeCache};
 use crate::adapt::rewrite;
 use crate::adapt::remove::Removal;
 use crate::adapt::AdaptConn;
@@ -250,6 +251,9 @@ pub struct Transmit {
 /// queue was full, say, and the client's bare ACKs do not come to rlm).
 const MAX_AHEAD_DROPS: u32 = 32;
 
+/// The segment size assumed when a connection's loss is estimated from its bytes (Ethernet's).
+const MSS_GUESS: u32 = 1448;
+
 /// Blanks further behind a server segment than this are let go.
 const RECORD_HORIZON: u32 = 1 << 26;
 
@@ -383,6 +387,11 @@ pub struct Stats {
     pub rewrites_unmapped: u64,
     pub rewrites_split: u64,
     pub rewrites_unplaced: u64,
+    /// `IF PREDICTED` decisions: made from a cell's measured mean, from the model, or not made
+    /// because the object's size was not known yet (the object is left alone).
+    pub predictions_measured: u64,
+    pub predictions_model: u64,
+    pub predictions_no_size: u64,
     /// Containers a rule took but left alone: their body came content-encoded.
     pub adapt_skipped_encoded: u64,
     /// Server segments past a hole dropped while a removal was under way (the server resends
@@ -447,10 +456,18 @@ pub struct Engine {
     removing: bool,
     /// A `REWRITE EMBEDS` is in the rules.
     rewriting: bool,
+    /// An `IF PREDICTED` selector is in the rules: sizes and transfer times are learnt.
+    predicting: bool,
     /// Requests whose heads completed in the segment being handled, for a rewrite (their depths).
     rewrite_due: Vec<u32>,
     /// Content adaptation's state, by connection.
     adapt: ahash::AHashMap<ConnId, AdaptConn>,
+    /// Transactions whose request rlm rewrote, with the target the server was asked for.
+    rewritten: ahash::AHashMap<(ConnId, u32), String>,
+    /// Transfer times measured per (size, RTT, loss), the model behind them (`IF PREDICTED`).
+    predictor: Predictor,
+    client_loss: ClientLoss,
+    sizes: SizeCache,
     /// The server segment being handled: the sequence number of its first byte new to the
     /// stream (blanks before it can no longer be written into a copy the client gets first),
     /// and of the byte past its end.
@@ -496,8 +513,13 @@ impl Engine {
             injecting_synack: false,
             removing: false,
             rewriting: false,
+            predicting: false,
             rewrite_due: Vec::new(),
             adapt: ahash::AHashMap::new(),
+            rewritten: ahash::AHashMap::new(),
+            predictor: Predictor::default(),
+            client_loss: ClientLoss::default(),
+            sizes: SizeCache::default(),
             adapt_window: None,
             adapt_edits: None,
         }
@@ -630,6 +652,7 @@ impl Engine {
         self.injecting_synack = self.policy.as_ref().is_some_and(Policy::injects_at_synack);
         self.removing = self.policy.as_ref().is_some_and(Policy::removes_embeds);
         self.rewriting = self.policy.as_ref().is_some_and(Policy::rewrites_embeds);
+        self.predicting = self.policy.as_ref().is_some_and(Policy::predicts);
     }
 
     /// The rules in force and their state.
@@ -1028,6 +1051,7 @@ impl Engine {
             txn.anomalies.insert(crate::http::Anomalies::MIDSTREAM);
         }
         let pv = self.pageviews.on_txn_done(now, id, txn.depth, txn.response_first_ts, txn.response_last_ts);
+        self.learn_transfer(id, &txn);
         self.stats.transactions += 1;
         if !txn.anomalies.is_empty() {
             self.stats.transactions_with_anomalies += 1;
@@ -1087,12 +1111,18 @@ impl Engine {
         self.fast_synacks.remove(&id);
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
+        if c.s2c.bytes > 0 {
+            self.client_loss.on_conn(client, c.s2c.bytes, c.s2c.retransmits, MSS_GUESS);
+        }
         let first_syn = c.hs.syn.first;
         let syns = c.hs.syn.count;
         self.process_http(now, id, &mut evs);
         self.http_events = evs;
         // After the flush, which can start a removal.
         self.adapt.remove(&id);
+        if !self.rewritten.is_empty() {
+            self.rewritten.retain(|k, _| k.0 != id);
+        }
         // A closed connection stays only to absorb stragglers: its slot is freed after the
         // linger, not after the idle timeout armed when it opened.
         if !matches!(reason, CloseReason::Shutdown | CloseReason::Refused | CloseReason::ConnectTimeout | CloseReason::Evicted) {
@@ -1245,7 +1275,34 @@ impl Engine {
         let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
         let class = policy.classify(cl, sv);
         let Some((_rule, select, map)) = policy.at_request(now, cl, sv, class, &req.uri, req.host.as_deref(), rt) else { return };
-        if !crate::adapt::remove::selects(&select, position, &req.uri) {
+        let take = match select {
+            rules::EmbedSelect::Predicted { cmp, goal } => {
+                // 004 Figure 20: rewritten if its predicted transfer would take the pageview's
+                // elapsed time past the goal.
+                match self.sizes.get(&size_key(req.host.as_deref(), &sv.to_string(), &req.uri)) {
+                    None => {
+                        self.stats.predictions_no_size += 1;
+                        false
+                    }
+                    Some(size) => {
+                        let rtt = self.pageviews.client_rtt(c.client.ip).or(c.rtt()).unwrap_or_default();
+                        let (t, basis) = self.predictor.predict(size, rtt, self.client_loss.of(c.client.ip));
+                        match basis {
+                            Basis::Measured(_) => self.stats.predictions_measured += 1,
+                            Basis::Model => self.stats.predictions_model += 1,
+                        }
+                        let predicted = rt + t;
+                        if cmp == rules::Cmp::Ge {
+                            predicted >= goal
+                        } else {
+                            predicted > goal
+                        }
+                    }
+                }
+            }
+            ref s => crate::adapt::remove::selects(s, position, &req.uri),
+        };
+        if !take {
             return;
         }
         let Some(new) = map.map(&req.uri) else {
@@ -1256,6 +1313,7 @@ impl Engine {
             Ok((seq, bytes)) => {
                 if self.adapt.entry(id).or_default().requests.add_bytes(seq, &bytes) {
                     self.stats.embeds_rewritten += 1;
+                    self.rewritten.insert((id, depth), new);
                 } else {
                     self.stats.adapt_record_full += 1;
                 }
@@ -1263,6 +1321,30 @@ impl Engine {
             Err(rewrite::Missed::NotInSegment) => self.stats.rewrites_split += 1,
             Err(rewrite::Missed::Unplaced) => self.stats.rewrites_unplaced += 1,
         }
+    }
+
+    /// A 2xx answer ended: its size goes into the size cache under the target the server was
+    /// asked for (the variant, when rlm rewrote the request), and an object's transfer time
+    /// (not a page's: pages wait for the server) into the predictor's cell.
+    fn learn_transfer(&mut self, id: ConnId, txn: &Txn) {
+        let variant = if self.rewritten.is_empty() { None } else { self.rewritten.remove(&(id, txn.depth)) };
+        if !self.predicting {
+            return;
+        }
+        let (Some(c), Some(req), Some(resp)) = (self.flows.get(id), txn.request.as_ref(), txn.response.as_ref()) else { return };
+        if !(200..300).contains(&resp.status) {
+            return;
+        }
+        let size = txn.response_body_len;
+        let target = variant.as_deref().unwrap_or(&req.uri);
+        self.sizes.insert(size_key(req.host.as_deref(), &c.server.to_string(), target), size);
+        if txn.is_html() || size == 0 {
+            return;
+        }
+        let (Some(first), Some(last)) = (txn.response_first_ts, txn.response_last_ts) else { return };
+        let Some(rtt) = self.pageviews.client_rtt(c.client.ip).or(c.rtt()) else { return };
+        let transfer = last.saturating_since(first) + rtt / 2;
+        self.predictor.observe(size, rtt, self.client_loss.of(c.client.ip), transfer);
     }
 
     /// A container's references, in document order, as the scanner finds them: those its

@@ -367,6 +367,11 @@ impl Pageviews {
         self.open.get(&id).map(|p| now.saturating_since(p.start))
     }
 
+    /// The client's last measured RTT (its handshakes at the appliance), if known.
+    pub fn client_rtt(&self, client: IpAddr) -> Option<Duration> {
+        self.client_rtt.get(&client).map(|(r, _)| *r)
+    }
+
     fn rtt_for(&self, client: IpAddr, rtt: Option<Duration>) -> Duration {
         rtt.or_else(|| self.client_rtt.get(&client).map(|(r, _)| *r)).unwrap_or(Duration::ZERO)
     }

@@ -430,6 +430,18 @@ impl Policy {
         self.rules.any_effect_at(rules::Node::Request, |e| matches!(e, Effect::RewriteEmbeds(_)))
     }
 
+    /// Whether some `REMOVE EMBEDS` or `REWRITE EMBEDS` selects by `IF PREDICTED`: object sizes
+    /// and transfer times are worth learning.
+    pub fn predicts(&self) -> bool {
+        let rules = &self.rules;
+        [rules::Node::Request, rules::Node::Response].into_iter().any(|n| {
+            rules.any_effect_at(n, |e| match e {
+                Effect::RewriteEmbeds(id) | Effect::RemoveEmbeds(id) => matches!(rules.embeds(*id).select, EmbedSelect::Predicted { .. }),
+                _ => false,
+            })
+        })
+    }
+
     /// Whether some rule has `REWRITE EMBEDS` with its mapping read: requests must come through
     /// the queue to be rewritten.
     pub fn rewrites_with_mapping(&self) -> bool {
@@ -440,8 +452,8 @@ impl Policy {
     /// The request node (transitions 5 and 7 of 004 Figure 3), at an embedded object's request
     /// head: the first `REWRITE EMBEDS` in force for it whose mapping was read, with its rule.
     /// `url` is the request's target, `pageview_rt` the elapsed time of its pageview. A
-    /// rewrite with no mapping read (no `USING`, or rules compiled without reading files) or
-    /// with `IF PREDICTED` is counted as deferred.
+    /// rewrite with no mapping read (no `USING`, or rules compiled without reading files) is
+    /// counted as deferred.
     pub fn at_request(
         &mut self,
         now: Timestamp,
@@ -467,7 +479,7 @@ impl Policy {
             if let rules::Effect::RewriteEmbeds(id) = f.effect {
                 let e = self.rules.embeds(id);
                 match &e.map {
-                    Some(map) if self.adapt_carried_out && !matches!(e.select, EmbedSelect::Predicted { .. }) => {
+                    Some(map) if self.adapt_carried_out => {
                         found.get_or_insert_with(|| (f.rule, e.select.clone(), map.clone()));
                     }
                     _ => rc.deferred += 1,

@@ -1143,6 +1143,46 @@ fn a_rewrite_without_its_mapping_read_is_deferred_and_rewrites_nothing() {
     assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 2);
 }
 
+#[test]
+fn a_predicted_rewrite_takes_the_objects_whose_transfer_would_pass_the_goal_once_their_size_is_known() {
+    // 004 Figure 20: rewrite an image if its predicted transfer takes the pageview past 300 ms.
+    let rules_text = "IF IP.SRC == *.*.*.* THEN REWRITE EMBEDS IF PREDICTED RT > 300ms USING \"ims.map\"\n";
+    let (mut r, mut c) = asking_for_a_page(rewrite_run(rules_text, "/img/* /ims/*\n", "predicted"));
+    let referer = "Referer: http://shop/index.html\r\n";
+    r.feed_all(100, c.server_data(&html_response(PAGE)));
+    // The first pageview: no size known yet, nothing rewritten; the answers teach the sizes.
+    for (t, u, n) in [(200, "/img/a.gif", 262_144), (1500, "/img/b.gif", 300), (1700, "/img/c.gif", 300)] {
+        let f = c.client_data(&get(u, referer));
+        assert_eq!(forward(&mut r, t, f.clone()).unwrap(), f, "{u}");
+        r.feed_all(t + 10, c.server_data(&gif_response(n)));
+        r.feed(t + 90, c.client_ack());
+    }
+    assert_eq!((r.engine.stats().predictions_no_size, r.engine.stats().embeds_rewritten), (3, 0));
+    // The next pageview: the 256 KB image would take several round trips of 80 ms, past the
+    // goal (the model: no cell has 8 samples); the small one would not.
+    r.feed(10_000, c.client_data(&get("/index.html", "")));
+    r.feed_all(10_020, c.server_data(&html_response(PAGE)));
+    let a = c.client_data(&get("/img/a.gif", referer));
+    assert!(String::from_utf8(seq_payload(&forward(&mut r, 10_050, a).unwrap()).1).unwrap().starts_with("GET /ims/a.gif "));
+    r.feed_all(10_060, c.server_data(&gif_response(16_384)));
+    // b's request comes about 160 ms into the pageview: 300 bytes do not take it past 300 ms.
+    let b = c.client_data(&get("/img/b.gif", referer));
+    assert_eq!(forward(&mut r, 10_120, b.clone()).unwrap(), b);
+    r.feed_all(10_130, c.server_data(&gif_response(300)));
+    // c's comes at 350 ms: the pageview is past the goal already, and c is rewritten.
+    let cc = c.client_data(&get("/img/c.gif", referer));
+    assert!(String::from_utf8(seq_payload(&forward(&mut r, 10_310, cc).unwrap()).1).unwrap().starts_with("GET /ims/c.gif "));
+    r.feed_all(10_320, c.server_data(&gif_response(300)));
+    // A third pageview: a's size is still 256 KB (the 16 KB answer was the variant's, learnt
+    // under /ims/a.gif), so a is rewritten again.
+    r.feed(20_000, c.client_data(&get("/index.html", "")));
+    r.feed_all(20_020, c.server_data(&html_response(PAGE)));
+    let a = c.client_data(&get("/img/a.gif", referer));
+    assert!(String::from_utf8(seq_payload(&forward(&mut r, 20_050, a).unwrap()).1).unwrap().starts_with("GET /ims/a.gif "));
+    let s = r.engine.stats();
+    assert_eq!((s.embeds_rewritten, s.predictions_model, s.predictions_measured, s.predictions_no_size), (3, 4, 0, 3));
+}
+
 const REMOVE_AFTER_1: &str = "IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n";
 
 #[test]

@@ -176,6 +176,87 @@ impl Predictor {
     }
 }
 
+/// Most clients (or URLs) a table keeps; past it, the older half is let go.
+pub const MAX_ENTRIES: usize = 65_536;
+
+/// Per-client segment loss, measured passively: a moving average (weight 1/8) over each closed
+/// connection of the server's retransmitted segments against the segments it sent.
+#[derive(Clone, Debug, Default)]
+pub struct ClientLoss {
+    map: ahash::AHashMap<std::net::IpAddr, (f32, u64)>,
+    /// Bumped at every update, to tell the older half from the newer.
+    clock: u64,
+}
+
+impl ClientLoss {
+    /// A connection of `client` closed after the server sent `bytes` of new data in segments
+    /// of about `mss`, and `retransmits` segments again.
+    pub fn on_conn(&mut self, client: std::net::IpAddr, bytes: u64, retransmits: u32, mss: u32) {
+        let sent = bytes.div_ceil(u64::from(mss.max(1))) + u64::from(retransmits);
+        if sent == 0 {
+            return;
+        }
+        let x = retransmits as f32 / sent as f32;
+        self.clock += 1;
+        if self.map.len() >= MAX_ENTRIES && !self.map.contains_key(&client) {
+            let cut = self.clock.saturating_sub(self.map.len() as u64 / 2);
+            self.map.retain(|_, (_, t)| *t >= cut);
+            if self.map.len() >= MAX_ENTRIES {
+                self.map.clear();
+            }
+        }
+        let e = self.map.entry(client).or_insert((x, 0));
+        e.0 += (x - e.0) / 8.0;
+        e.1 = self.clock;
+    }
+
+    /// The client's loss estimate (0 when unknown).
+    pub fn of(&self, client: std::net::IpAddr) -> f64 {
+        self.map.get(&client).map_or(0.0, |e| f64::from(e.0))
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// The size of each object served (its response body's bytes on the wire), by request key
+/// (`host` and target as sent); the last one seen wins.
+#[derive(Clone, Debug, Default)]
+pub struct SizeCache {
+    map: ahash::AHashMap<String, u64>,
+}
+
+impl SizeCache {
+    pub fn insert(&mut self, key: String, bytes: u64) {
+        if self.map.len() >= MAX_ENTRIES && !self.map.contains_key(&key) {
+            self.map.clear();
+        }
+        self.map.insert(key, bytes);
+    }
+
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.map.get(key).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// The key of an object in the [`SizeCache`]: its host (or server) and its target as sent.
+pub fn size_key(host: Option<&str>, server: &str, target: &str) -> String {
+    format!("{}{target}", host.unwrap_or(server))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +336,40 @@ mod tests {
         assert_eq!((loss_bucket(0.0), loss_bucket(0.02), loss_bucket(1.0)), (0, 3, 6));
         let p = Predictor::default();
         let _ = p.predict(u64::MAX, Duration::MAX, f64::NAN);
+    }
+
+    #[test]
+    fn client_loss_is_a_moving_average_over_connections_and_the_table_is_bounded() {
+        let mut l = ClientLoss::default();
+        let a: std::net::IpAddr = "10.6.0.1".parse().unwrap();
+        assert_eq!(l.of(a), 0.0);
+        // 98 new segments and 2 resent: 2%, an eighth of the way from 0.
+        l.on_conn(a, 98 * 1448, 2, 1448);
+        assert!((l.of(a) - 0.02).abs() < 1e-6, "{}", l.of(a));
+        for _ in 0..200 {
+            l.on_conn(a, 95 * 1448, 5, 1448);
+        }
+        assert!((l.of(a) - 0.05).abs() < 1e-3, "{}", l.of(a));
+        l.on_conn(a, 0, 0, 1448);
+        assert!((l.of(a) - 0.05).abs() < 1e-3);
+        for i in 0..(MAX_ENTRIES as u32 + 10) {
+            l.on_conn(std::net::IpAddr::from(i.to_be_bytes()), 1448, 0, 1448);
+        }
+        assert!(l.len() <= MAX_ENTRIES);
+    }
+
+    #[test]
+    fn the_size_cache_keeps_the_last_size_and_stays_bounded() {
+        let mut c = SizeCache::default();
+        c.insert(size_key(Some("shop"), "10.9.0.1:80", "/img/large/1.gif"), 262_144);
+        c.insert(size_key(None, "10.9.0.1:80", "/img/a.gif"), 500);
+        assert_eq!(c.get("shop/img/large/1.gif"), Some(262_144));
+        assert_eq!(c.get("10.9.0.1:80/img/a.gif"), Some(500));
+        c.insert("shop/img/large/1.gif".into(), 16_384);
+        assert_eq!(c.get("shop/img/large/1.gif"), Some(16_384));
+        for i in 0..MAX_ENTRIES + 5 {
+            c.insert(format!("k{i}"), 1);
+        }
+        assert!(c.len() <= MAX_ENTRIES);
     }
 }
