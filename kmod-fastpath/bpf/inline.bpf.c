@@ -262,6 +262,9 @@ static __always_inline int parse_tcp(struct __sk_buff *skb, struct parsed *p)
         struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
         if ((void *)(tcp + 1) > data_end)
             return 0;
+        // One pointer, the one checked: clang must not compute it again from ip->ihl later,
+        // which would give the verifier a pointer with no known bounds.
+        barrier_var(tcp);
         p->tcp = tcp;
         p->saddr = ip->saddr;
         p->daddr = ip->daddr;
@@ -330,17 +333,21 @@ int syn_admit(struct __sk_buff *skb)
     if (!parse_tcp(skb, &p))
         return TC_ACT_OK;
     struct tcphdr *tcp = p.tcp;
-    if (!tcp->syn && p.v4 && p.payload > 0) {
+    // Read once, while the verifier still knows the header is in the packet (clang may
+    // otherwise recompute the pointer past a branch and lose its bounds).
+    __u16 dest = tcp->dest;
+    int syn = tcp->syn, ack = tcp->ack, rst = tcp->rst;
+    if (!syn && p.v4 && p.payload > 0) {
         // A client's segment with payload (a request): queued while a rewrite is carried out.
         __u32 zero = 0;
         struct config *cfg = bpf_map_lookup_elem(&config, &zero);
-        if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS) && is_server_port(tcp->dest)) {
+        if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS) && is_server_port(dest)) {
             count(C_REQ_QUEUED);
             skb->mark |= cfg->queue_mark;
         }
         return TC_ACT_OK;
     }
-    if (!tcp->syn || tcp->ack || tcp->rst || !is_server_port(tcp->dest))
+    if (!syn || ack || rst || !is_server_port(dest))
         return TC_ACT_OK;
     __u32 zero = 0;
     struct config *cfg = bpf_map_lookup_elem(&config, &zero);
@@ -352,7 +359,7 @@ int syn_admit(struct __sk_buff *skb)
         return TC_ACT_OK;
     }
     if (cfg->mode == MODE_VERDICTS && p.v4) {
-        struct syn_key key = { .client = p.saddr, .server = p.daddr, .port = tcp->dest };
+        struct syn_key key = { .client = p.saddr, .server = p.daddr, .port = dest };
         struct syn_verdict *v = bpf_map_lookup_elem(&syn_verdicts, &key);
         if (v && v->generation == cfg->generation) {
             __u32 rule = v->rule;

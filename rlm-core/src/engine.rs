@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs, Release};
 use crate::adapt::patch::{self, Edit};
-use crate::adapt::predict::{size_key, Basis, ClientLoss, Predictor, SizeCache};
+use crate::adapt::predict::{self, size_key, Basis, ClientLoss, Predictor, SizeCache, Standing};
 use crate::adapt::rewrite;
 use crate::adapt::remove::Removal;
 use crate::adapt::AdaptConn;
@@ -1019,7 +1019,7 @@ impl Engine {
                 }
                 HttpEvent::Embeds { depth, mut refs } => {
                     if !self.adapt.is_empty() {
-                        self.remove_embeds(id, depth, &mut refs);
+                        self.remove_embeds(now, id, depth, &mut refs);
                     }
                     self.pageviews.on_embeds(now, id, depth, &refs)
                 }
@@ -1254,7 +1254,13 @@ impl Engine {
         if resp.encoded {
             self.stats.adapt_skipped_encoded += 1;
         } else {
-            self.adapt.entry(id).or_default().removals.push(Removal::new(depth, rule, select));
+            let mut removal = Removal::new(depth, rule, select);
+            if matches!(removal.select, rules::EmbedSelect::Predicted { .. }) {
+                let server = c.server.to_string();
+                let host = req.and_then(|r| r.host.clone()).filter(|h| !h.is_empty()).unwrap_or_else(|| server.clone());
+                removal.base = url.and_then(|u| crate::pageview::request_url(Some(&host), &server, u)).map(|b| (b, host));
+            }
+            self.adapt.entry(id).or_default().removals.push(removal);
         }
     }
 
@@ -1279,26 +1285,9 @@ impl Engine {
             rules::EmbedSelect::Predicted { cmp, goal } => {
                 // 004 Figure 20: rewritten if its predicted transfer would take the pageview's
                 // elapsed time past the goal.
-                match self.sizes.get(&size_key(req.host.as_deref(), &sv.to_string(), &req.uri)) {
-                    None => {
-                        self.stats.predictions_no_size += 1;
-                        false
-                    }
-                    Some(size) => {
-                        let rtt = self.pageviews.client_rtt(c.client.ip).or(c.rtt()).unwrap_or_default();
-                        let (t, basis) = self.predictor.predict(size, rtt, self.client_loss.of(c.client.ip));
-                        match basis {
-                            Basis::Measured(_) => self.stats.predictions_measured += 1,
-                            Basis::Model => self.stats.predictions_model += 1,
-                        }
-                        let predicted = rt + t;
-                        if cmp == rules::Cmp::Ge {
-                            predicted >= goal
-                        } else {
-                            predicted > goal
-                        }
-                    }
-                }
+                let at = Standing { elapsed: rt, rtt: self.pageviews.client_rtt(c.client.ip).or(c.rtt()).unwrap_or_default(), loss: self.client_loss.of(c.client.ip) };
+                let size = self.sizes.get(&size_key(req.host.as_deref(), &sv.to_string(), &req.uri));
+                count_prediction(&mut self.stats, self.predictor.judge(size, &at, cmp == rules::Cmp::Ge, goal))
             }
             ref s => crate::adapt::remove::selects(s, position, &req.uri),
         };
@@ -1350,8 +1339,9 @@ impl Engine {
     /// A container's references, in document order, as the scanner finds them: those its
     /// removal takes are blanked (kept in the connection's record) and no longer expected by the
     /// pageview. A reference whose attributes began in a segment that went on already stays.
-    fn remove_embeds(&mut self, id: ConnId, depth: u32, refs: &mut Vec<EmbedRef>) {
-        let Engine { adapt, stats, adapt_window, .. } = self;
+    fn remove_embeds(&mut self, now: Timestamp, id: ConnId, depth: u32, refs: &mut Vec<EmbedRef>) {
+        let ahead = self.removal_standing(now, id, depth);
+        let Engine { adapt, stats, adapt_window, predictor, sizes, .. } = self;
         let Some(a) = adapt.get_mut(&id) else { return };
         let Some(i) = a.removals.iter().position(|r| r.depth == depth) else { return };
         let (removal, record, ahead_sent_to) = (&mut a.removals[i], &mut a.record, a.ahead_sent_to);
@@ -1365,7 +1355,20 @@ impl Engine {
             })
         };
         refs.retain(|e| {
-            if e.kind != EmbedKind::Image || !removal.takes(&e.urls[0]) {
+            if e.kind != EmbedKind::Image {
+                return true;
+            }
+            let take = match (&removal.select, &ahead, &removal.base) {
+                // Blanked if fetching it would take the pageview past the goal (the object's
+                // size as last served, the client's path, the pageview's time so far).
+                (rules::EmbedSelect::Predicted { cmp, goal }, Some(at), Some((base, host))) => {
+                    removal.seen += 1;
+                    let size = base.join(&e.urls[0]).ok().and_then(|u| sizes.get(&object_key(&u, base, host)));
+                    count_prediction(stats, predictor.judge(size, at, *cmp == rules::Cmp::Ge, *goal))
+                }
+                _ => removal.takes(&e.urls[0]),
+            };
+            if !take {
                 return true;
             }
             if e.wire.is_empty() {
@@ -1383,6 +1386,16 @@ impl Engine {
             stats.embeds_removed += 1;
             false
         });
+    }
+
+    /// For a removal by `IF PREDICTED` of the container at `depth`: where its pageview stands.
+    fn removal_standing(&self, now: Timestamp, id: ConnId, depth: u32) -> Option<Standing> {
+        let a = self.adapt.get(&id)?;
+        a.removals.iter().find(|r| r.depth == depth)?.base.as_ref()?;
+        let c = self.flows.get(id)?;
+        let elapsed = self.pageviews.pageview_of_txn(id, depth).and_then(|pv| self.pageviews.elapsed(pv, now)).unwrap_or_default();
+        let rtt = self.pageviews.client_rtt(c.client.ip).or(c.rtt()).unwrap_or_default();
+        Some(Standing { elapsed, rtt, loss: self.client_loss.of(c.client.ip) })
     }
 
     /// After a segment of an adapted connection: a server segment gets the blanks that fall in
@@ -1623,3 +1636,39 @@ impl Engine {
         self.flows.lookup(a, b).and_then(|id| self.flows.get(id)).map(|c| c.client.ip)
     }
 }
+
+/// Count an `IF PREDICTED` verdict; whether it takes the object.
+fn count_prediction(stats: &mut Stats, v: predict::Verdict) -> bool {
+    match v {
+        predict::Verdict::NoSize => {
+            stats.predictions_no_size += 1;
+            false
+        }
+        predict::Verdict::Made { passes, basis } => {
+            match basis {
+                Basis::Measured(_) => stats.predictions_measured += 1,
+                Basis::Model => stats.predictions_model += 1,
+            }
+            passes
+        }
+    }
+}
+
+/// The size-cache key of a reference resolved to `u` in a page at `base`: the page's host as
+/// its requests name it (`host`) when the reference is to the same place, else its own.
+fn object_key(u: &url::Url, base: &url::Url, host: &str) -> String {
+    let target = match u.query() {
+        Some(q) => format!("{}?{q}", u.path()),
+        None => u.path().to_string(),
+    };
+    if u.host_str() == base.host_str() && u.port_or_known_default() == base.port_or_known_default() {
+        size_key(Some(host), "", &target)
+    } else {
+        let authority = match u.port() {
+            Some(p) => format!("{}:{p}", u.host_str().unwrap_or("")),
+            None => u.host_str().unwrap_or("").to_string(),
+        };
+        size_key(Some(&authority), "", &target)
+    }
+}
+

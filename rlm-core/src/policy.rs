@@ -412,8 +412,7 @@ impl Policy {
             rc.last_fired = Some(now);
             if let rules::Effect::RemoveEmbeds(id) = f.effect {
                 let select = &self.rules.embeds(id).select;
-                // Prediction is not carried out yet.
-                if self.adapt_carried_out && !matches!(select, EmbedSelect::Predicted { .. }) {
+                if self.adapt_carried_out {
                     found.get_or_insert_with(|| (f.rule, select.clone()));
                 } else {
                     rc.deferred += 1;

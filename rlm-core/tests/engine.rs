@@ -1183,6 +1183,31 @@ fn a_predicted_rewrite_takes_the_objects_whose_transfer_would_pass_the_goal_once
     assert_eq!((s.embeds_rewritten, s.predictions_model, s.predictions_measured, s.predictions_no_size), (3, 4, 0, 3));
 }
 
+#[test]
+fn a_predicted_removal_blanks_the_references_whose_transfer_would_pass_the_goal() {
+    let (mut r, mut c) = asking_for_a_page(adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS IF PREDICTED RT > 300ms\n"));
+    let referer = "Referer: http://shop/index.html\r\n";
+    // The first pageview: no size known, nothing blanked; the answers teach the sizes.
+    let resp = html_response(PAGE);
+    let first = c.sseq;
+    let sent: Vec<Vec<u8>> = c.server_data(&resp).into_iter().map(|f| forward(&mut r, 100, f).unwrap()).collect();
+    assert_eq!(client_stream(&sent, first), resp);
+    for (t, u, n) in [(200, "/img/a.gif", 262_144), (1500, "/img/b.gif", 300), (1700, "/img/c.gif", 300)] {
+        r.feed(t, c.client_data(&get(u, referer)));
+        r.feed_all(t + 10, c.server_data(&gif_response(n)));
+        r.feed(t + 90, c.client_ack());
+    }
+    assert_eq!((r.engine.stats().predictions_no_size, r.engine.stats().embeds_removed), (3, 0));
+    // The next pageview: a (256 KB, several 80 ms rounds) would pass 300 ms; b and c would not.
+    r.feed(10_000, c.client_data(&get("/index.html", "")));
+    let second = c.sseq;
+    let sent: Vec<Vec<u8>> = c.server_data(&resp).into_iter().map(|f| forward(&mut r, 10_020, f).unwrap()).collect();
+    let want = String::from_utf8(resp.clone()).unwrap().replace("src=\"/img/a.gif\"", "                ");
+    assert_eq!(String::from_utf8(client_stream(&sent, second)).unwrap(), want);
+    let s = r.engine.stats();
+    assert_eq!((s.embeds_removed, s.predictions_model, s.predictions_no_size), (1, 3, 3));
+}
+
 const REMOVE_AFTER_1: &str = "IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n";
 
 #[test]

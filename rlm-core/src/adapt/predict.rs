@@ -176,6 +176,34 @@ impl Predictor {
     }
 }
 
+/// Where a pageview stands when an object of it is decided on: its elapsed time, and the
+/// client's path.
+#[derive(Clone, Copy, Debug)]
+pub struct Standing {
+    pub elapsed: Duration,
+    pub rtt: Duration,
+    pub loss: f64,
+}
+
+/// What `IF PREDICTED RT > goal` (or `>=`, `at_least`) says of one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The object's size is not known yet: it is left alone.
+    NoSize,
+    /// Whether elapsed + predicted transfer passes the goal, and what the prediction rests on.
+    Made { passes: bool, basis: Basis },
+}
+
+impl Predictor {
+    /// Whether fetching an object of `size` bytes would take the pageview past `goal`.
+    pub fn judge(&self, size: Option<u64>, at: &Standing, at_least: bool, goal: Duration) -> Verdict {
+        let Some(size) = size else { return Verdict::NoSize };
+        let (t, basis) = self.predict(size, at.rtt, at.loss);
+        let rt = at.elapsed + t;
+        Verdict::Made { passes: if at_least { rt >= goal } else { rt > goal }, basis }
+    }
+}
+
 /// Most clients (or URLs) a table keeps; past it, the older half is let go.
 pub const MAX_ENTRIES: usize = 65_536;
 

@@ -19,11 +19,14 @@ pub struct Removal {
     pub select: EmbedSelect,
     /// Image references of the container seen so far.
     pub seen: u32,
+    /// For `IF PREDICTED`: the container's URL (the base of its references) and its host as
+    /// its requests name it, to look the objects' sizes up by.
+    pub base: Option<(url::Url, String)>,
 }
 
 impl Removal {
     pub fn new(depth: u32, rule: RuleId, select: EmbedSelect) -> Removal {
-        Removal { depth, rule, select, seen: 0 }
+        Removal { depth, rule, select, seen: 0, base: None }
     }
 
     /// The container's next image reference, in document order: whether it goes.
