@@ -15,7 +15,7 @@ use crate::report::{self, Fidelity};
 use sim_clients::openloop::Schedule;
 use sim_clients::tcp_profile::TcpProfile;
 
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 15] = [
     "baseline-lan",
     "baseline-wan",
     "heavy",
@@ -29,6 +29,7 @@ pub const NAMES: [&str; 14] = [
     "think-gap",
     "remove-embeds",
     "rewrite-embeds",
+    "predict",
     "throughput",
 ];
 
@@ -193,10 +194,13 @@ pub fn params(name: &str, quick: bool) -> serde_json::Map<String, serde_json::Va
             m.insert("groups".into(), serde_json::json!(RTT_GROUPS.iter().map(|g| g.0).collect::<Vec<_>>()));
             m.insert("kept".into(), serde_json::json!(embeds_kept(quick)));
         }
+        "predict" => {
+            m.insert("groups".into(), serde_json::json!(RTT_GROUPS.iter().map(|g| g.0).collect::<Vec<_>>()));
+            m.insert("goals_s".into(), serde_json::json!(predict_goals(quick)));
+        }
         "throughput" => {
             m.insert("rounds".into(), throughput_rounds(quick).into());
             m.insert("sample_s".into(), throughput_sample_s(quick).into());
-            m.insert("sample_s".into(), 5.into());
         }
         _ => {}
     }
@@ -258,6 +262,16 @@ fn embeds_kept(quick: bool) -> Vec<Option<u32>> {
         vec![None, Some(0), Some(1)]
     } else {
         std::iter::once(None).chain((0..=10).map(Some)).collect()
+    }
+}
+
+/// The predict arms' goals (seconds): an arm `goal-Gs` each (004 Figure 20's thresholds, at the
+/// lab's scale: its keep-all means are about half of 004's).
+pub fn predict_goals(quick: bool) -> Vec<f64> {
+    if quick {
+        vec![0.5, 3.0]
+    } else {
+        vec![0.5, 1.0, 1.5, 2.0, 3.0, 5.0]
     }
 }
 
@@ -464,6 +478,25 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
                  in place, as the requests pass: the browser fetches every object, the farm serves the small ones. The \
                  full run adds rt-1s, the rewrite of every image requested once the pageview has taken 1 s (004's \
                  `IF RT > 2s THEN REWRITE EMBEDS`, which comes too late for the large cover).",
+            )
+        }
+        "predict" => {
+            let goal_arm = |g: f64| {
+                let rules = format!(
+                    "{}IF IP.SRC == *.*.*.* THEN REWRITE EMBEDS IF PREDICTED RT > {}s USING \"ims.map\"\n",
+                    embeds_rules(Adapt::Rewrite, None, None),
+                    g
+                );
+                embeds_arm(&format!("goal-{g}s"), rules, light, dur, cores)
+            };
+            (
+                predict_goals(quick).into_iter().map(goal_arm).collect(),
+                "004 Figure 20: remove-embeds' groups and load. rlm inline in every arm rewrites an image's request to \
+                 its small variant when the pageview's elapsed time plus the image's predicted transfer time would pass \
+                 the arm's goal (arm goal-Gs): the prediction is the mean transfer time rlm measured for objects of its \
+                 size to clients of its RTT and loss, or the Cardwell et al. model until 8 of them are measured; an \
+                 image whose size rlm has not seen served yet is left alone. A short goal rewrites the large cover \
+                 for every group; as the goal grows, the cover is let through first for the near groups.",
             )
         }
         "throughput" => {
@@ -851,6 +884,24 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             ));
         }
     }
+    // 004 Figure 20: the shorter the goal, the more is rewritten and the faster the pageviews.
+    if let Some(pr) = results.get("predict") {
+        let goals: Vec<f64> = pr["goals_s"].as_array().into_iter().flatten().filter_map(|g| g.as_f64()).collect();
+        if let (Some(lo), Some(hi)) = (goals.first(), goals.last()) {
+            let (lo_arm, hi_arm) = (format!("goal-{lo}s"), format!("goal-{hi}s"));
+            for (c, _) in RTT_GROUPS {
+                let (a, b) = (class_mean(pr, &lo_arm, c), class_mean(pr, &hi_arm, c));
+                v.push((a < b, format!("predict/{c}: {a:.2} s at the {lo} s goal, below {b:.2} s at {hi} s")));
+            }
+        }
+        for a in pr["arms"].as_array().into_iter().flatten() {
+            let name = a["name"].as_str().unwrap_or("?");
+            rlm_clean(&mut v, "predict", a);
+            let ad = &a["rlm"]["adapted"];
+            let (done, made) = (num(&ad["embeds_rewritten"]), num(&ad["predictions_measured"]) + num(&ad["predictions_model"]));
+            v.push((made > 0.0 && num(&ad["adapt_patch_failed"]) == 0.0, format!("predict/{name}: {made} predictions, {done} requests rewritten")));
+        }
+    }
     if let Some(tg) = results.get("think-gap") {
         let target = num(&tg["target_s"]);
         let a = arm(tg, "think-gap");
@@ -957,8 +1008,8 @@ mod tests {
                 }
             }
         }
-        // rewrite-embeds' arms but keep-all: 2 quick, 11 full and rt-1s.
-        assert_eq!(rewrites, 2 + 11 + 1);
+        // rewrite-embeds' arms but keep-all (2 quick, 11 full and rt-1s) and predict's.
+        assert_eq!(rewrites, 2 + 11 + 1 + predict_goals(true).len() + predict_goals(false).len());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

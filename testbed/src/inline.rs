@@ -112,7 +112,7 @@ pub const INJECTION_STATS: [&str; 6] =
     ["fast_syns_sent", "fast_synacks_sent", "fast_syns_absorbed", "fast_syns_client_passed", "syns_delayed", "inject_denied"];
 
 /// The counters of rlm's /status `stats` about content adaptation (004 section 5).
-pub const ADAPT_STATS: [&str; 11] = [
+pub const ADAPT_STATS: [&str; 14] = [
     "embeds_removed",
     "embeds_kept_split",
     "embeds_kept_unmapped",
@@ -120,6 +120,9 @@ pub const ADAPT_STATS: [&str; 11] = [
     "rewrites_unmapped",
     "rewrites_split",
     "rewrites_unplaced",
+    "predictions_measured",
+    "predictions_model",
+    "predictions_no_size",
     "adapt_segments_edited",
     "adapt_ooo_dropped",
     "adapt_skipped_encoded",

@@ -175,6 +175,8 @@ fn embeds_table(experiment: &str, arms: &[ArmResult]) -> String {
     let heads: Vec<String> = classes.iter().map(|c| format!("{c} mean")).collect();
     let counters: [(&str, &str); 3] = if experiment == "rewrite-embeds" {
         [("requests rewritten", "embeds_rewritten"), ("left: target split", "rewrites_split"), ("segments rewritten", "adapt_segments_edited")]
+    } else if experiment == "predict" {
+        [("requests rewritten", "embeds_rewritten"), ("predictions: measured", "predictions_measured"), ("from the model", "predictions_model")]
     } else {
         [("references blanked", "embeds_removed"), ("kept at a cut", "embeds_kept_split"), ("segments rewritten", "adapt_segments_edited")]
     };
@@ -283,6 +285,7 @@ pub fn write(
     match experiment {
         "fast-synack" => md.push_str(&synack_table(arms)),
         "fast-syn" | "think-gap" => md.push_str(&class_table(arms)),
+        "predict" => md.push_str(&embeds_table(experiment, arms)),
         "remove-embeds" | "rewrite-embeds" => {
             md.push_str(&embeds_table(experiment, arms));
             let png = format!("{experiment}-kept.png");
