@@ -1410,7 +1410,7 @@ mod removal_properties {
         (html, imgs)
     }
 
-    fn selector() -> impl Strategy<Value = (String, rules::EmbedSelect)> {
+    pub(super) fn selector() -> impl Strategy<Value = (String, rules::EmbedSelect)> {
         use rules::EmbedSelect;
         prop_oneof![
             Just(("".to_string(), EmbedSelect::All)),
@@ -1576,6 +1576,80 @@ mod removal_properties {
             prop_assert_eq!(s.embeds_removed, blanked);
             prop_assert_eq!(s.embeds_removed + s.embeds_kept_split + s.embeds_kept_unmapped + s.adapt_record_full, taken);
             prop_assert_eq!(s.adapt_patch_failed, 0);
+        }
+    }
+}
+
+/// REWRITE EMBEDS under any cutting of a client's pipelined requests, with resends: every copy of
+/// every byte reaches the server alike, each request the rule takes has its target rewritten
+/// when the whole target came in the segment that completed its head (else it goes as it was,
+/// counted), and nothing else changes.
+mod rewrite_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_copy_of_every_request_byte_reaches_the_server_as_the_rule_says(
+            n in 1usize..9,
+            (rule_sel, select) in super::removal_properties::selector(),
+            cuts in prop::collection::vec(1usize..120, 1..30),
+            resends in prop::collection::vec((any::<usize>(), 1usize..200), 0..6),
+        ) {
+            let rules_text = format!("IF IP.SRC == *.*.*.* THEN REWRITE EMBEDS{rule_sel} USING \"ims.map\"\n");
+            let (mut r, mut c) = asking_for_a_page(rewrite_run(&rules_text, "/img/* /ims/*\n", "props"));
+            let page: String = (1..=n).map(|k| format!("<p>{k}</p><img src=\"/img/k-{k}.gif\">")).collect();
+            r.feed_all(100, c.server_data(&html_response(&format!("<html><body>{page}</body></html>"))));
+            // The client asks for every image in one pipelined stream.
+            let (mut stream, mut reqs) = (Vec::new(), Vec::new());
+            for k in 1..=n {
+                let start = stream.len();
+                let req = get(&format!("/img/k-{k}.gif"), "Referer: http://shop/index.html\r\n");
+                // Target [start + 4, start + 4 + len), head's last byte at start + req.len() - 1.
+                reqs.push((k as u32, start + 4, format!("/img/k-{k}.gif").len(), start + req.len() - 1));
+                stream.extend(req);
+            }
+            let isn = c.cseq;
+            let mut segs: Vec<(usize, usize)> = Vec::new();
+            let (mut at, mut i) = (0, 0);
+            while at < stream.len() {
+                let len = cuts[i % cuts.len()].min(stream.len() - at);
+                segs.push((at, len));
+                at += len;
+                i += 1;
+            }
+            // What the engine should do: a request taken is rewritten iff its whole target is in
+            // the segment that holds its head's last byte.
+            let mut want = stream.clone();
+            let (mut rewritten, mut split) = (0u64, 0u64);
+            for &(k, t0, tlen, end) in &reqs {
+                if !rlm_core::adapt::remove::selects(&select, k, &format!("/img/k-{k}.gif")) {
+                    continue;
+                }
+                let &(s0, slen) = segs.iter().find(|(a, l)| *a <= end && end < a + l).unwrap();
+                if t0 >= s0 && t0 + tlen <= s0 + slen {
+                    want[t0..t0 + 4].copy_from_slice(b"/ims");
+                    rewritten += 1;
+                } else {
+                    split += 1;
+                }
+            }
+            for (off, len) in &resends {
+                let a = off % stream.len();
+                segs.push((a, (*len).min(stream.len() - a)));
+            }
+            let mut sent = Vec::new();
+            for (j, &(a, len)) in segs.iter().enumerate() {
+                let mut cc = c.clone();
+                cc.cseq = isn.wrapping_add(a as u32);
+                sent.push(forward(&mut r, 200 + j as u64, cc.client_data(&stream[a..a + len])).expect("forwarded"));
+            }
+            let got = client_stream(&sent, isn);
+            prop_assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap());
+            let s = r.engine.stats();
+            prop_assert_eq!((s.embeds_rewritten, s.rewrites_split, s.rewrites_unplaced), (rewritten, split, 0));
         }
     }
 }

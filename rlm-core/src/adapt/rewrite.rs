@@ -27,11 +27,12 @@ pub fn target_edit(payload: &[u8], payload_seq: u32, request_seq: u32, method: &
     let seq = request_seq.wrapping_add(method.len() as u32 + 1);
     // Offset in the segment; before its start (negative) means an earlier segment.
     let at = seq.wrapping_sub(payload_seq) as i32 as i64;
-    if at < 1 || at as usize + target.len() > payload.len() {
+    if at < 0 || at as usize + target.len() > payload.len() {
         return Err(Missed::NotInSegment);
     }
     let at = at as usize;
-    if payload[at - 1] != b' ' || &payload[at..at + target.len()] != target.as_bytes() {
+    // The space before it, when it is in this segment too, and the target as parsed.
+    if (at > 0 && payload[at - 1] != b' ') || &payload[at..at + target.len()] != target.as_bytes() {
         return Err(Missed::Unplaced);
     }
     Ok((seq, new.as_bytes().into()))
@@ -60,6 +61,8 @@ mod tests {
         assert_eq!(target_edit(&req[22..], 5022, 5000, "GET", "/img/large/3.gif", "/ims/large/3.gif"), Err(Missed::NotInSegment));
         // Cut inside the target.
         assert_eq!(target_edit(&req[..10], 5000, 5000, "GET", "/img/large/3.gif", "/ims/large/3.gif"), Err(Missed::NotInSegment));
+        // Cut just before it: the segment starts with the target.
+        assert_eq!(target_edit(&req[4..], 5004, 5000, "GET", "/img/large/3.gif", "/ims/large/3.gif").unwrap().0, 5004);
         let spaced = b"GET  /img/large/3.gif HTTP/1.1\r\n\r\n";
         assert_eq!(target_edit(spaced, 0, 0, "GET", "/img/large/3.gif", "/ims/large/3.gif"), Err(Missed::Unplaced));
         assert_eq!(target_edit(req, 5000, 5000, "GET", "/img/large/3.gif", "/ims/3.gif"), Err(Missed::Unplaced));
