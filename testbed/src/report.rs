@@ -190,19 +190,36 @@ fn embeds_table(experiment: &str, arms: &[ArmResult]) -> String {
     md
 }
 
-/// 004 Figure 18 as a plot: each class's mean response time against the objects kept (the
-/// arm that removes nothing at the right, one past the largest N).
+/// 004 Figures 18 and 19 as a plot: each class's mean response time against the objects kept
+/// (the arm that keeps all at the right, one past the largest N).
 pub fn removal_png(path: &Path, arms: &[ArmResult]) -> Result<()> {
-    let arms: Vec<&ArmResult> = arms.iter().filter(|a| on_kept_axis(&a.name)).collect();
     let largest = arms.iter().filter_map(|a| kept_of(&a.name)).max().unwrap_or(0);
-    let x_of = |a: &&ArmResult| kept_of(&a.name).unwrap_or(largest + 1) as f64;
-    let ymax = arms.iter().flat_map(|a| a.pageviews.by_class.values().map(|s| s.mean_s)).fold(0.0, f64::max).max(0.5) * 1.15;
-    let classes: Vec<String> = arms.first().map(|a| a.pageviews.by_class.keys().cloned().collect()).unwrap_or_default();
-    let title = "mean response time by objects kept (right: all)";
-    chart_png(path, title, (-0.5f64..(largest as f64 + 1.5), "embedded objects kept"), (0f64..ymax, "mean (s)"), |chart| {
+    let x_of = |name: &str| on_kept_axis(name).then(|| kept_of(name).unwrap_or(largest + 1) as f64);
+    let x = (-0.5f64..(largest as f64 + 1.5), "embedded objects kept");
+    class_means_png(path, "mean response time by objects kept (right: all)", x, arms, x_of)
+}
+
+/// The goal of a predict arm (`goal-1.5s`: 1.5).
+fn goal_of(arm: &str) -> Option<f64> {
+    arm.strip_prefix("goal-")?.strip_suffix('s')?.parse().ok()
+}
+
+/// 004 Figure 20 as a plot: each class's mean response time against the arm's goal.
+pub fn goals_png(path: &Path, arms: &[ArmResult]) -> Result<()> {
+    let largest = arms.iter().filter_map(|a| goal_of(&a.name)).fold(0.0, f64::max);
+    class_means_png(path, "mean response time by IF PREDICTED goal", (0f64..largest * 1.1 + 0.5, "goal (s)"), arms, goal_of)
+}
+
+/// Each class's mean response time against the arms' positions on an x axis (`x_of`: none for
+/// arms left out).
+fn class_means_png(path: &Path, title: &str, x: (std::ops::Range<f64>, &str), arms: &[ArmResult], x_of: impl Fn(&str) -> Option<f64>) -> Result<()> {
+    let arms: Vec<(f64, &ArmResult)> = arms.iter().filter_map(|a| Some((x_of(&a.name)?, a))).collect();
+    let ymax = arms.iter().flat_map(|(_, a)| a.pageviews.by_class.values().map(|s| s.mean_s)).fold(0.0, f64::max).max(0.5) * 1.15;
+    let classes: Vec<String> = arms.first().map(|(_, a)| a.pageviews.by_class.keys().cloned().collect()).unwrap_or_default();
+    chart_png(path, title, x, (0f64..ymax, "mean (s)"), |chart| {
         for (k, class) in classes.iter().enumerate() {
             let color = Palette99::pick(k).to_rgba();
-            let mut pts: Vec<(f64, f64)> = arms.iter().filter_map(|a| a.pageviews.by_class.get(class).map(|s| (x_of(a), s.mean_s))).collect();
+            let mut pts: Vec<(f64, f64)> = arms.iter().filter_map(|(x, a)| a.pageviews.by_class.get(class).map(|s| (*x, s.mean_s))).collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
@@ -285,7 +302,11 @@ pub fn write(
     match experiment {
         "fast-synack" => md.push_str(&synack_table(arms)),
         "fast-syn" | "think-gap" => md.push_str(&class_table(arms)),
-        "predict" => md.push_str(&embeds_table(experiment, arms)),
+        "predict" => {
+            md.push_str(&embeds_table(experiment, arms));
+            goals_png(&dir.join("predict-goals.png"), arms)?;
+            md.push_str("\n![mean by goal](predict-goals.png)\n");
+        }
         "remove-embeds" | "rewrite-embeds" => {
             md.push_str(&embeds_table(experiment, arms));
             let png = format!("{experiment}-kept.png");
@@ -539,6 +560,30 @@ mod tests {
         assert!(md.contains(" | 40 | 2 | - |"), "{md}");
         assert!(dir.join("remove-embeds-kept.png").metadata().unwrap().len() > 1000);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn rewrite_and_predict_reports_have_their_tables_and_plots() {
+        for (exp, png, head, cells) in [
+            ("rewrite-embeds", "rewrite-embeds-kept.png", "requests rewritten | left: target split | segments rewritten |", " | 40 | 2 | - |"),
+            ("predict", "predict-goals.png", "requests rewritten | predictions: measured | from the model |", " | 40 | - | 7 |"),
+        ] {
+            let dir = std::env::temp_dir().join(format!("rlm-lab-report-{exp}-{}", std::process::id()));
+            let (mut arms, note) = synthetic_arms(&dir, exp);
+            for a in &mut arms {
+                if let Some(r) = a.rlm.as_mut() {
+                    r.adapted = [("embeds_rewritten", 40.0), ("rewrites_split", 2.0), ("predictions_model", 7.0)]
+                        .map(|(k, v)| (k.to_string(), v))
+                        .into_iter()
+                        .collect();
+                }
+            }
+            let md = write(&dir, exp, true, &arms, None, note, &crate::catalog::params(exp, true)).unwrap();
+            assert!(md.contains(&format!("| arm | rtt160 mean | rtt220 mean | rtt300 mean | {head}")), "{md}");
+            assert!(md.contains(cells), "{md}");
+            assert!(dir.join(png).metadata().unwrap().len() > 1000, "{exp}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 
     #[test]
