@@ -458,8 +458,9 @@ pub struct Engine {
     rewriting: bool,
     /// An `IF PREDICTED` selector is in the rules: sizes and transfer times are learnt.
     predicting: bool,
-    /// Requests whose heads completed in the segment being handled, for a rewrite (their depths).
-    rewrite_due: Vec<u32>,
+    /// Requests whose heads completed in the segment being handled, for a rewrite (connection
+    /// and depth; those of another connection, from a flush at a close, are let go).
+    rewrite_due: Vec<(ConnId, u32)>,
     /// Content adaptation's state, by connection.
     adapt: ahash::AHashMap<ConnId, AdaptConn>,
     /// Transactions whose request rlm rewrote, with the target the server was asked for.
@@ -949,8 +950,10 @@ impl Engine {
         self.http_events = http_events;
         self.adapt_window = None;
         if self.rewriting {
-            for depth in std::mem::take(&mut self.rewrite_due) {
-                self.decide_rewrite(now, id, depth, seg);
+            for (conn, depth) in std::mem::take(&mut self.rewrite_due) {
+                if conn == id {
+                    self.decide_rewrite(now, id, depth, seg);
+                }
             }
         }
         self.rewrite_due.clear();
@@ -998,7 +1001,7 @@ impl Engine {
                     };
                     self.pageviews.on_request(now, &info);
                     if self.rewriting {
-                        self.rewrite_due.push(depth);
+                        self.rewrite_due.push((id, depth));
                     }
                 }
                 HttpEvent::ResponseHead { depth } => {
@@ -1111,7 +1114,7 @@ impl Engine {
         self.fast_synacks.remove(&id);
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
-        if c.s2c.bytes > 0 {
+        if self.predicting && c.s2c.bytes > 0 {
             self.client_loss.on_conn(client, c.s2c.bytes, c.s2c.retransmits, MSS_GUESS);
         }
         let first_syn = c.hs.syn.first;

@@ -879,7 +879,14 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             let name = a["name"].as_str().unwrap_or("?");
             rlm_clean(&mut v, exp, a);
             let (done, failed) = (num(&a["rlm"]["adapted"][counter]), num(&a["rlm"]["adapted"]["adapt_patch_failed"]));
-            let want = if name == "keep-all" { done == 0.0 } else { done > 0.0 };
+            // keep-10 may find nothing to do: the bookstore's pages came to at most 10 images in
+            // the browsing mix (the full run of 2026-11-24: keep-9 blanked 4,081, keep-10 none).
+            let kept = name.strip_prefix("keep-").and_then(|n| n.parse::<u32>().ok());
+            let want = match (name, kept) {
+                ("keep-all", _) => done == 0.0,
+                (_, Some(n)) if n >= 10 => true,
+                _ => done > 0.0,
+            };
             v.push((
                 want && failed == 0.0,
                 format!("{exp}/{name}: rlm {}, {failed} segments it could not rewrite", did.replace("{}", &done.to_string())),
