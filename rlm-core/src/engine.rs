@@ -23,7 +23,7 @@ use crate::adapt::predict::{self, size_key, Basis, ClientLoss, Predictor, SizeCa
 use crate::adapt::rewrite;
 use crate::adapt::remove::Removal;
 use crate::adapt::AdaptConn;
-use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote, FlowTable, HttpOptions, SegFate};
+use crate::flow::{CloseReason, Conn, ConnId, ConnState, Dir, FlowNote, FlowTable, HttpOptions, SegFate};
 use crate::http::{EmbedKind, EmbedRef, HttpEvent, Txn};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews, RequestInfo};
 use crate::policy::{Admission, Policy, SynDecision, SynOutcome};
@@ -1271,7 +1271,7 @@ impl Engine {
     /// segment): whether a `REWRITE EMBEDS` takes it, and if so its target is rewritten in this
     /// segment and in every resend of it (the connection's request record).
     fn decide_rewrite(&mut self, now: Timestamp, id: ConnId, depth: u32, seg: &Segment<'_>) {
-        let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return };
+        let Some(c) = self.flows.get(id) else { return };
         // The fast path queues (and so lets rlm rewrite) IPv4 segments only.
         if !c.server.ip.is_ipv4() || c.dir_of(seg) != Dir::ToServer {
             return;
@@ -1280,15 +1280,14 @@ impl Engine {
         let (Some(req), Some(request_seq)) = (txn.request.as_ref(), txn.request_seq) else { return };
         // Only the images a container listed.
         let Some(position) = self.pageviews.image_position(id, depth) else { return };
-        let rt = self.pageviews.pageview_of_txn(id, depth).and_then(|pv| self.pageviews.elapsed(pv, now)).unwrap_or_default();
+        let (Some(at), Some(policy)) = (self.standing(now, id, depth), self.policy.as_mut()) else { return };
         let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
         let class = policy.classify(cl, sv);
-        let Some((_rule, select, map)) = policy.at_request(now, cl, sv, class, &req.uri, req.host.as_deref(), rt) else { return };
+        let Some((_rule, select, map)) = policy.at_request(now, cl, sv, class, &req.uri, req.host.as_deref(), at.elapsed) else { return };
         let take = match select {
             rules::EmbedSelect::Predicted { cmp, goal } => {
                 // 004 Figure 20: rewritten if its predicted transfer would take the pageview's
                 // elapsed time past the goal.
-                let at = Standing { elapsed: rt, rtt: self.pageviews.client_rtt(c.client.ip).or(c.rtt()).unwrap_or_default(), loss: self.client_loss.of(c.client.ip) };
                 let size = self.sizes.get(&size_key(req.host.as_deref(), &sv.to_string(), &req.uri));
                 count_prediction(&mut self.stats, self.predictor.judge(size, &at, cmp == rules::Cmp::Ge, goal))
             }
@@ -1334,7 +1333,7 @@ impl Engine {
             return;
         }
         let (Some(first), Some(last)) = (txn.response_first_ts, txn.response_last_ts) else { return };
-        let Some(rtt) = self.pageviews.client_rtt(c.client.ip).or(c.rtt()) else { return };
+        let Some(rtt) = self.client_rtt(c) else { return };
         let transfer = last.saturating_since(first) + rtt / 2;
         self.predictor.observe(size, rtt, self.client_loss.of(c.client.ip), transfer);
     }
@@ -1395,10 +1394,20 @@ impl Engine {
     fn removal_standing(&self, now: Timestamp, id: ConnId, depth: u32) -> Option<Standing> {
         let a = self.adapt.get(&id)?;
         a.removals.iter().find(|r| r.depth == depth)?.base.as_ref()?;
+        self.standing(now, id, depth)
+    }
+
+    /// Where the pageview of transaction `depth` on `id` stands: its elapsed time and its
+    /// client's path (what `IF PREDICTED` adds an object's transfer to).
+    fn standing(&self, now: Timestamp, id: ConnId, depth: u32) -> Option<Standing> {
         let c = self.flows.get(id)?;
         let elapsed = self.pageviews.pageview_of_txn(id, depth).and_then(|pv| self.pageviews.elapsed(pv, now)).unwrap_or_default();
-        let rtt = self.pageviews.client_rtt(c.client.ip).or(c.rtt()).unwrap_or_default();
-        Some(Standing { elapsed, rtt, loss: self.client_loss.of(c.client.ip) })
+        Some(Standing { elapsed, rtt: self.client_rtt(c).unwrap_or_default(), loss: self.client_loss.of(c.client.ip) })
+    }
+
+    /// The RTT of a connection's client: its last handshake's at the appliance, else this one's.
+    fn client_rtt(&self, c: &Conn) -> Option<Duration> {
+        self.pageviews.client_rtt(c.client.ip).or(c.rtt())
     }
 
     /// After a segment of an adapted connection: a server segment gets the blanks that fall in

@@ -206,6 +206,14 @@ pub fn rule_text(rules: &RuleSet, rule: RuleId) -> String {
     rules.rule(rule).map(|r| r.to_string().replace("\n  ", " ")).unwrap_or_default()
 }
 
+/// What the content-adaptation nodes know of the transaction, for the rules' facts.
+struct AdaptFacts<'a> {
+    url: Option<&'a str>,
+    host: Option<&'a str>,
+    content_type: Option<&'a str>,
+    rt: Option<Duration>,
+}
+
 /// The rule set in force and its state.
 pub struct Policy {
     rules: RuleSet,
@@ -398,25 +406,45 @@ impl Policy {
         content_type: Option<&str>,
         pageview_rt: Option<Duration>,
     ) -> Option<(RuleId, EmbedSelect)> {
+        let facts = AdaptFacts { url, host, content_type, rt: pageview_rt };
+        self.embeds_at(rules::Node::Response, now, (client, server, class), facts, |rules, effect| match effect {
+            Effect::RemoveEmbeds(id) => Some(Some(rules.embeds(id).select.clone())),
+            _ => None,
+        })
+    }
+
+    /// The rules at a content-adaptation node (`node`: request or response), every firing
+    /// counted: the first action that `take` can carry out, with its rule; one it cannot (`take`
+    /// gives `Some(None)`), or any while adaptation is not carried out, counts as deferred.
+    /// `take` gives `None` for the effects of other actions.
+    fn embeds_at<T>(
+        &mut self,
+        node: rules::Node,
+        now: Timestamp,
+        (client, server, class): (SocketAddr, SocketAddr, ClassId),
+        a: AdaptFacts<'_>,
+        take: impl Fn(&RuleSet, Effect) -> Option<Option<T>>,
+    ) -> Option<(RuleId, T)> {
         self.refresh(now);
         let mut facts = Facts::new(client, server, class, &self.windows);
         facts.holds = Some(&self.holds);
-        (facts.url, facts.host, facts.content_type, facts.rt) = (url, host, content_type, pageview_rt);
+        (facts.url, facts.host, facts.content_type, facts.rt) = (a.url, a.host, a.content_type, a.rt);
         let mut firings = std::mem::take(&mut self.firings);
         firings.clear();
-        self.rules.eval_response(&facts, &mut firings);
+        self.rules.eval(node, &facts, &mut firings);
         let mut found = None;
         for f in &firings {
             let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) else { continue };
             rc.fired += 1;
             rc.last_fired = Some(now);
-            if let rules::Effect::RemoveEmbeds(id) = f.effect {
-                let select = &self.rules.embeds(id).select;
-                if self.adapt_carried_out {
-                    found.get_or_insert_with(|| (f.rule, select.clone()));
-                } else {
-                    rc.deferred += 1;
+            match take(&self.rules, f.effect) {
+                None => {}
+                Some(Some(t)) if self.adapt_carried_out => {
+                    if found.is_none() {
+                        found = Some((f.rule, t));
+                    }
                 }
+                Some(_) => rc.deferred += 1,
             }
         }
         self.firings = firings;
@@ -463,30 +491,15 @@ impl Policy {
         host: Option<&str>,
         pageview_rt: Duration,
     ) -> Option<(RuleId, EmbedSelect, Arc<Mapping>)> {
-        self.refresh(now);
-        let mut facts = Facts::new(client, server, class, &self.windows);
-        facts.holds = Some(&self.holds);
-        (facts.url, facts.host, facts.rt) = (Some(url), host, Some(pageview_rt));
-        let mut firings = std::mem::take(&mut self.firings);
-        firings.clear();
-        self.rules.eval_request(&facts, &mut firings);
-        let mut found = None;
-        for f in &firings {
-            let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) else { continue };
-            rc.fired += 1;
-            rc.last_fired = Some(now);
-            if let rules::Effect::RewriteEmbeds(id) = f.effect {
-                let e = self.rules.embeds(id);
-                match &e.map {
-                    Some(map) if self.adapt_carried_out => {
-                        found.get_or_insert_with(|| (f.rule, e.select.clone(), map.clone()));
-                    }
-                    _ => rc.deferred += 1,
-                }
+        let facts = AdaptFacts { url: Some(url), host, content_type: None, rt: Some(pageview_rt) };
+        let found = self.embeds_at(rules::Node::Request, now, (client, server, class), facts, |rules, effect| match effect {
+            Effect::RewriteEmbeds(id) => {
+                let e = rules.embeds(id);
+                Some(e.map.as_ref().map(|map| (e.select.clone(), map.clone())))
             }
-        }
-        self.firings = firings;
-        found
+            _ => None,
+        });
+        found.map(|(rule, (select, map))| (rule, select, map))
     }
 
     /// Whether the SYN decision depends only on the client's and server's addresses and the
