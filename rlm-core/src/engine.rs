@@ -382,7 +382,7 @@ pub struct Stats {
     /// Requests of embedded images rewritten to the mapping's variant (`REWRITE EMBEDS`).
     pub embeds_rewritten: u64,
     /// Requests a rewrite took that went on as they were: the mapping has no variant for the
-    /// target (`unmapped`), the target came in an earlier segment than the head's end
+    /// target (`unmapped`), the target was not wholly in the segment that completed the head
     /// (`split`), or the request line was not spaced as parsed (`unplaced`).
     pub rewrites_unmapped: u64,
     pub rewrites_split: u64,
