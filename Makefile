@@ -23,7 +23,7 @@ comma := ,
 empty :=
 space := $(empty) $(empty)
 
-.PHONY: deps build test unit lab-quick lab demo bench bench-analyze fuzz fuzz-rules clean
+.PHONY: deps build test unit lab-quick lab demo bench bench-fastpath bench-analyze fuzz fuzz-rules clean
 
 # Install only what is missing, so a second run costs nothing and needs no network.
 deps:
@@ -59,6 +59,11 @@ demo: build
 
 bench: deps
 	$(CARGO) bench -p rlm-core --bench engine
+
+# The kernel's SYN paths timed inside the kernel (BPF_PROG_TEST_RUN); fails under 1 M dropped
+# SYNs a second on one CPU. Root. See docs/performance.md.
+bench-fastpath: deps
+	$(CARGO) bench -p kmod-fastpath --bench syn_drop
 
 # rlm analyze against ndpiReader on synthetic 1 M-packet captures, and peak memory at 10 M packets
 # (about 10 minutes; figures in target/bench-analyze.json). See docs/performance.md.

@@ -19,6 +19,8 @@ use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{tc, SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf, Pod};
 
+use crate::testrun::{self, TestRun};
+
 static INLINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/inline.bpf.o"));
 
 /// `LIMIT SYN` buckets the kernel keeps (slots `0..MAX_BUCKETS`).
@@ -41,9 +43,14 @@ pub enum Mode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SynAction {
     Pass,
-    Drop { rule: u32 },
+    Drop {
+        rule: u32,
+    },
     /// Pass while bucket `slot` has a token, else drop (reported as limited by `rule`).
-    Limit { rule: u32, slot: u32 },
+    Limit {
+        rule: u32,
+        slot: u32,
+    },
 }
 
 #[repr(C)]
@@ -176,6 +183,23 @@ impl InlinePath {
     /// `server_port`'s ingress and egress. SYNs start in [`Mode::QueueAll`], marked with
     /// `queue_mark`.
     pub fn attach(client_port: &str, server_port: &str, server_ports: &[u16], queue_mark: u32) -> Result<InlinePath> {
+        let mut path = InlinePath::load(server_ports, queue_mark)?;
+        for (prog, iface, dirs) in
+            [("syn_admit", client_port, &[TcAttachType::Ingress][..]), ("observe", server_port, &[TcAttachType::Ingress, TcAttachType::Egress][..])]
+        {
+            // Needed only where tcx is not available; an existing clsact is fine.
+            let _ = tc::qdisc_add_clsact(iface);
+            let p: &mut SchedClassifier = path.bpf.program_mut(prog).with_context(|| format!("program {prog} missing"))?.try_into()?;
+            for &d in dirs {
+                p.attach(iface, d).with_context(|| format!("attaching {prog} to {iface} {d:?}"))?;
+            }
+        }
+        Ok(path)
+    }
+
+    /// Load the programs (through the verifier) without attaching them: [`InlinePath::test_run`]
+    /// runs them on frames, and [`InlinePath::attach`] puts them on the ports.
+    pub fn load(server_ports: &[u16], queue_mark: u32) -> Result<InlinePath> {
         if queue_mark == 0 {
             bail!("the queue mark must have at least one bit set");
         }
@@ -186,20 +210,21 @@ impl InlinePath {
                 ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
             }
         }
+        for prog in ["syn_admit", "observe"] {
+            let p: &mut SchedClassifier = bpf.program_mut(prog).with_context(|| format!("program {prog} missing"))?.try_into()?;
+            p.load().with_context(|| format!("the verifier rejected {prog}"))?;
+        }
         let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
         path.write_config()?;
-        for (prog, iface, dirs) in
-            [("syn_admit", client_port, &[TcAttachType::Ingress][..]), ("observe", server_port, &[TcAttachType::Ingress, TcAttachType::Egress][..])]
-        {
-            // Needed only where tcx is not available; an existing clsact is fine.
-            let _ = tc::qdisc_add_clsact(iface);
-            let p: &mut SchedClassifier = path.bpf.program_mut(prog).with_context(|| format!("program {prog} missing"))?.try_into()?;
-            p.load().with_context(|| format!("the verifier rejected {prog}"))?;
-            for &d in dirs {
-                p.attach(iface, d).with_context(|| format!("attaching {prog} to {iface} {d:?}"))?;
-            }
-        }
         Ok(path)
+    }
+
+    /// Run `syn_admit` (`client_side`) or `observe` on `frame` `repeat` times in the kernel, as
+    /// if it had come in on its port ([`crate::testrun`]).
+    pub fn test_run(&self, client_side: bool, frame: &[u8], repeat: u32) -> Result<TestRun> {
+        let name = if client_side { "syn_admit" } else { "observe" };
+        let p: &SchedClassifier = self.bpf.program(name).with_context(|| format!("program {name} missing"))?.try_into()?;
+        testrun::run(p.fd()?, frame, repeat)
     }
 
     fn write_config(&mut self) -> Result<()> {
@@ -233,7 +258,12 @@ impl InlinePath {
 
     /// The verdict for SYNs from `client` to `server` while `generation` is in force.
     pub fn set_syn_verdict(&mut self, client: Ipv4Addr, server: SocketAddrV4, generation: u64, action: SynAction) -> Result<()> {
-        let key = SynKey { client: u32::from_ne_bytes(client.octets()), server: u32::from_ne_bytes(server.ip().octets()), port: server.port().to_be(), pad: 0 };
+        let key = SynKey {
+            client: u32::from_ne_bytes(client.octets()),
+            server: u32::from_ne_bytes(server.ip().octets()),
+            port: server.port().to_be(),
+            pad: 0,
+        };
         let (action, rule, bucket) = match action {
             SynAction::Pass => (0, 0, 0),
             SynAction::Drop { rule } => (1, rule, 0),

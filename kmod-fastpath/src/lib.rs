@@ -9,6 +9,8 @@
 //!   classid the engine chose (strict priority = HTB classes with `prio`), counting per class.
 //! - [`inline`]: the fast path of `rlm run` (`bpf/inline.bpf.c`): SYN admission in the kernel
 //!   from verdicts the engine publishes, and the packets the engine measures through a ring buffer.
+//! - [`testrun`]: runs a loaded program on a frame inside the kernel (`BPF_PROG_TEST_RUN`), for
+//!   the tests and the SYN-drop benchmark.
 //! - [`syn_timeout`]: the lab's client-side sock_ops program (`bpf/syn_timeout.bpf.c`) that sets
 //!   the initial SYN timeout of a cgroup's sockets (the `xp` browser profile). It lives here so
 //!   that every eBPF program of the project is built and loaded one way.
@@ -16,6 +18,7 @@
 pub mod classify;
 pub mod inline;
 pub mod syn_timeout;
+pub mod testrun;
 
 pub use classify::{classid, ClassCount, EgressClassifier, FlowKey, MAX_CLASSES};
 pub use syn_timeout::{kernel_hz, SynTimeout};

@@ -160,3 +160,47 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     drop(path);
     assert!(connect(&lab.c, Duration::from_secs(2)));
 }
+
+/// The same decisions without a wire: `syn_admit` run on crafted frames in the kernel
+/// (`BPF_PROG_TEST_RUN`), as the SYN-drop benchmark times it. The verdict, the queue mark in
+/// the `skb` and the report are each checked.
+#[test]
+fn syn_admit_decides_crafted_frames_in_a_test_run() {
+    if !is_root() {
+        eprintln!("skipped: needs root (eBPF)");
+        return;
+    }
+    use kmod_fastpath::testrun::frames;
+    const MARK: u32 = 0x80_0000;
+    let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
+    let mut ring = path.take_events().unwrap();
+    let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
+    let (low, high, new) = (Ipv4Addr::new(10, 5, 0, 2), Ipv4Addr::new(10, 4, 0, 2), Ipv4Addr::new(10, 6, 0, 2));
+    let syn = |c: Ipv4Addr, port: u16| frames::tcp(SocketAddrV4::new(c, 40000), SocketAddrV4::new(*server.ip(), port), frames::SYN, 1, &[]);
+    path.set_mode(Mode::Verdicts, 5).unwrap();
+    path.set_syn_verdict(low, server, 5, SynAction::Drop { rule: 3 }).unwrap();
+    path.set_syn_verdict(high, server, 5, SynAction::Pass).unwrap();
+    path.set_syn_verdict(new, server, 4, SynAction::Drop { rule: 9 }).unwrap();
+
+    let r = path.test_run(true, &syn(low, 80), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (2, 0), "dropped (TC_ACT_SHOT), not queued");
+    assert_eq!(drain(&mut ring), vec![(EventKind::SynDropped { rule: 3, limited: false }, SYN)]);
+
+    let r = path.test_run(true, &syn(high, 80), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, 0), "passed, not queued");
+    assert_eq!(drain(&mut ring), vec![(EventKind::SynPassed, SYN)]);
+
+    // A verdict of an older generation: queued for the engine, not reported.
+    let r = path.test_run(true, &syn(new, 80), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, MARK));
+    assert!(drain(&mut ring).is_empty());
+
+    // Not a server port, or not a SYN: untouched and unreported.
+    let r = path.test_run(true, &syn(low, 8080), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, 0));
+    let ack = frames::tcp(SocketAddrV4::new(low, 40000), server, frames::ACK, 2, &[]);
+    assert_eq!(path.test_run(true, &ack, 1).unwrap().retval, 0);
+    assert!(drain(&mut ring).is_empty());
+    let c = path.counters().unwrap();
+    assert_eq!((c.syn_dropped, c.syn_passed, c.syn_queued, c.ring_full), (1, 1, 1, 0));
+}
