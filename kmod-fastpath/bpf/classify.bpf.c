@@ -1,18 +1,52 @@
 // SPDX-License-Identifier: GPL-2.0
-// rlm fast path: egress classifier. Puts each outbound flow into the priority class the engine
-// chose for it (SRPT by remaining response size, later issues) by setting skb->priority to an
-// HTB classid; counts packets per class. Maps are the only interface with the engine.
+// rlm fast path: the SRPT egress classifier (002 section 2, 000 section 3), on the bridge's
+// client port egress: every packet a server sends toward the clients gets a priority band by
+// its response's REMAINING bytes, in skb->priority as an HTB classid (strict priority = HTB
+// leaves with `prio`, since this kernel has no prio qdisc).
+//
+//  - band 0: SYN/ACKs and every packet without TCP payload (ACK, FIN, RST), and non-TCP (ARP,
+//    ICMP): control first, as 002 puts SYN/ACKs alone in the highest band;
+//  - bands 1 .. n+1: data, at n cutoffs (002: 1K, 2K, 5K, 20K, 50K): band 1 + #{cut[i] < x}.
+//
+// x is the response's remaining bytes when the engine has published its end (resp_size: the
+// response's start and end in the connection's sequence space, from the HTTP head's length),
+// else the bytes of it sent so far (chunked or close-delimited bodies, the first flight before
+// the head is parsed, anything not HTTP): a flow then sinks as it grows, as in LAS.
+//
+// Remaining bytes are counted in sequence space, so a retransmission (seq + len <= the highest
+// byte sent) keeps the flow's current band and moves nothing, and a response that reaches its
+// end rolls the flow over to the next response on the connection (keep-alive, pipelining): the
+// engine's next publication, whose start is not behind the flow's, is adopted.
+//
+// resp_size is written by the engine only; flow_state by this program only (the engine reads
+// it: per-flow bytes, packets, retransmitted bytes and last-packet time, item 3 of issue 11).
+// In FAIR mode (the baseline) every packet gets the one class, after the same accounting, so
+// both modes pay the same per-packet cost.
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
 #include <linux/in.h>
+#include <linux/tcp.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#define MAX_CUTOFFS 6
 #define MAX_CLASSES 16
 
-// A flow as it leaves: addresses and ports in network byte order (as on the wire).
+#define MODE_OFF 0     // leave skb->priority alone (count only)
+#define MODE_FAIR 1    // every packet: base
+#define MODE_SRPT 2    // base + band
+
+struct srpt_cfg {
+    __u32 mode;
+    __u32 base;        // band 0's classid; band b is base + b
+    __u32 cutoffs;     // n, at most MAX_CUTOFFS
+    __u32 other_band;  // TCP not from a server port, and IPv6
+    __u32 cut[MAX_CUTOFFS];
+};
+
+// A flow as it leaves toward the client: the server's address and port first, network order.
 struct flow_key {
     __u32 saddr;
     __u32 daddr;
@@ -20,15 +54,66 @@ struct flow_key {
     __u16 dport;
 };
 
-// flow → HTB classid (major:minor packed as in TC_H_MAKE) to put its packets in.
-struct {
-    __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 65536);
-    __type(key, struct flow_key);
-    __type(value, __u32);
-} flow_class SEC(".maps");
+// The current response, as the engine learnt it from the head: sequence numbers of its first
+// byte (the status line) and of the byte after its end.
+struct resp {
+    __u32 start;
+    __u32 end;
+    __u32 has_end;
+    __u32 pad;
+};
 
-// Packets and bytes sent per class slot (the classid's minor number modulo MAX_CLASSES).
+struct flow {
+    __u32 start;       // the current response's first byte
+    __u32 end;         // the byte after its end, if has_end
+    __u32 has_end;
+    __u32 hi;          // the byte after the highest sent
+    __u64 bytes;       // skb->len of every packet of the flow, retransmissions included
+    __u64 packets;
+    __u64 retx_bytes;  // payload bytes sent again (seq + len <= hi)
+    __u64 last_ns;     // bpf_ktime_get_ns of the last packet
+};
+
+enum counter {
+    C_KNOWN,     // data packets ranked by remaining bytes
+    C_ATTAINED,  // data packets ranked by bytes sent (no end known)
+    C_RETX,      // data packets wholly sent before
+    C_ADOPTED,   // publications taken into a flow (a response's start and end)
+    C_ROLLED,    // flows rolled over to their next response at an end
+    C_MIDFLOW,   // flows first seen after their handshake
+    C_COUNTERS,
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct srpt_cfg);
+} srpt_config SEC(".maps");
+
+// Indexed by port (host byte order): 1 for the servers' ports.
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, __u8);
+} server_ports SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 131072);
+    __type(key, struct flow_key);
+    __type(value, struct resp);
+} resp_size SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 131072);
+    __type(key, struct flow_key);
+    __type(value, struct flow);
+} flow_state SEC(".maps");
+
+// Packets and bytes sent per band (slot = band, modulo MAX_CLASSES).
 struct class_count {
     __u64 packets;
     __u64 bytes;
@@ -41,53 +126,155 @@ struct {
     __type(value, struct class_count);
 } class_stats SEC(".maps");
 
-// Slot 0: the classid of flows the engine has not classified (0: leave the packet alone).
 struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, C_COUNTERS);
     __type(key, __u32);
-    __type(value, __u32);
-} config SEC(".maps");
+    __type(value, __u64);
+} srpt_counters SEC(".maps");
 
-SEC("classifier")
-int classify(struct __sk_buff *skb)
+static __always_inline void count(__u32 c)
 {
-    void *data = (void *)(long)skb->data;
-    void *data_end = (void *)(long)skb->data_end;
-    struct ethhdr *eth = data;
-    if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
-        return TC_ACT_OK;
-    struct iphdr *ip = (void *)(eth + 1);
-    if ((void *)(ip + 1) > data_end || ip->ihl < 5)
-        return TC_ACT_OK;
-    if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
-        return TC_ACT_OK;
-    // Both TCP and UDP start with the two ports.
-    __u16 *ports = (void *)ip + ip->ihl * 4;
-    if ((void *)(ports + 2) > data_end)
-        return TC_ACT_OK;
+    __u64 *v = bpf_map_lookup_elem(&srpt_counters, &c);
+    if (v)
+        *v += 1;
+}
 
-    struct flow_key key = { .saddr = ip->saddr, .daddr = ip->daddr, .sport = ports[0], .dport = ports[1] };
-    __u32 zero = 0;
-    __u32 classid = 0;
-    __u32 *c = bpf_map_lookup_elem(&flow_class, &key);
-    if (c) {
-        classid = *c;
-    } else {
-        __u32 *d = bpf_map_lookup_elem(&config, &zero);
-        if (d)
-            classid = *d;
-    }
-    if (!classid)
-        return TC_ACT_OK;
-    skb->priority = classid;
-    __u32 slot = (classid & 0xffff) % MAX_CLASSES;
+// Sequence-space comparisons, safe across the wrap at 2^32.
+static __always_inline int seq_ge(__u32 a, __u32 b)
+{
+    return (__s32)(a - b) >= 0;
+}
+
+static __always_inline int seq_gt(__u32 a, __u32 b)
+{
+    return (__s32)(a - b) > 0;
+}
+
+static __always_inline int classify_to(struct __sk_buff *skb, struct srpt_cfg *cfg, __u32 band)
+{
+    if (cfg->mode != MODE_OFF)
+        skb->priority = cfg->mode == MODE_FAIR ? cfg->base : cfg->base + band;
+    __u32 slot = (cfg->mode == MODE_FAIR ? 0 : band) % MAX_CLASSES;
     struct class_count *s = bpf_map_lookup_elem(&class_stats, &slot);
     if (s) {
         s->packets += 1;
         s->bytes += skb->len;
     }
     return TC_ACT_OK;
+}
+
+// The data band of x bytes: 1 + the number of cutoffs below x.
+static __always_inline __u32 band_of(struct srpt_cfg *cfg, __u32 x)
+{
+    __u32 band = 1;
+#pragma unroll
+    for (int i = 0; i < MAX_CUTOFFS; i++) {
+        if (i < cfg->cutoffs && x > cfg->cut[i])
+            band++;
+    }
+    return band;
+}
+
+SEC("classifier")
+int classify(struct __sk_buff *skb)
+{
+    __u32 zero = 0;
+    struct srpt_cfg *cfg = bpf_map_lookup_elem(&srpt_config, &zero);
+    if (!cfg)
+        return TC_ACT_OK;
+    void *data = (void *)(long)skb->data;
+    void *data_end = (void *)(long)skb->data_end;
+    struct ethhdr *eth = data;
+    if ((void *)(eth + 1) > data_end)
+        return TC_ACT_OK;
+    if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+        return classify_to(skb, cfg, cfg->other_band);
+    if (eth->h_proto != bpf_htons(ETH_P_IP))
+        return classify_to(skb, cfg, 0);
+    struct iphdr *ip = (void *)(eth + 1);
+    if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+        return classify_to(skb, cfg, 0);
+    if (ip->protocol != IPPROTO_TCP || (ip->frag_off & bpf_htons(0x1fff)))
+        return classify_to(skb, cfg, ip->protocol == IPPROTO_TCP ? cfg->other_band : 0);
+    struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
+    if ((void *)(tcp + 1) > data_end)
+        return classify_to(skb, cfg, 0);
+    // One checked pointer, read once (clang must not recompute it from ip->ihl later).
+    barrier_var(tcp);
+    __u16 sport = tcp->source, dport = tcp->dest;
+    __u32 seq = bpf_ntohl(tcp->seq);
+    int syn = tcp->syn, rst = tcp->rst;
+    __u32 headers = ip->ihl * 4 + tcp->doff * 4;
+    __u32 total = bpf_ntohs(ip->tot_len);
+    __u32 len = total > headers ? total - headers : 0;
+    struct flow_key key = { .saddr = ip->saddr, .daddr = ip->daddr, .sport = sport, .dport = dport };
+
+    __u32 port = bpf_ntohs(sport);
+    __u8 *srv = bpf_map_lookup_elem(&server_ports, &port);
+    if (!srv || !*srv)
+        return classify_to(skb, cfg, cfg->other_band);
+    __u64 now = bpf_ktime_get_ns();
+    if (syn) {
+        // A SYN/ACK opens the flow (a resend, or a new connection on the same ports, starts it
+        // again): its first response starts at the next byte.
+        struct flow f = { .start = seq + 1, .hi = seq + 1, .bytes = skb->len, .packets = 1, .last_ns = now };
+        bpf_map_update_elem(&flow_state, &key, &f, BPF_ANY);
+        return classify_to(skb, cfg, 0);
+    }
+    struct flow *f = bpf_map_lookup_elem(&flow_state, &key);
+    if (!f) {
+        // First seen after its handshake (rlm started mid-flow, or the entry was evicted): its
+        // current response is taken to start here.
+        struct flow nf = { .start = seq, .hi = seq };
+        bpf_map_update_elem(&flow_state, &key, &nf, BPF_NOEXIST);
+        f = bpf_map_lookup_elem(&flow_state, &key);
+        if (!f)
+            return classify_to(skb, cfg, 0);
+        count(C_MIDFLOW);
+    }
+    f->bytes += skb->len;
+    f->packets += 1;
+    f->last_ns = now;
+    if (len == 0 || rst)
+        return classify_to(skb, cfg, 0);
+
+    // The engine's publication, if it is for a response not behind the flow's current one and
+    // says something new (a later start, or the end of the current one). One left behind (its
+    // response over, the flow rolled past it) is ignored.
+    struct resp *r = bpf_map_lookup_elem(&resp_size, &key);
+    if (r) {
+        __u32 rs = r->start, re = r->end, rh = r->has_end;
+        if (seq_gt(rs, f->start) || (rs == f->start && rh && !f->has_end)) {
+            f->start = rs;
+            f->end = re;
+            f->has_end = rh;
+            count(C_ADOPTED);
+        }
+    }
+    __u32 hi = f->hi;
+    __u32 base = seq_gt(hi, seq) ? hi : seq;
+    if (f->has_end && seq_ge(base, f->end)) {
+        // Past this response's end: the next response (its size not known yet) starts there.
+        f->start = f->end;
+        f->has_end = 0;
+        count(C_ROLLED);
+    }
+    __u32 x;
+    if (f->has_end) {
+        x = f->end - base;
+        count(C_KNOWN);
+    } else {
+        x = base - f->start;
+        count(C_ATTAINED);
+    }
+    if (seq_ge(hi, seq + len)) {
+        f->retx_bytes += len;
+        count(C_RETX);
+    } else {
+        f->hi = seq + len;
+    }
+    return classify_to(skb, cfg, band_of(cfg, x));
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -1,14 +1,26 @@
-//! The egress classifier.
+//! The SRPT egress classifier (`bpf/classify.bpf.c`): on the client port's egress, every packet
+//! a server sends gets a priority band by its response's remaining bytes, as an HTB classid in
+//! `skb->priority` (band 0 for control, bands 1..=n+1 for data at n cutoffs); FAIR mode gives
+//! every packet one class. The engine publishes each response's start and end in sequence space
+//! ([`SrptEgress::set_response`]); the program counts down from there, or ranks by bytes sent
+//! when no end is known. Per-flow bytes, packets, retransmitted bytes and last-packet time stay
+//! in the kernel ([`SrptEgress::flow`]).
 
 use std::net::SocketAddrV4;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::{tc, SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf, Pod};
 
-/// Class slots counted by the program (a classid's minor number modulo this).
+use crate::testrun::{self, TestRun};
+
+/// Class slots counted by the program (one per band).
 pub const MAX_CLASSES: usize = 16;
+/// Most cutoffs (HTB has 8 priorities: band 0, and n + 1 data bands).
+pub const MAX_CUTOFFS: usize = 6;
+/// 002's cutoffs, in response bytes (head included): 1K, 2K, 5K, 20K, 50K.
+pub const DEFAULT_CUTOFFS: [u32; 5] = [1024, 2048, 5120, 20480, 51200];
 
 static CLASSIFY: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/classify.bpf.o"));
 
@@ -17,7 +29,8 @@ pub fn classid(major: u16, minor: u16) -> u32 {
     ((major as u32) << 16) | minor as u32
 }
 
-/// A flow as it leaves the interface: addresses and ports in network byte order.
+/// A flow as it leaves toward the client: the server's address and port first, then the
+/// client's, in network byte order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowKey {
@@ -31,6 +44,7 @@ pub struct FlowKey {
 unsafe impl Pod for FlowKey {}
 
 impl FlowKey {
+    /// The flow of packets from `src` (the server) to `dst` (the client).
     pub fn new(src: SocketAddrV4, dst: SocketAddrV4) -> FlowKey {
         FlowKey {
             saddr: u32::from_ne_bytes(src.ip().octets()),
@@ -41,7 +55,7 @@ impl FlowKey {
     }
 }
 
-/// Packets and bytes sent in one class slot.
+/// Packets and bytes sent in one band.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassCount {
@@ -52,47 +66,189 @@ pub struct ClassCount {
 // SAFETY: two u64s, no padding; the C struct's layout.
 unsafe impl Pod for ClassCount {}
 
-/// The egress classifier, loaded and attached to one interface. Detached when dropped.
-pub struct EgressClassifier {
+/// What the program does with the priority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SrptMode {
+    /// Leave `skb->priority` alone (the accounting goes on).
+    Off = 0,
+    /// Every packet to `base` (one class: the baseline).
+    Fair = 1,
+    /// `base + band`.
+    Srpt = 2,
+}
+
+/// The classifier's parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SrptParams {
+    pub mode: SrptMode,
+    /// Band 0's classid; band b is `base + b`.
+    pub base: u32,
+    /// Strictly increasing, at most [`MAX_CUTOFFS`].
+    pub cutoffs: Vec<u32>,
+    /// The band of TCP not from a server port, and of IPv6 (the lowest by default).
+    pub other_band: u32,
+}
+
+impl SrptParams {
+    /// `mode` with 002's cutoffs, other traffic in the lowest band.
+    pub fn new(mode: SrptMode, base: u32) -> SrptParams {
+        let cutoffs = DEFAULT_CUTOFFS.to_vec();
+        let other_band = cutoffs.len() as u32 + 1;
+        SrptParams { mode, base, cutoffs, other_band }
+    }
+
+    /// Bands in all: control, and one more than the cutoffs.
+    pub fn bands(&self) -> u32 {
+        self.cutoffs.len() as u32 + 2
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.cutoffs.is_empty() || self.cutoffs.len() > MAX_CUTOFFS {
+            bail!("SRPT takes 1 to {MAX_CUTOFFS} cutoffs, not {}", self.cutoffs.len());
+        }
+        if self.cutoffs.windows(2).any(|w| w[0] >= w[1]) || self.cutoffs[self.cutoffs.len() - 1] >= 1 << 31 {
+            bail!("SRPT cutoffs must increase strictly and stay under 2^31 bytes: {:?}", self.cutoffs);
+        }
+        if self.other_band >= self.bands() {
+            bail!("other_band {} is not one of the {} bands", self.other_band, self.bands());
+        }
+        Ok(())
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct SrptCfg {
+    mode: u32,
+    base: u32,
+    cutoffs: u32,
+    other_band: u32,
+    cut: [u32; MAX_CUTOFFS],
+}
+// SAFETY: ten u32s, no padding; the C struct's layout.
+unsafe impl Pod for SrptCfg {}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct RespValue {
+    start: u32,
+    end: u32,
+    has_end: u32,
+    pad: u32,
+}
+// SAFETY: four u32s, no padding; the C struct's layout.
+unsafe impl Pod for RespValue {}
+
+/// A flow as the kernel keeps it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowState {
+    /// The current response's first byte (sequence number).
+    pub start: u32,
+    /// The byte after its end, if `has_end != 0`.
+    pub end: u32,
+    pub has_end: u32,
+    /// The byte after the highest sent.
+    pub hi: u32,
+    pub bytes: u64,
+    pub packets: u64,
+    pub retx_bytes: u64,
+    /// CLOCK_MONOTONIC ns of the last packet.
+    pub last_ns: u64,
+}
+// SAFETY: four u32s and four u64s, no padding; the C struct's layout.
+unsafe impl Pod for FlowState {}
+
+/// The program's counters, summed over CPUs (packets unless said).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrptCounters {
+    /// Data packets ranked by their response's remaining bytes.
+    pub known: u64,
+    /// Data packets ranked by bytes sent (no end known).
+    pub attained: u64,
+    /// Data packets wholly sent before.
+    pub retx: u64,
+    /// Publications taken into a flow.
+    pub adopted: u64,
+    /// Flows rolled over to their next response at an end.
+    pub rolled: u64,
+    /// Flows first seen after their handshake.
+    pub midflow: u64,
+}
+
+/// The SRPT classifier, loaded (and attached to one interface's egress, or not: tests run it
+/// with [`SrptEgress::test_run`]). Detached when dropped.
+pub struct SrptEgress {
     bpf: Ebpf,
 }
 
-impl EgressClassifier {
-    /// Load the program and attach it to `iface`'s egress (tcx, or clsact on older kernels).
-    pub fn attach(iface: &str) -> Result<EgressClassifier> {
-        let mut bpf = Ebpf::load(CLASSIFY).context("loading the egress classifier")?;
-        // Needed only where tcx is not available; an existing clsact is fine.
-        let _ = tc::qdisc_add_clsact(iface);
+impl SrptEgress {
+    /// Load the program through the verifier, with `params` and the servers' ports.
+    pub fn load(server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
+        let mut bpf = Ebpf::load(CLASSIFY).context("loading the SRPT classifier")?;
+        {
+            let mut ports: Array<&mut MapData, u8> = Array::try_from(bpf.map_mut("server_ports").context("map server_ports")?)?;
+            for &p in server_ports {
+                ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
+            }
+        }
         let prog: &mut SchedClassifier = bpf.program_mut("classify").context("program 'classify' missing")?.try_into()?;
         prog.load().context("the verifier rejected 'classify'")?;
-        prog.attach(iface, TcAttachType::Egress).with_context(|| format!("attaching to {iface} egress"))?;
-        Ok(EgressClassifier { bpf })
+        let mut e = SrptEgress { bpf };
+        e.set_params(params)?;
+        Ok(e)
     }
 
-    fn flows(&mut self) -> Result<HashMap<&mut MapData, FlowKey, u32>> {
-        Ok(HashMap::try_from(self.bpf.map_mut("flow_class").context("map flow_class")?)?)
+    /// Load, and attach to `iface`'s egress (tcx, or clsact on older kernels).
+    pub fn attach(iface: &str, server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
+        let mut e = SrptEgress::load(server_ports, params)?;
+        // Needed only where tcx is not available; an existing clsact is fine.
+        let _ = tc::qdisc_add_clsact(iface);
+        let prog: &mut SchedClassifier = e.bpf.program_mut("classify").context("program 'classify' missing")?.try_into()?;
+        prog.attach(iface, TcAttachType::Egress).with_context(|| format!("attaching the SRPT classifier to {iface} egress"))?;
+        Ok(e)
     }
 
-    /// Put a flow's packets into HTB class `classid`.
-    pub fn set_flow_class(&mut self, flow: FlowKey, classid: u32) -> Result<()> {
-        self.flows()?.insert(flow, classid, 0)?;
+    pub fn set_params(&mut self, params: &SrptParams) -> Result<()> {
+        params.validate()?;
+        let mut cut = [0u32; MAX_CUTOFFS];
+        cut[..params.cutoffs.len()].copy_from_slice(&params.cutoffs);
+        let cfg = SrptCfg { mode: params.mode as u32, base: params.base, cutoffs: params.cutoffs.len() as u32, other_band: params.other_band, cut };
+        let mut m: Array<&mut MapData, SrptCfg> = Array::try_from(self.bpf.map_mut("srpt_config").context("map srpt_config")?)?;
+        m.set(0, cfg, 0)?;
         Ok(())
     }
 
-    /// Forget a flow (its packets get the default class again).
-    pub fn clear_flow(&mut self, flow: FlowKey) -> Result<()> {
-        let _ = self.flows()?.remove(&flow);
+    /// The flow's current response starts at sequence number `start` and ends before `end`
+    /// (`None`: its length is not known, and it is ranked by the bytes sent).
+    pub fn set_response(&mut self, flow: FlowKey, start: u32, end: Option<u32>) -> Result<()> {
+        let v = RespValue { start, end: end.unwrap_or(0), has_end: u32::from(end.is_some()), pad: 0 };
+        let mut m: HashMap<&mut MapData, FlowKey, RespValue> = HashMap::try_from(self.bpf.map_mut("resp_size").context("map resp_size")?)?;
+        m.insert(flow, v, 0)?;
         Ok(())
     }
 
-    /// The class of flows not set explicitly; 0 leaves their priority alone.
-    pub fn set_default_class(&mut self, classid: u32) -> Result<()> {
-        let mut cfg: Array<&mut MapData, u32> = Array::try_from(self.bpf.map_mut("config").context("map config")?)?;
-        cfg.set(0, classid, 0)?;
+    /// Forget a flow (its connection closed).
+    pub fn end_flow(&mut self, flow: FlowKey) -> Result<()> {
+        let mut r: HashMap<&mut MapData, FlowKey, RespValue> = HashMap::try_from(self.bpf.map_mut("resp_size").context("map resp_size")?)?;
+        let _ = r.remove(&flow);
+        let mut f: HashMap<&mut MapData, FlowKey, FlowState> = HashMap::try_from(self.bpf.map_mut("flow_state").context("map flow_state")?)?;
+        let _ = f.remove(&flow);
         Ok(())
     }
 
-    /// Packets and bytes per class slot, summed over CPUs.
+    /// The kernel's state of a flow.
+    pub fn flow(&self, flow: FlowKey) -> Result<Option<FlowState>> {
+        let m: HashMap<&MapData, FlowKey, FlowState> = HashMap::try_from(self.bpf.map("flow_state").context("map flow_state")?)?;
+        match m.get(&flow, 0) {
+            Ok(v) => Ok(Some(v)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Packets and bytes per band, summed over CPUs.
     pub fn class_stats(&self) -> Result<[ClassCount; MAX_CLASSES]> {
         let stats: PerCpuArray<&MapData, ClassCount> = PerCpuArray::try_from(self.bpf.map("class_stats").context("map class_stats")?)?;
         let mut out = [ClassCount::default(); MAX_CLASSES];
@@ -104,6 +260,18 @@ impl EgressClassifier {
         }
         Ok(out)
     }
+
+    pub fn counters(&self) -> Result<SrptCounters> {
+        let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.bpf.map("srpt_counters").context("map srpt_counters")?)?;
+        let sum = |i: u32| -> Result<u64> { Ok(m.get(&i, 0)?.iter().sum()) };
+        Ok(SrptCounters { known: sum(0)?, attained: sum(1)?, retx: sum(2)?, adopted: sum(3)?, rolled: sum(4)?, midflow: sum(5)? })
+    }
+
+    /// Run the program on `frame` `repeat` times in the kernel, as if it left the port.
+    pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
+        let p: &SchedClassifier = self.bpf.program("classify").context("program 'classify' missing")?.try_into()?;
+        testrun::run(p.fd()?, frame, repeat)
+    }
 }
 
 #[cfg(test)]
@@ -111,11 +279,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn flow_key_is_laid_out_like_the_c_struct() {
+    fn layouts_match_the_c_structs() {
         assert_eq!(std::mem::size_of::<FlowKey>(), 12);
         let k = FlowKey::new("10.0.0.1:80".parse().unwrap(), "10.4.0.2:40000".parse().unwrap());
+        // SAFETY: FlowKey is 12 bytes of plain data.
         let bytes: [u8; 12] = unsafe { std::mem::transmute(k) };
         assert_eq!(bytes, [10, 0, 0, 1, 10, 4, 0, 2, 0, 80, 0x9c, 0x40]);
         assert_eq!(classid(1, 0x20), 0x0001_0020);
+        assert_eq!(std::mem::size_of::<SrptCfg>(), 40);
+        assert_eq!(std::mem::size_of::<RespValue>(), 16);
+        assert_eq!(std::mem::size_of::<FlowState>(), 48);
+    }
+
+    #[test]
+    fn params_are_validated() {
+        let p = SrptParams::new(SrptMode::Srpt, classid(0x7e1, 0x10));
+        assert_eq!((p.bands(), p.other_band), (7, 6));
+        p.validate().unwrap();
+        let bad = |f: &dyn Fn(&mut SrptParams)| {
+            let mut q = p.clone();
+            f(&mut q);
+            q.validate().is_err()
+        };
+        assert!(bad(&|q| q.cutoffs.clear()));
+        assert!(bad(&|q| q.cutoffs = vec![1, 2, 3, 4, 5, 6, 7]));
+        assert!(bad(&|q| q.cutoffs = vec![2048, 1024]));
+        assert!(bad(&|q| q.cutoffs = vec![1 << 31]));
+        assert!(bad(&|q| q.other_band = 7));
     }
 }

@@ -4,9 +4,9 @@
 //! `bpf/`, compiled by `build.rs` with clang, embedded in this crate and loaded with aya. Maps
 //! are the only interface between the kernel and user space.
 //!
-//! - [`classify`]: the egress classifier (`bpf/classify.bpf.c`), a tc program that looks each
-//!   outbound IPv4 TCP/UDP packet's flow up in `flow_class` and sets `skb->priority` to the HTB
-//!   classid the engine chose (strict priority = HTB classes with `prio`), counting per class.
+//! - [`classify`]: the SRPT egress classifier (`bpf/classify.bpf.c`), a tc program on the client
+//!   port's egress that sets each packet's `skb->priority` to an HTB classid by its response's
+//!   remaining bytes (strict priority = HTB classes with `prio`), and keeps per-flow accounting.
 //! - [`inline`]: the fast path of `rlm run` (`bpf/inline.bpf.c`): SYN admission in the kernel
 //!   from verdicts the engine publishes, and the packets the engine measures through a ring buffer.
 //! - [`testrun`]: runs a loaded program on a frame inside the kernel (`BPF_PROG_TEST_RUN`), for
@@ -20,5 +20,5 @@ pub mod inline;
 pub mod syn_timeout;
 pub mod testrun;
 
-pub use classify::{classid, ClassCount, EgressClassifier, FlowKey, MAX_CLASSES};
+pub use classify::{classid, ClassCount, FlowKey, FlowState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
 pub use syn_timeout::{kernel_hz, SynTimeout};

@@ -1,11 +1,14 @@
-//! The egress classifier in a real kernel: two network namespaces joined by a veth pair, the
-//! program on one end's egress under an HTB qdisc, UDP flows sent across. Needs root.
+//! The SRPT classifier in a real kernel: two network namespaces joined by a veth pair, the
+//! program on the server end's egress under an HTB tree of strict-priority leaves (one per
+//! band), TCP responses sent across. Needs root.
 
-use std::net::{SocketAddrV4, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::Command;
+use std::time::Duration;
 
-use kmod_fastpath::{classid, EgressClassifier, FlowKey};
+use kmod_fastpath::{classid, ClassCount, FlowKey, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("iproute2 installed");
@@ -50,51 +53,114 @@ fn class_packets(stats: &str, class: &str) -> u64 {
     0
 }
 
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn diff(after: &[ClassCount; MAX_CLASSES], before: &[ClassCount; MAX_CLASSES]) -> Vec<u64> {
+    after.iter().zip(before).map(|(a, b)| a.packets - b.packets).collect()
+}
+
 #[test]
-fn classifies_flows_into_htb_classes() {
+fn ranks_responses_by_remaining_bytes_into_htb_leaves() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces, eBPF)");
+        return;
+    }
     let id = std::process::id();
     let ns = Namespaces(format!("rlmfp-a-{id}"), format!("rlmfp-b-{id}"));
     ip(&["netns", "add", &ns.0]);
     ip(&["netns", "add", &ns.1]);
+    // No IPv6 neighbour discovery: other traffic goes to the lowest band, and would blur it.
+    for n in [&ns.0, &ns.1] {
+        let out = Command::new("ip")
+            .args(["netns", "exec", n, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "sysctl: {}", String::from_utf8_lossy(&out.stderr));
+    }
     ip(&["-n", &ns.0, "link", "add", "fpa", "type", "veth", "peer", "name", "fpb", "netns", &ns.1]);
     ip(&["-n", &ns.0, "addr", "add", "10.250.7.1/30", "dev", "fpa"]);
     ip(&["-n", &ns.1, "addr", "add", "10.250.7.2/30", "dev", "fpb"]);
     ip(&["-n", &ns.0, "link", "set", "fpa", "up"]);
     ip(&["-n", &ns.1, "link", "set", "fpb", "up"]);
-    tc(&ns.0, "qdisc add dev fpa root handle 1: htb default 3");
-    tc(&ns.0, "class add dev fpa parent 1: classid 1:3 htb rate 100mbit prio 1");
-    tc(&ns.0, "class add dev fpa parent 1: classid 1:2 htb rate 100mbit prio 0");
+    // One packet per skb, so that every packet gets its own band (TCP hands the egress hook
+    // GSO skbs of many segments otherwise, one band each).
+    ip(&["-n", &ns.0, "link", "set", "fpa", "gso_max_segs", "1"]);
+    // Strict priority: 7 leaves 1:10 .. 1:16 that all borrow the whole rate, lower prio first.
+    tc(&ns.0, "qdisc add dev fpa root handle 1: htb default 16");
+    tc(&ns.0, "class add dev fpa parent 1: classid 1:1 htb rate 1gbit ceil 1gbit");
+    for b in 0..7 {
+        tc(&ns.0, &format!("class add dev fpa parent 1:1 classid 1:{:x} htb rate 8kbit ceil 1gbit prio {b} quantum 1514", 0x10 + b));
+    }
+    let params = SrptParams::new(SrptMode::Srpt, classid(1, 0x10));
 
-    let a = ns.0.clone();
-    let stats = std::thread::spawn(move || {
-        enter(&a);
-        let mut fp = EgressClassifier::attach("fpa").expect("attach");
-        let src: SocketAddrV4 = "10.250.7.1:40000".parse().unwrap();
-        let dst: SocketAddrV4 = "10.250.7.2:9".parse().unwrap();
-        fp.set_flow_class(FlowKey::new(src, dst), classid(1, 2)).unwrap();
-        fp.set_default_class(classid(1, 3)).unwrap();
-        let short = UdpSocket::bind(src).unwrap();
-        let other = UdpSocket::bind("10.250.7.1:40001").unwrap();
-        for _ in 0..50 {
-            short.send_to(&[7u8; 100], dst).unwrap();
+    let (a, b) = (ns.0.clone(), ns.1.clone());
+    let server: SocketAddrV4 = "10.250.7.1:8080".parse().unwrap();
+    let (sized, open_ended) = (200_000usize, 30_000usize);
+    enter(&a);
+    let mut fp = SrptEgress::attach("fpa", &[8080], &params).expect("attach");
+    let l = TcpListener::bind(server).unwrap();
+    let client = std::thread::spawn(move || {
+        enter(&b);
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let mut c = TcpStream::connect(server).expect("connect");
+            let mut buf = Vec::new();
+            c.read_to_end(&mut buf).expect("read");
+            got.push(buf.len());
         }
-        for _ in 0..20 {
-            other.send_to(&[7u8; 100], dst).unwrap();
+        got
+    });
+    let respond = |fp: &mut SrptEgress, size: usize, publish: bool| {
+        let before = fp.class_stats().unwrap();
+        let (mut c, peer) = l.accept().unwrap();
+        let SocketAddr::V4(peer) = peer else { panic!("IPv4") };
+        let key = FlowKey::new(server, peer);
+        let f = fp.flow(key).unwrap().expect("the SYN/ACK opened the flow");
+        assert_eq!(f.start, f.hi, "nothing sent after the SYN/ACK yet");
+        if publish {
+            fp.set_response(key, f.start, Some(f.start.wrapping_add(size as u32))).unwrap();
         }
-        // Taken out of the map: back to the default class.
-        fp.clear_flow(FlowKey::new(src, dst)).unwrap();
-        for _ in 0..5 {
-            short.send_to(&[7u8; 100], dst).unwrap();
-        }
-        fp.class_stats().unwrap()
-    })
-    .join()
-    .expect("classifier thread");
+        c.write_all(&vec![7u8; size]).unwrap();
+        drop(c);
+        std::thread::sleep(Duration::from_millis(300));
+        let f2 = fp.flow(key).unwrap().unwrap();
+        assert_eq!(f2.hi, f.start.wrapping_add(size as u32), "hi: the byte after the last sent");
+        assert!(f2.bytes > size as u64 && f2.packets > (size / 1500) as u64, "{f2:?}");
+        diff(&fp.class_stats().unwrap(), &before)
+    };
+    let c0 = fp.counters().unwrap();
+    let known = respond(&mut fp, sized, true);
+    let c1 = fp.counters().unwrap();
+    let attained = respond(&mut fp, open_ended, false);
+    let c2 = fp.counters().unwrap();
+    eprintln!("packets per band: sized {known:?}, open-ended {attained:?}; {c2:?}");
+    assert_eq!(client.join().unwrap(), vec![sized, open_ended]);
 
-    assert_eq!(stats[2].packets, 50, "the classified flow");
-    assert_eq!(stats[2].bytes, 50 * (14 + 20 + 8 + 100));
-    assert!(stats[3].packets >= 25, "default class: {:?}", stats[3]);
+    // 200,000 bytes with their end known: every data band, most in band 6 (over 50K left) and
+    // one or two at the end in band 1; control (the SYN/ACK, ACKs, FIN) in band 0.
+    assert!(known[0] >= 2, "band 0: {known:?}");
+    assert!(known[1..=6].iter().all(|&n| n >= 1), "every data band: {known:?}");
+    assert!(known[6] > known[5] && known[6] >= (sized as u64 - 51_200) / 1460, "{known:?}");
+    // (a resend of the last segment after the end is ranked as the next response's first bytes)
+    assert!(c1.known - c0.known >= (sized / 1460) as u64 && c1.attained - c0.attained <= c1.retx - c0.retx, "{c0:?} {c1:?}");
+    assert_eq!(c1.adopted - c0.adopted, 1);
+    // 30,000 bytes of unknown length: ranked by bytes sent, they sink from band 1 to band 5.
+    assert!(attained[1..=5].iter().all(|&n| n >= 1) && attained[6] == 0, "{attained:?}");
+    assert!(c2.attained - c1.attained >= (open_ended / 1460) as u64 && c2.known == c1.known, "{c1:?} {c2:?}");
+
+    // HTB put every packet where skb->priority said.
+    let stats = fp.class_stats().unwrap();
     let htb = tc(&ns.0, "-s class show dev fpa");
-    assert_eq!(class_packets(&htb, "1:2"), 50, "HTB put the packets where skb->priority said:\n{htb}");
-    assert!(class_packets(&htb, "1:3") >= 25, "{htb}");
+    for (b, s) in stats.iter().enumerate().take(7) {
+        assert_eq!(class_packets(&htb, &format!("1:{:x}", 0x10 + b)), s.packets, "band {b}:\n{htb}");
+    }
+    // FAIR: everything in the one class.
+    let mut fair = params.clone();
+    fair.mode = SrptMode::Fair;
+    fp.set_params(&fair).unwrap();
+    let frame = kmod_fastpath::testrun::frames::tcp(server, "10.250.7.2:40000".parse().unwrap(), 0x18, 1, &[0; 100]);
+    assert_eq!(fp.test_run(&frame, 1).unwrap().skb.priority, classid(1, 0x10));
 }

@@ -1,0 +1,136 @@
+//! The SRPT classifier's rules, run on crafted frames inside the kernel (`BPF_PROG_TEST_RUN`):
+//! the band of each packet from its response's remaining bytes, retransmissions, the roll-over
+//! to the next response on a connection, late publications, the sequence wrap, FAIR, and the
+//! packets that are not a server's data. Needs root.
+
+use std::net::SocketAddrV4;
+
+use kmod_fastpath::testrun::frames::{self, ACK, FIN, PSH, SYN};
+use kmod_fastpath::{classid, FlowKey, SrptEgress, SrptMode, SrptParams};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+const BASE: u32 = 0x07e1_0010;
+
+struct Flow {
+    fp: SrptEgress,
+    server: SocketAddrV4,
+    client: SocketAddrV4,
+}
+
+impl Flow {
+    fn new(mode: SrptMode) -> Option<Flow> {
+        if !is_root() {
+            eprintln!("skipped: needs root (eBPF)");
+            return None;
+        }
+        let fp = SrptEgress::load(&[80], &SrptParams::new(mode, BASE)).expect("load the classifier");
+        Some(Flow { fp, server: "10.1.0.1:80".parse().unwrap(), client: "10.4.0.2:40000".parse().unwrap() })
+    }
+
+    fn key(&self) -> FlowKey {
+        FlowKey::new(self.server, self.client)
+    }
+
+    /// The band the program gives a server packet (its priority less the base).
+    fn send(&self, flags: u8, seq: u32, len: usize) -> u32 {
+        let f = frames::tcp(self.server, self.client, flags, seq, &vec![0u8; len]);
+        let r = self.fp.test_run(&f, 1).expect("test run");
+        assert_eq!(r.retval, 0, "the classifier never drops");
+        r.skb.priority - BASE
+    }
+
+    fn data(&self, seq: u32, len: usize) -> u32 {
+        self.send(PSH | ACK, seq, len)
+    }
+}
+
+#[test]
+fn bands_follow_the_remaining_bytes_of_a_published_response() {
+    let Some(mut t) = Flow::new(SrptMode::Srpt) else { return };
+    let isn = 1_000_000u32;
+    assert_eq!(t.send(SYN | ACK, isn, 0), 0, "a SYN/ACK is control");
+    let start = isn + 1;
+    assert_eq!(t.fp.flow(t.key()).unwrap().unwrap().start, start);
+    // A 60,000-byte response: remaining 60,000 (> 50K) is band 6; band 1 + cutoffs below it.
+    t.fp.set_response(t.key(), start, Some(start + 60_000)).unwrap();
+    assert_eq!(t.data(start, 1000), 6);
+    // Remaining at each packet's first byte: 51,200 exactly is not over the cutoff: band 5.
+    assert_eq!(t.data(start + 60_000 - 51_200, 1000), 5);
+    assert_eq!(t.data(start + 60_000 - 20_481, 1000), 5);
+    assert_eq!(t.data(start + 60_000 - 20_480, 1000), 4);
+    assert_eq!(t.data(start + 60_000 - 5_000, 1000), 3);
+    assert_eq!(t.data(start + 60_000 - 2_000, 976), 2);
+    // A retransmission of the response's first bytes keeps the flow's current band (from the
+    // highest byte sent: 1,024 left, band 1), and is counted.
+    assert_eq!(t.data(start, 1000), 1);
+    let f = t.fp.flow(t.key()).unwrap().unwrap();
+    assert_eq!((f.hi, f.retx_bytes), (start + 60_000 - 1_024, 1000));
+    assert_eq!(t.data(start + 60_000 - 1_024, 1_024), 1);
+    assert_eq!(t.send(ACK | FIN, start + 60_000, 0), 0, "a FIN is control");
+    let c = t.fp.counters().unwrap();
+    assert_eq!((c.known, c.attained, c.retx, c.adopted, c.rolled), (8, 0, 1, 1, 0));
+}
+
+#[test]
+fn a_connection_rolls_over_to_its_next_response() {
+    let Some(mut t) = Flow::new(SrptMode::Srpt) else { return };
+    // Near the wrap: the first response ends past 2^32.
+    let isn = u32::MAX - 3_000;
+    t.send(SYN | ACK, isn, 0);
+    let start = isn.wrapping_add(1);
+    let end = start.wrapping_add(6_000);
+    t.fp.set_response(t.key(), start, Some(end)).unwrap();
+    assert_eq!(t.data(start, 1448), 4, "6,000 left");
+    assert_eq!(t.data(start.wrapping_add(1448), 1448), 3, "4,552 left, across the wrap");
+    assert_eq!(t.data(start.wrapping_add(2896), 3104), 3, "3,104 left");
+    // The next response, before the engine has its head: ranked by bytes sent from the end.
+    assert_eq!(t.data(end, 1448), 1, "0 bytes of the next response sent");
+    assert_eq!(t.data(end.wrapping_add(1448), 1448), 2, "1,448 sent");
+    assert_eq!(t.fp.counters().unwrap().rolled, 1);
+    // Its head parsed: 3,500 bytes in all, 604 of them left at the next packet.
+    t.fp.set_response(t.key(), end, Some(end.wrapping_add(3_500))).unwrap();
+    assert_eq!(t.data(end.wrapping_add(2896), 604), 1);
+    // A late publication of the first response is ignored (the flow is past it).
+    t.fp.set_response(t.key(), start, Some(end)).unwrap();
+    assert_eq!(t.data(end.wrapping_add(3_500), 100), 1, "the third response, 0 sent");
+    let c = t.fp.counters().unwrap();
+    assert_eq!((c.adopted, c.rolled), (2, 2));
+}
+
+#[test]
+fn open_ended_responses_and_other_packets() {
+    let Some(mut t) = Flow::new(SrptMode::Srpt) else { return };
+    // First seen mid-flow (no SYN/ACK): the response is taken to start at this packet.
+    assert_eq!(t.data(5_000, 1448), 1);
+    assert_eq!(t.data(5_000 + 60_000, 1448), 6, "60,000 sent: the lowest data band");
+    assert_eq!(t.fp.counters().unwrap().midflow, 1);
+    // TCP from a port that is not a server's, and IPv6: the other band (the lowest); ARP: 0.
+    let other = frames::tcp(t.client, t.server, PSH | ACK, 1, &[0; 10]);
+    assert_eq!(t.fp.test_run(&other, 1).unwrap().skb.priority, BASE + 6);
+    let mut v6 = vec![0u8; 14 + 40 + 20];
+    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    v6[14] = 0x60;
+    v6[20] = 6;
+    assert_eq!(t.fp.test_run(&v6, 1).unwrap().skb.priority, BASE + 6);
+    let mut arp = vec![0u8; 42];
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    assert_eq!(t.fp.test_run(&arp, 1).unwrap().skb.priority, BASE);
+    // FAIR: the same accounting, one class for everything.
+    let mut p = SrptParams::new(SrptMode::Fair, BASE);
+    t.fp.set_params(&p).unwrap();
+    assert_eq!(t.data(5_000 + 70_000, 1448), 0);
+    assert_eq!(t.fp.class_stats().unwrap()[0].packets, 2, "FAIR counts in slot 0 (with the ARP)");
+    // Off: the priority is left alone.
+    p.mode = SrptMode::Off;
+    t.fp.set_params(&p).unwrap();
+    let f = frames::tcp(t.server, t.client, PSH | ACK, 5_000 + 80_000, &[0; 100]);
+    assert_eq!(t.fp.test_run(&f, 1).unwrap().skb.priority, 0);
+    // The connection closed: both maps forget it.
+    t.fp.end_flow(t.key()).unwrap();
+    assert!(t.fp.flow(t.key()).unwrap().is_none());
+    assert_eq!(classid(0x7e1, 0x10), BASE);
+}
