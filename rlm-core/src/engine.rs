@@ -302,6 +302,12 @@ pub enum FastpathUpdate {
     /// Send the clients' segments through the queue (a `REWRITE EMBEDS` is carried out), or
     /// stop.
     QueueRequests(bool),
+    /// The connection's current response starts at sequence number `start` and ends before
+    /// `end` (`None`: not known; the SRPT classifier ranks it by the bytes sent). Made only with
+    /// SRPT on ([`Engine::enable_srpt`]).
+    ResponseSize { client: SocketAddrV4, server: SocketAddrV4, start: u32, end: Option<u32> },
+    /// The connection is gone: the kernel may forget its flow.
+    FlowEnd { client: SocketAddrV4, server: SocketAddrV4 },
 }
 
 /// The engine's side of a kernel fast path ([`Engine::enable_fastpath`]).
@@ -320,6 +326,8 @@ struct Fastpath {
     queue_responses: bool,
     /// And the last [`FastpathUpdate::QueueRequests`].
     queue_requests: bool,
+    /// Publish each response's size for the SRPT classifier.
+    srpt: bool,
 }
 
 /// Sizes of the engine's tables.
@@ -357,6 +365,8 @@ pub struct Stats {
     pub syns_dropped: u64,
     /// SYNs retransmitted to the servers on the clients' behalf (`FAST SYN`).
     pub fast_syns_sent: u64,
+    /// Responses whose place in the sequence space went to the SRPT classifier.
+    pub srpt_sizes_published: u64,
     /// Clients' own retransmissions absorbed while rlm was retransmitting for them.
     pub fast_syns_absorbed: u64,
     /// Clients' own retransmissions of a held SYN let through: the rule had let go before the
@@ -543,8 +553,60 @@ impl Engine {
             .chain(queue_requests.then_some(FastpathUpdate::QueueRequests(true)))
             .collect();
         self.fastpath =
-            Some(Fastpath { updates, epoch: 0, mode, seen: None, generation: 0, buckets: ahash::AHashSet::new(), queue_responses, queue_requests });
+            Some(Fastpath {
+            updates,
+            epoch: 0,
+            mode,
+            seen: None,
+            generation: 0,
+            buckets: ahash::AHashSet::new(),
+            queue_responses,
+            queue_requests,
+            srpt: false,
+        });
         self.note_fastpath();
+    }
+
+    /// Make [`FastpathUpdate::ResponseSize`] and [`FastpathUpdate::FlowEnd`] for the kernel's
+    /// SRPT classifier (after [`Engine::enable_fastpath`]; IPv4 connections only).
+    pub fn enable_srpt(&mut self) {
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.srpt = true;
+        }
+    }
+
+    /// Whether response sizes are published.
+    fn publishes_sizes(&self) -> bool {
+        self.fastpath.as_ref().is_some_and(|fp| fp.srpt)
+    }
+
+    /// The connection's addresses as the SRPT classifier keys them (IPv4 only).
+    fn v4_pair(&self, id: ConnId) -> Option<(SocketAddrV4, SocketAddrV4)> {
+        let c = self.flows.get(id)?;
+        match (SocketAddr::from(c.client), SocketAddr::from(c.server)) {
+            (SocketAddr::V4(client), SocketAddr::V4(server)) => Some((client, server)),
+            _ => None,
+        }
+    }
+
+    /// Publish the place in the sequence space of the response whose head was just parsed, for
+    /// the SRPT classifier: from its transaction on the connection, or, when the response
+    /// completed in the same segment, from its `Done` later in the batch (`rest`).
+    fn publish_at_head(&mut self, id: ConnId, depth: u32, rest: &[HttpEvent]) {
+        let on_conn = self.flows.get(id).and_then(|c| c.http.as_ref()).and_then(|h| h.txn(depth));
+        let done = || {
+            rest.iter().find_map(|e| match e {
+                HttpEvent::Done(t) if t.depth == depth => Some(&**t),
+                _ => None,
+            })
+        };
+        let Some(txn) = on_conn.or_else(done) else { return };
+        let (Some(start), end) = (txn.response_seq, txn.response_end_seq) else { return };
+        let Some((client, server)) = self.v4_pair(id) else { return };
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.updates.push_back(FastpathUpdate::ResponseSize { client, server, start, end });
+            self.stats.srpt_sizes_published += 1;
+        }
     }
 
     /// Whether the servers' segments must come through the queue: a `REMOVE EMBEDS` is carried
@@ -1012,6 +1074,9 @@ impl Engine {
                         let html = txn.is_html();
                         self.pageviews.on_response_head(first, id, depth, html, encoded);
                     }
+                    if self.publishes_sizes() {
+                        self.publish_at_head(id, depth, &evs[i..]);
+                    }
                     if self.removing {
                         let done = evs[i..].iter().find_map(|e| match e {
                             HttpEvent::Done(t) if t.depth == depth => Some(&**t),
@@ -1114,6 +1179,11 @@ impl Engine {
         self.fast_synacks.remove(&id);
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
+        if let (Some(fp), SocketAddr::V4(client), SocketAddr::V4(server)) =
+            (self.fastpath.as_mut().filter(|fp| fp.srpt), SocketAddr::from(c.client), SocketAddr::from(c.server))
+        {
+            fp.updates.push_back(FastpathUpdate::FlowEnd { client, server });
+        }
         if self.predicting && c.s2c.bytes > 0 {
             self.client_loss.on_conn(client, c.s2c.bytes, c.s2c.retransmits, MSS_GUESS);
         }

@@ -629,7 +629,9 @@ fn fastpath_learns_the_syn_verdict_of_each_client_and_a_new_generation_when_the_
     let low2 = TcpConv::new("10.5.0.7:40003", "10.9.0.1:80");
     r.feed(12_100, low2.syn());
     assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
-    assert!(fastpath_updates(&mut r).iter().any(|u| matches!(u, FastpathUpdate::SynVerdict { generation, admission: Admission::Drop { .. }, .. } if *generation == g2)));
+    assert!(fastpath_updates(&mut r)
+        .iter()
+        .any(|u| matches!(u, FastpathUpdate::SynVerdict { generation, admission: Admission::Drop { .. }, .. } if *generation == g2)));
     // A SYN the kernel dropped is accounted (a decision record, the pageview keeps it) without
     // being decided again, and teaches the kernel nothing new.
     let before = r.decisions.len();
@@ -729,7 +731,8 @@ fn halt_fast_syn_holds_a_throttled_class_back_and_resumes_when_the_rule_clears()
     r.advance(2_000);
     assert!(transmits(&mut r).is_empty(), "halted while the throttle holds");
     // The throttle lifts (a new rule file): the held SYN goes to the server at the next gap.
-    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
+    r.engine
+        .set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
     r.advance(2_600);
     let t = transmits(&mut r);
     assert_eq!(t.len(), 1, "{t:?}");
@@ -890,7 +893,8 @@ fn held_syns_are_released_at_a_paced_rate_and_counted_once() {
     assert_eq!(r.engine.policy().unwrap().class_counters[low.index()].syns, 60);
     assert_eq!(r.engine.policy().unwrap().class_counters[low.index()].syns_dropped, 60);
     // The throttle lets go: the 60 go out at 20 a second (5 at once), not all within one gap.
-    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
+    r.engine
+        .set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
     let distinct = |t: &[rlm_core::engine::Transmit]| t.iter().map(|t| t.frame.clone()).collect::<std::collections::HashSet<_>>();
     r.advance(3_000);
     let first = distinct(&transmits(&mut r));
@@ -921,7 +925,8 @@ fn a_clients_own_retransmission_passes_once_the_rule_lets_go_before_the_paced_re
     let last = &convs[59];
     r.feed(2_100, last.syn());
     assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
-    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
+    r.engine
+        .set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n")));
     // The rule has let go; the paced release (20/s, oldest first) is far from the youngest SYN
     // when its client retransmits: that retransmission goes to the server.
     r.advance(2_300);
@@ -944,7 +949,8 @@ fn a_clients_own_retransmission_passes_once_the_rule_lets_go_before_the_paced_re
 
 #[test]
 fn held_and_resent_syns_take_no_limit_syn_token() {
-    let mut r = fast_run("CLASS LOW IF IP.SRC == 10.5.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN LIMIT SYN 1/min BURST 2\n");
+    let mut r =
+        fast_run("CLASS LOW IF IP.SRC == 10.5.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN LIMIT SYN 1/min BURST 2\n");
     let a = TcpConv::new("10.5.0.1:40001", "10.9.0.1:80");
     r.feed(0, a.syn());
     assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
@@ -1306,7 +1312,11 @@ fn chunk_framing_inside_an_attribute_is_never_blanked() {
     // Chunks cut inside b's attribute, both in one segment.
     let cut = PAGE.find("img/b").unwrap();
     let (a, b) = PAGE.split_at(cut);
-    let resp = format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n", a.len(), b.len());
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    );
     let sent: Vec<Vec<u8>> = c.server_data(resp.as_bytes()).into_iter().map(|f| forward(&mut r, 100, f).unwrap()).collect();
     let got = String::from_utf8(client_stream(&sent, body_start)).unwrap();
     let want = resp.replace("src='", "     ").replace(&format!("\r\n{:x}\r\nimg/b.gif'", b.len()), &format!("\r\n{:x}\r\n          ", b.len()));
@@ -1329,7 +1339,8 @@ fn without_a_driver_that_forwards_rewritten_frames_removal_is_only_counted() {
 #[test]
 fn the_fast_path_queues_the_servers_segments_while_a_removal_is_carried_out() {
     use rlm_core::FastpathUpdate;
-    let queue = |u: &[FastpathUpdate]| u.iter().filter_map(|u| if let FastpathUpdate::QueueResponses(on) = u { Some(*on) } else { None }).collect::<Vec<_>>();
+    let queue =
+        |u: &[FastpathUpdate]| u.iter().filter_map(|u| if let FastpathUpdate::QueueResponses(on) = u { Some(*on) } else { None }).collect::<Vec<_>>();
     let mut r = adapt_run(REMOVE_AFTER_1);
     r.engine.enable_fastpath();
     assert_eq!(queue(&fastpath_updates(&mut r)), [true]);
@@ -1358,7 +1369,12 @@ mod removal_properties {
         Text(String),
         /// An image: quote style (0 double, 1 single, 2 none), upper case, an attribute before
         /// `src`, a `srcset` after it.
-        Img { quote: u8, upper: bool, before: bool, srcset: bool },
+        Img {
+            quote: u8,
+            upper: bool,
+            before: bool,
+            srcset: bool,
+        },
         /// Markup that is no image reference: `<img alt>`, a comment or a script holding one.
         Decoy(u8),
     }
@@ -1366,7 +1382,12 @@ mod removal_properties {
     fn frag() -> impl Strategy<Value = Frag> {
         prop_oneof![
             "[a-z <>/=\"']{0,30}".prop_map(|t| Frag::Text(t.replace('<', "&lt;"))),
-            (0u8..3, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(quote, upper, before, srcset)| Frag::Img { quote, upper, before, srcset }),
+            (0u8..3, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(quote, upper, before, srcset)| Frag::Img {
+                quote,
+                upper,
+                before,
+                srcset
+            }),
             (0u8..3).prop_map(Frag::Decoy),
         ]
     }
@@ -1652,4 +1673,61 @@ mod rewrite_properties {
             prop_assert_eq!((s.embeds_rewritten, s.rewrites_split, s.rewrites_unplaced), (rewritten, split, 0));
         }
     }
+}
+
+/// The SRPT classifier's inputs: each response's start and end in the server's sequence space,
+/// published when its head is parsed, and the flow's end at the close.
+#[test]
+fn srpt_publishes_each_response_size_in_sequence_space_and_the_flow_end() {
+    use rlm_core::FastpathUpdate;
+    let sizes = |r: &mut Run| -> Vec<FastpathUpdate> {
+        fastpath_updates(r).into_iter().filter(|u| matches!(u, FastpathUpdate::ResponseSize { .. } | FastpathUpdate::FlowEnd { .. })).collect()
+    };
+    let mut r = Run::new();
+    r.engine.enable_fastpath();
+    r.engine.enable_srpt();
+    let mut c = TcpConv::new("10.4.0.2:40000", "10.9.0.1:80");
+    r.feed(0, c.syn());
+    r.feed(1, c.synack());
+    r.feed(2, c.ack());
+    let (client, server) = ("10.4.0.2:40000".parse().unwrap(), "10.9.0.1:80".parse().unwrap());
+    // Three pipelined requests; the responses: a 5,000-byte body, a chunked one, a 304.
+    r.feed(3, c.client_data(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n"));
+    let head1 = b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n";
+    let start1 = c.sseq;
+    let mut body = head1.to_vec();
+    body.extend_from_slice(&[b'x'; 5000]);
+    r.feed_all(4, c.server_data(&body));
+    let end1 = start1 + (head1.len() + 5000) as u32;
+    assert_eq!(sizes(&mut r), vec![FastpathUpdate::ResponseSize { client, server, start: start1, end: Some(end1) }]);
+    let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    // The chunked response and the 304 in one segment: the 304 completes in the segment that
+    // carries its head, and is published all the same.
+    let not_modified = b"HTTP/1.1 304 Not Modified\r\n\r\n";
+    let start3 = end1 + chunked.len() as u32;
+    r.feed_all(5, c.server_data(&[&chunked[..], &not_modified[..]].concat()));
+    assert_eq!(
+        sizes(&mut r),
+        vec![
+            FastpathUpdate::ResponseSize { client, server, start: end1, end: None },
+            FastpathUpdate::ResponseSize { client, server, start: start3, end: Some(start3 + not_modified.len() as u32) },
+        ]
+    );
+    assert_eq!(r.engine.stats().srpt_sizes_published, 3);
+    r.feed(6, c.client_fin());
+    r.feed(7, c.server_fin());
+    r.feed(8, c.client_ack());
+    assert_eq!(sizes(&mut r), vec![FastpathUpdate::FlowEnd { client, server }]);
+
+    // Without SRPT, nothing of the kind.
+    let mut off = Run::new();
+    off.engine.enable_fastpath();
+    let mut c = TcpConv::new("10.4.0.2:40001", "10.9.0.1:80");
+    off.feed(0, c.syn());
+    off.feed(1, c.synack());
+    off.feed(2, c.ack());
+    off.feed(3, c.client_data(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"));
+    off.feed_all(4, c.server_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+    off.feed(5, c.server_fin());
+    assert!(sizes(&mut off).is_empty());
 }

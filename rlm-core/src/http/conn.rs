@@ -42,6 +42,10 @@ pub struct Txn {
     /// Sequence numbers of the final response's status line and of its body's first byte.
     pub response_seq: Option<u32>,
     pub response_body_seq: Option<u32>,
+    /// Sequence number of the byte after the final response's end, when its head says where
+    /// that is (a Content-Length under 2 GiB, or no body); `None` for chunked and
+    /// close-delimited bodies. The SRPT classifier counts the remaining bytes down to it.
+    pub response_end_seq: Option<u32>,
     /// Body bytes on the wire (after de-chunking, before content decoding).
     pub response_body_len: u64,
     /// Size after content decoding (gzip, deflate), when the body was encoded and decoding is on.
@@ -132,6 +136,7 @@ impl Txn {
             response_last_ts: None,
             response_seq: None,
             response_body_seq: None,
+            response_end_seq: None,
             response_body_len: 0,
             response_body_decoded: None,
             response_done: false,
@@ -799,6 +804,12 @@ impl HttpConn {
         }
         t.response_seq = Some(seq);
         let framing = head::response_framing(t.method(), &resp, inputs);
+        let body_seq = seq.wrapping_add(head.len() as u32);
+        t.response_end_seq = match framing {
+            Framing::Length(n) if n < 1 << 31 => Some(body_seq.wrapping_add(n as u32)),
+            Framing::None => Some(body_seq),
+            _ => None,
+        };
         t.anomalies.insert(resp.anomalies);
         let ct = resp.content_type.as_deref().unwrap_or("").to_ascii_lowercase();
         let html = ct.starts_with("text/html") || ct.starts_with("application/xhtml");

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use aya::maps::{MapData, RingBuf};
 use kmod_fastpath::inline::{EventKind, InlinePath, Mode, SynAction};
+use kmod_fastpath::{FlowKey, SrptEgress};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
@@ -62,6 +63,8 @@ enum Source {
 
 struct Fast {
     path: InlinePath,
+    /// The SRPT classifier on the client port's egress (`[srpt] mode` fair or srpt).
+    srpt: Option<SrptEgress>,
     ring: RingBuf<MapData>,
     /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in nanoseconds (the programs stamp monotonic time).
     mono_to_real: i64,
@@ -172,7 +175,7 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
             let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark)
                 .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
-            Source::Fast(Fast { path, ring, mono_to_real: mono_to_real(), last_tick: Instant::now(), update_errors: 0 })
+            Source::Fast(Fast { path, srpt: None, ring, mono_to_real: mono_to_real(), last_tick: Instant::now(), update_errors: 0 })
         }
     };
     let plan = netfilter::QueuePlan {
@@ -483,6 +486,14 @@ impl Loop {
                     info!(on, "fast path: the clients' segments go through the queue (REWRITE EMBEDS)");
                     f.path.set_queue_requests(on)
                 }
+                FastpathUpdate::ResponseSize { client, server, start, end } => match f.srpt.as_mut() {
+                    Some(e) => e.set_response(FlowKey::new(server, client), start, end),
+                    None => Ok(()),
+                },
+                FastpathUpdate::FlowEnd { client, server } => match f.srpt.as_mut() {
+                    Some(e) => e.end_flow(FlowKey::new(server, client)),
+                    None => Ok(()),
+                },
                 FastpathUpdate::SynVerdict { client, server, generation, admission } => {
                     let action = match admission {
                         Admission::Pass => SynAction::Pass,
