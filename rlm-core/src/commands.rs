@@ -82,6 +82,21 @@ pub struct RunArgs {
     /// Log JSON lines instead of text.
     #[arg(long)]
     pub log_json: bool,
+    /// SRPT on the client port's egress: off, fair (shaped, one FIFO) or srpt.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub srpt: Option<rlm_core::live::config::SrptRunMode>,
+    /// The link's real rate toward the clients, bits per second (fair and srpt).
+    #[arg(long, value_name = "BPS")]
+    pub srpt_link_bps: Option<u64>,
+    /// rlm shapes the port at this percentage of the link rate.
+    #[arg(long, value_name = "PCT")]
+    pub srpt_rate_pct: Option<f64>,
+    /// Response-size cutoffs in bytes, increasing (e.g. 1024,2048,5120,20480,51200).
+    #[arg(long, value_name = "BYTES", value_delimiter = ',')]
+    pub srpt_cutoffs: Vec<u32>,
+    /// Bytes HTB adds to each packet for the wire (0: none).
+    #[arg(long, value_name = "BYTES")]
+    pub srpt_overhead: Option<u32>,
 }
 
 impl RunArgs {
@@ -150,6 +165,21 @@ impl RunArgs {
             c.fast_release_per_s = v;
         }
         c.log_json |= self.log_json;
+        if let Some(v) = self.srpt {
+            c.srpt.mode = v;
+        }
+        if let Some(v) = self.srpt_link_bps {
+            c.srpt.link_bps = v;
+        }
+        if let Some(v) = self.srpt_rate_pct {
+            c.srpt.rate_pct = v;
+        }
+        if !self.srpt_cutoffs.is_empty() {
+            c.srpt.cutoffs = self.srpt_cutoffs;
+        }
+        if let Some(v) = self.srpt_overhead {
+            c.srpt.overhead_bytes = v;
+        }
         Ok(c)
     }
 }

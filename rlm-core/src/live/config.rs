@@ -58,6 +58,83 @@ pub struct RunConfig {
     pub adapt: bool,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
+    /// SRPT on the outbound link (the `[srpt]` table).
+    pub srpt: SrptConfig,
+}
+
+/// What the client port's egress does ([`SrptConfig::mode`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SrptRunMode {
+    /// rlm leaves the link alone (it never shapes a link whose rate it was not told).
+    #[default]
+    Off,
+    /// The baseline: the link shaped, one FIFO class.
+    Fair,
+    /// The link shaped, strict-priority bands by each response's remaining bytes (002).
+    Srpt,
+}
+
+/// SRPT priority classes on the client port's egress (002 section 2, 000 section 3).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SrptConfig {
+    pub mode: SrptRunMode,
+    /// The real rate of the link toward the clients, bits per second (required for fair/srpt).
+    pub link_bps: u64,
+    /// rlm shapes the port at this share of `link_bps`, a little under it, so that the queue
+    /// forms in rlm's bands and not further down.
+    pub rate_pct: f64,
+    /// Response-size cutoffs in bytes (head included), 1 to 6, increasing: the data bands'
+    /// boundaries. 002's rule for choosing them: the smallest leaves about half of the responses
+    /// below it, the largest leaves 0.5 to 1% above it (docs/deployment.md).
+    pub cutoffs: Vec<u32>,
+    /// Packets each band's FIFO holds (000: 100).
+    pub band_limit_packets: u32,
+    /// Bytes HTB adds to each packet for the wire (preamble, FCS, gap: 24; 0: none).
+    pub overhead_bytes: u32,
+}
+
+impl Default for SrptConfig {
+    fn default() -> Self {
+        SrptConfig {
+            mode: SrptRunMode::Off,
+            link_bps: 0,
+            rate_pct: 95.0,
+            cutoffs: kmod_fastpath::classify::DEFAULT_CUTOFFS.to_vec(),
+            band_limit_packets: 100,
+            overhead_bytes: 24,
+        }
+    }
+}
+
+impl SrptConfig {
+    /// The rate rlm shapes the port at, bits per second.
+    pub fn rate_bps(&self) -> u64 {
+        (self.link_bps as f64 * self.rate_pct / 100.0) as u64
+    }
+
+    pub fn validate(&self, observer: Observer) -> Result<()> {
+        if self.mode == SrptRunMode::Off {
+            return Ok(());
+        }
+        if observer != Observer::Ebpf {
+            bail!("[srpt] mode = fair or srpt needs observer = \"ebpf\" (the classifier is an eBPF program)");
+        }
+        if self.link_bps < 64_000 {
+            bail!("[srpt] link_bps must be the link's rate toward the clients, at least 64000 bits/s (got {})", self.link_bps);
+        }
+        if !(self.rate_pct > 50.0 && self.rate_pct <= 100.0) {
+            bail!("[srpt] rate_pct must be over 50 and at most 100 (got {})", self.rate_pct);
+        }
+        if !(1..=100_000).contains(&self.band_limit_packets) || self.overhead_bytes > 256 {
+            bail!("[srpt] band_limit_packets must be 1 to 100000, overhead_bytes at most 256");
+        }
+        let mut p = kmod_fastpath::SrptParams::new(kmod_fastpath::SrptMode::Srpt, 0);
+        p.cutoffs = self.cutoffs.clone();
+        p.other_band = self.cutoffs.len() as u32 + 1;
+        p.validate().map_err(|e| anyhow::anyhow!("[srpt] {e}"))
+    }
 }
 
 /// How `rlm run` sees packets ([`RunConfig::observer`]).
@@ -96,6 +173,7 @@ impl Default for RunConfig {
             fast_release_per_s: 20.0,
             adapt: true,
             log_json: false,
+            srpt: SrptConfig::default(),
         }
     }
 }
@@ -140,7 +218,7 @@ impl RunConfig {
         if !(64..=262_144).contains(&self.tap_snaplen) {
             bail!("tap_snaplen must be between 64 and 262144 bytes");
         }
-        Ok(())
+        self.srpt.validate(self.observer)
     }
 }
 
@@ -162,5 +240,28 @@ mod tests {
         d.server_port = "b".into();
         d.validate().unwrap();
         assert_eq!(d.metrics.ip().to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn srpt_needs_a_link_rate_and_sane_cutoffs() {
+        let mut d = RunConfig { bridge: "br0".into(), client_port: "a".into(), server_port: "b".into(), ..RunConfig::default() };
+        d.srpt.mode = SrptRunMode::Srpt;
+        assert!(d.validate().unwrap_err().to_string().contains("link_bps"));
+        d.srpt.link_bps = 10_000_000;
+        d.validate().unwrap();
+        assert_eq!(d.srpt.rate_bps(), 9_500_000);
+        d.srpt.cutoffs = vec![2048, 1024];
+        assert!(d.validate().unwrap_err().to_string().contains("increase"));
+        d.srpt.cutoffs = vec![1, 2, 3, 4, 5, 6, 7];
+        assert!(d.validate().is_err());
+        d.srpt.cutoffs = vec![1000];
+        d.srpt.rate_pct = 40.0;
+        assert!(d.validate().unwrap_err().to_string().contains("rate_pct"));
+        d.srpt.rate_pct = 95.0;
+        d.observer = Observer::Pcap;
+        assert!(d.validate().unwrap_err().to_string().contains("ebpf"));
+        let t: RunConfig = toml::from_str("[srpt]\nmode = \"fair\"\nlink_bps = 1000000\n").unwrap();
+        assert_eq!((t.srpt.mode, t.srpt.cutoffs.len()), (SrptRunMode::Fair, 5));
+        assert!(toml::from_str::<RunConfig>("[srpt]\nmode = \"lifo\"\n").is_err());
     }
 }

@@ -85,7 +85,12 @@ pub struct Injector {
 
 impl Injector {
     pub fn open(client_ifindex: u32, server_ifindex: u32) -> Result<Injector> {
-        Ok(Injector { client: PortSocket::open(client_ifindex)?, server: PortSocket::open(server_ifindex)?, counters: Default::default(), last_error: None })
+        Ok(Injector {
+            client: PortSocket::open(client_ifindex)?,
+            server: PortSocket::open(server_ifindex)?,
+            counters: Default::default(),
+            last_error: None,
+        })
     }
 
     /// Send one frame out of its port; a failure is counted (and logged once per kind).

@@ -46,6 +46,11 @@ pub struct RuleLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BandLabel {
+    pub band: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CounterLabel {
     pub counter: &'static str,
 }
@@ -72,6 +77,7 @@ pub struct Metrics {
     pub connections: Gauge,
     pub open_pageviews: Gauge,
     pub loop_lag: Histogram,
+    pub srpt_band_packets: Family<BandLabel, Counter>,
 }
 
 impl Metrics {
@@ -92,6 +98,7 @@ impl Metrics {
             connections: Gauge::default(),
             open_pageviews: Gauge::default(),
             loop_lag: Histogram::new(exponential_buckets(1e-5, 2.0, 18)),
+            srpt_band_packets: Family::default(),
         };
         registry.register("rlm_frames", "Frames handed to the engine, by source (queue, tap, fastpath)", m.frames.clone());
         registry.register("rlm_verdicts", "Verdicts on queued packets", m.verdicts.clone());
@@ -117,6 +124,11 @@ impl Metrics {
         registry.register("rlm_connections", "Connections tracked", m.connections.clone());
         registry.register("rlm_open_pageviews", "Pageviews open", m.open_pageviews.clone());
         registry.register("rlm_loop_lag_seconds", "How long frames waited between arrival and handling", m.loop_lag.clone());
+        registry.register(
+            "rlm_srpt_band_packets",
+            "Packets the SRPT classifier put in each band of the client port (0: control)",
+            m.srpt_band_packets.clone(),
+        );
         m
     }
 }

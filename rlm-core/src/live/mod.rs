@@ -27,6 +27,7 @@ pub mod inject;
 pub mod metrics;
 pub mod netfilter;
 pub mod nfqueue;
+pub mod shaper;
 pub mod tap;
 
 use std::os::fd::{AsRawFd, RawFd};
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use aya::maps::{MapData, RingBuf};
 use kmod_fastpath::inline::{EventKind, InlinePath, Mode, SynAction};
-use kmod_fastpath::{FlowKey, SrptEgress};
+use kmod_fastpath::{FlowKey, SrptEgress, SrptMode, SrptParams};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
@@ -45,7 +46,7 @@ use tracing::{info, warn};
 use crate::engine::{Config, Engine, Event, FastpathUpdate, Port, SynMode, Verdict};
 use crate::policy::{Admission, SynDecision};
 use crate::wire::LinkType;
-pub use config::{Observer, RunConfig};
+pub use config::{Observer, RunConfig, SrptRunMode};
 
 /// How often the class statistics are looked at without a packet (windows slide, `FOR` tests
 /// settle), so that the kernel learns of a new generation.
@@ -58,7 +59,7 @@ const RING_BATCH: usize = 4096;
 /// Where the measured packets come from.
 enum Source {
     Tap(tap::Tap),
-    Fast(Fast),
+    Fast(Box<Fast>),
 }
 
 struct Fast {
@@ -145,6 +146,16 @@ pub fn load_rules(path: &std::path::Path) -> Result<rules::RuleSet> {
     rules::check_file(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// The classifier's parameters for `[srpt]` in `mode` (fair or srpt): band 0 is the first leaf
+/// of rlm's HTB tree ([`shaper`]), other traffic goes to the lowest band.
+fn srpt_params(c: &config::SrptConfig, mode: SrptRunMode) -> SrptParams {
+    let mode = if mode == SrptRunMode::Fair { SrptMode::Fair } else { SrptMode::Srpt };
+    let mut p = SrptParams::new(mode, kmod_fastpath::classid(shaper::MAJOR, shaper::FIRST_LEAF));
+    p.cutoffs = c.cutoffs.clone();
+    p.other_band = c.cutoffs.len() as u32 + 1;
+    p
+}
+
 /// Run until SIGINT or SIGTERM. Errors before anything is installed leave nothing behind.
 pub fn run(cfg: RunConfig) -> Result<()> {
     cfg.validate()?;
@@ -175,7 +186,14 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
             let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark)
                 .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
-            Source::Fast(Fast { path, srpt: None, ring, mono_to_real: mono_to_real(), last_tick: Instant::now(), update_errors: 0 })
+            let srpt = match cfg.srpt.mode {
+                SrptRunMode::Off => None,
+                mode => Some(
+                    SrptEgress::attach(&cfg.client_port, &cfg.server_ports, &srpt_params(&cfg.srpt, mode))
+                        .context("cannot set up the SRPT classifier")?,
+                ),
+            };
+            Source::Fast(Box::new(Fast { path, srpt, ring, mono_to_real: mono_to_real(), last_tick: Instant::now(), update_errors: 0 }))
         }
     };
     let plan = netfilter::QueuePlan {
@@ -194,7 +212,32 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         true => Some(inject::Injector::open(client_ifindex, server_ifindex)?),
         false => None,
     };
-    let installed = netfilter::install(&plan)?;
+    // The shaper goes first: if it cannot be set up, nothing else is installed yet.
+    let shaper = match cfg.srpt.mode {
+        SrptRunMode::Off => None,
+        mode => {
+            let bands = if mode == SrptRunMode::Fair { 1 } else { cfg.srpt.cutoffs.len() as u32 + 2 };
+            let plan = shaper::ShaperPlan {
+                dev: cfg.client_port.clone(),
+                rate_bps: cfg.srpt.rate_bps(),
+                bands,
+                band_limit: cfg.srpt.band_limit_packets,
+                overhead: cfg.srpt.overhead_bytes,
+            };
+            let s = shaper::install(&plan)?;
+            info!(dev = %plan.dev, rate_bps = plan.rate_bps, bands, mode = ?mode, cutoffs = ?cfg.srpt.cutoffs, "SRPT: the client port's egress is shaped");
+            Some(s)
+        }
+    };
+    let installed = match netfilter::install(&plan) {
+        Ok(i) => i,
+        Err(e) => {
+            if let Some(s) = shaper {
+                let _ = s.remove();
+            }
+            return Err(e);
+        }
+    };
     let what = match &source {
         Source::Fast(_) => "eBPF syn_admit on the client port, observe on the server port; SYNs without a verdict in the kernel are queued",
         Source::Tap(_) => "the clients' SYNs are queued; the rest is measured from the tap on the server port",
@@ -216,7 +259,13 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         Ok(()) => info!("removed rlm's rules; the bridge forwards plainly"),
         Err(e) => warn!("removing rlm's rules failed: {e:#}"),
     }
-    result.and(removed)
+    let unshaped = shaper.map_or(Ok(()), shaper::Installed::remove);
+    match &unshaped {
+        Ok(()) if cfg.srpt.mode != SrptRunMode::Off => info!("removed rlm's qdisc from {}", cfg.client_port),
+        Ok(()) => {}
+        Err(e) => warn!("removing rlm's qdisc from {} failed: {e:#}", cfg.client_port),
+    }
+    result.and(removed).and(unshaped)
 }
 
 struct Loop {
@@ -232,6 +281,9 @@ struct Loop {
     started: Instant,
     bridge: String,
     rules_path: Option<std::path::PathBuf>,
+    /// `[srpt] mode` as the status shows it, and the bands it reports.
+    srpt_mode: SrptRunMode,
+    srpt_bands: usize,
 }
 
 impl Loop {
@@ -271,6 +323,10 @@ impl Loop {
         let mut engine = Engine::new(ecfg);
         if matches!(source, Source::Fast(_)) {
             engine.enable_fastpath();
+            // FAIR publishes too, so that both modes cost the same.
+            if cfg.srpt.mode != SrptRunMode::Off {
+                engine.enable_srpt();
+            }
         }
         if let Some(p) = &cfg.rules {
             match load_rules(p) {
@@ -293,6 +349,12 @@ impl Loop {
             started: Instant::now(),
             bridge: cfg.bridge.clone(),
             rules_path: cfg.rules.clone(),
+            srpt_mode: cfg.srpt.mode,
+            srpt_bands: match cfg.srpt.mode {
+                SrptRunMode::Off => 0,
+                SrptRunMode::Fair => 1,
+                SrptRunMode::Srpt => cfg.srpt.cutoffs.len() + 2,
+            },
         }
     }
 
@@ -506,7 +568,7 @@ impl Loop {
             if let Err(e) = r {
                 // Without the entry the kernel keeps queueing those SYNs: nothing is lost.
                 if f.update_errors == 0 {
-                    warn!("fast path: cannot update a map ({e:#}); those SYNs stay queued");
+                    warn!("fast path: cannot update a map ({e:#}); the kernel goes on without that entry (its SYNs stay queued; a response is ranked by the bytes sent)");
                 }
                 f.update_errors += 1;
             }
@@ -661,6 +723,30 @@ impl Loop {
             },
             Source::Tap(_) => serde_json::Value::Null,
         };
+        let classifier = match &self.source {
+            Source::Fast(f) => f.srpt.as_ref(),
+            Source::Tap(_) => None,
+        };
+        let srpt = match classifier {
+            Some(e) => match (e.class_stats(), e.counters()) {
+                (Ok(bands), Ok(c)) => {
+                    for (band, b) in bands.iter().enumerate().take(self.srpt_bands) {
+                        self.metrics
+                            .srpt_band_packets
+                            .get_or_create(&metrics::BandLabel { band: band as u32 })
+                            .inner()
+                            .store(b.packets, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    serde_json::json!({
+                        "mode": self.srpt_mode,
+                        "bands": bands.iter().take(self.srpt_bands).map(|b| serde_json::json!({"packets": b.packets, "bytes": b.bytes})).collect::<Vec<_>>(),
+                        "known": c.known, "attained": c.attained, "retx": c.retx, "adopted": c.adopted, "rolled": c.rolled, "midflow": c.midflow,
+                    })
+                }
+                (Err(e), _) | (_, Err(e)) => serde_json::json!({ "error": format!("{e:#}") }),
+            },
+            None => serde_json::Value::Null,
+        };
         let st = self.engine.stats();
         let (sent, failed) = self.injector.as_ref().map_or((0, 0), |i| (i.counters.sent, i.counters.failed));
         let injector = match self.injector {
@@ -685,6 +771,7 @@ impl Loop {
             "injector": injector,
             "observer": if fastpath.is_null() { "pcap" } else { "ebpf" },
             "fastpath": fastpath,
+            "srpt": srpt,
             "bridge": self.bridge,
             "uptime_s": self.started.elapsed().as_secs(),
             "rules_file": self.rules_path,

@@ -164,14 +164,14 @@ impl QueuePlan {
     }
 }
 
-fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<()> {
+pub(crate) fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<()> {
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("cannot run {program} (install iptables/nftables)"))?;
+        .with_context(|| format!("cannot run {program} (install iptables, nftables and iproute2)"))?;
     child.stdin.take().expect("piped").write_all(input.as_bytes())?;
     let out = child.wait_with_output()?;
     if !out.status.success() {
