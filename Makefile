@@ -18,7 +18,7 @@ EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop maxclients syn-
 # its quick 60 s arms swing by up to 38% from run to run (docs/experiments.md); rewrite-embeds
 # (004 Figure 19) and predict (Figure 20) would take make test past 30 minutes; the Chromium test
 # and the engine's tests in make test carry rewrites and predictions.
-LAB_ONLY := fast-syn rewrite-embeds predict
+LAB_ONLY := fast-syn rewrite-embeds predict srpt
 comma := ,
 empty :=
 space := $(empty) $(empty)

@@ -6,7 +6,13 @@
 //
 //  - band 0: SYN/ACKs and every packet without TCP payload (ACK, FIN, RST), and non-TCP (ARP,
 //    ICMP): control first, as 002 puts SYN/ACKs alone in the highest band;
-//  - bands 1 .. n+1: data, at n cutoffs (002: 1K, 2K, 5K, 20K, 50K): band 1 + #{cut[i] < x}.
+//  - bands 1 .. n+1: data, at n cutoffs (002: 1K, 2K, 5K, 20K, 50K): band 1 + #{cut[i] < x};
+//  - band n+2 (resend_band, optional): resends of bytes of the lowest data band. A bump in the
+//    wire holds a server's segments in its queue; when the lowest band starves past the
+//    server's RTO, the server resends its whole window, and those copies of segments still
+//    queued here would take the starved band's capacity from the originals (measured: a fifth
+//    of the link). In a band of their own below it they go out only when it is empty, and a
+//    resend that is needed (the original was lost) still goes then.
 //
 // x is the response's remaining bytes when the engine has published its end (resp_size: the
 // response's start and end in the connection's sequence space, from the HTTP head's length),
@@ -44,6 +50,8 @@ struct srpt_cfg {
     __u32 cutoffs;     // n, at most MAX_CUTOFFS
     __u32 other_band;  // TCP not from a server port, and IPv6
     __u32 cut[MAX_CUTOFFS];
+    __u32 resend_band; // resends of the lowest data band's bytes (0: they stay in it)
+    __u32 pad;
 };
 
 // A flow as it leaves toward the client: the server's address and port first, network order.
@@ -68,6 +76,8 @@ struct flow {
     __u32 end;         // the byte after its end, if has_end
     __u32 has_end;
     __u32 hi;          // the byte after the highest sent
+    __u32 una;         // the client's highest cumulative ACK (srpt_acks)
+    __u32 band;        // the data band of the last new segment (0: none yet)
     __u64 bytes;       // skb->len of every packet of the flow, retransmissions included
     __u64 packets;
     __u64 retx_bytes;  // payload bytes sent again (seq + len <= hi)
@@ -81,6 +91,7 @@ enum counter {
     C_ADOPTED,   // publications taken into a flow (a response's start and end)
     C_ROLLED,    // flows rolled over to their next response at an end
     C_MIDFLOW,   // flows first seen after their handshake
+    C_HELD,      // new segments kept in their flow's band rather than overtake its queued ones
     C_COUNTERS,
 };
 
@@ -218,7 +229,7 @@ int classify(struct __sk_buff *skb)
     if (syn) {
         // A SYN/ACK opens the flow (a resend, or a new connection on the same ports, starts it
         // again): its first response starts at the next byte.
-        struct flow f = { .start = seq + 1, .hi = seq + 1, .bytes = skb->len, .packets = 1, .last_ns = now };
+        struct flow f = { .start = seq + 1, .hi = seq + 1, .una = seq + 1, .bytes = skb->len, .packets = 1, .last_ns = now };
         bpf_map_update_elem(&flow_state, &key, &f, BPF_ANY);
         return classify_to(skb, cfg, 0);
     }
@@ -226,7 +237,7 @@ int classify(struct __sk_buff *skb)
     if (!f) {
         // First seen after its handshake (rlm started mid-flow, or the entry was evicted): its
         // current response is taken to start here.
-        struct flow nf = { .start = seq, .hi = seq };
+        struct flow nf = { .start = seq, .hi = seq, .una = seq };
         bpf_map_update_elem(&flow_state, &key, &nf, BPF_NOEXIST);
         f = bpf_map_lookup_elem(&flow_state, &key);
         if (!f)
@@ -268,13 +279,57 @@ int classify(struct __sk_buff *skb)
         x = base - f->start;
         count(C_ATTAINED);
     }
+    __u32 band = band_of(cfg, x);
     if (seq_ge(hi, seq + len)) {
+        // A resend: in the flow's current band.
         f->retx_bytes += len;
         count(C_RETX);
-    } else {
-        f->hi = seq + len;
+        if (f->band)
+            band = f->band;
+        if (cfg->resend_band && band == cfg->cutoffs + 1)
+            band = cfg->resend_band;
+        return classify_to(skb, cfg, band);
     }
-    return classify_to(skb, cfg, band_of(cfg, x));
+    // No overtaking: while the client has not acknowledged everything sent, earlier segments
+    // of the flow may still wait in its band here, and a segment put in a higher band would
+    // reach the client before them (the client's SACKs would then make the server resend
+    // them). The flow moves up once they are through.
+    __u32 cur = f->band;
+    if (cur && band < cur && seq_gt(hi, f->una)) {
+        band = cur;
+        count(C_HELD);
+    }
+    f->band = band;
+    f->hi = seq + len;
+    return classify_to(skb, cfg, band);
+}
+
+// On the client port's ingress, ahead of the other programs there: the clients' cumulative
+// ACKs, so that `classify` knows what of each flow has left rlm's queue. Never decides: it
+// returns TC_ACT_UNSPEC (tcx's TCX_NEXT), so the next program there (syn_admit) runs.
+SEC("classifier")
+int srpt_acks(struct __sk_buff *skb)
+{
+    void *data = (void *)(long)skb->data;
+    void *data_end = (void *)(long)skb->data_end;
+    struct ethhdr *eth = data;
+    if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+        return TC_ACT_UNSPEC;
+    struct iphdr *ip = (void *)(eth + 1);
+    if ((void *)(ip + 1) > data_end || ip->ihl < 5 || ip->protocol != IPPROTO_TCP)
+        return TC_ACT_UNSPEC;
+    struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
+    if ((void *)(tcp + 1) > data_end)
+        return TC_ACT_UNSPEC;
+    barrier_var(tcp);
+    if (!tcp->ack || tcp->syn)
+        return TC_ACT_UNSPEC;
+    struct flow_key key = { .saddr = ip->daddr, .daddr = ip->saddr, .sport = tcp->dest, .dport = tcp->source };
+    __u32 ack = bpf_ntohl(tcp->ack_seq);
+    struct flow *f = bpf_map_lookup_elem(&flow_state, &key);
+    if (f && seq_gt(ack, f->una) && seq_ge(f->hi, ack))
+        f->una = ack;
+    return TC_ACT_UNSPEC;
 }
 
 char LICENSE[] SEC("license") = "GPL";

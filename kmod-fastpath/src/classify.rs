@@ -10,6 +10,8 @@ use std::net::SocketAddrV4;
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
+use aya::programs::links::LinkOrder;
+use aya::programs::tc::TcAttachOptions;
 use aya::programs::{tc, SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf, Pod};
 
@@ -86,8 +88,11 @@ pub struct SrptParams {
     pub base: u32,
     /// Strictly increasing, at most [`MAX_CUTOFFS`].
     pub cutoffs: Vec<u32>,
-    /// The band of TCP not from a server port, and of IPv6 (the lowest by default).
+    /// The band of TCP not from a server port, and of IPv6 (the lowest data band by default).
     pub other_band: u32,
+    /// Put resends of the lowest data band's bytes in a band of their own below it (band
+    /// `cutoffs + 2`); see `bpf/classify.bpf.c`.
+    pub resend_band: bool,
 }
 
 impl SrptParams {
@@ -95,12 +100,12 @@ impl SrptParams {
     pub fn new(mode: SrptMode, base: u32) -> SrptParams {
         let cutoffs = DEFAULT_CUTOFFS.to_vec();
         let other_band = cutoffs.len() as u32 + 1;
-        SrptParams { mode, base, cutoffs, other_band }
+        SrptParams { mode, base, cutoffs, other_band, resend_band: true }
     }
 
-    /// Bands in all: control, and one more than the cutoffs.
+    /// Bands in all: control, one more than the cutoffs, and the resend band if on.
     pub fn bands(&self) -> u32 {
-        self.cutoffs.len() as u32 + 2
+        self.cutoffs.len() as u32 + 2 + u32::from(self.resend_band)
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -112,6 +117,9 @@ impl SrptParams {
         }
         if self.other_band >= self.bands() {
             bail!("other_band {} is not one of the {} bands", self.other_band, self.bands());
+        }
+        if self.bands() > 8 {
+            bail!("{} bands: HTB has 8 priorities (at most 5 cutoffs with the resend band, 6 without)", self.bands());
         }
         Ok(())
     }
@@ -125,8 +133,10 @@ struct SrptCfg {
     cutoffs: u32,
     other_band: u32,
     cut: [u32; MAX_CUTOFFS],
+    resend_band: u32,
+    pad: u32,
 }
-// SAFETY: ten u32s, no padding; the C struct's layout.
+// SAFETY: twelve u32s, no padding; the C struct's layout.
 unsafe impl Pod for SrptCfg {}
 
 #[repr(C)]
@@ -151,13 +161,17 @@ pub struct FlowState {
     pub has_end: u32,
     /// The byte after the highest sent.
     pub hi: u32,
+    /// The client's highest cumulative ACK.
+    pub una: u32,
+    /// The data band of the last new segment (0: none yet).
+    pub band: u32,
     pub bytes: u64,
     pub packets: u64,
     pub retx_bytes: u64,
     /// CLOCK_MONOTONIC ns of the last packet.
     pub last_ns: u64,
 }
-// SAFETY: four u32s and four u64s, no padding; the C struct's layout.
+// SAFETY: six u32s and four u64s, no padding; the C struct's layout.
 unsafe impl Pod for FlowState {}
 
 /// The program's counters, summed over CPUs (packets unless said).
@@ -175,6 +189,8 @@ pub struct SrptCounters {
     pub rolled: u64,
     /// Flows first seen after their handshake.
     pub midflow: u64,
+    /// New segments kept in their flow's band rather than overtake its segments still queued.
+    pub held: u64,
 }
 
 /// The SRPT classifier, loaded (and attached to one interface's egress, or not: tests run it
@@ -193,8 +209,10 @@ impl SrptEgress {
                 ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
             }
         }
-        let prog: &mut SchedClassifier = bpf.program_mut("classify").context("program 'classify' missing")?.try_into()?;
-        prog.load().context("the verifier rejected 'classify'")?;
+        for name in ["classify", "srpt_acks"] {
+            let prog: &mut SchedClassifier = bpf.program_mut(name).with_context(|| format!("program {name} missing"))?.try_into()?;
+            prog.load().with_context(|| format!("the verifier rejected {name}"))?;
+        }
         let mut e = SrptEgress { bpf };
         e.set_params(params)?;
         Ok(e)
@@ -207,6 +225,11 @@ impl SrptEgress {
         let _ = tc::qdisc_add_clsact(iface);
         let prog: &mut SchedClassifier = e.bpf.program_mut("classify").context("program 'classify' missing")?.try_into()?;
         prog.attach(iface, TcAttachType::Egress).with_context(|| format!("attaching the SRPT classifier to {iface} egress"))?;
+        // The clients' ACKs, ahead of any other program on the ingress (it passes every packet
+        // on to them).
+        let acks: &mut SchedClassifier = e.bpf.program_mut("srpt_acks").context("program 'srpt_acks' missing")?.try_into()?;
+        acks.attach_with_options(iface, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::first()))
+            .with_context(|| format!("attaching srpt_acks to {iface} ingress"))?;
         Ok(e)
     }
 
@@ -214,7 +237,16 @@ impl SrptEgress {
         params.validate()?;
         let mut cut = [0u32; MAX_CUTOFFS];
         cut[..params.cutoffs.len()].copy_from_slice(&params.cutoffs);
-        let cfg = SrptCfg { mode: params.mode as u32, base: params.base, cutoffs: params.cutoffs.len() as u32, other_band: params.other_band, cut };
+        let resend_band = if params.resend_band { params.cutoffs.len() as u32 + 2 } else { 0 };
+        let cfg = SrptCfg {
+            mode: params.mode as u32,
+            base: params.base,
+            cutoffs: params.cutoffs.len() as u32,
+            other_band: params.other_band,
+            cut,
+            resend_band,
+            pad: 0,
+        };
         let mut m: Array<&mut MapData, SrptCfg> = Array::try_from(self.bpf.map_mut("srpt_config").context("map srpt_config")?)?;
         m.set(0, cfg, 0)?;
         Ok(())
@@ -264,13 +296,19 @@ impl SrptEgress {
     pub fn counters(&self) -> Result<SrptCounters> {
         let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.bpf.map("srpt_counters").context("map srpt_counters")?)?;
         let sum = |i: u32| -> Result<u64> { Ok(m.get(&i, 0)?.iter().sum()) };
-        Ok(SrptCounters { known: sum(0)?, attained: sum(1)?, retx: sum(2)?, adopted: sum(3)?, rolled: sum(4)?, midflow: sum(5)? })
+        Ok(SrptCounters { known: sum(0)?, attained: sum(1)?, retx: sum(2)?, adopted: sum(3)?, rolled: sum(4)?, midflow: sum(5)?, held: sum(6)? })
     }
 
     /// Run the program on `frame` `repeat` times in the kernel, as if it left the port.
     pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
         let p: &SchedClassifier = self.bpf.program("classify").context("program 'classify' missing")?.try_into()?;
         testrun::run(p.fd()?, frame, repeat)
+    }
+
+    /// Run `srpt_acks` on `frame` (a client's segment) in the kernel, as if it came in.
+    pub fn test_run_ack(&self, frame: &[u8]) -> Result<TestRun> {
+        let p: &SchedClassifier = self.bpf.program("srpt_acks").context("program 'srpt_acks' missing")?.try_into()?;
+        testrun::run(p.fd()?, frame, 1)
     }
 }
 
@@ -286,15 +324,15 @@ mod tests {
         let bytes: [u8; 12] = unsafe { std::mem::transmute(k) };
         assert_eq!(bytes, [10, 0, 0, 1, 10, 4, 0, 2, 0, 80, 0x9c, 0x40]);
         assert_eq!(classid(1, 0x20), 0x0001_0020);
-        assert_eq!(std::mem::size_of::<SrptCfg>(), 40);
+        assert_eq!(std::mem::size_of::<SrptCfg>(), 48);
         assert_eq!(std::mem::size_of::<RespValue>(), 16);
-        assert_eq!(std::mem::size_of::<FlowState>(), 48);
+        assert_eq!(std::mem::size_of::<FlowState>(), 56);
     }
 
     #[test]
     fn params_are_validated() {
         let p = SrptParams::new(SrptMode::Srpt, classid(0x7e1, 0x10));
-        assert_eq!((p.bands(), p.other_band), (7, 6));
+        assert_eq!((p.bands(), p.other_band), (8, 6));
         p.validate().unwrap();
         let bad = |f: &dyn Fn(&mut SrptParams)| {
             let mut q = p.clone();
@@ -305,6 +343,11 @@ mod tests {
         assert!(bad(&|q| q.cutoffs = vec![1, 2, 3, 4, 5, 6, 7]));
         assert!(bad(&|q| q.cutoffs = vec![2048, 1024]));
         assert!(bad(&|q| q.cutoffs = vec![1 << 31]));
-        assert!(bad(&|q| q.other_band = 7));
+        assert!(bad(&|q| q.other_band = 8));
+        assert!(bad(&|q| q.cutoffs = vec![1, 2, 3, 4, 5, 6]), "6 cutoffs and the resend band: 9 bands");
+        assert!(!bad(&|q| {
+            q.cutoffs = vec![1, 2, 3, 4, 5, 6];
+            q.resend_band = false;
+        }));
     }
 }

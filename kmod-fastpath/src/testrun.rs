@@ -115,8 +115,14 @@ pub mod frames {
         !(acc as u16)
     }
 
-    /// An IPv4 TCP segment from `src` to `dst` with `flags`, sequence `seq`, and `payload`.
+    /// An IPv4 TCP segment from `src` to `dst` with `flags`, sequence `seq`, and `payload`
+    /// (acknowledging 1 if ACK is set).
     pub fn tcp(src: SocketAddrV4, dst: SocketAddrV4, flags: u8, seq: u32, payload: &[u8]) -> Vec<u8> {
+        tcp_ack(src, dst, flags, seq, 1, payload)
+    }
+
+    /// The same with the acknowledgment number `ack`.
+    pub fn tcp_ack(src: SocketAddrV4, dst: SocketAddrV4, flags: u8, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
         let mut f = Vec::with_capacity(54 + payload.len());
         f.extend_from_slice(&[0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
         let total = (20 + 20 + payload.len()) as u16;
@@ -136,7 +142,7 @@ pub mod frames {
         tcp[2..4].copy_from_slice(&dst.port().to_be_bytes());
         tcp[4..8].copy_from_slice(&seq.to_be_bytes());
         if flags & ACK != 0 {
-            tcp[8..12].copy_from_slice(&1u32.to_be_bytes());
+            tcp[8..12].copy_from_slice(&ack.to_be_bytes());
         }
         tcp[12] = 5 << 4;
         tcp[13] = flags;

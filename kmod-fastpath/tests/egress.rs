@@ -88,10 +88,11 @@ fn ranks_responses_by_remaining_bytes_into_htb_leaves() {
     // One packet per skb, so that every packet gets its own band (TCP hands the egress hook
     // GSO skbs of many segments otherwise, one band each).
     ip(&["-n", &ns.0, "link", "set", "fpa", "gso_max_segs", "1"]);
-    // Strict priority: 7 leaves 1:10 .. 1:16 that all borrow the whole rate, lower prio first.
-    tc(&ns.0, "qdisc add dev fpa root handle 1: htb default 16");
+    // Strict priority: 8 leaves 1:10 .. 1:17 (control, 6 data bands, resends of the lowest) that
+    // all borrow the whole rate, lower prio first.
+    tc(&ns.0, "qdisc add dev fpa root handle 1: htb default 17");
     tc(&ns.0, "class add dev fpa parent 1: classid 1:1 htb rate 1gbit ceil 1gbit");
-    for b in 0..7 {
+    for b in 0..8 {
         tc(&ns.0, &format!("class add dev fpa parent 1:1 classid 1:{:x} htb rate 8kbit ceil 1gbit prio {b} quantum 1514", 0x10 + b));
     }
     let params = SrptParams::new(SrptMode::Srpt, classid(1, 0x10));
@@ -139,22 +140,26 @@ fn ranks_responses_by_remaining_bytes_into_htb_leaves() {
     eprintln!("packets per band: sized {known:?}, open-ended {attained:?}; {c2:?}");
     assert_eq!(client.join().unwrap(), vec![sized, open_ended]);
 
-    // 200,000 bytes with their end known: every data band, most in band 6 (over 50K left) and
-    // one or two at the end in band 1; control (the SYN/ACK, ACKs, FIN) in band 0.
+    // 200,000 bytes with their end known: most in band 6 (over 50K left), the flow rising band
+    // by band towards band 1 at the end as the client's ACKs let it (a band may be skipped
+    // when the ACKs catch up late; tests/srpt.rs has the exact rules); control (the SYN/ACK,
+    // ACKs, FIN) in band 0.
     assert!(known[0] >= 2, "band 0: {known:?}");
-    assert!(known[1..=6].iter().all(|&n| n >= 1), "every data band: {known:?}");
+    assert!(known[1] >= 1 && known[5] >= 1, "the flow rose: {known:?}");
     assert!(known[6] > known[5] && known[6] >= (sized as u64 - 51_200) / 1460, "{known:?}");
+    assert!(known[1..=6].iter().sum::<u64>() >= (sized / 1460) as u64, "{known:?}");
     // (a resend of the last segment after the end is ranked as the next response's first bytes)
     assert!(c1.known - c0.known >= (sized / 1460) as u64 && c1.attained - c0.attained <= c1.retx - c0.retx, "{c0:?} {c1:?}");
     assert_eq!(c1.adopted - c0.adopted, 1);
-    // 30,000 bytes of unknown length: ranked by bytes sent, they sink from band 1 to band 5.
+    // 30,000 bytes of unknown length: ranked by bytes sent, they sink from band 1 to band 5
+    // (sinking is never held).
     assert!(attained[1..=5].iter().all(|&n| n >= 1) && attained[6] == 0, "{attained:?}");
     assert!(c2.attained - c1.attained >= (open_ended / 1460) as u64 && c2.known == c1.known, "{c1:?} {c2:?}");
 
     // HTB put every packet where skb->priority said.
     let stats = fp.class_stats().unwrap();
     let htb = tc(&ns.0, "-s class show dev fpa");
-    for (b, s) in stats.iter().enumerate().take(7) {
+    for (b, s) in stats.iter().enumerate().take(8) {
         assert_eq!(class_packets(&htb, &format!("1:{:x}", 0x10 + b)), s.packets, "band {b}:\n{htb}");
     }
     // FAIR: everything in the one class.

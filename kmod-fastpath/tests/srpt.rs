@@ -46,6 +46,12 @@ impl Flow {
     fn data(&self, seq: u32, len: usize) -> u32 {
         self.send(PSH | ACK, seq, len)
     }
+
+    /// The client acknowledges everything before `ack`.
+    fn ack(&self, ack: u32) {
+        let f = frames::tcp_ack(self.client, self.server, ACK, 1, ack, &[]);
+        assert_eq!(self.fp.test_run_ack(&f).unwrap().retval, u32::MAX, "srpt_acks passes every packet on (TC_ACT_UNSPEC)");
+    }
 }
 
 #[test]
@@ -58,21 +64,62 @@ fn bands_follow_the_remaining_bytes_of_a_published_response() {
     // A 60,000-byte response: remaining 60,000 (> 50K) is band 6; band 1 + cutoffs below it.
     t.fp.set_response(t.key(), start, Some(start + 60_000)).unwrap();
     assert_eq!(t.data(start, 1000), 6);
+    // The client has not acknowledged the first segment: the flow stays in band 6 (the segment
+    // may still be queued there).
+    assert_eq!(t.data(start + 60_000 - 51_200, 1000), 6, "held");
+    assert_eq!(t.fp.flow(t.key()).unwrap().unwrap().band, 6);
+    t.ack(start + 60_000 - 51_200 + 1000);
     // Remaining at each packet's first byte: 51,200 exactly is not over the cutoff: band 5.
-    assert_eq!(t.data(start + 60_000 - 51_200, 1000), 5);
+    assert_eq!(t.data(start + 60_000 - 51_200 + 1000, 1000), 5);
+    t.ack(start + 60_000 - 51_200 + 2000);
     assert_eq!(t.data(start + 60_000 - 20_481, 1000), 5);
-    assert_eq!(t.data(start + 60_000 - 20_480, 1000), 4);
+    assert_eq!(t.data(start + 60_000 - 20_480, 1000), 5, "held: the segment before is not acknowledged");
+    t.ack(start + 60_000 - 20_480 + 1000);
     assert_eq!(t.data(start + 60_000 - 5_000, 1000), 3);
+    t.ack(start + 60_000 - 5_000 + 1000);
     assert_eq!(t.data(start + 60_000 - 2_000, 976), 2);
-    // A retransmission of the response's first bytes keeps the flow's current band (from the
-    // highest byte sent: 1,024 left, band 1), and is counted.
-    assert_eq!(t.data(start, 1000), 1);
+    // A retransmission of the response's first bytes goes in the flow's current band (that of
+    // its last new segment), and is counted.
+    assert_eq!(t.data(start, 1000), 2);
     let f = t.fp.flow(t.key()).unwrap().unwrap();
     assert_eq!((f.hi, f.retx_bytes), (start + 60_000 - 1_024, 1000));
+    t.ack(start + 60_000 - 1_024);
     assert_eq!(t.data(start + 60_000 - 1_024, 1_024), 1);
     assert_eq!(t.send(ACK | FIN, start + 60_000, 0), 0, "a FIN is control");
     let c = t.fp.counters().unwrap();
-    assert_eq!((c.known, c.attained, c.retx, c.adopted, c.rolled), (8, 0, 1, 1, 0));
+    assert_eq!((c.known, c.attained, c.retx, c.adopted, c.rolled, c.held), (9, 0, 1, 1, 0, 2));
+    // An ACK beyond what was sent, or behind, moves nothing.
+    t.ack(start + 70_000);
+    t.ack(start);
+    assert_eq!(t.fp.flow(t.key()).unwrap().unwrap().una, start + 60_000 - 1_024);
+}
+
+#[test]
+fn resends_of_the_lowest_band_go_below_it() {
+    let Some(mut t) = Flow::new(SrptMode::Srpt) else { return };
+    let isn = 7_000u32;
+    t.send(SYN | ACK, isn, 0);
+    let start = isn + 1;
+    t.fp.set_response(t.key(), start, Some(start + 500_000)).unwrap();
+    assert_eq!(t.data(start, 1448), 6);
+    assert_eq!(t.data(start + 1448, 1448), 6);
+    // The server's RTO went off while they waited here: its copies go to band 7.
+    assert_eq!(t.data(start, 1448), 7);
+    assert_eq!(t.data(start + 1448, 1448), 7);
+    // New data goes on in band 6.
+    assert_eq!(t.data(start + 2896, 1448), 6);
+    // Without the resend band they stay in the lowest.
+    let mut p = SrptParams::new(SrptMode::Srpt, BASE);
+    p.resend_band = false;
+    t.fp.set_params(&p).unwrap();
+    assert_eq!(t.data(start, 1448), 6);
+    // A resend near the end (band 1) keeps its band either way.
+    p.resend_band = true;
+    t.fp.set_params(&p).unwrap();
+    t.ack(start + 4344);
+    assert_eq!(t.data(start + 500_000 - 800, 800), 1);
+    assert_eq!(t.data(start + 500_000 - 800, 800), 1);
+    assert_eq!(t.fp.counters().unwrap().retx, 4);
 }
 
 #[test]
@@ -85,14 +132,18 @@ fn a_connection_rolls_over_to_its_next_response() {
     let end = start.wrapping_add(6_000);
     t.fp.set_response(t.key(), start, Some(end)).unwrap();
     assert_eq!(t.data(start, 1448), 4, "6,000 left");
+    t.ack(start.wrapping_add(1448));
     assert_eq!(t.data(start.wrapping_add(1448), 1448), 3, "4,552 left, across the wrap");
     assert_eq!(t.data(start.wrapping_add(2896), 3104), 3, "3,104 left");
-    // The next response, before the engine has its head: ranked by bytes sent from the end.
-    assert_eq!(t.data(end, 1448), 1, "0 bytes of the next response sent");
+    // The next response, before the engine has its head: ranked by bytes sent from the end,
+    // once the first response's last segments are acknowledged.
+    assert_eq!(t.data(end, 1448), 3, "held behind the first response's last segment");
+    t.ack(end.wrapping_add(1448));
     assert_eq!(t.data(end.wrapping_add(1448), 1448), 2, "1,448 sent");
     assert_eq!(t.fp.counters().unwrap().rolled, 1);
     // Its head parsed: 3,500 bytes in all, 604 of them left at the next packet.
     t.fp.set_response(t.key(), end, Some(end.wrapping_add(3_500))).unwrap();
+    t.ack(end.wrapping_add(2896));
     assert_eq!(t.data(end.wrapping_add(2896), 604), 1);
     // A late publication of the first response is ignored (the flow is past it).
     t.fp.set_response(t.key(), start, Some(end)).unwrap();

@@ -97,6 +97,9 @@ pub struct RunArgs {
     /// Bytes HTB adds to each packet for the wire (0: none).
     #[arg(long, value_name = "BYTES")]
     pub srpt_overhead: Option<u32>,
+    /// Packets each band's FIFO holds.
+    #[arg(long, value_name = "N")]
+    pub srpt_band_limit: Option<u32>,
 }
 
 impl RunArgs {
@@ -179,6 +182,9 @@ impl RunArgs {
         }
         if let Some(v) = self.srpt_overhead {
             c.srpt.overhead_bytes = v;
+        }
+        if let Some(v) = self.srpt_band_limit {
+            c.srpt.band_limit_packets = v;
         }
         Ok(c)
     }

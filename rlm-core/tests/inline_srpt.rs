@@ -154,9 +154,9 @@ fn srpt_mode_shapes_the_client_port_and_lets_small_responses_pass_a_large_one() 
         assert!(start.elapsed() < Duration::from_secs(10), "rlm did not come up");
         std::thread::sleep(Duration::from_millis(100));
     }
-    // rlm's tree: the shaped class and 7 leaves (band 0 and 6 data bands).
+    // rlm's tree: the shaped class and 8 leaves (band 0, 6 data bands, the resend band).
     let classes = sh(&format!("ip netns exec {NS_B} tc class show dev bc"));
-    assert_eq!(classes.lines().filter(|l| l.contains("parent 7e1:1 ")).count(), 7, "{classes}");
+    assert_eq!(classes.lines().filter(|l| l.contains("parent 7e1:1 ")).count(), 8, "{classes}");
     assert!(classes.contains("class htb 7e1:1 root rate 9500Kbit"), "{classes}");
 
     // A large download in flight, and small fetches beside it, one after another.
@@ -182,7 +182,7 @@ fn srpt_mode_shapes_the_client_port_and_lets_small_responses_pass_a_large_one() 
     std::thread::sleep(Duration::from_millis(1500));
     let st = status().expect("status");
     let bands = st["srpt"]["bands"].as_array().expect("srpt bands in /status").clone();
-    assert_eq!(bands.len(), 7, "{st}");
+    assert_eq!(bands.len(), 8, "{st}");
     for b in [0, 1, 6] {
         assert!(bands[b]["packets"].as_u64().unwrap() > 0, "band {b}: {bands:?}");
     }

@@ -21,10 +21,17 @@ use crate::dist::EmpiricalSizes;
 /// How the offered load changes over time.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Schedule {
-    Constant { rho: f64 },
+    Constant {
+        rho: f64,
+    },
     /// `low_s` seconds at `low`, then `high_s` seconds at `high`, repeated (000 Table I: both
     /// alternating and intermittent overloads have this form).
-    Periodic { low_s: f64, high_s: f64, low: f64, high: f64 },
+    Periodic {
+        low_s: f64,
+        high_s: f64,
+        low: f64,
+        high: f64,
+    },
 }
 
 impl Schedule {
@@ -131,7 +138,8 @@ async fn one(server: SocketAddr, src: IpAddr, file: usize) -> Result<u64, &'stat
     let stream = sock.connect(server).await.map_err(|_| "connect_failed")?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|_| "connect_failed")?;
     tokio::spawn(conn);
-    let req = hyper::Request::get(format!("/files/{file}")).header("host", server.to_string()).body(Empty::<Bytes>::new()).map_err(|_| "http_error")?;
+    let req =
+        hyper::Request::get(format!("/files/{file}")).header("host", server.to_string()).body(Empty::<Bytes>::new()).map_err(|_| "http_error")?;
     let resp = sender.send_request(req).await.map_err(|_| "http_error")?;
     if !resp.status().is_success() {
         return Err("http_error");
@@ -172,7 +180,16 @@ pub async fn run(spec: OpenLoopSpec, out: tokio::sync::mpsc::UnboundedSender<Req
         let src = spec.clients[rng.random_range(0..spec.clients.len())];
         let size = spec.files[file];
         if in_flight.load(std::sync::atomic::Ordering::Relaxed) >= spec.max_in_flight {
-            let _ = out.send(RequestRecord { client: src.to_string(), file, size, start_ts: unix_now(), rt_s: 0.0, received: 0, ok: false, error: Some("not_sent".into()) });
+            let _ = out.send(RequestRecord {
+                client: src.to_string(),
+                file,
+                size,
+                start_ts: unix_now(),
+                rt_s: 0.0,
+                received: 0,
+                ok: false,
+                error: Some("not_sent".into()),
+            });
             continue;
         }
         sent += 1;
@@ -230,6 +247,33 @@ pub struct RequestStats {
     /// Mean response time of the largest 1% of requests (by size).
     pub largest1pct_mean_s: f64,
     pub throughput_bps: f64,
+    /// Mean response time by file size, in bins [lo, hi) with hi = 1.2 lo from 64 bytes (002
+    /// section 3, Figure 9 left); bins with no completed request are left out.
+    #[serde(default)]
+    pub by_size: Vec<SizeBin>,
+}
+
+/// One size bin of [`RequestStats::by_size`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SizeBin {
+    pub lo: u64,
+    pub hi: u64,
+    pub count: usize,
+    pub mean_s: f64,
+}
+
+/// Bins [x, 1.2x) from 64 bytes: the bin index of a size (sizes under 64 in bin 0).
+fn size_bin(size: u64) -> usize {
+    if size < 64 {
+        return 0;
+    }
+    ((size as f64 / 64.0).ln() / 1.2f64.ln()).floor() as usize
+}
+
+fn bin_bounds(i: usize) -> (u64, u64) {
+    let lo = (64.0 * 1.2f64.powi(i as i32)).ceil() as u64;
+    let hi = (64.0 * 1.2f64.powi(i as i32 + 1)).ceil() as u64;
+    (if i == 0 { 0 } else { lo }, hi)
 }
 
 impl RequestStats {
@@ -251,7 +295,28 @@ impl RequestStats {
         let first = done.iter().map(|r| r.start_ts).fold(f64::INFINITY, f64::min);
         let last = done.iter().map(|r| r.start_ts + r.rt_s).fold(f64::NEG_INFINITY, f64::max);
         let span = if last > first { last - first } else { duration_s };
-        RequestStats { count: recs.len(), completed: n, mean_s: mean, mean_slowdown: slow, largest1pct_mean_s: largest, throughput_bps: bytes as f64 * 8.0 / span.max(1e-9) }
+        let mut bins: std::collections::BTreeMap<usize, (usize, f64)> = std::collections::BTreeMap::new();
+        for r in &done {
+            let b = bins.entry(size_bin(r.size)).or_default();
+            b.0 += 1;
+            b.1 += r.rt_s;
+        }
+        let by_size = bins
+            .into_iter()
+            .map(|(i, (count, sum))| {
+                let (lo, hi) = bin_bounds(i);
+                SizeBin { lo, hi, count, mean_s: sum / count as f64 }
+            })
+            .collect();
+        RequestStats {
+            count: recs.len(),
+            completed: n,
+            mean_s: mean,
+            mean_slowdown: slow,
+            largest1pct_mean_s: largest,
+            throughput_bps: bytes as f64 * 8.0 / span.max(1e-9),
+            by_size,
+        }
     }
 }
 
@@ -284,7 +349,16 @@ mod tests {
 
     #[test]
     fn request_stats() {
-        let r = |size, rt, ok| RequestRecord { client: "c".into(), file: 0, size, start_ts: 10.0 - rt, rt_s: rt, received: if ok { size } else { 0 }, ok, error: None };
+        let r = |size, rt, ok| RequestRecord {
+            client: "c".into(),
+            file: 0,
+            size,
+            start_ts: 10.0 - rt,
+            rt_s: rt,
+            received: if ok { size } else { 0 },
+            ok,
+            error: None,
+        };
         let recs: Vec<RequestRecord> = (1..=200).map(|i| r(i * 1000, i as f64 / 100.0, true)).chain([r(5, 9.0, false)]).collect();
         let s = RequestStats::of(&recs, 8_000_000.0, 10.0);
         assert_eq!((s.count, s.completed), (201, 200));
@@ -293,6 +367,11 @@ mod tests {
         assert!((s.largest1pct_mean_s - 1.995).abs() < 1e-9);
         // Each request: rt = i/100 s for i KB at 1 MB/s = i/1000 s: slowdown 10.
         assert!((s.mean_slowdown - 10.0).abs() < 1e-6);
+        // Sizes 1 KB .. 200 KB in bins [x, 1.2x): each size in the bin that holds it.
+        assert!(s.by_size.iter().all(|b| b.lo < b.hi && b.count > 0));
+        assert_eq!(s.by_size.iter().map(|b| b.count).sum::<usize>(), 200);
+        let b = s.by_size.iter().find(|b| b.lo <= 100_000 && 100_000 < b.hi).unwrap();
+        assert!((b.hi as f64 / b.lo as f64 - 1.2).abs() < 0.01, "{b:?}");
         // All end at t = 10 s; the first started at 10 − 2 s.
         assert!((s.throughput_bps - (200.0 * 201.0 / 2.0 * 1000.0 * 8.0 / 2.0)).abs() < 1e-3);
         assert!((wire_bytes(1208) - (1448.0 + 66.0 + 264.0)).abs() < 1e-9);

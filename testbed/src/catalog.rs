@@ -15,12 +15,13 @@ use crate::report::{self, Fidelity};
 use sim_clients::openloop::Schedule;
 use sim_clients::tcp_profile::TcpProfile;
 
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 16] = [
     "baseline-lan",
     "baseline-wan",
     "heavy",
     "fidelity",
     "openloop",
+    "srpt",
     "maxclients",
     "syn-throttle",
     "syn-police",
@@ -190,6 +191,11 @@ pub fn params(name: &str, quick: bool) -> serde_json::Map<String, serde_json::Va
         "maxclients" => {
             m.insert("max_clients".into(), maxclients_limits(quick).into());
         }
+        "srpt" => {
+            m.insert("loads".into(), srpt_loads(quick).into());
+            m.insert("link_bps".into(), SRPT_LINK_BPS.into());
+            m.insert("rate_pct".into(), SRPT_RATE_PCT.into());
+        }
         "remove-embeds" | "rewrite-embeds" => {
             m.insert("groups".into(), serde_json::json!(RTT_GROUPS.iter().map(|g| g.0).collect::<Vec<_>>()));
             m.insert("kept".into(), serde_json::json!(embeds_kept(quick)));
@@ -246,8 +252,35 @@ fn with_rlm(mut a: ArmSpec, rules: String, extra_args: &[&str]) -> ArmSpec {
 fn openloop_arm(name: &str, schedule: Schedule, duration_s: f64, cpu_cores: f64) -> ArmSpec {
     let mut a = arm(name, 30, duration_s, &[], false, cpu_cores);
     a.farm.cpu_cores = None; // the link is the bottleneck, not the farm
-    a.openloop = Some(OpenLoopArm { schedule, link_bps: 10_000_000, queue_packets: 100, files: 2000, max_file: 4e6, timeout_s: 60.0 });
+    a.openloop = Some(OpenLoopArm { schedule, link_bps: SRPT_LINK_BPS, rho_bps: SRPT_LINK_BPS, queue_packets: 100, files: 2000, max_file: 4e6, timeout_s: 60.0 });
     a
+}
+
+/// The farm's uplink in the SRPT experiments (000: 10 Mbit/s), and the share of it rlm shapes
+/// its client port at (`[srpt] rate_pct`), so that the queue forms in rlm's bands.
+pub const SRPT_LINK_BPS: u64 = 10_000_000;
+pub const SRPT_RATE_PCT: u64 = 95;
+
+/// The loads of the srpt experiment's arms (002 section 3: ρ = 0.5, 0.7, 0.9).
+pub fn srpt_loads(quick: bool) -> &'static [f64] {
+    if quick {
+        &[0.9]
+    } else {
+        &[0.5, 0.7, 0.9]
+    }
+}
+
+/// An srpt arm: the open-loop load at `rho` of rlm's shaped rate, rlm inline with `--srpt mode`
+/// (fair: the same shaper and classifier, one FIFO class), the real 10 Mbit/s link downstream.
+fn srpt_arm(mode: &str, rho: f64, duration_s: f64) -> ArmSpec {
+    let mut a = openloop_arm(&format!("{mode}-{rho}"), Schedule::Constant { rho }, duration_s, 1.0);
+    if let Some(ol) = a.openloop.as_mut() {
+        ol.rho_bps = SRPT_LINK_BPS * SRPT_RATE_PCT / 100;
+    }
+    let (link, pct) = (SRPT_LINK_BPS.to_string(), SRPT_RATE_PCT.to_string());
+    // Overhead 0: the link downstream (HTB without a size table) counts the frame as rlm's does.
+    let args = ["--srpt", mode, "--srpt-link-bps", &link, "--srpt-rate-pct", &pct, "--srpt-overhead", "0", "--server-ports", "80", "8080"];
+    with_rlm(a, CLASS_RULES.into(), &args)
 }
 
 const WAN_80_2: [&str; 2] = ["10.4.0.0/16=80ms,2%", "10.5.0.0/16=80ms,2%"];
@@ -361,6 +394,18 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
             vec![arm("wan", light, dur, &WAN_80_2, true, cores)],
             "The appliance's passive measurement against the browsers' ground truth, over the 004 Figure 12 WAN.",
         ),
+        "srpt" => {
+            let dur = if quick { 45.0 } else { 300.0 };
+            let arms = srpt_loads(quick).iter().flat_map(|&rho| [srpt_arm("fair", rho, dur), srpt_arm("srpt", rho, dur)]).collect();
+            (
+                arms,
+                "002 section 3 on 000's link: open-loop Poisson arrivals, one connection each, file sizes of 001 Table 1 \
+                 bounded at 4 MB, at load ρ of the 9.5 Mbit/s that rlm shapes its client port to (95% of the 10 Mbit/s link \
+                 downstream). rlm runs inline in both arms: `--srpt fair` (one FIFO of 100 packets) against `--srpt srpt` \
+                 (strict-priority bands by each response's remaining bytes, cutoffs 1K, 2K, 5K, 20K, 50K; SYN/ACKs and \
+                 other control packets first).",
+            )
+        }
         "openloop" => {
             // 000's setup: a 10 Mbit/s uplink, 001 Table 1 sizes, FAIR scheduling (the baseline
             // of the SRPT experiments), at ρ = 0.9; the full run adds 000 Table I's W1.
@@ -643,6 +688,65 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             let tput = r["throughput_bps"].as_f64().unwrap_or(0.0);
             v.push((tput > 4e6 && tput <= 10.5e6, format!("openloop/{name}: {:.2} Mbit/s through the 10 Mbit/s uplink", tput / 1e6)));
             v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("openloop/{name}: the load generator was not the bottleneck")));
+        }
+    }
+    // 002 section 3 / 000: SRPT by remaining bytes against FAIR, rlm shaping in both arms.
+    if let Some(sr) = results.get("srpt") {
+        let quick = sr["quick"].as_bool().unwrap_or(false);
+        let loads: Vec<f64> = sr["loads"].as_array().into_iter().flatten().filter_map(|v| v.as_f64()).collect();
+        for a in sr["arms"].as_array().into_iter().flatten() {
+            let name = a["name"].as_str().unwrap_or("?");
+            let r = &a["requests"];
+            let (count, done) = (num(&r["count"]), num(&r["completed"]));
+            v.push((count > 500.0 && done / count >= 0.95, format!("srpt/{name}: {done} of {count} requests completed (at least 95%)")));
+            v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("srpt/{name}: the load generator was not the bottleneck")));
+            let (down_sent, down_dropped) = (num(&r["link"]["downstream"]["sent_packets"]), num(&r["link"]["downstream"]["dropped"]));
+            v.push((
+                down_sent > 0.0 && down_dropped <= 0.001 * down_sent,
+                format!("srpt/{name}: the queue formed in rlm's port, not downstream: {down_dropped} of {down_sent} packets dropped on the 10 Mbit/s link (at most 0.1%)"),
+            ));
+            let bands: Vec<f64> = a["rlm"]["srpt"]["bands"].as_array().into_iter().flatten().map(|b| num(&b["packets"])).collect();
+            if name.starts_with("srpt") {
+                let used = bands.len() == 7 && bands[1] > 0.0 && bands[6] > 0.0 && bands[0] > 0.0;
+                v.push((used, format!("srpt/{name}: rlm's classifier used band 0, the smallest and the largest data bands: {bands:?} packets")));
+                let published = num(&a["rlm"]["srpt"]["sizes_published"]);
+                v.push((published >= 0.9 * done, format!("srpt/{name}: rlm published {published} response sizes for {done} requests (at least 90%)")));
+            } else {
+                v.push((bands.len() == 1 && bands[0] > 0.0, format!("srpt/{name}: FAIR: one class, {bands:?} packets")));
+            }
+            rlm_clean(&mut v, "srpt", a);
+        }
+        let req = |name: &str, key: &str| num(&arm(sr, name)["requests"][key]);
+        for rho in loads {
+            let (fair, srpt) = (format!("fair-{rho}"), format!("srpt-{rho}"));
+            let ratio = req(&fair, "mean_s") / req(&srpt, "mean_s");
+            let tput = req(&srpt, "throughput_bps") / req(&fair, "throughput_bps");
+            let largest = req(&srpt, "largest1pct_mean_s") / req(&fair, "largest1pct_mean_s");
+            let what = format!(
+                "mean {:.3} s against FAIR's {:.3} s ({ratio:.1}x), throughput {:.2} against {:.2} Mbit/s, largest 1% {:.2} against {:.2} s",
+                req(&srpt, "mean_s"),
+                req(&fair, "mean_s"),
+                req(&srpt, "throughput_bps") / 1e6,
+                req(&fair, "throughput_bps") / 1e6,
+                req(&srpt, "largest1pct_mean_s"),
+                req(&fair, "largest1pct_mean_s")
+            );
+            if rho < 0.85 {
+                // 002 reports the gain at every load; the issue judges it at 0.9.
+                v.push((ratio > 1.0, format!("srpt at ρ = {rho}: SRPT's mean is lower: {what}")));
+                continue;
+            }
+            let (min_ratio, tput_tol, largest_max) = if quick { (2.0, 0.03, 1.3) } else { (3.0, 0.02, 1.10) };
+            v.push((ratio >= min_ratio, format!("srpt at ρ = {rho}: SRPT's mean at least {min_ratio}x lower than FAIR's (002: 3-8x): {what}")));
+            // Throughput is the bytes of the completed requests over the time from the first
+            // arrival to the last completion: FAIR's drain after the arrivals stop is the
+            // slower (its losses leave the link idle in RTOs), so SRPT's may come out higher;
+            // the check is that SRPT loses none.
+            v.push((tput >= 1.0 - tput_tol, format!("srpt at ρ = {rho}: byte throughput no more than {:.0}% below FAIR's: {what}", tput_tol * 100.0)));
+            v.push((
+                largest <= largest_max,
+                format!("srpt at ρ = {rho}: the largest 1% of requests at most {:.0}% slower than under FAIR (000): {what}", (largest_max - 1.0) * 100.0),
+            ));
         }
     }
     if let (Some(lan), Some(wan)) = (results.get("baseline-lan"), results.get("baseline-wan")) {

@@ -52,8 +52,13 @@ pub struct ArmSpec {
 #[derive(Clone, Debug, Serialize)]
 pub struct OpenLoopArm {
     pub schedule: Schedule,
-    /// The appliance's client-side port is shaped to this rate (the farm's uplink).
+    /// The farm's uplink toward the clients: without rlm, the appliance's client-side port is
+    /// shaped to this rate; with rlm (`--srpt`), the WAN's client-side port is (the real link,
+    /// downstream) and rlm shapes its own port a little under it.
     pub link_bps: u64,
+    /// The bottleneck's rate, against which the load ρ and the slowdowns are counted: link_bps
+    /// without rlm, rlm's shaped rate with it.
+    pub rho_bps: u64,
     /// Packets the uplink's FIFO holds.
     pub queue_packets: u32,
     /// Distinct files, sized at the quantiles of 001 Table 1 bounded at `max_file` bytes.
@@ -507,14 +512,18 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let files = file_sizes(&EmpiricalSizes::with_max(ol.max_file), ol.files, arm.seed);
     let farm_cfg = FarmConfig { files: files.clone(), ..arm.farm.clone() };
     let mut farm = Farm::start(plan, &farm_cfg, lab)?;
-    plan.shape_uplink(ol.link_bps, ol.queue_packets)?;
+    match arm.rlm {
+        Some(_) => plan.shape_link(ol.link_bps, ol.queue_packets)?,
+        None => plan.shape_uplink(ol.link_bps, ol.queue_packets)?,
+    }
     let mut wan = start_wan(plan, arm)?;
+    let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
     let clients = info.clients.all().map(|a| a.parse().expect("address")).collect();
     let spec = OpenLoopSpec {
         server: format!("{FARM_ADDR}:{}", crate::farm::FILES_PORT).parse()?,
         clients,
         files,
-        link_bps: ol.link_bps as f64,
+        link_bps: ol.rho_bps as f64,
         schedule: ol.schedule.clone(),
         duration_s: arm.duration_s,
         timeout_s: ol.timeout_s,
@@ -526,6 +535,15 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let records = dir.join("requests.jsonl");
     let mut child = spawn_generator(lab, "openloop", &spec_path, &info.namespaces.clients, &[], &records, dir)?;
     let waited = wait_or_kill(&mut child, Duration::from_secs_f64(arm.duration_s + ol.timeout_s + 10.0));
+    // Where the queue formed: rlm's port (or the lab's shaped uplink; read before rlm exits and
+    // takes its tree away) and the link downstream.
+    let app = plan.qdisc_counts("app", "app-c")?;
+    let down = plan.qdisc_counts("wan", "wan-c")?;
+    let rlm = rlm.map(Inline::stop).transpose()?;
+    let root = |q: &[(String, u64, u64)]| q.first().map_or((0, 0), |r| (r.1, r.2));
+    let ((app_sent, app_dropped), (wan_sent, wan_dropped)) = (root(&app), root(&down));
+    let leaves: Vec<serde_json::Value> =
+        app.iter().skip(1).map(|(q, sent, dropped)| serde_json::json!({"qdisc": q, "sent_packets": sent, "dropped": dropped})).collect();
     let usage = farm.usage();
     if let Some(w) = wan.as_mut() {
         w.finish()?;
@@ -535,21 +553,26 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let text = std::fs::read_to_string(&records)?;
     let recs: Vec<RequestRecord> = text.lines().filter(|l| !l.is_empty()).map(serde_json::from_str).collect::<Result<_, _>>()?;
     let (generator, over) = generator_stats(dir);
-    let stats = RequestStats::of(&recs, ol.link_bps as f64, arm.duration_s);
+    let stats = RequestStats::of(&recs, ol.rho_bps as f64, arm.duration_s);
     let bottleneck = over || recs.iter().any(|r| r.error.as_deref() == Some("not_sent"));
+    let mut requests = serde_json::to_value(&stats)?;
+    requests["link"] = serde_json::json!({
+        "appliance_port": {"sent_packets": app_sent, "dropped": app_dropped, "leaves": leaves},
+        "downstream": {"sent_packets": wan_sent, "dropped": wan_dropped},
+    });
     Ok(ArmResult {
         name: arm.name.clone(),
         config: arm.clone(),
         clients: arm.clients(),
         duration_s: arm.duration_s,
         pageviews: PageviewSummary::default(),
-        requests: Some(serde_json::to_value(&stats)?),
+        requests: Some(requests),
         generator,
         generator_bottleneck: bottleneck,
         farm_usage: usage,
         ground_truth: records,
         capture: None,
-        rlm: None,
+        rlm,
         farm_front: None,
         server_syns: None,
         throughput: None,

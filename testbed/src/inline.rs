@@ -97,6 +97,10 @@ pub struct RlmOutcome {
     pub injected: BTreeMap<String, f64>,
     /// What content adaptation did (from /status, [`ADAPT_STATS`]).
     pub adapted: BTreeMap<String, f64>,
+    /// The SRPT classifier's figures (/status `srpt`: mode, packets and bytes per band, data
+    /// packets ranked by remaining or by sent bytes), and the response sizes the engine
+    /// published; null without `--srpt`.
+    pub srpt: Option<serde_json::Value>,
     /// CPU rlm used (user + system), from /proc.
     pub cpu_s: f64,
     pub wall_s: f64,
@@ -324,6 +328,11 @@ impl Inline {
                 out.pageviews = v["stats"]["pageviews"].as_u64();
                 out.injected = injection_counters(&v);
                 out.adapted = stats_of(&v, &ADAPT_STATS);
+                if !v["srpt"].is_null() {
+                    let mut srpt = v["srpt"].clone();
+                    srpt["sizes_published"] = v["stats"]["srpt_sizes_published"].clone();
+                    out.srpt = Some(srpt);
+                }
             }
         }
         if let Ok(m) = self.get("/metrics") {

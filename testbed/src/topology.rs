@@ -237,6 +237,25 @@ impl Plan {
         tc(&format!("qdisc add dev app-c parent 1:1 handle 10: pfifo limit {limit}"))
     }
 
+    /// Make the WAN's client-side port (`wan-c`, toward the clients) a link of `bps` bits per
+    /// second with a FIFO of `limit` packets: the real link downstream of the appliance, which
+    /// rlm (`--srpt`) shapes a little under, so that the queue forms in rlm's bands.
+    pub fn shape_link(&self, bps: u64, limit: u32) -> Result<()> {
+        let wan = self.ns("wan");
+        let tc = |args: &str| in_ns(&wan, "tc", &args.split_whitespace().collect::<Vec<_>>()).map(|_| ());
+        let _ = tc("qdisc del dev wan-c root");
+        tc("qdisc add dev wan-c root handle 1: htb default 1")?;
+        tc(&format!("class add dev wan-c parent 1: classid 1:1 htb rate {bps}bit ceil {bps}bit"))?;
+        tc(&format!("qdisc add dev wan-c parent 1:1 handle 10: pfifo limit {limit}"))
+    }
+
+    /// Packets sent and dropped by every qdisc of `dev` in namespace `which` ("app", "wan"),
+    /// from `tc -s qdisc`: (the qdisc's line, sent, dropped), the root first.
+    pub fn qdisc_counts(&self, which: &str, dev: &str) -> Result<Vec<(String, u64, u64)>> {
+        let out = in_ns(&self.ns(which), "tc", &["-s", "qdisc", "show", "dev", dev])?;
+        Ok(parse_qdisc_list(&out))
+    }
+
     /// Whether the lab's namespaces are there.
     pub fn is_up(&self) -> bool {
         self.all_ns().iter().all(|n| exists(n))
@@ -291,7 +310,8 @@ pub fn in_ns(ns: &str, cmd: &str, args: &[&str]) -> Result<String> {
 
 fn ip_batch(ns: &str, batch: &str) -> Result<()> {
     use std::io::Write;
-    let mut child = Command::new("ip").args(["-n", ns, "-batch", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().context("cannot run ip")?;
+    let mut child =
+        Command::new("ip").args(["-n", ns, "-batch", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().context("cannot run ip")?;
     child.stdin.take().expect("piped").write_all(batch.as_bytes())?;
     let out = child.wait_with_output()?;
     if !out.status.success() {
@@ -304,6 +324,33 @@ fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
     in_ns(ns, "sysctl", &["-q", "-w", &format!("{key}={value}")]).map(|_| ())
 }
 
+/// Each qdisc of `tc -s qdisc show`: (its first line, packets sent, dropped).
+fn parse_qdisc_list(out: &str) -> Vec<(String, u64, u64)> {
+    let mut v = Vec::new();
+    let mut lines = out.lines().peekable();
+    while let Some(l) = lines.next() {
+        if l.starts_with("qdisc ") {
+            let mut block = String::new();
+            while let Some(n) = lines.peek().filter(|n| !n.starts_with("qdisc ")) {
+                block.push_str(n);
+                block.push('\n');
+                lines.next();
+            }
+            let (sent, dropped) = parse_qdisc_counts(&block);
+            v.push((l.trim().to_string(), sent, dropped));
+        }
+    }
+    v
+}
+
+/// "Sent N bytes M pkt (dropped D, ..." of `tc -s qdisc show`'s first qdisc: (M, D).
+fn parse_qdisc_counts(out: &str) -> (u64, u64) {
+    let w: Vec<&str> = out.split_whitespace().collect();
+    let after = |key: &str| w.iter().position(|x| *x == key).and_then(|i| w.get(i + 1)).map(|v| v.trim_end_matches(',').parse().unwrap_or(0));
+    let pkts = w.iter().position(|x| *x == "pkt").and_then(|i| w.get(i - 1)).and_then(|v| v.parse().ok()).unwrap_or(0);
+    (pkts, after("(dropped").unwrap_or(0))
+}
+
 fn offloads_off(ns: &str, dev: &str) -> Result<()> {
     in_ns(ns, "ethtool", &["-K", dev, "tso", "off", "gso", "off", "gro", "off"]).map(|_| ())
 }
@@ -311,6 +358,19 @@ fn offloads_off(ns: &str, dev: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qdisc_counts_are_read_from_tc() {
+        let out = "qdisc htb 1: root refcnt 2 r2q 10 default 0x1 direct_packets_stat 0 direct_qlen 1000\n \
+                   Sent 123456 bytes 789 pkt (dropped 12, overlimits 3 requeues 0)\n backlog 0b 0p requeues 0\n";
+        assert_eq!(parse_qdisc_counts(out), (789, 12));
+        assert_eq!(parse_qdisc_counts(""), (0, 0));
+        let two = format!("{out}qdisc pfifo 7f0: parent 7e1:10 limit 100p\n Sent 5 bytes 2 pkt (dropped 1, overlimits 0 requeues 0)\n");
+        let l = parse_qdisc_list(&two);
+        assert_eq!(l.len(), 2);
+        assert_eq!((l[0].1, l[0].2), (789, 12));
+        assert_eq!((l[1].0.as_str(), l[1].1, l[1].2), ("qdisc pfifo 7f0: parent 7e1:10 limit 100p", 2, 1));
+    }
 
     #[test]
     fn client_addresses_are_unique_and_in_their_subnets() {

@@ -89,10 +89,16 @@ pub struct SrptConfig {
     /// boundaries. 002's rule for choosing them: the smallest leaves about half of the responses
     /// below it, the largest leaves 0.5 to 1% above it (docs/deployment.md).
     pub cutoffs: Vec<u32>,
-    /// Packets each band's FIFO holds (000: 100).
+    /// Packets each band's FIFO holds. 000's server queued 100 packets in its NIC and the rest
+    /// in its sockets; a bump in the wire holds the whole backlog, and a starved band must not
+    /// drop what the server will only resend after its RTO: 1000.
     pub band_limit_packets: u32,
     /// Bytes HTB adds to each packet for the wire (preamble, FCS, gap: 24; 0: none).
     pub overhead_bytes: u32,
+    /// Resends of the lowest data band's bytes go to a band of their own below it: when that
+    /// band starves past a server's RTO, the server resends segments still queued in rlm, and
+    /// the copies would otherwise take the starved band's capacity (at most 5 cutoffs then).
+    pub resend_band: bool,
 }
 
 impl Default for SrptConfig {
@@ -102,8 +108,9 @@ impl Default for SrptConfig {
             link_bps: 0,
             rate_pct: 95.0,
             cutoffs: kmod_fastpath::classify::DEFAULT_CUTOFFS.to_vec(),
-            band_limit_packets: 100,
+            band_limit_packets: 1000,
             overhead_bytes: 24,
+            resend_band: true,
         }
     }
 }
@@ -130,10 +137,27 @@ impl SrptConfig {
         if !(1..=100_000).contains(&self.band_limit_packets) || self.overhead_bytes > 256 {
             bail!("[srpt] band_limit_packets must be 1 to 100000, overhead_bytes at most 256");
         }
-        let mut p = kmod_fastpath::SrptParams::new(kmod_fastpath::SrptMode::Srpt, 0);
+        self.params(0).validate().map_err(|e| anyhow::anyhow!("[srpt] {e}"))
+    }
+
+    /// The classifier's parameters, band 0 at classid `base`, other traffic in the lowest data
+    /// band.
+    pub fn params(&self, base: u32) -> kmod_fastpath::SrptParams {
+        let mode = if self.mode == SrptRunMode::Fair { kmod_fastpath::SrptMode::Fair } else { kmod_fastpath::SrptMode::Srpt };
+        let mut p = kmod_fastpath::SrptParams::new(mode, base);
         p.cutoffs = self.cutoffs.clone();
         p.other_band = self.cutoffs.len() as u32 + 1;
-        p.validate().map_err(|e| anyhow::anyhow!("[srpt] {e}"))
+        p.resend_band = self.resend_band;
+        p
+    }
+
+    /// The leaves of rlm's tree: one for FAIR, every band for SRPT.
+    pub fn leaves(&self) -> u32 {
+        match self.mode {
+            SrptRunMode::Off => 0,
+            SrptRunMode::Fair => 1,
+            SrptRunMode::Srpt => self.params(0).bands(),
+        }
     }
 }
 
@@ -254,6 +278,11 @@ mod tests {
         assert!(d.validate().unwrap_err().to_string().contains("increase"));
         d.srpt.cutoffs = vec![1, 2, 3, 4, 5, 6, 7];
         assert!(d.validate().is_err());
+        d.srpt.cutoffs = vec![1, 2, 3, 4, 5, 6];
+        assert!(d.validate().unwrap_err().to_string().contains("8 priorities"));
+        d.srpt.resend_band = false;
+        d.validate().unwrap();
+        assert_eq!(d.srpt.leaves(), 8);
         d.srpt.cutoffs = vec![1000];
         d.srpt.rate_pct = 40.0;
         assert!(d.validate().unwrap_err().to_string().contains("rate_pct"));

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use aya::maps::{MapData, RingBuf};
 use kmod_fastpath::inline::{EventKind, InlinePath, Mode, SynAction};
-use kmod_fastpath::{FlowKey, SrptEgress, SrptMode, SrptParams};
+use kmod_fastpath::{FlowKey, SrptEgress};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
@@ -146,16 +146,6 @@ pub fn load_rules(path: &std::path::Path) -> Result<rules::RuleSet> {
     rules::check_file(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// The classifier's parameters for `[srpt]` in `mode` (fair or srpt): band 0 is the first leaf
-/// of rlm's HTB tree ([`shaper`]), other traffic goes to the lowest band.
-fn srpt_params(c: &config::SrptConfig, mode: SrptRunMode) -> SrptParams {
-    let mode = if mode == SrptRunMode::Fair { SrptMode::Fair } else { SrptMode::Srpt };
-    let mut p = SrptParams::new(mode, kmod_fastpath::classid(shaper::MAJOR, shaper::FIRST_LEAF));
-    p.cutoffs = c.cutoffs.clone();
-    p.other_band = c.cutoffs.len() as u32 + 1;
-    p
-}
-
 /// Run until SIGINT or SIGTERM. Errors before anything is installed leave nothing behind.
 pub fn run(cfg: RunConfig) -> Result<()> {
     cfg.validate()?;
@@ -188,10 +178,10 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
             let ring = path.take_events()?;
             let srpt = match cfg.srpt.mode {
                 SrptRunMode::Off => None,
-                mode => Some(
-                    SrptEgress::attach(&cfg.client_port, &cfg.server_ports, &srpt_params(&cfg.srpt, mode))
-                        .context("cannot set up the SRPT classifier")?,
-                ),
+                _ => {
+                    let params = cfg.srpt.params(kmod_fastpath::classid(shaper::MAJOR, shaper::FIRST_LEAF));
+                    Some(SrptEgress::attach(&cfg.client_port, &cfg.server_ports, &params).context("cannot set up the SRPT classifier")?)
+                }
             };
             Source::Fast(Box::new(Fast { path, srpt, ring, mono_to_real: mono_to_real(), last_tick: Instant::now(), update_errors: 0 }))
         }
@@ -216,7 +206,7 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
     let shaper = match cfg.srpt.mode {
         SrptRunMode::Off => None,
         mode => {
-            let bands = if mode == SrptRunMode::Fair { 1 } else { cfg.srpt.cutoffs.len() as u32 + 2 };
+            let bands = cfg.srpt.leaves();
             let plan = shaper::ShaperPlan {
                 dev: cfg.client_port.clone(),
                 rate_bps: cfg.srpt.rate_bps(),
@@ -350,11 +340,7 @@ impl Loop {
             bridge: cfg.bridge.clone(),
             rules_path: cfg.rules.clone(),
             srpt_mode: cfg.srpt.mode,
-            srpt_bands: match cfg.srpt.mode {
-                SrptRunMode::Off => 0,
-                SrptRunMode::Fair => 1,
-                SrptRunMode::Srpt => cfg.srpt.cutoffs.len() + 2,
-            },
+            srpt_bands: cfg.srpt.leaves() as usize,
         }
     }
 

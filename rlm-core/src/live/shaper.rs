@@ -8,7 +8,7 @@
 //!   8 kbit floor keeps the lowest band from starving outright (about one packet every 1.5 s).
 //! - FAIR (the baseline): one leaf `7e1:10` at R.
 //!
-//! Each leaf has a `pfifo` of `band_limit` packets (000's transmit queue). rlm owns the root
+//! Each leaf has a `pfifo` of `band_limit` packets (`[srpt] band_limit_packets`). rlm owns the root
 //! qdisc it installs (handle `7e1:`) and deletes it when it exits; it refuses to replace a root
 //! qdisc an operator set up, other than the kernel's defaults or its own (a crash's leftover).
 
