@@ -707,7 +707,8 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             ));
             let bands: Vec<f64> = a["rlm"]["srpt"]["bands"].as_array().into_iter().flatten().map(|b| num(&b["packets"])).collect();
             if name.starts_with("srpt") {
-                let used = bands.len() == 7 && bands[1] > 0.0 && bands[6] > 0.0 && bands[0] > 0.0;
+                // Control, 6 data bands and (rlm's default) the resend band.
+                let used = bands.len() >= 7 && bands[1] > 0.0 && bands[6] > 0.0 && bands[0] > 0.0;
                 v.push((used, format!("srpt/{name}: rlm's classifier used band 0, the smallest and the largest data bands: {bands:?} packets")));
                 let published = num(&a["rlm"]["srpt"]["sizes_published"]);
                 v.push((published >= 0.9 * done, format!("srpt/{name}: rlm published {published} response sizes for {done} requests (at least 90%)")));
@@ -1081,8 +1082,8 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
         v.push((clean == nw && nw > 0, format!("throughput: rlm exited cleanly after {clean} of {nw} samples")));
     }
 
-    // Every experiment of browsers (openloop and throughput have none).
-    for name in NAMES.into_iter().filter(|n| !matches!(*n, "openloop" | "throughput")) {
+    // Every experiment of browsers (openloop, srpt and throughput have none).
+    for name in NAMES.into_iter().filter(|n| !matches!(*n, "openloop" | "srpt" | "throughput")) {
         let Some(r) = results.get(name) else { continue };
         for a in r["arms"].as_array().into_iter().flatten() {
             let b = a["generator_bottleneck"].as_bool().unwrap_or(true);
