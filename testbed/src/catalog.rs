@@ -252,7 +252,15 @@ fn with_rlm(mut a: ArmSpec, rules: String, extra_args: &[&str]) -> ArmSpec {
 fn openloop_arm(name: &str, schedule: Schedule, duration_s: f64, cpu_cores: f64) -> ArmSpec {
     let mut a = arm(name, 30, duration_s, &[], false, cpu_cores);
     a.farm.cpu_cores = None; // the link is the bottleneck, not the farm
-    a.openloop = Some(OpenLoopArm { schedule, link_bps: SRPT_LINK_BPS, rho_bps: SRPT_LINK_BPS, queue_packets: 100, files: 2000, max_file: 4e6, timeout_s: 60.0 });
+    a.openloop = Some(OpenLoopArm {
+        schedule,
+        link_bps: SRPT_LINK_BPS,
+        rho_bps: SRPT_LINK_BPS,
+        queue_packets: 100,
+        files: 2000,
+        max_file: 4e6,
+        timeout_s: 60.0,
+    });
     a
 }
 
@@ -711,7 +719,10 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
                 let used = bands.len() >= 7 && bands[1] > 0.0 && bands[6] > 0.0 && bands[0] > 0.0;
                 v.push((used, format!("srpt/{name}: rlm's classifier used band 0, the smallest and the largest data bands: {bands:?} packets")));
                 let published = num(&a["rlm"]["srpt"]["sizes_published"]);
-                v.push((published >= 0.9 * done, format!("srpt/{name}: rlm published {published} response sizes for {done} requests (at least 90%)")));
+                v.push((
+                    published >= 0.9 * done,
+                    format!("srpt/{name}: rlm published {published} response sizes for {done} requests (at least 90%)"),
+                ));
             } else {
                 v.push((bands.len() == 1 && bands[0] > 0.0, format!("srpt/{name}: FAIR: one class, {bands:?} packets")));
             }
@@ -743,10 +754,16 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             // arrival to the last completion: FAIR's drain after the arrivals stop is the
             // slower (its losses leave the link idle in RTOs), so SRPT's may come out higher;
             // the check is that SRPT loses none.
-            v.push((tput >= 1.0 - tput_tol, format!("srpt at ρ = {rho}: byte throughput no more than {:.0}% below FAIR's: {what}", tput_tol * 100.0)));
+            v.push((
+                tput >= 1.0 - tput_tol,
+                format!("srpt at ρ = {rho}: byte throughput no more than {:.0}% below FAIR's: {what}", tput_tol * 100.0),
+            ));
             v.push((
                 largest <= largest_max,
-                format!("srpt at ρ = {rho}: the largest 1% of requests at most {:.0}% slower than under FAIR (000): {what}", (largest_max - 1.0) * 100.0),
+                format!(
+                    "srpt at ρ = {rho}: the largest 1% of requests at most {:.0}% slower than under FAIR (000): {what}",
+                    (largest_max - 1.0) * 100.0
+                ),
             ));
         }
     }
