@@ -140,12 +140,11 @@ fn ranks_responses_by_remaining_bytes_into_htb_leaves() {
     eprintln!("packets per band: sized {known:?}, open-ended {attained:?}; {c2:?}");
     assert_eq!(client.join().unwrap(), vec![sized, open_ended]);
 
-    // 200,000 bytes with their end known: most in band 6 (over 50K left), the flow rising band
-    // by band towards band 1 at the end as the client's ACKs let it (a band may be skipped
-    // when the ACKs catch up late; tests/srpt.rs has the exact rules); control (the SYN/ACK,
-    // ACKs, FIN) in band 0.
+    // 200,000 bytes with their end known: every segment with over 50K left in band 6; the last
+    // ones rise towards band 1 only as far as the client's ACKs let them, which depends on the
+    // timing here (a run was seen to stay in bands 5 and 6 throughout; tests/srpt.rs has the
+    // exact rules); control (the SYN/ACK, ACKs, FIN) in band 0.
     assert!(known[0] >= 2, "band 0: {known:?}");
-    assert!(known[1] >= 1 && known[5] >= 1, "the flow rose: {known:?}");
     assert!(known[6] > known[5] && known[6] >= (sized as u64 - 51_200) / 1460, "{known:?}");
     assert!(known[1..=6].iter().sum::<u64>() >= (sized / 1460) as u64, "{known:?}");
     // (a resend of the last segment after the end is ranked as the next response's first bytes)
