@@ -202,17 +202,7 @@ pub struct SrptEgress {
 impl SrptEgress {
     /// Load the program through the verifier, with `params` and the servers' ports.
     pub fn load(server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
-        let mut bpf = Ebpf::load(CLASSIFY).context("loading the SRPT classifier")?;
-        {
-            let mut ports: Array<&mut MapData, u8> = Array::try_from(bpf.map_mut("server_ports").context("map server_ports")?)?;
-            for &p in server_ports {
-                ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
-            }
-        }
-        for name in ["classify", "srpt_acks"] {
-            let prog: &mut SchedClassifier = bpf.program_mut(name).with_context(|| format!("program {name} missing"))?.try_into()?;
-            prog.load().with_context(|| format!("the verifier rejected {name}"))?;
-        }
+        let bpf = crate::load_object(CLASSIFY, "the SRPT classifier", server_ports, &["classify", "srpt_acks"])?;
         let mut e = SrptEgress { bpf };
         e.set_params(params)?;
         Ok(e)
@@ -301,14 +291,12 @@ impl SrptEgress {
 
     /// Run the program on `frame` `repeat` times in the kernel, as if it left the port.
     pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
-        let p: &SchedClassifier = self.bpf.program("classify").context("program 'classify' missing")?.try_into()?;
-        testrun::run(p.fd()?, frame, repeat)
+        testrun::run_program(&self.bpf, "classify", frame, repeat)
     }
 
     /// Run `srpt_acks` on `frame` (a client's segment) in the kernel, as if it came in.
     pub fn test_run_ack(&self, frame: &[u8]) -> Result<TestRun> {
-        let p: &SchedClassifier = self.bpf.program("srpt_acks").context("program 'srpt_acks' missing")?.try_into()?;
-        testrun::run(p.fd()?, frame, 1)
+        testrun::run_program(&self.bpf, "srpt_acks", frame, 1)
     }
 }
 

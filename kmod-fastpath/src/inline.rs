@@ -203,17 +203,7 @@ impl InlinePath {
         if queue_mark == 0 {
             bail!("the queue mark must have at least one bit set");
         }
-        let mut bpf = Ebpf::load(INLINE).context("loading the inline fast path")?;
-        {
-            let mut ports: Array<&mut MapData, u8> = Array::try_from(bpf.map_mut("server_ports").context("map server_ports")?)?;
-            for &p in server_ports {
-                ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
-            }
-        }
-        for prog in ["syn_admit", "observe"] {
-            let p: &mut SchedClassifier = bpf.program_mut(prog).with_context(|| format!("program {prog} missing"))?.try_into()?;
-            p.load().with_context(|| format!("the verifier rejected {prog}"))?;
-        }
+        let bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &["syn_admit", "observe"])?;
         let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
         path.write_config()?;
         Ok(path)
@@ -222,9 +212,7 @@ impl InlinePath {
     /// Run `syn_admit` (`client_side`) or `observe` on `frame` `repeat` times in the kernel, as
     /// if it had come in on its port ([`crate::testrun`]).
     pub fn test_run(&self, client_side: bool, frame: &[u8], repeat: u32) -> Result<TestRun> {
-        let name = if client_side { "syn_admit" } else { "observe" };
-        let p: &SchedClassifier = self.bpf.program(name).with_context(|| format!("program {name} missing"))?.try_into()?;
-        testrun::run(p.fd()?, frame, repeat)
+        testrun::run_program(&self.bpf, if client_side { "syn_admit" } else { "observe" }, frame, repeat)
     }
 
     fn write_config(&mut self) -> Result<()> {

@@ -20,5 +20,24 @@ pub mod inline;
 pub mod syn_timeout;
 pub mod testrun;
 
+/// Load an object of this crate: fill its `server_ports` map (every object that needs the
+/// servers' ports has one, indexed by port) and put `programs` through the verifier.
+pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], programs: &[&str]) -> anyhow::Result<aya::Ebpf> {
+    use anyhow::Context;
+    let mut bpf = aya::Ebpf::load(object).with_context(|| format!("loading {what}"))?;
+    {
+        let mut ports: aya::maps::Array<&mut aya::maps::MapData, u8> =
+            aya::maps::Array::try_from(bpf.map_mut("server_ports").context("map server_ports")?)?;
+        for &p in server_ports {
+            ports.set(u32::from(p), 1, 0).with_context(|| format!("server port {p}"))?;
+        }
+    }
+    for name in programs {
+        let prog: &mut aya::programs::SchedClassifier = bpf.program_mut(name).with_context(|| format!("program {name} missing"))?.try_into()?;
+        prog.load().with_context(|| format!("the verifier rejected {name}"))?;
+    }
+    Ok(bpf)
+}
+
 pub use classify::{classid, ClassCount, FlowKey, FlowState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
 pub use syn_timeout::{kernel_hz, SynTimeout};

@@ -63,6 +63,13 @@ pub struct TestRun {
     pub skb: SkBuffHead,
 }
 
+/// Run the loaded tc program `name` of `bpf` on `frame` `repeat` times on this CPU.
+pub(crate) fn run_program(bpf: &aya::Ebpf, name: &str, frame: &[u8], repeat: u32) -> Result<TestRun> {
+    use anyhow::Context;
+    let p: &aya::programs::SchedClassifier = bpf.program(name).with_context(|| format!("program {name} missing"))?.try_into()?;
+    run(p.fd()?, frame, repeat)
+}
+
 /// Run the program `prog` on `frame` (an Ethernet frame) `repeat` times on this CPU.
 pub fn run(prog: &impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
     if frame.len() < 14 {
@@ -90,7 +97,7 @@ pub fn run(prog: &impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
     Ok(TestRun { retval: attr.retval, ns_per_run: attr.duration, skb })
 }
 
-/// Ethernet/IPv4/TCP frames for test runs, with valid checksums.
+/// Ethernet/IPv4/TCP frames for test runs, built with etherparse (valid checksums).
 pub mod frames {
     use std::net::SocketAddrV4;
 
@@ -101,20 +108,6 @@ pub mod frames {
     pub const PSH: u8 = 0x08;
     pub const ACK: u8 = 0x10;
 
-    fn sum16(data: &[u8], mut acc: u32) -> u32 {
-        for c in data.chunks(2) {
-            acc += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-        }
-        acc
-    }
-
-    fn fold(mut acc: u32) -> u16 {
-        while acc > 0xffff {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
-        !(acc as u16)
-    }
-
     /// An IPv4 TCP segment from `src` to `dst` with `flags`, sequence `seq`, and `payload`
     /// (acknowledging 1 if ACK is set).
     pub fn tcp(src: SocketAddrV4, dst: SocketAddrV4, flags: u8, seq: u32, payload: &[u8]) -> Vec<u8> {
@@ -123,39 +116,29 @@ pub mod frames {
 
     /// The same with the acknowledgment number `ack`.
     pub fn tcp_ack(src: SocketAddrV4, dst: SocketAddrV4, flags: u8, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
-        let mut f = Vec::with_capacity(54 + payload.len());
-        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
-        let total = (20 + 20 + payload.len()) as u16;
-        let mut ip = [0u8; 20];
-        ip[0] = 0x45;
-        ip[2..4].copy_from_slice(&total.to_be_bytes());
-        ip[6] = 0x40; // DF
-        ip[8] = 64;
-        ip[9] = 6;
-        ip[12..16].copy_from_slice(&src.ip().octets());
-        ip[16..20].copy_from_slice(&dst.ip().octets());
-        let c = fold(sum16(&ip, 0));
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        f.extend_from_slice(&ip);
-        let mut tcp = [0u8; 20];
-        tcp[0..2].copy_from_slice(&src.port().to_be_bytes());
-        tcp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-        tcp[4..8].copy_from_slice(&seq.to_be_bytes());
-        if flags & ACK != 0 {
-            tcp[8..12].copy_from_slice(&ack.to_be_bytes());
+        let mut b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]).ipv4(src.ip().octets(), dst.ip().octets(), 64).tcp(
+            src.port(),
+            dst.port(),
+            seq,
+            65535,
+        );
+        if flags & SYN != 0 {
+            b = b.syn();
         }
-        tcp[12] = 5 << 4;
-        tcp[13] = flags;
-        tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
-        let mut pseudo = Vec::with_capacity(12);
-        pseudo.extend_from_slice(&src.ip().octets());
-        pseudo.extend_from_slice(&dst.ip().octets());
-        pseudo.extend_from_slice(&[0, 6]);
-        pseudo.extend_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
-        let c = fold(sum16(payload, sum16(&tcp, sum16(&pseudo, 0))));
-        tcp[16..18].copy_from_slice(&c.to_be_bytes());
-        f.extend_from_slice(&tcp);
-        f.extend_from_slice(payload);
+        if flags & ACK != 0 {
+            b = b.ack(ack);
+        }
+        if flags & FIN != 0 {
+            b = b.fin();
+        }
+        if flags & RST != 0 {
+            b = b.rst();
+        }
+        if flags & PSH != 0 {
+            b = b.psh();
+        }
+        let mut f = Vec::with_capacity(54 + payload.len());
+        b.write(&mut f, payload).expect("a frame builds");
         f
     }
 }

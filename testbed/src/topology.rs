@@ -227,26 +227,27 @@ impl Plan {
 
     /// Make the appliance's client-side port (the farm's uplink toward the clients) a link of
     /// `bps` bits per second: one HTB class with a FIFO of `limit` packets (the FAIR baseline
-    /// of the SRPT experiments; priority classes come with them).
+    /// of the SRPT experiments without rlm).
     pub fn shape_uplink(&self, bps: u64, limit: u32) -> Result<()> {
-        let app = self.ns("app");
-        let tc = |args: &str| in_ns(&app, "tc", &args.split_whitespace().collect::<Vec<_>>()).map(|_| ());
-        let _ = tc("qdisc del dev app-c root");
-        tc("qdisc add dev app-c root handle 1: htb default 1")?;
-        tc(&format!("class add dev app-c parent 1: classid 1:1 htb rate {bps}bit ceil {bps}bit"))?;
-        tc(&format!("qdisc add dev app-c parent 1:1 handle 10: pfifo limit {limit}"))
+        self.shape("app", "app-c", bps, limit)
     }
 
     /// Make the WAN's client-side port (`wan-c`, toward the clients) a link of `bps` bits per
     /// second with a FIFO of `limit` packets: the real link downstream of the appliance, which
     /// rlm (`--srpt`) shapes a little under, so that the queue forms in rlm's bands.
     pub fn shape_link(&self, bps: u64, limit: u32) -> Result<()> {
-        let wan = self.ns("wan");
-        let tc = |args: &str| in_ns(&wan, "tc", &args.split_whitespace().collect::<Vec<_>>()).map(|_| ());
-        let _ = tc("qdisc del dev wan-c root");
-        tc("qdisc add dev wan-c root handle 1: htb default 1")?;
-        tc(&format!("class add dev wan-c parent 1: classid 1:1 htb rate {bps}bit ceil {bps}bit"))?;
-        tc(&format!("qdisc add dev wan-c parent 1:1 handle 10: pfifo limit {limit}"))
+        self.shape("wan", "wan-c", bps, limit)
+    }
+
+    /// `dev` in namespace `which` as a link of `bps` bits per second: one HTB class, a FIFO of
+    /// `limit` packets.
+    fn shape(&self, which: &str, dev: &str, bps: u64, limit: u32) -> Result<()> {
+        let ns = self.ns(which);
+        let tc = |args: &str| in_ns(&ns, "tc", &args.split_whitespace().collect::<Vec<_>>()).map(|_| ());
+        let _ = tc(&format!("qdisc del dev {dev} root"));
+        tc(&format!("qdisc add dev {dev} root handle 1: htb default 1"))?;
+        tc(&format!("class add dev {dev} parent 1: classid 1:1 htb rate {bps}bit ceil {bps}bit"))?;
+        tc(&format!("qdisc add dev {dev} parent 1:1 handle 10: pfifo limit {limit}"))
     }
 
     /// Packets sent and dropped by every qdisc of `dev` in namespace `which` ("app", "wan"),
