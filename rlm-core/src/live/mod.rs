@@ -167,8 +167,8 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
     let status: metrics::Status = Arc::new(Mutex::new(serde_json::json!({"state": "starting"})));
     metrics::serve(cfg.metrics, Arc::new(registry), status.clone()).await?;
     let nfq = nfqueue::open(cfg.queue_base, cfg.queues, cfg.queue_max_len)?;
-    // SYN/ACKs are queued only for rules that act on them (FAST SYN/ACK comes with a later
-    // issue; such rules count as deferred).
+    // SYN/ACKs are never queued: FAST SYN/ACK keeps them from the copies the fast path (or the
+    // tap) reports.
     let queue_synacks = false;
     let source = match cfg.observer {
         Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
