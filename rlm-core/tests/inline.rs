@@ -11,62 +11,17 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{enter, is_root, Topology};
 
 const NS_C: &str = "rlmt-c";
 const NS_B: &str = "rlmt-b";
 const NS_S: &str = "rlmt-s";
 const SERVER: &str = "10.77.0.1:80";
 const METRICS: &str = "127.0.0.1:19464";
-
-fn sh(cmd: &str) {
-    let st = Command::new("sh").args(["-c", cmd]).status().expect("sh");
-    assert!(st.success(), "failed: {cmd}");
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn enter(ns: &str) {
-    let f = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("namespace");
-    // SAFETY: setns with a valid namespace descriptor changes only this thread's namespace.
-    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {ns}");
-}
-
-struct Topology;
-
-impl Topology {
-    fn up() -> Topology {
-        Topology::down_quiet();
-        for ns in [NS_C, NS_B, NS_S] {
-            sh(&format!("ip netns add {ns}"));
-            sh(&format!("ip -n {ns} link set lo up"));
-        }
-        sh(&format!("ip link add c0 netns {NS_C} type veth peer name bc netns {NS_B}"));
-        sh(&format!("ip link add s0 netns {NS_S} type veth peer name bs netns {NS_B}"));
-        sh(&format!("ip -n {NS_B} link add br0 type bridge && ip -n {NS_B} link set bc master br0 && ip -n {NS_B} link set bs master br0"));
-        for (ns, dev) in [(NS_B, "br0"), (NS_B, "bc"), (NS_B, "bs"), (NS_C, "c0"), (NS_S, "s0")] {
-            sh(&format!("ip -n {ns} link set {dev} up"));
-        }
-        sh(&format!("ip -n {NS_C} addr add 10.77.0.2/24 dev c0 && ip -n {NS_S} addr add 10.77.0.1/24 dev s0"));
-        Topology
-    }
-    fn down_quiet() {
-        for ns in [NS_C, NS_B, NS_S] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
-        }
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        Topology::down_quiet();
-    }
-}
 
 /// A tiny HTTP server in the server namespace, answering every connection.
 fn serve() {
@@ -117,8 +72,7 @@ fn rlm_child(rules: &std::path::Path) -> Child {
 
 /// GET /status from inside the bridge namespace (where rlm listens).
 fn status() -> Option<serde_json::Value> {
-    let out = Command::new("ip").args(["netns", "exec", NS_B, env!("CARGO_BIN_EXE_rlm"), "status", "--metrics", METRICS]).output().ok()?;
-    serde_json::from_slice(&out.stdout).ok()
+    common::status(NS_B, METRICS)
 }
 
 fn wait_ready() {
@@ -167,7 +121,7 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
         eprintln!("skipped: needs root (network namespaces)");
         return;
     }
-    let _topo = Topology::up();
+    let _topo = Topology::up("rlmt", "10.77.0");
     serve();
     let dir = std::env::temp_dir().join(format!("rlm-inline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -5,9 +5,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{enter, is_root, sh, Topology};
 
 const NS_C: &str = "rlms-c";
 const NS_B: &str = "rlms-b";
@@ -16,57 +18,6 @@ const SERVER: &str = "10.76.0.1:80";
 const METRICS: &str = "127.0.0.1:19465";
 const BIG: usize = 1_500_000;
 const SMALL: usize = 2_000;
-
-fn sh(cmd: &str) -> String {
-    let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
-    assert!(out.status.success(), "failed: {cmd}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn enter(ns: &str) {
-    let f = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("namespace");
-    // SAFETY: setns with a valid namespace descriptor changes only this thread's namespace.
-    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {ns}");
-}
-
-struct Topology;
-
-impl Topology {
-    fn up() -> Topology {
-        Topology::down_quiet();
-        for ns in [NS_C, NS_B, NS_S] {
-            sh(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
-        }
-        sh(&format!("ip link add c0 netns {NS_C} type veth peer name bc netns {NS_B}"));
-        sh(&format!("ip link add s0 netns {NS_S} type veth peer name bs netns {NS_B}"));
-        sh(&format!("ip -n {NS_B} link add br0 type bridge && ip -n {NS_B} link set bc master br0 && ip -n {NS_B} link set bs master br0"));
-        for (ns, dev) in [(NS_B, "br0"), (NS_B, "bc"), (NS_B, "bs"), (NS_C, "c0"), (NS_S, "s0")] {
-            sh(&format!("ip -n {ns} link set {dev} up"));
-        }
-        // As docs/deployment.md asks of the bridge's ports (and the lab does on every port).
-        for (ns, dev) in [(NS_B, "bc"), (NS_B, "bs"), (NS_C, "c0"), (NS_S, "s0")] {
-            sh(&format!("ip netns exec {ns} ethtool -K {dev} tso off gso off gro off"));
-        }
-        sh(&format!("ip -n {NS_C} addr add 10.76.0.2/24 dev c0 && ip -n {NS_S} addr add 10.76.0.1/24 dev s0"));
-        Topology
-    }
-    fn down_quiet() {
-        for ns in [NS_C, NS_B, NS_S] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
-        }
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        Topology::down_quiet();
-    }
-}
 
 /// An HTTP server in the server namespace: `/big` is BIG bytes, anything else SMALL.
 fn serve() {
@@ -105,8 +56,7 @@ impl Drop for Rlm {
 }
 
 fn status() -> Option<serde_json::Value> {
-    let out = Command::new("ip").args(["netns", "exec", NS_B, env!("CARGO_BIN_EXE_rlm"), "status", "--metrics", METRICS]).output().ok()?;
-    serde_json::from_slice(&out.stdout).ok()
+    common::status(NS_B, METRICS)
 }
 
 /// GET `path` on a new connection; the time to the whole response.
@@ -139,7 +89,8 @@ fn srpt_mode_shapes_the_client_port_and_lets_small_responses_pass_a_large_one() 
         eprintln!("skipped: needs root");
         return;
     }
-    let _t = Topology::up();
+    let t = Topology::up("rlms", "10.76.0");
+    t.offloads_off();
     serve();
     let child = Command::new("ip")
         .args(["netns", "exec", NS_B, env!("CARGO_BIN_EXE_rlm"), "run", "--bridge", "br0", "--client-port", "bc", "--server-port", "bs"])
