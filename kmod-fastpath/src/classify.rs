@@ -7,9 +7,10 @@
 //! in the kernel ([`SrptEgress::flow`]).
 
 use std::net::SocketAddrV4;
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use aya::maps::{Array, HashMap, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray};
 use aya::programs::links::LinkOrder;
 use aya::programs::tc::TcAttachOptions;
 use aya::programs::{tc, SchedClassifier, TcAttachType};
@@ -193,6 +194,25 @@ pub struct SrptCounters {
     pub held: u64,
 }
 
+/// The classifier's per-flow maps, which [`SrptEgress::keep_state`] pins.
+const KEPT_MAPS: [&str; 2] = ["resp_size", "flow_state"];
+
+/// What [`SrptEgress::keep_state`] took over from pinned maps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeptState {
+    pub responses: usize,
+    pub flows: usize,
+}
+
+/// Whether `path` is on a BPF filesystem (where maps can be pinned).
+pub fn is_bpffs(path: &Path) -> bool {
+    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: statfs writes into the zeroed struct it is given; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }
+}
+
 /// The SRPT classifier, loaded (and attached to one interface's egress, or not: tests run it
 /// with [`SrptEgress::test_run`]). Detached when dropped.
 pub struct SrptEgress {
@@ -211,6 +231,64 @@ impl SrptEgress {
     /// Load, and attach to `iface`'s egress (tcx, or clsact on older kernels).
     pub fn attach(iface: &str, server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
         let mut e = SrptEgress::load(server_ports, params)?;
+        e.attach_to(iface)?;
+        Ok(e)
+    }
+
+    /// Keep the per-flow state in `dir` (a BPF filesystem) across restarts: take over the flows
+    /// an earlier classifier left pinned there (a crash, or an exit that kept them), then pin
+    /// this one's maps in their place. Call before [`SrptEgress::attach_to`]. Pins of another
+    /// layout (another version of rlm) are replaced, their flows not taken. Returns the flows
+    /// taken over (responses and flow states).
+    pub fn keep_state(&mut self, dir: &Path) -> Result<KeptState> {
+        let mount = dir.ancestors().find(|p| p.exists()).unwrap_or(dir);
+        if !is_bpffs(mount) {
+            bail!("{} is not on a BPF filesystem (mount -t bpf bpf {})", dir.display(), mount.display());
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(KeptState { responses: self.carry::<RespValue>("resp_size", dir)?, flows: self.carry::<FlowState>("flow_state", dir)? })
+    }
+
+    /// Remove the pins [`SrptEgress::keep_state`] made in `dir` (a clean exit leaves nothing).
+    pub fn forget_state(dir: &Path) -> Result<()> {
+        for name in KEPT_MAPS {
+            match std::fs::remove_file(dir.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).with_context(|| format!("unpinning {name}")),
+                _ => {}
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+        Ok(())
+    }
+
+    fn carry<V: Pod>(&mut self, name: &str, dir: &Path) -> Result<usize> {
+        let path = dir.join(name);
+        let mut taken = 0;
+        if path.exists() {
+            if let Ok(old) = MapData::from_pin(&path) {
+                let same = old
+                    .info()
+                    .is_ok_and(|i| i.key_size() as usize == std::mem::size_of::<FlowKey>() && i.value_size() as usize == std::mem::size_of::<V>());
+                if same {
+                    let old: HashMap<MapData, FlowKey, V> = HashMap::try_from(Map::LruHashMap(old))?;
+                    let mut new: HashMap<&mut MapData, FlowKey, V> =
+                        HashMap::try_from(self.bpf.map_mut(name).with_context(|| format!("map {name}"))?)?;
+                    for (k, v) in old.iter().flatten() {
+                        if new.insert(k, v, 0).is_ok() {
+                            taken += 1;
+                        }
+                    }
+                }
+            }
+            std::fs::remove_file(&path).with_context(|| format!("replacing {}", path.display()))?;
+        }
+        self.bpf.map(name).with_context(|| format!("map {name}"))?.pin(&path).with_context(|| format!("pinning {}", path.display()))?;
+        Ok(taken)
+    }
+
+    /// Attach the loaded classifier to `iface`: egress, and the clients' ACKs on its ingress.
+    pub fn attach_to(&mut self, iface: &str) -> Result<()> {
+        let e = self;
         // Needed only where tcx is not available; an existing clsact is fine.
         let _ = tc::qdisc_add_clsact(iface);
         let prog: &mut SchedClassifier = e.bpf.program_mut("classify").context("program 'classify' missing")?.try_into()?;
@@ -220,7 +298,7 @@ impl SrptEgress {
         let acks: &mut SchedClassifier = e.bpf.program_mut("srpt_acks").context("program 'srpt_acks' missing")?.try_into()?;
         acks.attach_with_options(iface, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::first()))
             .with_context(|| format!("attaching srpt_acks to {iface} ingress"))?;
-        Ok(e)
+        Ok(())
     }
 
     pub fn set_params(&mut self, params: &SrptParams) -> Result<()> {

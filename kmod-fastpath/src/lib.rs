@@ -39,5 +39,5 @@ pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], progr
     Ok(bpf)
 }
 
-pub use classify::{classid, ClassCount, FlowKey, FlowState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
+pub use classify::{classid, is_bpffs, ClassCount, FlowKey, FlowState, KeptState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
 pub use syn_timeout::{kernel_hz, SynTimeout};

@@ -173,3 +173,24 @@ mod tests {
         assert_eq!((tcp_header.sequence_number, tcp.payload()), (7, &b"abc"[..]));
     }
 }
+
+/// A BPF filesystem of a test's own under the temporary directory (pinned maps), unmounted and
+/// removed when dropped. Needs root.
+pub struct Bpffs(pub std::path::PathBuf);
+
+impl Bpffs {
+    pub fn mount(name: &str) -> Bpffs {
+        let dir = std::env::temp_dir().join(format!("rlm-bpffs-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for the BPF filesystem");
+        let ok = std::process::Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&dir).status().is_ok_and(|s| s.success());
+        assert!(ok, "mount -t bpf bpf {}", dir.display());
+        Bpffs(dir)
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}

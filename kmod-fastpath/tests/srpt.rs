@@ -185,3 +185,48 @@ fn open_ended_responses_and_other_packets() {
     assert!(t.fp.flow(t.key()).unwrap().is_none());
     assert_eq!(classid(0x7e1, 0x10), BASE);
 }
+
+#[test]
+fn a_restarted_classifier_takes_over_the_pinned_flows() {
+    let Some(mut a) = Flow::new(SrptMode::Srpt) else { return };
+    let fs = kmod_fastpath::testrun::Bpffs::mount("keep");
+    let dir = fs.0.join("app-c");
+    // Not a BPF filesystem: a clear error, nothing pinned.
+    let e = a.fp.keep_state(&std::env::temp_dir().join("rlm-not-bpffs")).unwrap_err().to_string();
+    assert!(e.contains("not on a BPF filesystem"), "{e}");
+    assert_eq!(a.fp.keep_state(&dir).unwrap(), kmod_fastpath::KeptState::default(), "nothing to take over yet");
+    // A 30,000-byte response: its first segment is in band 5 (20K < remaining <= 50K).
+    let isn = 42_000u32;
+    a.send(SYN | ACK, isn, 0);
+    let start = isn + 1;
+    a.fp.set_response(a.key(), start, Some(start + 30_000)).unwrap();
+    assert_eq!(a.data(start, 1448), 5);
+    a.ack(start + 1448);
+    let before = a.fp.flow(a.key()).unwrap().unwrap();
+    // rlm stops without forgetting (a crash): the pins keep the maps.
+    drop(a);
+    assert!(dir.join("flow_state").exists() && dir.join("resp_size").exists());
+
+    // A classifier without the state ranks the flow's next segment as a new one: by the bytes
+    // it has seen (none), band 1.
+    let fresh = Flow::new(SrptMode::Srpt).unwrap();
+    assert_eq!(fresh.data(start + 1448, 1448), 1);
+
+    // The restarted one takes the flow over and goes on counting down: band 5 still, band 4
+    // once 20K or less remain.
+    let mut b = Flow::new(SrptMode::Srpt).unwrap();
+    assert_eq!(b.fp.keep_state(&dir).unwrap(), kmod_fastpath::KeptState { responses: 1, flows: 1 });
+    let got = b.fp.flow(b.key()).unwrap().unwrap();
+    assert_eq!((got.start, got.end, got.hi, got.una, got.band, got.bytes), (before.start, before.end, before.hi, before.una, 5, before.bytes));
+    assert_eq!(b.data(start + 1448, 1448), 5);
+    b.ack(start + 2896);
+    assert_eq!(b.data(start + 30_000 - 20_480, 1448), 4);
+    // Its own maps are pinned now: a second restart takes over the newer state.
+    let mut c = Flow::new(SrptMode::Srpt).unwrap();
+    assert_eq!(c.fp.keep_state(&dir).unwrap().flows, 1);
+    assert_eq!(c.fp.flow(c.key()).unwrap().unwrap().band, 4);
+    // A clean exit leaves nothing.
+    SrptEgress::forget_state(&dir).unwrap();
+    assert!(!dir.exists());
+    drop((b, c));
+}

@@ -100,6 +100,15 @@ pub struct RunArgs {
     /// Packets each band's FIFO holds.
     #[arg(long, value_name = "N")]
     pub srpt_band_limit: Option<u32>,
+    /// The lowest data band's guaranteed share of the shaped rate, percent (0: none).
+    #[arg(long, value_name = "PCT")]
+    pub srpt_floor_pct: Option<f64>,
+    /// Where the classifier's per-flow state is pinned (a BPF filesystem; "" : not kept).
+    #[arg(long, value_name = "DIR")]
+    pub srpt_state_dir: Option<String>,
+    /// Leave the pinned state at exit, for a planned restart.
+    #[arg(long)]
+    pub srpt_keep_state: bool,
 }
 
 impl RunArgs {
@@ -186,6 +195,13 @@ impl RunArgs {
         if let Some(v) = self.srpt_band_limit {
             c.srpt.band_limit_packets = v;
         }
+        if let Some(v) = self.srpt_floor_pct {
+            c.srpt.floor_pct = v;
+        }
+        if let Some(v) = self.srpt_state_dir {
+            c.srpt.state_dir = v;
+        }
+        c.srpt.keep_state_on_exit |= self.srpt_keep_state;
         Ok(c)
     }
 }

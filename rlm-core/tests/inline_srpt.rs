@@ -92,19 +92,12 @@ fn srpt_mode_shapes_the_client_port_and_lets_small_responses_pass_a_large_one() 
     let t = Topology::up("rlms", "10.76.0");
     t.offloads_off();
     serve();
-    let child = Command::new("ip")
-        .args(["netns", "exec", NS_B, env!("CARGO_BIN_EXE_rlm"), "run", "--bridge", "br0", "--client-port", "bc", "--server-port", "bs"])
-        .args(["--metrics", METRICS, "--srpt", "srpt", "--srpt-link-bps", "10000000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rlm");
-    let mut rlm = Rlm(Some(child));
-    let start = Instant::now();
-    while !status().is_some_and(|s| s["state"] == "running") {
-        assert!(start.elapsed() < Duration::from_secs(10), "rlm did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The classifier's state is pinned in a BPF filesystem (ip netns exec mounts a /sys of its
+    // own, without one: the test's is elsewhere).
+    let fs = kmod_fastpath::testrun::Bpffs::mount("inline-srpt");
+    let state = fs.0.join("bc");
+    let mut rlm = start_rlm(&fs.0);
+    assert!(state.join("flow_state").exists() && state.join("resp_size").exists(), "pinned while rlm runs");
     // rlm's tree: the shaped class and 8 leaves (band 0, 6 data bands, the resend band).
     let classes = sh(&format!("ip netns exec {NS_B} tc class show dev bc"));
     assert_eq!(classes.lines().filter(|l| l.contains("parent 7e1:1 ")).count(), 8, "{classes}");
@@ -140,12 +133,59 @@ fn srpt_mode_shapes_the_client_port_and_lets_small_responses_pass_a_large_one() 
     assert!(st["stats"]["srpt_sizes_published"].as_u64().unwrap() >= 11, "{st}");
     assert!(st["srpt"]["known"].as_u64().unwrap() > 1000, "{st}");
 
-    // A clean exit removes the tree.
-    let child = rlm.0.take().unwrap();
-    // SAFETY: sending SIGTERM to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
+    // A clean exit removes the tree and the pinned state.
+    let out = stop(&mut rlm, libc::SIGTERM);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let qdisc = sh(&format!("ip netns exec {NS_B} tc qdisc show dev bc root"));
     assert!(!qdisc.contains("7e1:"), "{qdisc}");
+    assert!(!state.exists(), "the pinned state was removed");
+
+    // A crash in the middle of a download leaves the tree and the state; the next rlm replaces
+    // the one, takes the download's flow over from the other, and exits cleanly. The download
+    // goes on through all of it.
+    let mut rlm = start_rlm(&fs.0);
+    let big = std::thread::spawn(|| {
+        enter(NS_C);
+        get("/big")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = stop(&mut rlm, libc::SIGKILL);
+    assert!(state.join("flow_state").exists(), "a crash leaves the state pinned");
+    let mut rlm = start_rlm(&fs.0);
+    let big = big.join().unwrap();
+    let out = stop(&mut rlm, libc::SIGTERM);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && log.contains("flows taken over from an earlier rlm"), "{log}");
+    assert!(big < Duration::from_secs(10), "the download went on: {big:?}");
+    assert!(!state.exists() && !sh(&format!("ip netns exec {NS_B} tc qdisc show dev bc root")).contains("7e1:"));
+}
+
+/// `rlm run --srpt srpt` on the test's bridge, its state pinned under `state_dir`, once running.
+fn start_rlm(state_dir: &std::path::Path) -> Rlm {
+    let child = Command::new("ip")
+        .args(["netns", "exec", NS_B, env!("CARGO_BIN_EXE_rlm"), "run", "--bridge", "br0", "--client-port", "bc", "--server-port", "bs"])
+        .args(["--metrics", METRICS, "--srpt", "srpt", "--srpt-link-bps", "10000000", "--srpt-state-dir"])
+        .arg(state_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rlm");
+    let mut rlm = Rlm(Some(child));
+    let start = Instant::now();
+    while !status().is_some_and(|s| s["state"] == "running") {
+        let exited = rlm.0.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+        if exited || start.elapsed() > Duration::from_secs(10) {
+            let out = stop(&mut rlm, libc::SIGKILL);
+            panic!("rlm did not come up: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    rlm
+}
+
+fn stop(rlm: &mut Rlm, signal: i32) -> std::process::Output {
+    let child = rlm.0.take().expect("running");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, signal) };
+    child.wait_with_output().expect("rlm's exit")
 }

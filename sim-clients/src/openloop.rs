@@ -251,6 +251,41 @@ pub struct RequestStats {
     /// section 3, Figure 9 left); bins with no completed request are left out.
     #[serde(default)]
     pub by_size: Vec<SizeBin>,
+    /// Response time over time (000 Figure 8): the requests started in each second since the
+    /// first, with their mean over those that completed.
+    #[serde(default)]
+    pub by_second: Vec<SecondBin>,
+}
+
+/// One second of [`RequestStats::by_second`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SecondBin {
+    pub t_s: u32,
+    pub started: usize,
+    pub completed: usize,
+    pub mean_s: f64,
+}
+
+/// Requests by the second they started in, from the first one's start.
+fn by_second(recs: &[RequestRecord]) -> Vec<SecondBin> {
+    let Some(t0) = recs.iter().map(|r| r.start_ts).min_by(f64::total_cmp) else { return Vec::new() };
+    let mut bins: Vec<SecondBin> = Vec::new();
+    for r in recs {
+        let t = ((r.start_ts - t0).max(0.0)) as usize;
+        if bins.len() <= t {
+            bins.extend((bins.len()..=t).map(|t_s| SecondBin { t_s: t_s as u32, ..SecondBin::default() }));
+        }
+        let b = &mut bins[t];
+        b.started += 1;
+        if r.ok {
+            b.completed += 1;
+            b.mean_s += r.rt_s;
+        }
+    }
+    for b in &mut bins {
+        b.mean_s /= b.completed.max(1) as f64;
+    }
+    bins
 }
 
 /// One size bin of [`RequestStats::by_size`].
@@ -282,7 +317,7 @@ impl RequestStats {
         let done: Vec<&RequestRecord> = recs.iter().filter(|r| r.ok).collect();
         let n = done.len();
         if n == 0 {
-            return RequestStats { count: recs.len(), ..RequestStats::default() };
+            return RequestStats { count: recs.len(), by_second: by_second(recs), ..RequestStats::default() };
         }
         let mean = done.iter().map(|r| r.rt_s).sum::<f64>() / n as f64;
         let slow = done.iter().map(|r| r.rt_s / ((r.size as f64 * 8.0 / link_bps).max(1e-6))).sum::<f64>() / n as f64;
@@ -316,6 +351,7 @@ impl RequestStats {
             largest1pct_mean_s: largest,
             throughput_bps: bytes as f64 * 8.0 / span.max(1e-9),
             by_size,
+            by_second: by_second(recs),
         }
     }
 }
@@ -375,5 +411,12 @@ mod tests {
         // All end at t = 10 s; the first started at 10 − 2 s.
         assert!((s.throughput_bps - (200.0 * 201.0 / 2.0 * 1000.0 * 8.0 / 2.0)).abs() < 1e-3);
         assert!((wire_bytes(1208) - (1448.0 + 66.0 + 264.0)).abs() < 1e-9);
+        // By second from the first start (the failed one at 1 s): nothing in seconds 1-6,
+        // i = 101..200 started in second 7, i = 1..100 in second 8.
+        assert_eq!(s.by_second.len(), 9);
+        assert_eq!((s.by_second[0].started, s.by_second[0].completed, s.by_second[0].mean_s), (1, 0, 0.0));
+        assert!(s.by_second[1..7].iter().all(|b| b.started == 0));
+        assert_eq!((s.by_second[7].completed, s.by_second[8].completed), (100, 100));
+        assert!((s.by_second[7].mean_s - 1.505).abs() < 1e-9 && (s.by_second[8].mean_s - 0.505).abs() < 1e-9);
     }
 }

@@ -15,13 +15,14 @@ use crate::report::{self, Fidelity};
 use sim_clients::openloop::Schedule;
 use sim_clients::tcp_profile::TcpProfile;
 
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
     "baseline-lan",
     "baseline-wan",
     "heavy",
     "fidelity",
     "openloop",
     "srpt",
+    "srpt-transient",
     "maxclients",
     "syn-throttle",
     "syn-police",
@@ -196,6 +197,12 @@ pub fn params(name: &str, quick: bool) -> serde_json::Map<String, serde_json::Va
             m.insert("link_bps".into(), SRPT_LINK_BPS.into());
             m.insert("rate_pct".into(), SRPT_RATE_PCT.into());
         }
+        "srpt-transient" => {
+            m.insert("link_bps".into(), SRPT_LINK_BPS.into());
+            m.insert("rate_pct".into(), SRPT_RATE_PCT.into());
+            m.insert("max_clients".into(), TRANSIENT_MAX_CLIENTS.into());
+            m.insert("backlog".into(), TRANSIENT_BACKLOG.into());
+        }
         "remove-embeds" | "rewrite-embeds" => {
             m.insert("groups".into(), serde_json::json!(RTT_GROUPS.iter().map(|g| g.0).collect::<Vec<_>>()));
             m.insert("kept".into(), serde_json::json!(embeds_kept(quick)));
@@ -260,6 +267,7 @@ fn openloop_arm(name: &str, schedule: Schedule, duration_s: f64, cpu_cores: f64)
         files: 2000,
         max_file: 4e6,
         timeout_s: 60.0,
+        via_front: false,
     });
     a
 }
@@ -281,7 +289,35 @@ pub fn srpt_loads(quick: bool) -> &'static [f64] {
 /// An srpt arm: the open-loop load at `rho` of rlm's shaped rate, rlm inline with `--srpt mode`
 /// (fair: the same shaper and classifier, one FIFO class), the real 10 Mbit/s link downstream.
 fn srpt_arm(mode: &str, rho: f64, duration_s: f64) -> ArmSpec {
-    let mut a = openloop_arm(&format!("{mode}-{rho}"), Schedule::Constant { rho }, duration_s, 1.0);
+    srpt_schedule_arm(&format!("{mode}-{rho}"), mode, Schedule::Constant { rho }, duration_s)
+}
+
+/// The server of the srpt-transient arms: 000 section 3's standard limits, 150 Apache processes
+/// (MaxClients) and an accept queue of 128.
+pub const TRANSIENT_MAX_CLIENTS: usize = 150;
+pub const TRANSIENT_BACKLOG: i32 = 128;
+
+/// 000's realistic path (Table II row J): 100 ms RTT, 5% loss.
+const WAN_100_5: [&str; 2] = ["10.4.0.0/16=100ms,5%", "10.5.0.0/16=100ms,5%"];
+
+/// An srpt-transient arm: W1 (000 Table I) through the front server, whose connection limits
+/// make it drop SYNs when connections pile up; `wan`: over 000's realistic path.
+fn transient_arm(mode: &str, wan: bool, duration_s: f64) -> ArmSpec {
+    let name = format!("{mode}-w1{}", if wan { "-wan" } else { "" });
+    let mut a = srpt_schedule_arm(&name, mode, Schedule::table_i(1).expect("W1"), duration_s);
+    if let Some(ol) = a.openloop.as_mut() {
+        ol.via_front = true;
+    }
+    a.farm.max_clients = TRANSIENT_MAX_CLIENTS;
+    a.farm.backlog = TRANSIENT_BACKLOG;
+    if wan {
+        a.wan = WAN_100_5.iter().map(|s| s.to_string()).collect();
+    }
+    a
+}
+
+fn srpt_schedule_arm(name: &str, mode: &str, schedule: Schedule, duration_s: f64) -> ArmSpec {
+    let mut a = openloop_arm(name, schedule, duration_s, 1.0);
     if let Some(ol) = a.openloop.as_mut() {
         ol.rho_bps = SRPT_LINK_BPS * SRPT_RATE_PCT / 100;
     }
@@ -412,6 +448,18 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
                  downstream). rlm runs inline in both arms: `--srpt fair` (one FIFO of 100 packets) against `--srpt srpt` \
                  (strict-priority bands by each response's remaining bytes, cutoffs 1K, 2K, 5K, 20K, 50K; SYN/ACKs and \
                  other control packets first).",
+            )
+        }
+        "srpt-transient" => {
+            let dur = if quick { 100.0 } else { 300.0 };
+            let arms = [false, true].into_iter().flat_map(|wan| [transient_arm("fair", wan, dur), transient_arm("srpt", wan, dur)]).collect();
+            (
+                arms,
+                "000 section 5 (workload W1 of Table I: 25 s at ρ = 0.2, 25 s at ρ = 1.2, in turn) on the srpt experiment's \
+                 link, with rlm inline in both arms as there. The requests go through the front server, which serves at most \
+                 150 connections at once with an accept queue of 128 (000 section 3's standard limits): when they fill, the \
+                 server's kernel drops SYNs. The `-wan` arms add 000's realistic path: 100 ms RTT and 5% loss (Table II \
+                 row J). Each second, the server's open connections and listen-queue drops are read from its kernel.",
             )
         }
         "openloop" => {
@@ -619,8 +667,15 @@ pub fn compare(truth: &[sim_clients::browser::GroundTruth], seen: &[rlm_core::Pa
 }
 
 /// Run an experiment end to end; returns the report's text.
-pub fn run(name: &str, quick: bool, out: &Path, prefix: &str) -> Result<String> {
-    let (specs, note) = arms(name, quick)?;
+pub fn run(name: &str, quick: bool, out: &Path, prefix: &str, only: &[String]) -> Result<String> {
+    let (mut specs, note) = arms(name, quick)?;
+    if let Some(missing) = only.iter().find(|o| !specs.iter().any(|s| &s.name == *o)) {
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        bail!("{name} has no arm {missing} (its arms: {})", names.join(", "));
+    }
+    if !only.is_empty() {
+        specs.retain(|s| only.contains(&s.name));
+    }
     let params = params(name, quick);
     if name == "throughput" {
         eprintln!("rlm-lab: {name}: {} rounds of plain-bridge and rlm", throughput_rounds(quick));
@@ -766,6 +821,46 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
                 ),
             ));
         }
+    }
+    // 000 section 5: under W1's overloads connections pile up at the FAIR server until its
+    // queues drop SYNs; SRPT finishes the many small requests and keeps the server healthy.
+    if let Some(tr) = results.get("srpt-transient") {
+        for a in tr["arms"].as_array().into_iter().flatten() {
+            let name = a["name"].as_str().unwrap_or("?");
+            let r = &a["requests"];
+            let (count, done) = (num(&r["count"]), num(&r["completed"]));
+            v.push((count > 500.0 && done / count >= 0.9, format!("srpt-transient/{name}: {done} of {count} requests completed (at least 90%)")));
+            v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("srpt-transient/{name}: the load generator was not the bottleneck")));
+            v.push((
+                r["server"]["timeline"].as_array().is_some_and(|t| t.len() as f64 >= 0.9 * num(&a["duration_s"])),
+                format!("srpt-transient/{name}: the server's connections and drops were sampled each second"),
+            ));
+            rlm_clean(&mut v, "srpt-transient", a);
+        }
+        let (mut fair_drops_any, mut seen) = (false, 0);
+        for path in ["", "-wan"] {
+            let (fair, srpt) = (arm(tr, &format!("fair-w1{path}")), arm(tr, &format!("srpt-w1{path}")));
+            if fair.is_null() || srpt.is_null() {
+                continue;
+            }
+            seen += 1;
+            let (fs, ss) = (&fair["requests"]["server"], &srpt["requests"]["server"]);
+            let (fd, sd) = (num(&fs["listen_drops"]), num(&ss["listen_drops"]));
+            let (fe, se) = (num(&fs["max_established"]), num(&ss["max_established"]));
+            let (fm, sm) = (num(&fair["requests"]["mean_s"]), num(&srpt["requests"]["mean_s"]));
+            let what = format!(
+                "listen drops {sd} against FAIR's {fd}, at most {se} connections open against {fe}, mean {sm:.3} s against {fm:.3} s"
+            );
+            let variant = if path.is_empty() { "W1" } else { "W1 over 100 ms and 5% loss" };
+            fair_drops_any |= fd > 0.0;
+            v.push((sd <= fd / 10.0, format!("srpt-transient {variant}: SRPT drops no SYNs where FAIR does, or at most a tenth as many: {what}")));
+            v.push((se < fe, format!("srpt-transient {variant}: fewer connections pile up at the server under SRPT: {what}")));
+            v.push((sm < fm, format!("srpt-transient {variant}: SRPT's mean response time is lower (000: 138 ms against 1.1 s): {what}")));
+        }
+        v.push((
+            seen == 2 && fair_drops_any,
+            format!("srpt-transient: the FAIR server dropped connection attempts in at least one of the {seen} variants (the experiment's premise)"),
+        ));
     }
     if let (Some(lan), Some(wan)) = (results.get("baseline-lan"), results.get("baseline-wan")) {
         let (lan_mean, wan_mean) = (arm_mean(lan, "lan", "mean_s"), arm_mean(wan, "unmanaged", "mean_s"));
@@ -1100,7 +1195,7 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
     }
 
     // Every experiment of browsers (openloop, srpt and throughput have none).
-    for name in NAMES.into_iter().filter(|n| !matches!(*n, "openloop" | "srpt" | "throughput")) {
+    for name in NAMES.into_iter().filter(|n| !matches!(*n, "openloop" | "srpt" | "srpt-transient" | "throughput")) {
         let Some(r) = results.get(name) else { continue };
         for a in r["arms"].as_array().into_iter().flatten() {
             let b = a["generator_bottleneck"].as_bool().unwrap_or(true);

@@ -16,6 +16,7 @@ use sim_clients::wan::Group;
 use crate::farm::site::PageType;
 pub use crate::inline::RlmArm;
 use crate::inline::{Inline, RlmOutcome};
+use crate::farm::sampler::Sampler;
 use crate::farm::{Farm, FarmConfig, FarmUsage, FRONT_PORT};
 use crate::topology::{Plan, FARM_ADDR};
 use crate::wan::WanHop;
@@ -65,6 +66,9 @@ pub struct OpenLoopArm {
     pub files: usize,
     pub max_file: f64,
     pub timeout_s: f64,
+    /// Requests go to the front server (Apache's MaxClients and listen backlog: the server
+    /// drops SYNs when they fill, 000 section 3) instead of straight to nginx.
+    pub via_front: bool,
 }
 
 pub use crate::stats::PvStats;
@@ -519,8 +523,9 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let mut wan = start_wan(plan, arm)?;
     let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
     let clients = info.clients.all().map(|a| a.parse().expect("address")).collect();
+    let port = if ol.via_front { FRONT_PORT } else { crate::farm::FILES_PORT };
     let spec = OpenLoopSpec {
-        server: format!("{FARM_ADDR}:{}", crate::farm::FILES_PORT).parse()?,
+        server: format!("{FARM_ADDR}:{port}").parse()?,
         clients,
         files,
         link_bps: ol.rho_bps as f64,
@@ -533,8 +538,10 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let spec_path = dir.join("openloop.json");
     std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
     let records = dir.join("requests.jsonl");
+    let sampler = farm.pid().map(|pid| Sampler::start(pid, Duration::from_secs(1)));
     let mut child = spawn_generator(lab, "openloop", &spec_path, &info.namespaces.clients, &[], &records, dir)?;
     let waited = wait_or_kill(&mut child, Duration::from_secs_f64(arm.duration_s + ol.timeout_s + 10.0));
+    let server = sampler.map(Sampler::finish).unwrap_or_default();
     // Where the queue formed: rlm's port (or the lab's shaped uplink; read before rlm exits and
     // takes its tree away) and the link downstream.
     let app = plan.qdisc_counts("app", "app-c")?;
@@ -560,6 +567,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         "appliance_port": {"sent_packets": app_sent, "dropped": app_dropped, "leaves": leaves},
         "downstream": {"sent_packets": wan_sent, "dropped": wan_dropped},
     });
+    requests["server"] = serde_json::to_value(&server)?;
     Ok(ArmResult {
         name: arm.name.clone(),
         config: arm.clone(),

@@ -318,19 +318,21 @@ pub fn write(
     let open: Vec<&ArmResult> = arms.iter().filter(|a| a.requests.is_some()).collect();
     if !open.is_empty() {
         md.push_str(
-            "\n| arm | requests | completed | mean | mean slowdown | largest 1% mean | throughput |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+            "\n| arm | requests | completed | mean | mean slowdown | largest 1% mean | throughput | server: most connections | listen drops |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for a in &open {
             let r = a.requests.as_ref().expect("filtered");
             md.push_str(&format!(
-                "| {} | {} | {} | {:.3} s | {:.1} | {:.2} s | {:.2} Mbit/s |\n",
+                "| {} | {} | {} | {:.3} s | {:.1} | {:.2} s | {:.2} Mbit/s | {} | {} |\n",
                 a.name,
                 r["count"],
                 r["completed"],
                 r["mean_s"].as_f64().unwrap_or(0.0),
                 r["mean_slowdown"].as_f64().unwrap_or(0.0),
                 r["largest1pct_mean_s"].as_f64().unwrap_or(0.0),
-                r["throughput_bps"].as_f64().unwrap_or(0.0) / 1e6
+                r["throughput_bps"].as_f64().unwrap_or(0.0) / 1e6,
+                r["server"]["max_established"],
+                r["server"]["listen_drops"]
             ));
         }
     }

@@ -99,6 +99,17 @@ pub struct SrptConfig {
     /// band starves past a server's RTO, the server resends segments still queued in rlm, and
     /// the copies would otherwise take the starved band's capacity (at most 5 cutoffs then).
     pub resend_band: bool,
+    /// The lowest data band's guaranteed share of the shaped rate, percent (0: none, the 8 kbit
+    /// of every leaf). In a bump in the wire a starved band's packets are in flight for the
+    /// server: past its RTO it backs off and resends, and the largest responses pay for it.
+    pub floor_pct: f64,
+    /// Where the classifier's per-flow state is pinned (a BPF filesystem), in a directory named
+    /// after the client port, so that a restarted rlm goes on ranking the flows under way
+    /// ("": not kept). Without a BPF filesystem there, rlm warns and runs without.
+    pub state_dir: String,
+    /// Leave the pinned state at a clean exit too (a planned restart); by default rlm removes it
+    /// and keeps it only when it did not exit cleanly.
+    pub keep_state_on_exit: bool,
 }
 
 impl Default for SrptConfig {
@@ -111,14 +122,31 @@ impl Default for SrptConfig {
             band_limit_packets: 1000,
             overhead_bytes: 24,
             resend_band: true,
+            floor_pct: FLOOR_PCT,
+            state_dir: "/sys/fs/bpf/rlm".into(),
+            keep_state_on_exit: false,
         }
     }
 }
+
+/// `[srpt] floor_pct`'s default.
+pub const FLOOR_PCT: f64 = 0.0;
 
 impl SrptConfig {
     /// The rate rlm shapes the port at, bits per second.
     pub fn rate_bps(&self) -> u64 {
         (self.link_bps as f64 * self.rate_pct / 100.0) as u64
+    }
+
+    /// Where the state of the classifier on `client_port` is pinned, if it is kept.
+    pub fn state_path(&self, client_port: &str) -> Option<std::path::PathBuf> {
+        (!self.state_dir.is_empty()).then(|| std::path::Path::new(&self.state_dir).join(client_port))
+    }
+
+    /// The lowest data band and its guaranteed rate (SRPT with a floor only).
+    pub fn floor(&self) -> Option<(u32, u64)> {
+        let bps = (self.rate_bps() as f64 * self.floor_pct / 100.0) as u64;
+        (self.mode == SrptRunMode::Srpt && bps > 0).then(|| (self.params(0).other_band, bps))
     }
 
     pub fn validate(&self, observer: Observer) -> Result<()> {
@@ -136,6 +164,9 @@ impl SrptConfig {
         }
         if !(1..=100_000).contains(&self.band_limit_packets) || self.overhead_bytes > 256 {
             bail!("[srpt] band_limit_packets must be 1 to 100000, overhead_bytes at most 256");
+        }
+        if !(0.0..=50.0).contains(&self.floor_pct) {
+            bail!("[srpt] floor_pct must be 0 to 50 (got {})", self.floor_pct);
         }
         self.params(0).validate().map_err(|e| anyhow::anyhow!("[srpt] {e}"))
     }

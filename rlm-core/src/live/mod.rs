@@ -170,6 +170,8 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
     // SYN/ACKs are never queued: FAST SYN/ACK keeps them from the copies the fast path (or the
     // tap) reports.
     let queue_synacks = false;
+    // The classifier's pinned state, if kept (removed at a clean exit unless told to keep it).
+    let mut pinned: Option<std::path::PathBuf> = None;
     let source = match cfg.observer {
         Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
         Observer::Ebpf => {
@@ -180,7 +182,21 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
                 SrptRunMode::Off => None,
                 _ => {
                     let params = cfg.srpt.params(kmod_fastpath::classid(shaper::MAJOR, shaper::FIRST_LEAF));
-                    Some(SrptEgress::attach(&cfg.client_port, &cfg.server_ports, &params).context("cannot set up the SRPT classifier")?)
+                    let mut e = SrptEgress::load(&cfg.server_ports, &params).context("cannot set up the SRPT classifier")?;
+                    if let Some(dir) = cfg.srpt.state_path(&cfg.client_port) {
+                        match e.keep_state(&dir) {
+                            Ok(k) => {
+                                match k.flows + k.responses {
+                                    0 => info!(dir = %dir.display(), "SRPT: per-flow state pinned"),
+                                    _ => info!(dir = %dir.display(), responses = k.responses, flows = k.flows, "SRPT: per-flow state pinned; flows taken over from an earlier rlm"),
+                                }
+                                pinned = Some(dir);
+                            }
+                            Err(err) => warn!("SRPT: per-flow state is not kept across restarts: {err:#}"),
+                        }
+                    }
+                    e.attach_to(&cfg.client_port).context("cannot attach the SRPT classifier")?;
+                    Some(e)
                 }
             };
             Source::Fast(Box::new(Fast { path, srpt, ring, mono_to_real: mono_to_real(), last_tick: Instant::now(), update_errors: 0 }))
@@ -213,9 +229,10 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
                 bands,
                 band_limit: cfg.srpt.band_limit_packets,
                 overhead: cfg.srpt.overhead_bytes,
+                floor: cfg.srpt.floor(),
             };
             let s = shaper::install(&plan)?;
-            info!(dev = %plan.dev, rate_bps = plan.rate_bps, bands, mode = ?mode, cutoffs = ?cfg.srpt.cutoffs, "SRPT: the client port's egress is shaped");
+            info!(dev = %plan.dev, rate_bps = plan.rate_bps, bands, mode = ?mode, cutoffs = ?cfg.srpt.cutoffs, floor = ?plan.floor, "SRPT: the client port's egress is shaped");
             Some(s)
         }
     };
@@ -254,6 +271,14 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         Ok(()) if cfg.srpt.mode != SrptRunMode::Off => info!("removed rlm's qdisc from {}", cfg.client_port),
         Ok(()) => {}
         Err(e) => warn!("removing rlm's qdisc from {} failed: {e:#}", cfg.client_port),
+    }
+    match pinned {
+        Some(dir) if cfg.srpt.keep_state_on_exit => info!(dir = %dir.display(), "SRPT: per-flow state left pinned for the next rlm"),
+        Some(dir) => match SrptEgress::forget_state(&dir) {
+            Ok(()) => info!(dir = %dir.display(), "SRPT: pinned state removed"),
+            Err(e) => warn!("removing the pinned SRPT state in {} failed: {e:#}", dir.display()),
+        },
+        None => {}
     }
     result.and(removed).and(unshaped)
 }

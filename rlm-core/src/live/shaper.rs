@@ -6,6 +6,8 @@
 //! - SRPT: one leaf per band, `7e1:10` (band 0: control) to `7e1:10+B-1`, each `rate 8kbit ceil
 //!   R prio b`: every leaf borrows the whole rate, and HTB lends to the lowest `prio` first. The
 //!   8 kbit floor keeps the lowest band from starving outright (about one packet every 1.5 s).
+//!   The lowest data band may get a larger floor (`[srpt] floor_pct` of R): HTB serves a leaf
+//!   up to its own rate before it lends by priority.
 //! - FAIR (the baseline): one leaf `7e1:10` at R.
 //!
 //! Each leaf has a `pfifo` of `band_limit` packets (`[srpt] band_limit_packets`). rlm owns the root
@@ -34,6 +36,9 @@ pub struct ShaperPlan {
     pub band_limit: u32,
     /// Bytes per packet HTB adds for the wire (a size table); 0: none.
     pub overhead: u32,
+    /// A band guaranteed this rate (bits per second) whenever it has packets, before the strict
+    /// priority lends the rest: `(band, floor)`, the lowest data band (`[srpt] floor_pct`).
+    pub floor: Option<(u32, u64)>,
 }
 
 impl ShaperPlan {
@@ -52,7 +57,11 @@ impl ShaperPlan {
         t.push_str(&format!("class replace dev {dev} parent {MAJOR:x}: classid {MAJOR:x}:1 htb rate {r}bit ceil {r}bit burst {bu}b cburst {bu}b\n"));
         for b in 0..self.bands {
             let minor = FIRST_LEAF as u32 + b;
-            let rate = if self.bands == 1 { format!("{r}bit") } else { "8kbit".into() };
+            let rate = match self.floor {
+                _ if self.bands == 1 => format!("{r}bit"),
+                Some((band, bps)) if band == b && bps > 8_000 => format!("{bps}bit"),
+                _ => "8kbit".into(),
+            };
             t.push_str(&format!(
                 "class replace dev {dev} parent {MAJOR:x}:1 classid {MAJOR:x}:{minor:x} htb rate {rate} ceil {r}bit prio {b} quantum 1514 burst {bu}b cburst {bu}b\n"
             ));
@@ -92,7 +101,12 @@ pub struct Installed {
 
 /// Build the tree on the port; on failure nothing of it is left.
 pub fn install(plan: &ShaperPlan) -> Result<Installed> {
-    check_root(&tc_show_root(&plan.dev)?)?;
+    let root = tc_show_root(&plan.dev)?;
+    check_root(&root)?;
+    if root.contains(&format!(" {MAJOR:x}: ")) {
+        // A tree an rlm that did not exit cleanly left: HTB cannot change it in place.
+        run_with_input("tc", &["-batch", "-"], &format!("qdisc del dev {} root\n", plan.dev)).context("removing the tree an earlier rlm left")?;
+    }
     if let Err(e) = run_with_input("tc", &["-batch", "-"], &plan.install_batch()) {
         let _ = Installed { dev: plan.dev.clone() }.remove();
         return Err(e.context(format!("cannot shape {} for SRPT", plan.dev)));
@@ -116,7 +130,7 @@ mod tests {
 
     #[test]
     fn srpt_tree_is_strict_priority_leaves_under_one_shaped_class() {
-        let p = ShaperPlan { dev: "app-c".into(), rate_bps: 9_500_000, bands: 7, band_limit: 100, overhead: 24 };
+        let p = ShaperPlan { dev: "app-c".into(), rate_bps: 9_500_000, bands: 7, band_limit: 100, overhead: 24, floor: None };
         let t = p.install_batch();
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 2 + 2 * 7);
@@ -130,10 +144,19 @@ mod tests {
         assert!(lines[14].contains("classid 7e1:16 htb rate 8kbit ceil 9500000bit prio 6"));
         // FAIR: one leaf with the whole rate; no size table without overhead; a 1 ms burst at
         // 10 Gbit/s.
-        let f = ShaperPlan { dev: "x".into(), rate_bps: 10_000_000_000, bands: 1, band_limit: 100, overhead: 0 }.install_batch();
+        let f =
+            ShaperPlan { dev: "x".into(), rate_bps: 10_000_000_000, bands: 1, band_limit: 100, overhead: 0, floor: Some((0, 1000)) }.install_batch();
         assert!(f.starts_with("qdisc replace dev x root handle 7e1: htb default 10 r2q 10\n"), "{f}");
         assert!(f.contains("classid 7e1:10 htb rate 10000000000bit ceil 10000000000bit prio 0 quantum 1514 burst 1250000b"), "{f}");
         assert_eq!(f.lines().count(), 4);
+        // A floor: only its band's rate changes.
+        let g = ShaperPlan { floor: Some((6, 950_000)), ..p }.install_batch();
+        let (gl, pl): (Vec<&str>, Vec<&str>) = (g.lines().collect(), t.lines().collect());
+        assert_eq!(
+            gl[14],
+            "class replace dev app-c parent 7e1:1 classid 7e1:16 htb rate 950000bit ceil 9500000bit prio 6 quantum 1514 burst 3028b cburst 3028b"
+        );
+        assert!(gl.iter().zip(&pl).enumerate().all(|(i, (a, b))| i == 14 || a == b), "{g}");
     }
 
     #[test]

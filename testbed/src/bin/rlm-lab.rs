@@ -33,10 +33,13 @@ enum Command {
     Down,
     /// Run an experiment: build the lab, run each arm, tear down, write result.json and report.md.
     Run {
-        /// baseline-lan, baseline-wan, heavy, fidelity, openloop, maxclients, syn-throttle,
-        /// syn-police or throughput (docs/experiments.md). Arms running the appliance inline
-        /// need the rlm binary next to rlm-lab (cargo build --release -p rlm-core) or RLM_BIN.
+        /// An experiment of docs/experiments.md (`make lab` runs them all). Arms running the
+        /// appliance inline need the rlm binary next to rlm-lab (cargo build --release -p
+        /// rlm-core) or RLM_BIN.
         name: String,
+        /// Run only these arms (by name, comma-separated); the report covers only them.
+        #[arg(long, value_delimiter = ',', value_name = "ARM")]
+        arms: Vec<String>,
         /// Short runs (each experiment within about 3 minutes), as CI runs them.
         #[arg(long)]
         quick: bool,
@@ -135,7 +138,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Down => Plan { prefix: cli.prefix, ..Plan::default() }.down(),
-        Command::Run { name, quick, out } => testbed::catalog::run(&name, quick, &out, &cli.prefix).map(|report| {
+        Command::Run { name, quick, out, arms } => testbed::catalog::run(&name, quick, &out, &cli.prefix, &arms).map(|report| {
             println!("{report}");
             println!("report: {}", out.join("report.md").display());
         }),

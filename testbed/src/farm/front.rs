@@ -104,7 +104,10 @@ impl hyper::body::Body for Timed {
     type Data = Bytes;
     type Error = hyper::Error;
 
-    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
         std::pin::Pin::new(&mut self.inner).poll_frame(cx)
     }
 
@@ -154,29 +157,25 @@ fn full(s: impl Into<Bytes>) -> Body {
 }
 
 fn params(query: Option<&str>) -> HashMap<String, String> {
-    query
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    query.unwrap_or("").split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-/// The images (served by nginx): `/img/` and their small variants under `/ims/`.
-fn is_image(path: &str) -> bool {
-    path.starts_with("/img/") || path.starts_with("/ims/")
+/// What nginx serves behind the front: the images (`/img/` and their small variants under
+/// `/ims/`), and the open-loop experiments' files (`/files/`) when they come through the front.
+fn is_static(path: &str) -> bool {
+    path.starts_with("/img/") || path.starts_with("/ims/") || path.starts_with("/files/")
 }
 
 async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let start = std::time::Instant::now();
-    let kind = if is_image(req.uri().path()) { Kind::Image } else { Kind::Page };
+    let kind = if is_static(req.uri().path()) { Kind::Image } else { Kind::Page };
     let r = respond(&sh, req).await?;
     Ok(timed(&sh, start, kind, r))
 }
 
 async fn respond(sh: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_string();
-    if is_image(&path) {
+    if is_static(&path) {
         sh.stats.images.fetch_add(1, Ordering::Relaxed);
         let uri = format!("http://{}{}", sh.upstream, path);
         let resp = match Request::get(uri).body(http_body_util::Empty::<Bytes>::new()) {
@@ -222,11 +221,19 @@ fn rows(rs: Vec<tokio_postgres::Row>) -> Vec<ItemRow> {
 }
 
 /// The query behind each page type (TPC-W's, simplified).
-async fn items_for(db: &tokio_postgres::Client, page: PageType, p: &HashMap<String, String>, rng: &mut rand::rngs::StdRng, n_items: i32) -> Result<Vec<ItemRow>, tokio_postgres::Error> {
+async fn items_for(
+    db: &tokio_postgres::Client,
+    page: PageType,
+    p: &HashMap<String, String>,
+    rng: &mut rand::rngs::StdRng,
+    n_items: i32,
+) -> Result<Vec<ItemRow>, tokio_postgres::Error> {
     let subject = p.get("subject").cloned().unwrap_or_else(|| "COMPUTERS".into());
     let item: i32 = p.get("i_id").and_then(|v| v.parse().ok()).unwrap_or_else(|| rng.random_range(1..=n_items));
     Ok(match page {
-        PageType::NewProducts => rows(db.query(&format!("select {ITEM_COLS} where i_subject = $1 order by i_pub_date desc, i_title limit 50"), &[&subject]).await?),
+        PageType::NewProducts => {
+            rows(db.query(&format!("select {ITEM_COLS} where i_subject = $1 order by i_pub_date desc, i_title limit 50"), &[&subject]).await?)
+        }
         PageType::BestSellers => rows(
             db.query(
                 &format!(
@@ -240,7 +247,9 @@ async fn items_for(db: &tokio_postgres::Client, page: PageType, p: &HashMap<Stri
         ),
         PageType::ProductDetail => {
             let mut v = rows(db.query(&format!("select {ITEM_COLS} where i_id = $1"), &[&item]).await?);
-            v.extend(rows(db.query(&format!("select {ITEM_COLS} where i_id in (select unnest(i_related) from item where i_id = $1)"), &[&item]).await?));
+            v.extend(rows(
+                db.query(&format!("select {ITEM_COLS} where i_id in (select unnest(i_related) from item where i_id = $1)"), &[&item]).await?,
+            ));
             v
         }
         PageType::SearchResults => {

@@ -11,6 +11,7 @@
 pub mod cgroup;
 pub mod db;
 pub mod front;
+pub mod sampler;
 pub mod site;
 
 use std::path::{Path, PathBuf};
@@ -88,7 +89,7 @@ fn nginx_conf(dir: &Path, docroot: &Path) -> String {
          http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_timeout 120;\n  keepalive_requests 1000000;\n\
            types {{ image/gif gif; }}\n  default_type application/octet-stream;\n\
            client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
-           server {{\n    listen 127.0.0.1:{STATIC_PORT};\n    root {r};\n    location /img/ {{ }}\n    location /ims/ {{ }}\n  }}\n\
+           server {{\n    listen 127.0.0.1:{STATIC_PORT};\n    root {r};\n    location /img/ {{ }}\n    location /ims/ {{ }}\n    location /files/ {{ }}\n  }}\n\
            server {{\n    listen {FARM_ADDR}:{FILES_PORT} backlog=4096;\n    root {r};\n    location /files/ {{ }}\n  }}\n}}\n",
         d = dir.display(),
         r = docroot.display()
@@ -172,6 +173,11 @@ impl Farm {
             }
             None => FarmUsage::default(),
         }
+    }
+
+    /// A process in the farm's namespace (the front server), whose `/proc/PID/net` is the farm's.
+    pub fn pid(&self) -> Option<u32> {
+        self.front.as_ref().map(Child::id)
     }
 
     /// What the front server reported when it stopped (after [`Farm::stop`]).

@@ -1,0 +1,173 @@
+//! The server's view of an overload (000 section 4, Figure 6): each second, the farm's open
+//! connections and the connection attempts its listen queues dropped, read from the kernel's
+//! TCP counters in the farm's namespace (`/proc/PID/net/snmp` and `netstat` of a process in it).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// The counters at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpCounters {
+    /// Connections established or closing on the server's side (`Tcp: CurrEstab`), those
+    /// waiting in the accept queue included.
+    pub established: u64,
+    /// Handshakes the full accept queue refused (`TcpExt: ListenOverflows`): SYNs dropped, and
+    /// the clients' handshake ACKs.
+    pub listen_overflows: u64,
+    /// Every connection attempt a listener dropped (`TcpExt: ListenDrops`), overflows included.
+    pub listen_drops: u64,
+    /// SYNs dropped with the SYN queue full (`TcpExt: TCPReqQFullDrop`).
+    pub syn_queue_drops: u64,
+}
+
+/// A value of a `/proc/net/snmp`-style file: a header line and a value line per group.
+fn field(text: &str, group: &str, name: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(group) && l[group.len()..].starts_with(": "));
+    let (head, values) = (lines.next()?, lines.next()?);
+    let i = head.split_whitespace().position(|h| h == name)?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+impl TcpCounters {
+    /// Parse `snmp` and `netstat` (missing fields read 0: older kernels lack some).
+    pub fn parse(snmp: &str, netstat: &str) -> TcpCounters {
+        TcpCounters {
+            established: field(snmp, "Tcp", "CurrEstab").unwrap_or(0),
+            listen_overflows: field(netstat, "TcpExt", "ListenOverflows").unwrap_or(0),
+            listen_drops: field(netstat, "TcpExt", "ListenDrops").unwrap_or(0),
+            syn_queue_drops: field(netstat, "TcpExt", "TCPReqQFullDrop").unwrap_or(0),
+        }
+    }
+
+    fn read(pid: u32) -> Option<TcpCounters> {
+        let dir = PathBuf::from(format!("/proc/{pid}/net"));
+        Some(TcpCounters::parse(&std::fs::read_to_string(dir.join("snmp")).ok()?, &std::fs::read_to_string(dir.join("netstat")).ok()?))
+    }
+}
+
+/// One second of the server's view.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerSample {
+    /// Seconds since sampling began (the load's start).
+    pub t_s: f64,
+    pub established: u64,
+    /// Drops during the second before this sample.
+    pub listen_drops: u64,
+    pub listen_overflows: u64,
+    pub syn_queue_drops: u64,
+}
+
+/// The run's totals and its timeline.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ServerView {
+    pub max_established: u64,
+    pub listen_drops: u64,
+    pub listen_overflows: u64,
+    pub syn_queue_drops: u64,
+    pub timeline: Vec<ServerSample>,
+}
+
+impl ServerView {
+    /// Turn cumulative readings into per-second samples and totals.
+    pub fn of(readings: &[(f64, TcpCounters)]) -> ServerView {
+        let mut v = ServerView::default();
+        let Some(first) = readings.first() else { return v };
+        let mut prev = first.1;
+        for &(t_s, c) in &readings[1..] {
+            let s = ServerSample {
+                t_s,
+                established: c.established,
+                listen_drops: c.listen_drops.saturating_sub(prev.listen_drops),
+                listen_overflows: c.listen_overflows.saturating_sub(prev.listen_overflows),
+                syn_queue_drops: c.syn_queue_drops.saturating_sub(prev.syn_queue_drops),
+            };
+            v.max_established = v.max_established.max(s.established);
+            v.listen_drops += s.listen_drops;
+            v.listen_overflows += s.listen_overflows;
+            v.syn_queue_drops += s.syn_queue_drops;
+            v.timeline.push(s);
+            prev = c;
+        }
+        v
+    }
+}
+
+/// Samples the counters every `every` on a thread until [`Sampler::finish`].
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<(f64, TcpCounters)>>,
+}
+
+impl Sampler {
+    /// Start sampling the namespace of process `pid` (the first reading is the baseline).
+    pub fn start(pid: u32, every: Duration) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut readings = Vec::new();
+            let mut next = start;
+            while !flag.load(Ordering::Relaxed) {
+                if let Some(c) = TcpCounters::read(pid) {
+                    readings.push((start.elapsed().as_secs_f64(), c));
+                }
+                next += every;
+                while Instant::now() < next && !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20).min(every));
+                }
+            }
+            if let Some(c) = TcpCounters::read(pid) {
+                readings.push((start.elapsed().as_secs_f64(), c));
+            }
+            readings
+        });
+        Sampler { stop, thread }
+    }
+
+    pub fn finish(self) -> ServerView {
+        self.stop.store(true, Ordering::Relaxed);
+        ServerView::of(&self.thread.join().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SNMP: &str = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs\nTcp: 1 200 120000 -1 5 7 0 0 42 1000\nUdp: InDatagrams\nUdp: 3\n";
+    const NETSTAT: &str = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPReqQFullDrop\nTcpExt: 0 17 19 2\nIpExt: InNoRoutes\nIpExt: 0\n";
+
+    #[test]
+    fn counters_are_read_by_name() {
+        let c = TcpCounters::parse(SNMP, NETSTAT);
+        assert_eq!(c, TcpCounters { established: 42, listen_overflows: 17, listen_drops: 19, syn_queue_drops: 2 });
+        // A group whose name another begins with is not confused with it, a missing one reads 0.
+        assert_eq!(field("TcpExt: CurrEstab\nTcpExt: 9\nTcp: CurrEstab\nTcp: 4\n", "Tcp", "CurrEstab"), Some(4));
+        assert_eq!(TcpCounters::parse("", ""), TcpCounters::default());
+    }
+
+    #[test]
+    fn readings_become_per_second_drops_and_totals() {
+        let r = |t, e, d| (t, TcpCounters { established: e, listen_overflows: d, listen_drops: d + 1, syn_queue_drops: 0 });
+        let v = ServerView::of(&[r(0.0, 3, 100), r(1.0, 250, 100), r(2.0, 280, 130), r(3.0, 10, 131)]);
+        assert_eq!(v.timeline.len(), 3);
+        assert_eq!((v.max_established, v.listen_overflows, v.listen_drops), (280, 31, 31));
+        assert_eq!(v.timeline[1].listen_overflows, 30);
+        assert_eq!(v.timeline[2].established, 10);
+        assert_eq!(ServerView::of(&[]).timeline.len(), 0);
+    }
+
+    #[test]
+    fn a_live_namespace_is_sampled() {
+        // This process's own namespace: the counters exist wherever /proc does.
+        let s = Sampler::start(std::process::id(), Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(60));
+        let v = s.finish();
+        assert!(v.timeline.len() >= 3, "{v:?}");
+    }
+}
