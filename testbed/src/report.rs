@@ -232,6 +232,42 @@ fn class_means_png(path: &Path, title: &str, x: (std::ops::Range<f64>, &str), ar
     })
 }
 
+/// 000 Figures 6 and 8 over time, one line per arm: the mean response time of the requests
+/// started in each second (`rt`), or the connections open at the server each second.
+fn transient_png(path: &Path, arms: &[ArmResult], rt: bool) -> Result<()> {
+    let series: Vec<(String, Vec<(f64, f64)>)> = arms
+        .iter()
+        .filter_map(|a| {
+            let r = a.requests.as_ref()?;
+            let pts: Vec<(f64, f64)> = if rt {
+                r["by_second"].as_array()?.iter().filter(|b| b["completed"].as_u64() > Some(0)).map(|b| (num(&b["t_s"]), num(&b["mean_s"]))).collect()
+            } else {
+                r["server"]["timeline"].as_array()?.iter().map(|s| (num(&s["t_s"]), num(&s["established"]))).collect()
+            };
+            Some((a.name.clone(), pts))
+        })
+        .collect();
+    let xmax = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).fold(10.0, f64::max);
+    let ymax = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(if rt { 0.5 } else { 10.0 }, f64::max) * 1.1;
+    let (title, y) =
+        if rt { ("Mean response time of the requests started each second", "mean (s)") } else { ("Connections open at the server", "connections") };
+    chart_png(path, title, (0f64..xmax, "time (s)"), (0f64..ymax, y), |chart| {
+        for (k, (name, pts)) in series.into_iter().enumerate() {
+            let color = Palette99::pick(k).to_rgba();
+            chart
+                .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+                .map_err(|e| anyhow!("{e}"))?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        }
+        Ok(())
+    })
+}
+
+fn num(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
 /// The fidelity block of result.json: the appliance's passive measurement against the truth.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Fidelity {
@@ -306,6 +342,12 @@ pub fn write(
             md.push_str(&embeds_table(experiment, arms));
             goals_png(&dir.join("predict-goals.png"), arms)?;
             md.push_str("\n![mean by goal](predict-goals.png)\n");
+        }
+        "srpt-transient" => {
+            for (png, what) in [("srpt-transient-rt.png", "mean response time by second"), ("srpt-transient-connections.png", "server connections")] {
+                transient_png(&dir.join(png), arms, png.ends_with("rt.png"))?;
+                md.push_str(&format!("\n![{what}]({png})\n"));
+            }
         }
         "remove-embeds" | "rewrite-embeds" => {
             md.push_str(&embeds_table(experiment, arms));
@@ -530,6 +572,28 @@ mod tests {
         assert_eq!(v["arms"][1]["rlm"]["injected"]["fast_syns_sent"], 7.0);
         assert_eq!(v["arms"][0]["timeline"].as_array().unwrap().len(), 6);
         assert!(dir.join("syn-throttle-rt.png").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn srpt_transient_report_has_the_server_columns_and_the_timelines() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-transient-{}", std::process::id()));
+        let (mut arms, note) = synthetic_arms(&dir, "srpt-transient");
+        assert_eq!(arms.len(), 4);
+        for (k, a) in arms.iter_mut().enumerate() {
+            let secs: Vec<serde_json::Value> =
+                (0..100).map(|t| serde_json::json!({"t_s": t, "started": 10, "completed": 10, "mean_s": 0.1 * k as f64})).collect();
+            let server: Vec<serde_json::Value> = (1..100).map(|t| serde_json::json!({"t_s": t as f64, "established": 50 * k + t % 25})).collect();
+            a.requests = Some(serde_json::json!({"count": 1000, "completed": 990, "mean_s": 0.5, "mean_slowdown": 3.0, "largest1pct_mean_s": 2.0,
+                "throughput_bps": 5e6, "by_second": secs, "server": {"max_established": 50 * k + 24, "listen_drops": 7 * k, "timeline": server}}));
+        }
+        let md = write(&dir, "srpt-transient", true, &arms, None, note, &crate::catalog::params("srpt-transient", true)).unwrap();
+        assert!(md.contains("| server: most connections | listen drops |"), "{md}");
+        assert!(md.contains("| srpt-w1 | 1000 | 990 | 0.500 s | 3.0 | 2.00 s | 5.00 Mbit/s | 74 | 7 |"), "{md}");
+        assert!(md.contains("- max_clients: 150"), "{md}");
+        for png in ["srpt-transient-rt.png", "srpt-transient-connections.png"] {
+            assert!(md.contains(png) && std::fs::metadata(dir.join(png)).unwrap().len() > 1000, "{png}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 
