@@ -538,7 +538,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let spec_path = dir.join("openloop.json");
     std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
     let records = dir.join("requests.jsonl");
-    let sampler = farm.pid().map(|pid| Sampler::start(pid, Duration::from_secs(1)));
+    let sampler = farm.pid().map(|pid| Sampler::start(pid, port, Duration::from_secs(1)));
     let mut child = spawn_generator(lab, "openloop", &spec_path, &info.namespaces.clients, &[], &records, dir)?;
     let waited = wait_or_kill(&mut child, Duration::from_secs_f64(arm.duration_s + ol.timeout_s + 10.0));
     let server = sampler.map(Sampler::finish).unwrap_or_default();

@@ -242,15 +242,18 @@ fn transient_png(path: &Path, arms: &[ArmResult], rt: bool) -> Result<()> {
             let pts: Vec<(f64, f64)> = if rt {
                 r["by_second"].as_array()?.iter().filter(|b| b["completed"].as_u64() > Some(0)).map(|b| (num(&b["t_s"]), num(&b["mean_s"]))).collect()
             } else {
-                r["server"]["timeline"].as_array()?.iter().map(|s| (num(&s["t_s"]), num(&s["established"]))).collect()
+                r["server"]["timeline"].as_array()?.iter().map(|s| (num(&s["t_s"]), num(&s["connections"]))).collect()
             };
             Some((a.name.clone(), pts))
         })
         .collect();
     let xmax = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).fold(10.0, f64::max);
     let ymax = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(if rt { 0.5 } else { 10.0 }, f64::max) * 1.1;
-    let (title, y) =
-        if rt { ("Mean response time of the requests started each second", "mean (s)") } else { ("Connections open at the server", "connections") };
+    let (title, y) = if rt {
+        ("Mean response time of the requests started each second", "mean (s)")
+    } else {
+        ("Connections open on the server's port", "connections")
+    };
     chart_png(path, title, (0f64..xmax, "time (s)"), (0f64..ymax, y), |chart| {
         for (k, (name, pts)) in series.into_iter().enumerate() {
             let color = Palette99::pick(k).to_rgba();
@@ -373,7 +376,7 @@ pub fn write(
                 r["mean_slowdown"].as_f64().unwrap_or(0.0),
                 r["largest1pct_mean_s"].as_f64().unwrap_or(0.0),
                 r["throughput_bps"].as_f64().unwrap_or(0.0) / 1e6,
-                r["server"]["max_established"],
+                r["server"]["max_connections"],
                 r["server"]["listen_drops"]
             ));
         }
@@ -583,9 +586,9 @@ mod tests {
         for (k, a) in arms.iter_mut().enumerate() {
             let secs: Vec<serde_json::Value> =
                 (0..100).map(|t| serde_json::json!({"t_s": t, "started": 10, "completed": 10, "mean_s": 0.1 * k as f64})).collect();
-            let server: Vec<serde_json::Value> = (1..100).map(|t| serde_json::json!({"t_s": t as f64, "established": 50 * k + t % 25})).collect();
+            let server: Vec<serde_json::Value> = (1..100).map(|t| serde_json::json!({"t_s": t as f64, "connections": 50 * k + t % 25})).collect();
             a.requests = Some(serde_json::json!({"count": 1000, "completed": 990, "mean_s": 0.5, "mean_slowdown": 3.0, "largest1pct_mean_s": 2.0,
-                "throughput_bps": 5e6, "by_second": secs, "server": {"max_established": 50 * k + 24, "listen_drops": 7 * k, "timeline": server}}));
+                "throughput_bps": 5e6, "by_second": secs, "server": {"max_connections": 50 * k + 24, "listen_drops": 7 * k, "timeline": server}}));
         }
         let md = write(&dir, "srpt-transient", true, &arms, None, note, &crate::catalog::params("srpt-transient", true)).unwrap();
         assert!(md.contains("| server: most connections | listen drops |"), "{md}");

@@ -1,6 +1,6 @@
-//! The server's view of an overload (000 section 4, Figure 6): each second, the farm's open
-//! connections and the connection attempts its listen queues dropped, read from the kernel's
-//! TCP counters in the farm's namespace (`/proc/PID/net/snmp` and `netstat` of a process in it).
+//! The server's view of an overload (000 section 4, Figure 6): each second, the connections open
+//! on the server's port and the connection attempts its listen queues dropped, read from the
+//! kernel in the farm's namespace (`/proc/PID/net/tcp`, `snmp` and `netstat` of a process in it).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +13,11 @@ use serde::Serialize;
 /// The counters at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpCounters {
-    /// Connections established or closing on the server's side (`Tcp: CurrEstab`), those
-    /// waiting in the accept queue included.
+    /// Connections on the server's port, established or closing (not yet closed by both
+    /// sides), those waiting in the accept queue included; not the farm's own connections
+    /// behind it (the front's to nginx).
+    pub connections: u64,
+    /// Every connection of the namespace established or closing (`Tcp: CurrEstab`).
     pub established: u64,
     /// Handshakes the full accept queue refused (`TcpExt: ListenOverflows`): SYNs dropped, and
     /// the clients' handshake ACKs.
@@ -33,10 +36,26 @@ fn field(text: &str, group: &str, name: &str) -> Option<u64> {
     values.split_whitespace().nth(i)?.parse().ok()
 }
 
+/// The sockets of `/proc/net/tcp` on local port `port` in a state of an open connection: not
+/// listening, half-open (SYN_RECV), in TIME_WAIT or closed.
+fn connections_on(tcp: &str, port: u16) -> u64 {
+    let local = format!(":{port:04X}");
+    tcp.lines()
+        .skip(1)
+        .filter(|l| {
+            let mut w = l.split_whitespace().skip(1);
+            let (addr, state) = (w.next().unwrap_or(""), w.nth(1).unwrap_or(""));
+            addr.ends_with(&local) && !matches!(state, "03" | "06" | "07" | "0A")
+        })
+        .count() as u64
+}
+
 impl TcpCounters {
-    /// Parse `snmp` and `netstat` (missing fields read 0: older kernels lack some).
-    pub fn parse(snmp: &str, netstat: &str) -> TcpCounters {
+    /// Parse `tcp` (connections on `port`), `snmp` and `netstat` (missing fields read 0: older
+    /// kernels lack some).
+    pub fn parse(tcp: &str, port: u16, snmp: &str, netstat: &str) -> TcpCounters {
         TcpCounters {
+            connections: connections_on(tcp, port),
             established: field(snmp, "Tcp", "CurrEstab").unwrap_or(0),
             listen_overflows: field(netstat, "TcpExt", "ListenOverflows").unwrap_or(0),
             listen_drops: field(netstat, "TcpExt", "ListenDrops").unwrap_or(0),
@@ -44,9 +63,10 @@ impl TcpCounters {
         }
     }
 
-    fn read(pid: u32) -> Option<TcpCounters> {
+    fn read(pid: u32, port: u16) -> Option<TcpCounters> {
         let dir = PathBuf::from(format!("/proc/{pid}/net"));
-        Some(TcpCounters::parse(&std::fs::read_to_string(dir.join("snmp")).ok()?, &std::fs::read_to_string(dir.join("netstat")).ok()?))
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+        Some(TcpCounters::parse(&read("tcp")?, port, &read("snmp")?, &read("netstat")?))
     }
 }
 
@@ -55,6 +75,7 @@ impl TcpCounters {
 pub struct ServerSample {
     /// Seconds since sampling began (the load's start).
     pub t_s: f64,
+    pub connections: u64,
     pub established: u64,
     /// Drops during the second before this sample.
     pub listen_drops: u64,
@@ -65,6 +86,7 @@ pub struct ServerSample {
 /// The run's totals and its timeline.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ServerView {
+    pub max_connections: u64,
     pub max_established: u64,
     pub listen_drops: u64,
     pub listen_overflows: u64,
@@ -81,11 +103,13 @@ impl ServerView {
         for &(t_s, c) in &readings[1..] {
             let s = ServerSample {
                 t_s,
+                connections: c.connections,
                 established: c.established,
                 listen_drops: c.listen_drops.saturating_sub(prev.listen_drops),
                 listen_overflows: c.listen_overflows.saturating_sub(prev.listen_overflows),
                 syn_queue_drops: c.syn_queue_drops.saturating_sub(prev.syn_queue_drops),
             };
+            v.max_connections = v.max_connections.max(s.connections);
             v.max_established = v.max_established.max(s.established);
             v.listen_drops += s.listen_drops;
             v.listen_overflows += s.listen_overflows;
@@ -104,8 +128,9 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Start sampling the namespace of process `pid` (the first reading is the baseline).
-    pub fn start(pid: u32, every: Duration) -> Sampler {
+    /// Start sampling the namespace of process `pid`, the server on `port` (the first reading
+    /// is the baseline).
+    pub fn start(pid: u32, port: u16, every: Duration) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -113,7 +138,7 @@ impl Sampler {
             let mut readings = Vec::new();
             let mut next = start;
             while !flag.load(Ordering::Relaxed) {
-                if let Some(c) = TcpCounters::read(pid) {
+                if let Some(c) = TcpCounters::read(pid, port) {
                     readings.push((start.elapsed().as_secs_f64(), c));
                 }
                 next += every;
@@ -121,7 +146,7 @@ impl Sampler {
                     std::thread::sleep(Duration::from_millis(20).min(every));
                 }
             }
-            if let Some(c) = TcpCounters::read(pid) {
+            if let Some(c) = TcpCounters::read(pid, port) {
                 readings.push((start.elapsed().as_secs_f64(), c));
             }
             readings
@@ -142,21 +167,33 @@ mod tests {
     const SNMP: &str = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs\nTcp: 1 200 120000 -1 5 7 0 0 42 1000\nUdp: InDatagrams\nUdp: 3\n";
     const NETSTAT: &str = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPReqQFullDrop\nTcpExt: 0 17 19 2\nIpExt: InNoRoutes\nIpExt: 0\n";
 
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100010A:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n\
+   1: 0100010A:0050 0200040A:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1\n\
+   2: 0100010A:0050 0300040A:9C41 08 00000000:00000000 00:00000000 00000000     0        0 3 1\n\
+   3: 0100010A:0050 0400040A:9C42 03 00000000:00000000 00:00000000 00000000     0        0 4 1\n\
+   4: 0100010A:0050 0500040A:9C43 06 00000000:00000000 00:00000000 00000000     0        0 5 1\n\
+   5: 0100007F:9C44 0100007F:1F91 01 00000000:00000000 00:00000000 00000000     0        0 6 1\n\
+   6: 0100010A:0050 0600040A:9C45 04 00000000:00000000 00:00000000 00000000     0        0 7 1\n";
+
     #[test]
     fn counters_are_read_by_name() {
-        let c = TcpCounters::parse(SNMP, NETSTAT);
-        assert_eq!(c, TcpCounters { established: 42, listen_overflows: 17, listen_drops: 19, syn_queue_drops: 2 });
+        let c = TcpCounters::parse(TCP, 80, SNMP, NETSTAT);
+        // Port 80's: established, CLOSE_WAIT and FIN_WAIT1; not the listener, SYN_RECV,
+        // TIME_WAIT, nor the connection to nginx on 8081 (0x1F91).
+        assert_eq!(c, TcpCounters { connections: 3, established: 42, listen_overflows: 17, listen_drops: 19, syn_queue_drops: 2 });
+        assert_eq!(connections_on(TCP, 8081), 0);
         // A group whose name another begins with is not confused with it, a missing one reads 0.
         assert_eq!(field("TcpExt: CurrEstab\nTcpExt: 9\nTcp: CurrEstab\nTcp: 4\n", "Tcp", "CurrEstab"), Some(4));
-        assert_eq!(TcpCounters::parse("", ""), TcpCounters::default());
+        assert_eq!(TcpCounters::parse("", 80, "", ""), TcpCounters::default());
     }
 
     #[test]
     fn readings_become_per_second_drops_and_totals() {
-        let r = |t, e, d| (t, TcpCounters { established: e, listen_overflows: d, listen_drops: d + 1, syn_queue_drops: 0 });
+        let r = |t, e, d| (t, TcpCounters { connections: e / 2, established: e, listen_overflows: d, listen_drops: d + 1, syn_queue_drops: 0 });
         let v = ServerView::of(&[r(0.0, 3, 100), r(1.0, 250, 100), r(2.0, 280, 130), r(3.0, 10, 131)]);
         assert_eq!(v.timeline.len(), 3);
-        assert_eq!((v.max_established, v.listen_overflows, v.listen_drops), (280, 31, 31));
+        assert_eq!((v.max_connections, v.max_established, v.listen_overflows, v.listen_drops), (140, 280, 31, 31));
         assert_eq!(v.timeline[1].listen_overflows, 30);
         assert_eq!(v.timeline[2].established, 10);
         assert_eq!(ServerView::of(&[]).timeline.len(), 0);
@@ -165,7 +202,7 @@ mod tests {
     #[test]
     fn a_live_namespace_is_sampled() {
         // This process's own namespace: the counters exist wherever /proc does.
-        let s = Sampler::start(std::process::id(), Duration::from_millis(10));
+        let s = Sampler::start(std::process::id(), 80, Duration::from_millis(10));
         std::thread::sleep(Duration::from_millis(60));
         let v = s.finish();
         assert!(v.timeline.len() >= 3, "{v:?}");
