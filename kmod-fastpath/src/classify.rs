@@ -269,8 +269,9 @@ impl SrptEgress {
                 let same = old
                     .info()
                     .is_ok_and(|i| i.key_size() as usize == std::mem::size_of::<FlowKey>() && i.value_size() as usize == std::mem::size_of::<V>());
-                if same {
-                    let old: HashMap<MapData, FlowKey, V> = HashMap::try_from(Map::LruHashMap(old))?;
+                // Another layout, or not an LRU hash at all: dropped unread.
+                let old: Option<HashMap<MapData, FlowKey, V>> = if same { HashMap::try_from(Map::LruHashMap(old)).ok() } else { None };
+                if let Some(old) = old {
                     let mut new: HashMap<&mut MapData, FlowKey, V> =
                         HashMap::try_from(self.bpf.map_mut(name).with_context(|| format!("map {name}"))?)?;
                     for (k, v) in old.iter().flatten() {
@@ -288,14 +289,13 @@ impl SrptEgress {
 
     /// Attach the loaded classifier to `iface`: egress, and the clients' ACKs on its ingress.
     pub fn attach_to(&mut self, iface: &str) -> Result<()> {
-        let e = self;
         // Needed only where tcx is not available; an existing clsact is fine.
         let _ = tc::qdisc_add_clsact(iface);
-        let prog: &mut SchedClassifier = e.bpf.program_mut("classify").context("program 'classify' missing")?.try_into()?;
+        let prog: &mut SchedClassifier = self.bpf.program_mut("classify").context("program 'classify' missing")?.try_into()?;
         prog.attach(iface, TcAttachType::Egress).with_context(|| format!("attaching the SRPT classifier to {iface} egress"))?;
         // The clients' ACKs, ahead of any other program on the ingress (it passes every packet
         // on to them).
-        let acks: &mut SchedClassifier = e.bpf.program_mut("srpt_acks").context("program 'srpt_acks' missing")?.try_into()?;
+        let acks: &mut SchedClassifier = self.bpf.program_mut("srpt_acks").context("program 'srpt_acks' missing")?.try_into()?;
         acks.attach_with_options(iface, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::first()))
             .with_context(|| format!("attaching srpt_acks to {iface} ingress"))?;
         Ok(())

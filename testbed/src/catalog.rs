@@ -330,8 +330,21 @@ fn srpt_schedule_arm(name: &str, mode: &str, schedule: Schedule, duration_s: f64
     }
     let (link, pct) = (SRPT_LINK_BPS.to_string(), SRPT_RATE_PCT.to_string());
     // Overhead 0: the link downstream (HTB without a size table) counts the frame as rlm's does.
-    let args =
-        ["--srpt", mode, "--srpt-link-bps", &link, "--srpt-rate-pct", &pct, "--srpt-overhead", "0", "--srpt-cutoffs", SRPT_CUTOFFS, "--server-ports", "80", "8080"];
+    let args = [
+        "--srpt",
+        mode,
+        "--srpt-link-bps",
+        &link,
+        "--srpt-rate-pct",
+        &pct,
+        "--srpt-overhead",
+        "0",
+        "--srpt-cutoffs",
+        SRPT_CUTOFFS,
+        "--server-ports",
+        "80",
+        "8080",
+    ];
     with_rlm(a, CLASS_RULES.into(), &args)
 }
 
@@ -749,16 +762,24 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
         let lost = r["reports_lost"].as_f64().unwrap_or(f64::NAN);
         v.push((lost == 0.0, format!("{exp}/{}: rlm kept up: {lost} packet reports lost", a["name"].as_str().unwrap_or("?"))));
     };
+    // An open-loop arm completed at least `share` of its requests (more than `min` of them), and
+    // its load generator kept up.
+    let requests_done = |v: &mut Vec<(bool, String)>, exp: &str, a: &Value, min: f64, share: f64| {
+        let name = a["name"].as_str().unwrap_or("?");
+        let (count, done) = (num(&a["requests"]["count"]), num(&a["requests"]["completed"]));
+        v.push((
+            count > min && done / count >= share,
+            format!("{exp}/{name}: {done} of {count} requests completed (at least {:.0}%)", share * 100.0),
+        ));
+        v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("{exp}/{name}: the load generator was not the bottleneck")));
+    };
 
     if let Some(ol) = results.get("openloop") {
         for a in ol["arms"].as_array().into_iter().flatten() {
-            let r = &a["requests"];
-            let (count, done) = (r["count"].as_f64().unwrap_or(0.0), r["completed"].as_f64().unwrap_or(0.0));
             let name = a["name"].as_str().unwrap_or("?");
-            v.push((count > 1000.0 && done / count >= 0.95, format!("openloop/{name}: {done} of {count} requests completed (at least 95%)")));
-            let tput = r["throughput_bps"].as_f64().unwrap_or(0.0);
+            requests_done(&mut v, "openloop", a, 1000.0, 0.95);
+            let tput = a["requests"]["throughput_bps"].as_f64().unwrap_or(0.0);
             v.push((tput > 4e6 && tput <= 10.5e6, format!("openloop/{name}: {:.2} Mbit/s through the 10 Mbit/s uplink", tput / 1e6)));
-            v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("openloop/{name}: the load generator was not the bottleneck")));
         }
     }
     // 002 section 3 / 000: SRPT by remaining bytes against FAIR, rlm shaping in both arms.
@@ -768,9 +789,8 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
         for a in sr["arms"].as_array().into_iter().flatten() {
             let name = a["name"].as_str().unwrap_or("?");
             let r = &a["requests"];
-            let (count, done) = (num(&r["count"]), num(&r["completed"]));
-            v.push((count > 500.0 && done / count >= 0.95, format!("srpt/{name}: {done} of {count} requests completed (at least 95%)")));
-            v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("srpt/{name}: the load generator was not the bottleneck")));
+            let done = num(&r["completed"]);
+            requests_done(&mut v, "srpt", a, 500.0, 0.95);
             let (down_sent, down_dropped) = (num(&r["link"]["downstream"]["sent_packets"]), num(&r["link"]["downstream"]["dropped"]));
             v.push((
                 down_sent > 0.0 && down_dropped <= 0.001 * down_sent,
@@ -835,12 +855,9 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
     if let Some(tr) = results.get("srpt-transient") {
         for a in tr["arms"].as_array().into_iter().flatten() {
             let name = a["name"].as_str().unwrap_or("?");
-            let r = &a["requests"];
-            let (count, done) = (num(&r["count"]), num(&r["completed"]));
-            v.push((count > 500.0 && done / count >= 0.9, format!("srpt-transient/{name}: {done} of {count} requests completed (at least 90%)")));
-            v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("srpt-transient/{name}: the load generator was not the bottleneck")));
+            requests_done(&mut v, "srpt-transient", a, 500.0, 0.9);
             v.push((
-                r["server"]["timeline"].as_array().is_some_and(|t| t.len() as f64 >= 0.9 * num(&a["duration_s"])),
+                a["requests"]["server"]["timeline"].as_array().is_some_and(|t| t.len() as f64 >= 0.9 * num(&a["duration_s"])),
                 format!("srpt-transient/{name}: the server's connections and drops were sampled each second"),
             ));
             rlm_clean(&mut v, "srpt-transient", a);
@@ -856,9 +873,7 @@ pub fn check_only(root: &Path, names: &[&str]) -> Result<(Vec<String>, Vec<Strin
             let (fd, sd) = (num(&fs["listen_drops"]), num(&ss["listen_drops"]));
             let (fe, se) = (num(&fs["max_connections"]), num(&ss["max_connections"]));
             let (fm, sm) = (num(&fair["requests"]["mean_s"]), num(&srpt["requests"]["mean_s"]));
-            let what = format!(
-                "listen drops {sd} against FAIR's {fd}, at most {se} connections open against {fe}, mean {sm:.3} s against {fm:.3} s"
-            );
+            let what = format!("listen drops {sd} against FAIR's {fd}, at most {se} connections open against {fe}, mean {sm:.3} s against {fm:.3} s");
             let variant = if path.is_empty() { "W1" } else { "W1 over 100 ms and 5% loss" };
             fair_drops_any |= fd > 0.0;
             v.push((sd <= fd / 10.0, format!("srpt-transient {variant}: SRPT drops no SYNs where FAIR does, or at most a tenth as many: {what}")));

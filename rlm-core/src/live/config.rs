@@ -122,15 +122,12 @@ impl Default for SrptConfig {
             band_limit_packets: 1000,
             overhead_bytes: 24,
             resend_band: true,
-            floor_pct: FLOOR_PCT,
+            floor_pct: 0.0,
             state_dir: "/sys/fs/bpf/rlm".into(),
             keep_state_on_exit: false,
         }
     }
 }
-
-/// `[srpt] floor_pct`'s default.
-pub const FLOOR_PCT: f64 = 0.0;
 
 impl SrptConfig {
     /// The rate rlm shapes the port at, bits per second.
