@@ -74,6 +74,25 @@ pub fn fast_release_per_s(quick: bool) -> u32 {
     }
 }
 
+/// fast-syn's and think-gap's farm for `browsers` at the heavy load: (CPU cores, connection
+/// slots). 004's heavy load (section 6.3, Figure 13) is bound by the farm's CPU: "No SYNs
+/// dropped at the server complex", and 200 clients alone keep its bottleneck 60% busy. The full
+/// run is that: a slot for every connection the browsers can open (two each: the front never
+/// refuses one; measured at most 714 open) and 0.17 core, so that a pageview's 2.6 ms of CPU
+/// saturates the farm (HIGH's 200 browsers alone would use about 40% of it). With the heavy
+/// load's 0.3 core and 375 slots (the quick run's 150 scaled) the full farm was bound by its
+/// slots instead: connections waited for one in the accept queue, fast retransmission only moved
+/// LOW's wait there, and LOW's mean came out 11% worse than under the throttle alone. The quick
+/// run keeps syn-throttle's farm (0.12 core, 150 slots for 240 browsers): at 60 s and 0.068 core
+/// its ramp's backlog does not clear (LOW 6.7 s in both arms).
+pub fn fast_syn_farm(quick: bool, browsers: u32) -> (f64, usize) {
+    if quick {
+        (0.12, 150 * browsers as usize / 240)
+    } else {
+        (0.17, 2 * browsers as usize)
+    }
+}
+
 /// syn-police's token bucket on LOW's SYNs: (rate per second, burst). Calibrated (quick):
 /// unmanaged LOW offers the farm 26.5 SYNs/s at heavy load, so 8/s (30%) binds with margin; the
 /// full run's LOW browsers are 2.5 times as many.
@@ -434,12 +453,12 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
     // within a second of HIGH coming back under its target (the moment 004 resumes LOW's fast
     // retransmissions), and held SYNs released at a third of the pageviews the farm serves (24
     // a second in the quick run) rather than rlm's default 20 a second.
-    // The farm's connection slots scale with the browsers (the quick run's 150 for 240), so that
-    // the full run's farm is bound by its CPU as the quick run's is, not by its slots.
+    // The farm: see `fast_syn_farm`.
     let release = fast_release_per_s(quick).to_string();
+    let (fast_cores, fast_slots) = fast_syn_farm(quick, heavy);
     let fast_rlm = |name: &str, rules: String| {
-        let mut a = with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, cores), rules, &["--class-window", "1", "--fast-release-per-s", &release]);
-        a.farm.max_clients = a.farm.max_clients * heavy as usize / 240;
+        let mut a = with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, fast_cores), rules, &["--class-window", "1", "--fast-release-per-s", &release]);
+        a.farm.max_clients = fast_slots;
         a
     };
     Ok(match name {
@@ -1287,7 +1306,8 @@ mod tests {
         assert!(wall <= 270.0, "{wall} s");
 
         // fast-syn: syn-throttle's managed arm with a 1 s class window, and the same rule with
-        // fast retransmission; the farm's slots scaled with the browsers.
+        // fast retransmission; the full run's farm bound by its CPU, with a slot for every
+        // connection.
         let (st, _) = arms("syn-throttle", true).unwrap();
         let (fs, _) = arms("fast-syn", true).unwrap();
         assert_eq!(names(&fs), ["syn-throttle", "fast-syn"]);
@@ -1295,7 +1315,8 @@ mod tests {
         throttle.rlm.as_mut().unwrap().extra_args = ["--class-window", "1", "--fast-release-per-s", "8"].map(String::from).to_vec();
         assert_eq!(serde_json::to_value(&fs[0]).unwrap(), serde_json::to_value(&throttle).unwrap());
         let (ff, _) = arms("fast-syn", false).unwrap();
-        assert_eq!((ff[1].clients(), ff[1].farm.max_clients), (600, 375));
+        assert_eq!((ff[1].clients(), ff[1].farm.max_clients, ff[1].farm.cpu_cores), (600, 1200, Some(0.17)));
+        assert_eq!(serde_json::to_value(&ff[0].farm).unwrap(), serde_json::to_value(&ff[1].farm).unwrap());
         assert_eq!(ff[1].rlm.as_ref().unwrap().extra_args, ["--class-window", "1", "--fast-release-per-s", "20"]);
         let fast = format!(
             "{CLASS_RULES}IF IP.SRC == *.*.*.* THEN\n  FAST SYN + SYN/ACK GAP 500ms\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 1.5s THEN\n  DROP SYN\n  HALT FAST SYN\n"

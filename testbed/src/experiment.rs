@@ -13,11 +13,11 @@ use sim_clients::openloop::{file_sizes, OpenLoopSpec, RequestRecord, RequestStat
 use sim_clients::tcp_profile::{ProfileCgroup, TcpProfile};
 use sim_clients::wan::Group;
 
+use crate::farm::sampler::{Sampler, ServerView};
 use crate::farm::site::PageType;
+use crate::farm::{Farm, FarmConfig, FarmUsage, FRONT_PORT};
 pub use crate::inline::RlmArm;
 use crate::inline::{Inline, RlmOutcome};
-use crate::farm::sampler::Sampler;
-use crate::farm::{Farm, FarmConfig, FarmUsage, FRONT_PORT};
 use crate::topology::{Plan, FARM_ADDR};
 use crate::wan::WanHop;
 
@@ -113,6 +113,9 @@ pub struct ArmResult {
     pub server_syns: Option<ServerSyns>,
     /// The throughput experiment's samples and medians.
     pub throughput: Option<crate::throughput::ThroughputArm>,
+    /// The farm's kernel each second (browser arms): connections on the front's port and the
+    /// connection attempts its listen queue dropped. Open-loop arms carry it in `requests.server`.
+    pub farm_tcp: Option<ServerView>,
     /// Pageviews by the time they started (buckets of a sixth of the run, at least 10 s), per
     /// class: how a rule's effect builds up and holds.
     pub timeline: Vec<TimeBucket>,
@@ -381,7 +384,13 @@ fn wait_or_kill(child: &mut Child, limit: Duration) -> Result<()> {
 }
 
 /// Capture an interface of a namespace to a pcap file until `stop` is set.
-fn start_capture(ns: String, dev: &'static str, filter: String, path: PathBuf, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Result<u64>> {
+fn start_capture(
+    ns: String,
+    dev: &'static str,
+    filter: String,
+    path: PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Result<u64>> {
     std::thread::spawn(move || {
         crate::netns::enter(&ns)?;
         let mut cap = pcap::Capture::from_device(dev)?.immediate_mode(true).snaplen(65535).buffer_size(64 << 20).open()?.setnonblock()?;
@@ -411,7 +420,8 @@ fn start_capture(ns: String, dev: &'static str, filter: String, path: PathBuf, s
 pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
     std::fs::create_dir_all(dir)?;
     let lab = lab_binary()?;
-    let plan = Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients, more_clients: arm.more_clients.clone() };
+    let plan =
+        Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients, more_clients: arm.more_clients.clone() };
     let info = plan.up()?;
     let result = (|| -> Result<ArmResult> {
         if let Some(ol) = &arm.openloop {
@@ -444,7 +454,9 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
 
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let capture = arm.capture.then(|| dir.join("appliance-server-port.pcap"));
-        let cap_thread = capture.as_ref().map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", format!("tcp port {FRONT_PORT}"), p.clone(), stop.clone()));
+        let cap_thread = capture
+            .as_ref()
+            .map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", format!("tcp port {FRONT_PORT}"), p.clone(), stop.clone()));
         let syn_capture = arm.syn_capture.then(|| dir.join("farm-syns.pcap"));
         let syn_thread = syn_capture.as_ref().map(|p| {
             let filter = format!("tcp port {FRONT_PORT} and tcp[tcpflags] & tcp-syn != 0");
@@ -454,11 +466,14 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
 
         let started = unix_now();
-        let mut child = spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
+        let sampler = farm.pid().map(|pid| Sampler::start(pid, FRONT_PORT, Duration::from_secs(1)));
+        let mut child =
+            spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
         // Pageviews under way at the deadline finish (a failing connection takes the profile's
         // connect timeout), then whatever is left is cut.
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
         let waited = wait_or_kill(&mut child, limit);
+        let farm_tcp = sampler.map(Sampler::finish);
         let rlm = rlm.map(Inline::stop).transpose()?;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         cap_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
@@ -505,6 +520,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             farm_front,
             server_syns,
             throughput: None,
+            farm_tcp,
             timeline: timeline(&pvs, arm.duration_s),
         })
     })();
@@ -584,6 +600,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         farm_front: None,
         server_syns: None,
         throughput: None,
+        farm_tcp: None,
         timeline: Vec::new(),
     })
 }
@@ -652,7 +669,11 @@ mod tests {
         let mut out = cap.savefile(&path).unwrap();
         let (farm, high, low) = ([10, 9, 0, 1], [10, 4, 0, 1], [10, 5, 0, 7]);
         let mut write = |t: f64, data: Vec<u8>| {
-            let h = pcap::PacketHeader { ts: libc::timeval { tv_sec: t as i64, tv_usec: ((t.fract()) * 1e6) as i64 }, caplen: data.len() as u32, len: data.len() as u32 };
+            let h = pcap::PacketHeader {
+                ts: libc::timeval { tv_sec: t as i64, tv_usec: ((t.fract()) * 1e6) as i64 },
+                caplen: data.len() as u32,
+                len: data.len() as u32,
+            };
             out.write(&pcap::Packet::new(&h, &data));
         };
         const SYN: u8 = 0x02;

@@ -396,11 +396,17 @@ pub fn write(
     md.push('\n');
     let fronts: Vec<&ArmResult> = arms.iter().filter(|a| a.farm_front.is_some()).collect();
     if !fronts.is_empty() {
-        md.push_str("\n| arm | max clients | pageview mean | pageview p95 | server time mean | server p95 | page time mean | image time mean | requests |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        md.push_str(
+            "\n| arm | max clients | most open | listen drops | pageview mean | pageview p95 | server time mean | server p95 | page time mean | image time mean | requests |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        );
         for a in fronts {
             let f = a.farm_front.as_ref().expect("filtered");
+            // The farm's kernel, sampled each second: its most connections open on the front's
+            // port, and the connection attempts its listen queue dropped.
+            let (open, drops) =
+                a.farm_tcp.as_ref().map_or(("-".to_string(), "-".to_string()), |t| (t.max_connections.to_string(), t.listen_drops.to_string()));
             md.push_str(&format!(
-                "| {} | {} | {:.2} s | {:.2} s | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {} |\n",
+                "| {} | {} | {open} | {drops} | {:.2} s | {:.2} s | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {} |\n",
                 a.name,
                 a.config.farm.max_clients,
                 a.pageviews.all.mean_s,
@@ -553,6 +559,7 @@ mod tests {
                 farm_front: None,
                 server_syns: None,
                 throughput: None,
+                farm_tcp: None,
                 timeline: timeline(&pvs, spec.duration_s),
             });
         }

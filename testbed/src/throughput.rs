@@ -205,7 +205,9 @@ fn sample(plan: &Plan, round: usize, with_rlm: bool, sample_s: u32, dir: &Path) 
     let run = || -> Result<Sample> {
         let t = sample_s.to_string();
         // iperf3 -J prints its error as JSON on stdout and exits 1: read stdout either way.
-        let out = Command::new("ip").args(["netns", "exec", &cli, "iperf3", "-c", FARM_ADDR, "-p", &IPERF_PORT.to_string(), "-B", &src, "-t", &t, "-R", "-J"]).output()?;
+        let out = Command::new("ip")
+            .args(["netns", "exec", &cli, "iperf3", "-c", FARM_ADDR, "-p", &IPERF_PORT.to_string(), "-B", &src, "-t", &t, "-R", "-J"])
+            .output()?;
         let iperf = String::from_utf8_lossy(&out.stdout).into_owned();
         std::fs::write(sdir.join("iperf3.json"), &iperf)?;
         let (bps, retr) = parse_iperf(&iperf)?;
@@ -279,6 +281,7 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
         farm_front: None,
         server_syns: None,
         throughput: Some(t),
+        farm_tcp: None,
         timeline: Vec::new(),
     }
 }
@@ -387,7 +390,11 @@ pub fn table(arms: &[ArmResult]) -> String {
     md.push_str("\nEvery sample (bulk Gbit/s, connections/s, connect p50/p99 µs):\n\n");
     for a in arms {
         let Some(t) = &a.throughput else { continue };
-        let s: Vec<String> = t.samples.iter().map(|s| format!("{:.2} / {:.0} / {:.0} / {:.0}", s.bulk_gbps, s.conn_per_s, s.connect_p50_us, s.connect_p99_us)).collect();
+        let s: Vec<String> = t
+            .samples
+            .iter()
+            .map(|s| format!("{:.2} / {:.0} / {:.0} / {:.0}", s.bulk_gbps, s.conn_per_s, s.connect_p50_us, s.connect_p99_us))
+            .collect();
         md.push_str(&format!("- {}: {}\n", a.name, s.join("; ")));
     }
     md
@@ -408,7 +415,8 @@ mod tests {
         let wrk = "Running 5s test @ http://10.9.0.1/small.html\n  1 threads and 16 connections\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency     1.62ms  400.00us   9.00ms   80.00%\n    Req/Sec     9.80k   500.00     10.50k    70.00%\n  48888 requests in 5.00s, 36.00MB read\n  Socket errors: connect 0, read 3, write 0, timeout 2\n  Non-2xx or 3xx responses: 1\nRequests/sec:   9777.60\nTransfer/sec:      7.20MB\n";
         assert_eq!(parse_wrk(wrk).unwrap(), (9777.6, 6));
         assert!(parse_wrk("nothing").is_err());
-        let iperf = r#"{"start":{},"intervals":[],"end":{"sum_sent":{"bits_per_second":2.1e9,"retransmits":4},"sum_received":{"bits_per_second":2.0e9}}}"#;
+        let iperf =
+            r#"{"start":{},"intervals":[],"end":{"sum_sent":{"bits_per_second":2.1e9,"retransmits":4},"sum_received":{"bits_per_second":2.0e9}}}"#;
         assert_eq!(parse_iperf(iperf).unwrap(), (2.0e9, 4));
         assert!(parse_iperf(r#"{"error":"unable to connect"}"#).is_err());
     }
