@@ -63,9 +63,9 @@ pub fn throttle_target_s(quick: bool) -> f64 {
     }
 }
 
-/// fast-syn's and think-gap's release of held SYNs, per second: a third of the pageviews the
-/// farm serves at the heavy load (measured: 24 a second in the quick run; the full run's farm
-/// and browsers are 2.5 times as many).
+/// fast-syn's and think-gap's release of held SYNs, per second: about a third of the pageviews
+/// the farm serves at the heavy load (measured: 24 a second in the quick run, 66 to 73 on the
+/// full run's farm).
 pub fn fast_release_per_s(quick: bool) -> u32 {
     if quick {
         8
