@@ -82,9 +82,10 @@ pub fn fast_release_per_s(quick: bool) -> u32 {
 /// saturates the farm (HIGH's 200 browsers alone would use about 40% of it). With the heavy
 /// load's 0.3 core and 375 slots (the quick run's 150 scaled) the full farm was bound by its
 /// slots instead: connections waited for one in the accept queue, fast retransmission only moved
-/// LOW's wait there, and LOW's mean came out 11% worse than under the throttle alone. The quick
-/// run keeps syn-throttle's farm (0.12 core, 150 slots for 240 browsers): at 60 s and 0.068 core
-/// its ramp's backlog does not clear (LOW 6.7 s in both arms).
+/// LOW's wait there, and LOW's mean came out 7 to 13% worse than under the throttle alone. The
+/// quick run keeps syn-throttle's farm (0.12 core, 150 slots for 240 browsers): a quick farm
+/// bound by its CPU (0.068 core, 480 slots) did not clear its ramp's backlog within the 60 s arms
+/// (LOW 6.7 and 7.0 s, HIGH over its target in both arms).
 pub fn fast_syn_farm(quick: bool, browsers: u32) -> (f64, usize) {
     if quick {
         (0.12, 150 * browsers as usize / 240)
@@ -393,8 +394,8 @@ pub fn predict_goals(quick: bool) -> Vec<f64> {
 }
 
 /// Seconds per arm of remove-embeds: 30 quick (the light load's 45 s, cut to keep `make test`
-/// within its 30 minutes; the effects are far above the noise: keep-1's means were 40% of
-/// keep-all's in every group at 45 s, 26 to 50% at 30 s), 300 full. rewrite-embeds, whose quick
+/// within its 30 minutes; the effects are far above the noise: keep-1's means were 37 to 41% of
+/// keep-all's at 45 s and 37 to 50% at 30 s), 300 full. rewrite-embeds, whose quick
 /// effect is smaller (keep-0's rtt300 at 90% of keep-all's) and which `make test` does not run,
 /// keeps 45 s.
 pub fn embeds_duration_s(quick: bool) -> f64 {
@@ -454,8 +455,10 @@ fn embeds_arms(adapt: Adapt, quick: bool, clients: u32, duration_s: f64, cpu_cor
 
 /// The arms of an experiment, and a note for its report.
 pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
-    // Measured here: a pageview costs the farm about 9 ms of CPU, so N browsers thinking 7 s
-    // ask for N / 7 × 9 ms of CPU per second.
+    // Measured when the lab was built: a pageview cost the farm about 9 ms of CPU, so N browsers
+    // thinking 7 s asked for N / 7 × 9 ms of CPU per second. The full fast-syn runs of
+    // 2026-11-24 measured 2.6 to 3.5 ms (`fast_syn_farm`): the heavy load's 0.3 core is no longer
+    // an overload by CPU alone.
     let (light, heavy, dur, cores) = if quick { (60, 240, 45.0, 0.12) } else { (150, 600, 300.0, 0.3) };
     // syn-throttle's heavy runs with rlm (fast-syn and think-gap repeat them). The quick run is
     // short: a 10 s class window lets the rule react within it.

@@ -114,7 +114,8 @@ pub struct ArmResult {
     /// The throughput experiment's samples and medians.
     pub throughput: Option<crate::throughput::ThroughputArm>,
     /// The farm's kernel each second (browser arms): connections on the front's port and the
-    /// connection attempts its listen queue dropped. Open-loop arms carry it in `requests.server`.
+    /// connection attempts the namespace's listen queues dropped (the front's and nginx's).
+    /// Open-loop arms carry it in `requests.server`.
     pub farm_tcp: Option<ServerView>,
     /// Pageviews by the time they started (buckets of a sixth of the run, at least 10 s), per
     /// class: how a rule's effect builds up and holds.
@@ -473,7 +474,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         // connect timeout), then whatever is left is cut.
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
         let waited = wait_or_kill(&mut child, limit);
-        let farm_tcp = sampler.map(Sampler::finish);
+        let farm_tcp = sampler.and_then(Sampler::finish);
         let rlm = rlm.map(Inline::stop).transpose()?;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         cap_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
@@ -557,7 +558,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let sampler = farm.pid().map(|pid| Sampler::start(pid, port, Duration::from_secs(1)));
     let mut child = spawn_generator(lab, "openloop", &spec_path, &info.namespaces.clients, &[], &records, dir)?;
     let waited = wait_or_kill(&mut child, Duration::from_secs_f64(arm.duration_s + ol.timeout_s + 10.0));
-    let server = sampler.map(Sampler::finish).unwrap_or_default();
+    let server = sampler.and_then(Sampler::finish).unwrap_or_default();
     // Where the queue formed: rlm's port (or the lab's shaped uplink; read before rlm exits and
     // takes its tree away) and the link downstream.
     let app = plan.qdisc_counts("app", "app-c")?;

@@ -121,10 +121,11 @@ impl ServerView {
     }
 }
 
-/// Samples the counters every `every` on a thread until [`Sampler::finish`].
+/// Samples the counters every `every` on a thread until [`Sampler::finish`] (or until it is
+/// dropped, on an arm's error path: the thread then stops by itself).
 pub struct Sampler {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<(f64, TcpCounters)>>,
+    thread: Option<JoinHandle<Vec<(f64, TcpCounters)>>>,
 }
 
 impl Sampler {
@@ -151,12 +152,21 @@ impl Sampler {
             }
             readings
         });
-        Sampler { stop, thread }
+        Sampler { stop, thread: Some(thread) }
     }
 
-    pub fn finish(self) -> ServerView {
+    /// Stop sampling; `None` if no reading succeeded (the farm's process was gone), so that a
+    /// report never shows zeros that were not read.
+    pub fn finish(mut self) -> Option<ServerView> {
         self.stop.store(true, Ordering::Relaxed);
-        ServerView::of(&self.thread.join().unwrap_or_default())
+        let readings = self.thread.take()?.join().unwrap_or_default();
+        (readings.len() >= 2).then(|| ServerView::of(&readings))
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -204,7 +214,16 @@ mod tests {
         // This process's own namespace: the counters exist wherever /proc does.
         let s = Sampler::start(std::process::id(), 80, Duration::from_millis(10));
         std::thread::sleep(Duration::from_millis(60));
-        let v = s.finish();
+        let v = s.finish().expect("readings");
         assert!(v.timeline.len() >= 3, "{v:?}");
+        // A process that does not exist: nothing read, no view (not a view of zeros).
+        let gone = Sampler::start(u32::MAX, 80, Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(gone.finish().is_none());
+        // Dropped without finish (an arm's error path): its thread stops.
+        let dropped = Sampler::start(std::process::id(), 80, Duration::from_millis(10));
+        let stop = dropped.stop.clone();
+        drop(dropped);
+        assert!(stop.load(Ordering::Relaxed));
     }
 }
