@@ -74,8 +74,8 @@ pub fn fast_release_per_s(quick: bool) -> u32 {
     }
 }
 
-/// fast-syn's and think-gap's farm for `browsers` at the heavy load: (CPU cores, connection
-/// slots). 004's heavy load (section 6.3, Figure 13) is bound by the farm's CPU: "No SYNs
+/// fast-syn's and think-gap's full-run farm for `browsers` at the heavy load: (CPU cores,
+/// connection slots); `None` quick, which keeps syn-throttle's farm. 004's heavy load (section 6.3, Figure 13) is bound by the farm's CPU: "No SYNs
 /// dropped at the server complex", and 200 clients alone keep its bottleneck 60% busy. The full
 /// run is that: a slot for every connection the browsers can open (two each: the front never
 /// refuses one; measured at most 714 open) and 0.17 core, so that a pageview's 2.6 ms of CPU
@@ -86,12 +86,8 @@ pub fn fast_release_per_s(quick: bool) -> u32 {
 /// quick run keeps syn-throttle's farm (0.12 core, 150 slots for 240 browsers): a quick farm
 /// bound by its CPU (0.068 core, 480 slots) did not clear its ramp's backlog within the 60 s arms
 /// (LOW 6.7 and 7.0 s, HIGH over its target in both arms).
-pub fn fast_syn_farm(quick: bool, browsers: u32) -> (f64, usize) {
-    if quick {
-        (0.12, 150 * browsers as usize / 240)
-    } else {
-        (0.17, 2 * browsers as usize)
-    }
+pub fn fast_syn_farm(quick: bool, browsers: u32) -> Option<(f64, usize)> {
+    (!quick).then_some((0.17, 2 * browsers as usize))
 }
 
 /// syn-police's token bucket on LOW's SYNs: (rate per second, burst). Calibrated (quick):
@@ -471,10 +467,12 @@ pub fn arms(name: &str, quick: bool) -> Result<(Vec<ArmSpec>, &'static str)> {
     // a second in the quick run) rather than rlm's default 20 a second.
     // The farm: see `fast_syn_farm`.
     let release = fast_release_per_s(quick).to_string();
-    let (fast_cores, fast_slots) = fast_syn_farm(quick, heavy);
+    let fast_farm = fast_syn_farm(quick, heavy);
     let fast_rlm = |name: &str, rules: String| {
-        let mut a = with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, fast_cores), rules, &["--class-window", "1", "--fast-release-per-s", &release]);
-        a.farm.max_clients = fast_slots;
+        let mut a = with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, cores), rules, &["--class-window", "1", "--fast-release-per-s", &release]);
+        if let Some((cpu, slots)) = fast_farm {
+            (a.farm.cpu_cores, a.farm.max_clients) = (Some(cpu), slots);
+        }
         a
     };
     Ok(match name {

@@ -402,7 +402,7 @@ pub fn write(
         for a in fronts {
             let f = a.farm_front.as_ref().expect("filtered");
             // The farm's kernel, sampled each second: its most connections open on the front's
-            // port, and the connection attempts its listen queue dropped.
+            // port, and the connection attempts its namespace's listen queues dropped.
             let (open, drops) =
                 a.farm_tcp.as_ref().map_or(("-".to_string(), "-".to_string()), |t| (t.max_connections.to_string(), t.listen_drops.to_string()));
             md.push_str(&format!(
