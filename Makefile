@@ -18,7 +18,7 @@ EXPERIMENTS := baseline-lan baseline-wan heavy fidelity openloop maxclients syn-
 # its quick 60 s arms swing by up to 38% from run to run (docs/experiments.md); rewrite-embeds
 # (004 Figure 19) and predict (Figure 20) would take make test past 30 minutes; the Chromium test
 # and the engine's tests in make test carry rewrites and predictions. srpt and srpt-transient
-# (about 35 and 25 minutes) neither: rlm-core/tests/inline_srpt.rs carries SRPT in make test.
+# (about 35 and 25 minutes) neither: rlm/tests/inline_srpt.rs carries SRPT in make test.
 LAB_ONLY := fast-syn rewrite-embeds predict srpt srpt-transient
 comma := ,
 empty :=
@@ -69,7 +69,7 @@ bench-fastpath: deps
 # rlm analyze against ndpiReader on synthetic 1 M-packet captures, and peak memory at 10 M packets
 # (about 10 minutes; figures in target/bench-analyze.json). See docs/performance.md.
 bench-analyze: deps
-	bash rlm-core/benches/analyze_vs_ndpi.sh
+	bash rlm/benches/analyze_vs_ndpi.sh
 
 # A 10-minute fuzz run of the engine (needs the nightly toolchain and cargo-fuzz).
 fuzz:

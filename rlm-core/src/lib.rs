@@ -3,19 +3,20 @@
 //! Data flows wire → flow → http → pageview: frames are decoded
 //! ([`wire`]), tracked as TCP connections ([`flow`]), read as HTTP
 //! transactions ([`http`]) and correlated into pageviews ([`pageview`]).
-//! [`engine::Engine`] ties them together behind a sans-IO interface; the
-//! drivers ([`capture`]) and commands ([`analyze`]) sit around it.
+//! [`engine::Engine`] ties them together behind a sans-IO interface: it takes
+//! `(now, port, frame)` and timer ticks and hands back verdicts, frames to send,
+//! timers and events. It reads no clock and does no I/O; the `rlm` crate holds the
+//! drivers (capture files, the live inline path) and the commands around it.
+//! [`testkit`] (feature `testkit`) builds TCP conversations for tests and benches.
 
 pub mod actions;
 pub mod adapt;
-pub mod analyze;
-pub mod capture;
 pub mod engine;
 pub mod flow;
 pub mod http;
-pub mod live;
 pub mod pageview;
 pub mod policy;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod time;
 pub mod wire;

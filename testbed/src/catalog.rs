@@ -679,7 +679,7 @@ pub fn fidelity(a: &ArmResult) -> Result<Fidelity> {
     cfg.pageview.connect_timeout = a.config.profile.connect_timeout();
     let mut engine = rlm_core::Engine::new(cfg);
     let mut seen = Vec::new();
-    rlm_core::capture::replay(
+    rlm::capture::replay(
         cap,
         &mut engine,
         &mut |ev| {

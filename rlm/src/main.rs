@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
-use rlm_core::analyze::{self, AnalyzeOptions, UsageError};
+use rlm::analyze::{self, AnalyzeOptions, UsageError};
 use rlm_core::Config;
 
 /// mimalloc: `rlm run` allocates per connection and transaction on its one thread, and glibc's

@@ -10,7 +10,7 @@
 //!      rlm event loop ◀── ring buffer (reports)  ◀── NFQUEUE (marked SYNs)
 //! ```
 //! With `observer = "ebpf"` (the default) the kernel fast path of `kmod-fastpath` admits SYNs
-//! from the verdicts the engine publishes ([`crate::engine::FastpathUpdate`]) and reports every
+//! from the verdicts the engine publishes ([`rlm_core::engine::FastpathUpdate`]) and reports every
 //! packet the engine measures through a ring buffer: in steady state no packet waits for user
 //! space. With `observer = "pcap"` every client SYN is queued and a libpcap tap on the server
 //! port feeds the engine.
@@ -43,9 +43,9 @@ use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
 
-use crate::engine::{Config, Engine, Event, FastpathUpdate, Port, SynMode, Verdict};
-use crate::policy::{Admission, SynDecision};
-use crate::wire::LinkType;
+use rlm_core::engine::{Config, Engine, Event, FastpathUpdate, Port, SynMode, Verdict};
+use rlm_core::policy::{Admission, SynDecision};
+use rlm_core::wire::LinkType;
 pub use config::{Observer, RunConfig, SrptRunMode};
 
 /// How often the class statistics are looked at without a packet (windows slide, `FOR` tests
@@ -104,8 +104,8 @@ impl AsRawFd for Fd {
     }
 }
 
-fn now_ts() -> crate::Timestamp {
-    crate::Timestamp(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0))
+fn now_ts() -> rlm_core::Timestamp {
+    rlm_core::Timestamp(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0))
 }
 
 fn ifindex(name: &str) -> Result<u32> {
@@ -324,7 +324,7 @@ impl Loop {
             adapt: cfg.adapt && matches!(source, Source::Fast(_)),
             fast_limit: cfg.fast_limit,
             fast_release_per_s: cfg.fast_release_per_s,
-            inject_budget: crate::actions::InjectBudget {
+            inject_budget: rlm_core::actions::InjectBudget {
                 per_handshake: cfg.inject_per_handshake,
                 burst: cfg.inject_burst,
                 max_per_s: cfg.inject_max_per_s,
@@ -500,7 +500,7 @@ impl Loop {
             let Some(item) = f.ring.next() else { break };
             n += 1;
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
-            let ts = crate::Timestamp((ev.ts_ns as i64 + f.mono_to_real).max(0) as u64);
+            let ts = rlm_core::Timestamp((ev.ts_ns as i64 + f.mono_to_real).max(0) as u64);
             match ev.kind {
                 EventKind::Observed => {
                     observed += 1;
@@ -596,7 +596,7 @@ impl Loop {
                 Err(_) => break,
             };
             n += 1;
-            let ts = crate::Timestamp(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000);
+            let ts = rlm_core::Timestamp(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000);
             let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
             self.metrics.loop_lag.observe(lag as f64 / 1e9);
             // IPv4 SYNs are filtered out in the kernel; only IPv6 frames need a look here.

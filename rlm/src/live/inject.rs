@@ -1,4 +1,4 @@
-//! Sending the engine's frames ([`crate::engine::Transmit`]) out of a bridge port.
+//! Sending the engine's frames ([`rlm_core::engine::Transmit`]) out of a bridge port.
 //!
 //! An AF_PACKET socket bound to each port sends a whole Ethernet frame straight out of that
 //! port's device: it does not cross the bridge, br_netfilter, NFQUEUE or conntrack on this box,
@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use anyhow::{bail, Result};
 
-use crate::engine::{Port, Transmit};
+use rlm_core::engine::{Port, Transmit};
 
 /// One port's socket.
 struct PortSocket {

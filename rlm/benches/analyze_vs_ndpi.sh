@@ -31,7 +31,7 @@ for tool in ndpiReader /usr/bin/time awk; do
 done
 
 cd "$ROOT"
-"$CARGO" build --release --locked -p rlm-core --bin rlm --example gen_capture >&2
+"$CARGO" build --release --locked -p rlm --bin rlm --example gen_capture >&2
 RLM=$ROOT/target/release/rlm
 GEN=$ROOT/target/release/examples/gen_capture
 mkdir -p "$DIR"

@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::capture::{self, Source};
-use crate::engine::{Config, Engine, Event, Stats};
+use rlm_core::engine::{Config, Engine, Event, Stats};
 
 /// Options of one analysis.
 pub struct AnalyzeOptions {
@@ -640,8 +640,8 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
             .map(|i| {
                 let id = rules::RuleId(i as u32);
                 RuleReport {
-                    rule: crate::policy::rule_label(r, id),
-                    text: crate::policy::rule_text(r, id),
+                    rule: rlm_core::policy::rule_label(r, id),
+                    text: rlm_core::policy::rule_text(r, id),
                     ..RuleReport::default()
                 }
             })
@@ -776,7 +776,7 @@ mod tests {
 
     #[test]
     fn streaming_statistics_agree_with_the_exact_ones() {
-        let mut rng = crate::testkit::Rng::new(7);
+        let mut rng = rlm_core::testkit::Rng::new(7);
         for n in [1usize, 2, 3, 10, 99, 1000, 20_000] {
             // Log-normal-ish response times from 1 ms to minutes.
             let v: Vec<f64> = (0..n).map(|_| (rng.next_f64() * 12.0 - 7.0).exp()).collect();

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use rlm_core::live::{self, RunConfig};
+use rlm::live::{self, RunConfig};
 
 /// `rlm run`'s flags; each overrides the same key of `--config`.
 #[derive(Args, Debug, Default)]
@@ -84,7 +84,7 @@ pub struct RunArgs {
     pub log_json: bool,
     /// SRPT on the client port's egress: off, fair (shaped, one FIFO) or srpt.
     #[arg(long, value_enum, value_name = "MODE")]
-    pub srpt: Option<rlm_core::live::config::SrptRunMode>,
+    pub srpt: Option<rlm::live::config::SrptRunMode>,
     /// The link's real rate toward the clients, bits per second (fair and srpt).
     #[arg(long, value_name = "BPS")]
     pub srpt_link_bps: Option<u64>,

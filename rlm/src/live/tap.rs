@@ -56,8 +56,8 @@ impl Tap {
 /// Whether an Ethernet frame carries a SYN that NFQUEUE delivers too (IPv6 ones get past the
 /// kernel filter): a client's SYN, or any SYN/ACK when those are queued as well.
 pub fn is_queued_syn(frame: &[u8], synacks_queued: bool) -> bool {
-    match crate::wire::decode(crate::wire::LinkType::Ethernet, frame) {
-        crate::wire::Decoded::Tcp(s) => s.flags.syn && (!s.flags.ack || synacks_queued),
+    match rlm_core::wire::decode(rlm_core::wire::LinkType::Ethernet, frame) {
+        rlm_core::wire::Decoded::Tcp(s) => s.flags.syn && (!s.flags.ack || synacks_queued),
         _ => false,
     }
 }

@@ -403,7 +403,7 @@ fn pcap_frames(path: &Path) -> Vec<(i64, i64, Vec<u8>)> {
 }
 
 fn our_frames(bytes: Vec<u8>) -> Vec<(i64, i64, Vec<u8>)> {
-    let mut r = rlm_core::capture::from_read("test", Box::new(std::io::Cursor::new(bytes))).unwrap();
+    let mut r = rlm::capture::from_read("test", Box::new(std::io::Cursor::new(bytes))).unwrap();
     let mut out = Vec::new();
     while let Some(f) = r.next_frame().unwrap() {
         out.push(((f.ts.0 / 1_000_000_000) as i64, ((f.ts.0 % 1_000_000_000) / 1_000) as i64, f.data.to_vec()));

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rlm_core::capture::replay;
+use rlm::capture::replay;
 use rlm_core::{Config, Engine, Event, TransactionRecord};
 
 /// The bar the issue sets: at least 97% of transactions agree.
