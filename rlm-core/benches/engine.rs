@@ -40,7 +40,8 @@ fn established_engine() -> (Engine, Vec<Vec<u8>>) {
 }
 
 fn page_frames(n_pages: usize) -> Vec<Vec<u8>> {
-    let page: String = (0..9).map(|i| format!("<tr><td><img src=\"/img/item{i}.gif\" alt=\"book {i}\"></td><td>Title {i} by an author</td></tr>\n")).collect();
+    let page: String =
+        (0..9).map(|i| format!("<tr><td><img src=\"/img/item{i}.gif\" alt=\"book {i}\"></td><td>Title {i} by an author</td></tr>\n")).collect();
     let html = format!("<html><head><title>Best sellers</title><link rel=stylesheet href=/s.css></head><body><table>{page}</table></body></html>");
     let mut frames = Vec::new();
     for p in 0..n_pages {
@@ -70,10 +71,53 @@ fn page_frames(n_pages: usize) -> Vec<Vec<u8>> {
 /// video iframe; a JSON-LD block; a footer of links.
 fn realistic_page() -> Vec<u8> {
     const WORDS: &[&str] = &[
-        "the", "minister", "said", "on", "tuesday", "that", "negotiations", "over", "budget", "would", "continue", "through",
-        "weekend", "despite", "growing", "pressure", "from", "regional", "governments", "and", "opposition", "parties", "who",
-        "argue", "proposed", "cuts", "to", "public", "transport", "fall", "hardest", "rural", "communities", "analysts", "expect",
-        "a", "compromise", "before", "end", "of", "month", "although", "several", "key", "issues", "remain", "unresolved",
+        "the",
+        "minister",
+        "said",
+        "on",
+        "tuesday",
+        "that",
+        "negotiations",
+        "over",
+        "budget",
+        "would",
+        "continue",
+        "through",
+        "weekend",
+        "despite",
+        "growing",
+        "pressure",
+        "from",
+        "regional",
+        "governments",
+        "and",
+        "opposition",
+        "parties",
+        "who",
+        "argue",
+        "proposed",
+        "cuts",
+        "to",
+        "public",
+        "transport",
+        "fall",
+        "hardest",
+        "rural",
+        "communities",
+        "analysts",
+        "expect",
+        "a",
+        "compromise",
+        "before",
+        "end",
+        "of",
+        "month",
+        "although",
+        "several",
+        "key",
+        "issues",
+        "remain",
+        "unresolved",
     ];
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut rnd = move |n: usize| {
@@ -97,7 +141,8 @@ fn realistic_page() -> Vec<u8> {
     };
     let sections = ["world", "politics", "business", "technology", "science", "health", "sport", "culture", "travel", "opinion", "climate", "video"];
     let mut h = String::with_capacity(100_000);
-    h.push_str(r#"<!DOCTYPE html>
+    h.push_str(
+        r#"<!DOCTYPE html>
 <html lang="en" class="no-js">
 <head>
 <meta charset="utf-8">
@@ -142,7 +187,8 @@ fn realistic_page() -> Vec<u8> {
 <div class="container header-inner">
 <a class="logo" href="/" aria-label="Daily Courier home"><img src="/static/img/logo.svg" alt="Daily Courier" width="180" height="32"></a>
 <nav class="main-nav" aria-label="Sections"><ul class="nav-list">
-"#);
+"#,
+    );
     for s in sections {
         h.push_str(&format!("<li class=\"nav-item\"><a class=\"nav-link\" href=\"/section/{s}\" data-track=\"nav:{s}\">{s}</a></li>\n"));
     }
@@ -151,7 +197,11 @@ fn realistic_page() -> Vec<u8> {
         let s = sections[n % sections.len()];
         let slug = text(5, &mut rnd).replace([' ', ',', '.'], "-");
         let url = format!("/{s}/2024/05/{}/{slug}-{n}", 10 + n % 20);
-        h.push_str(&format!("<article class=\"story-card story-card--{}\" data-story-id=\"{}\">\n", if n % 5 == 0 { "lead" } else { "standard" }, 48_213 + n));
+        h.push_str(&format!(
+            "<article class=\"story-card story-card--{}\" data-story-id=\"{}\">\n",
+            if n % 5 == 0 { "lead" } else { "standard" },
+            48_213 + n
+        ));
         if n % 3 != 2 {
             h.push_str(&format!(
                 "<div class=\"story-card__media\"><a href=\"{url}\" class=\"story-link\" tabindex=\"-1\"><img src=\"/img/2024/05/story-{n}-400.jpg\" srcset=\"/img/2024/05/story-{n}-400.jpg 400w, /img/2024/05/story-{n}-800.jpg 800w\" sizes=\"(max-width: 700px) 100vw, 400px\" alt=\"{}\" loading=\"lazy\" width=\"400\" height=\"225\"></a></div>\n",
@@ -271,7 +321,8 @@ fn bench(c: &mut Criterion) {
             let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:80");
             let mut f = vec![c.syn(), c.synack(), c.ack()];
             f.push(c.client_data(b"GET /small.html HTTP/1.1\r\nHost: 10.9.0.1\r\nConnection: close\r\n\r\n"));
-            let mut resp = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: text/html\r\nContent-Length: 512\r\nConnection: close\r\n\r\n".to_vec();
+            let mut resp =
+                b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: text/html\r\nContent-Length: 512\r\nConnection: close\r\n\r\n".to_vec();
             resp.extend(std::iter::repeat_n(b'x', 511));
             resp.push(b'\n');
             f.extend(c.server_data(&resp));

@@ -320,7 +320,8 @@ mod tests {
         let eth = syn_frame();
         let Decoded::Tcp(seg) = decode(LinkType::Ethernet, &eth) else { panic!() };
         let mut links = LinkAddrs::default();
-        let kept = Kept { gap: None, link: LinkType::RawIp, frame: eth[14..].into(), sent: 0, delayed: false, held: false, client_sent: None, class: 0 };
+        let kept =
+            Kept { gap: None, link: LinkType::RawIp, frame: eth[14..].into(), sent: 0, delayed: false, held: false, client_sent: None, class: 0 };
         let (client, server) = (seg.src.ip, seg.dst.ip);
         assert!(links.frame(&kept, client, server, true).is_none(), "no address known yet");
         links.learn(LinkType::Ethernet, &eth, &seg);

@@ -15,8 +15,8 @@
 //! measured RTT (SYN/ACK → ACK): start = first SYN seen − RTT/2, end = last
 //! response byte seen + RTT/2 (see docs/architecture.md).
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -243,7 +243,9 @@ pub fn simple_request_key(host: Option<&str>, server: &str, uri: &str) -> Option
         Some(_) => return None,
     };
     let labels_ok = !name.is_empty()
-        && name.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && !l.starts_with('-'))
+        && name
+            .split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && !l.starts_with('-'))
         && !name.as_bytes()[..name.len().min(4)].eq_ignore_ascii_case(b"xn--")
         && !name.contains(".xn--")
         && !name.contains(".XN--");
@@ -255,7 +257,9 @@ pub fn simple_request_key(host: Option<&str>, server: &str, uri: &str) -> Option
     if name.rsplit('.').next().is_some_and(|l| l.as_bytes()[0].is_ascii_digit()) {
         let parts: Vec<&str> = name.split('.').collect();
         let canonical = parts.len() == 4
-            && parts.iter().all(|p| p.bytes().all(|b| b.is_ascii_digit()) && (p.len() == 1 || !p.starts_with('0')) && p.parse::<u16>().is_ok_and(|n| n <= 255));
+            && parts
+                .iter()
+                .all(|p| p.bytes().all(|b| b.is_ascii_digit()) && (p.len() == 1 || !p.starts_with('0')) && p.parse::<u16>().is_ok_and(|n| n <= 255));
         if !canonical {
             return None;
         }
@@ -265,7 +269,11 @@ pub fn simple_request_key(host: Option<&str>, server: &str, uri: &str) -> Option
         None => (uri, None),
     };
     let plain = |b: u8| b.is_ascii_alphanumeric() || b"/-_.~!$&()*+,;=:@".contains(&b);
-    if !path.starts_with('/') || path.starts_with("//") || !path.bytes().all(plain) || query.is_some_and(|q| !q.bytes().all(|b| plain(b) || b == b'?')) {
+    if !path.starts_with('/')
+        || path.starts_with("//")
+        || !path.bytes().all(plain)
+        || query.is_some_and(|q| !q.bytes().all(|b| plain(b) || b == b'?'))
+    {
         return None;
     }
     // Dot segments (`/./`, `/../`, a trailing `/.`) are resolved by the parser.
@@ -438,8 +446,7 @@ impl Pageviews {
         let ids = self.by_client.get(&client)?;
         ids.iter().rev().copied().find(|id| {
             let p = &self.open[id];
-            p.has_container_response()
-                && (!p.all_required_fetched() || p.in_flight > 0 || now.saturating_since(p.last_activity) < self.cfg.linger)
+            p.has_container_response() && (!p.all_required_fetched() || p.in_flight > 0 || now.saturating_since(p.last_activity) < self.cfg.linger)
         })
     }
 
@@ -460,7 +467,17 @@ impl Pageviews {
         if let Some(id) = self.active_for_client(client, now) {
             let rtt = self.rtt_for(client, None);
             let p = self.open.get_mut(&id).expect("active id is open");
-            p.conns.push(PvConn { conn, first_syn: Some(now), syns: 1, synacks: 0, first_synack: None, established: None, failed_at: None, pending: true, rtt });
+            p.conns.push(PvConn {
+                conn,
+                first_syn: Some(now),
+                syns: 1,
+                synacks: 0,
+                first_synack: None,
+                established: None,
+                failed_at: None,
+                pending: true,
+                rtt,
+            });
             self.conn_pv.insert(conn, id);
             self.touch(id, now);
         }
@@ -527,7 +544,17 @@ impl Pageviews {
                 let rtt = self.rtt_for(client, None);
                 let id = self.new_pageview(client, first_syn - rtt / 2, now);
                 let p = self.open.get_mut(&id).expect("just created");
-                p.conns.push(PvConn { conn, first_syn: Some(first_syn), syns, synacks: 0, first_synack: None, established: None, failed_at: Some(at), pending: false, rtt });
+                p.conns.push(PvConn {
+                    conn,
+                    first_syn: Some(first_syn),
+                    syns,
+                    synacks: 0,
+                    first_synack: None,
+                    established: None,
+                    failed_at: Some(at),
+                    pending: false,
+                    rtt,
+                });
                 self.finish(id);
             }
             (None, None) => {}
@@ -751,7 +778,14 @@ impl Pageviews {
     }
 
     /// A transaction finished. Returns its pageview.
-    pub fn on_txn_done(&mut self, now: Timestamp, conn: ConnId, depth: u32, response_first: Option<Timestamp>, response_last: Option<Timestamp>) -> Option<u64> {
+    pub fn on_txn_done(
+        &mut self,
+        now: Timestamp,
+        conn: ConnId,
+        depth: u32,
+        response_first: Option<Timestamp>,
+        response_last: Option<Timestamp>,
+    ) -> Option<u64> {
         let id = self.txn_pv.remove(&(conn, depth))?;
         if let Some(p) = self.open.get_mut(&id) {
             let ci = p.conn_index(conn);

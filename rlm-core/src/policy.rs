@@ -154,9 +154,16 @@ pub enum SynDecision {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Admission {
     Pass,
-    Drop { rule: RuleId },
+    Drop {
+        rule: RuleId,
+    },
     /// Pass while the bucket in `slot` has a token (`rate` per second, `burst`), else drop.
-    Limit { rule: RuleId, slot: u32, rate: f64, burst: u32 },
+    Limit {
+        rule: RuleId,
+        slot: u32,
+        rate: f64,
+        burst: u32,
+    },
 }
 
 /// Everything the SYN node decided ([`Policy::at_syn_decided`]).
@@ -542,7 +549,14 @@ impl Policy {
     /// The SYN node again for a SYN rlm holds or resends (`FAST SYN`, `DELAY FIRST SYN`): the
     /// same decision, but not counted again (no class SYN, rule firing or drop) and no `LIMIT
     /// SYN` token taken: the SYN was counted, and policed, when it came.
-    pub fn at_syn_again(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId, pageview_rt: Option<Duration>) -> SynOutcome {
+    pub fn at_syn_again(
+        &mut self,
+        now: Timestamp,
+        client: SocketAddr,
+        server: SocketAddr,
+        class: ClassId,
+        pageview_rt: Option<Duration>,
+    ) -> SynOutcome {
         self.syn_node(now, client, server, class, pageview_rt, None, false)
     }
 

@@ -200,16 +200,8 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
         Err(e) => return Decoded::Malformed(classify(&e)),
     };
     let (src_ip, dst_ip, fragmented) = match &sliced.net {
-        Some(NetSlice::Ipv4(v4)) => (
-            IpAddr::V4(v4.header().source_addr()),
-            IpAddr::V4(v4.header().destination_addr()),
-            v4.is_payload_fragmented(),
-        ),
-        Some(NetSlice::Ipv6(v6)) => (
-            IpAddr::V6(v6.header().source_addr()),
-            IpAddr::V6(v6.header().destination_addr()),
-            v6.is_payload_fragmented(),
-        ),
+        Some(NetSlice::Ipv4(v4)) => (IpAddr::V4(v4.header().source_addr()), IpAddr::V4(v4.header().destination_addr()), v4.is_payload_fragmented()),
+        Some(NetSlice::Ipv6(v6)) => (IpAddr::V6(v6.header().source_addr()), IpAddr::V6(v6.header().destination_addr()), v6.is_payload_fragmented()),
         _ => return Decoded::Ignored(Ignored::NotIp),
     };
     if fragmented {
@@ -268,10 +260,7 @@ mod tests {
 
     #[test]
     fn decodes_ipv6() {
-        let b = PacketBuilder::ethernet2([1; 6], [2; 6])
-            .ipv6([1; 16], [2; 16], 64)
-            .tcp(1, 443, 5, 100)
-            .syn();
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv6([1; 16], [2; 16], 64).tcp(1, 443, 5, 100).syn();
         let mut v = Vec::new();
         b.write(&mut v, &[]).unwrap();
         let Decoded::Tcp(s) = decode(LinkType::Ethernet, &v) else { panic!() };

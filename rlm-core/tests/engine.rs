@@ -653,6 +653,50 @@ fn fastpath_learns_the_syn_verdict_of_each_client_and_a_new_generation_when_the_
 }
 
 #[test]
+fn fastpath_learns_that_a_rule_let_go_from_the_engines_one_clock_without_a_packet() {
+    use rlm_core::{FastpathUpdate, SynMode};
+    let modes = |r: &mut Run| -> Vec<u64> {
+        fastpath_updates(r)
+            .iter()
+            .filter_map(|u| match u {
+                FastpathUpdate::Mode { mode: SynMode::Verdicts, generation } => Some(*generation),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut r = Run::with(Config { class_window: std::time::Duration::from_secs(10), ..Config::default() });
+    r.engine.enable_fastpath();
+    r.engine.set_rules(Some(rules(
+        "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 3.0s THEN DROP SYN\n",
+    )));
+    let g1 = *modes(&mut r).last().expect("a generation");
+    // A slow HIGH pageview turns the rule on: a new generation.
+    let mut hc = TcpConv::new("10.4.0.1:40002", "10.9.0.1:80");
+    r.feed(100, hc.syn());
+    r.feed(4_000, hc.synack());
+    r.feed(4_000 + RTT_MS, hc.ack());
+    r.feed(4_100, hc.client_data(&get("/page", "")));
+    r.feed_all(4_200, hc.server_data(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"));
+    r.feed(4_300, hc.client_fin());
+    r.feed(4_300, hc.server_fin());
+    r.advance(9_000);
+    assert!(r.pv.iter().any(|p| p.client == "10.4.0.1" && p.rt_s > 3.0), "{:?}", r.pv);
+    let g2 = *modes(&mut r).last().expect("the rule turned on");
+    assert!(g2 > g1);
+    // No packet comes; the pageview leaves the 10 s window. The engine's deadlines alone (no
+    // second clock) look at the class statistics again, within FASTPATH_REFRESH of each other,
+    // and the kernel learns the rule let go: a new generation.
+    let next = r.engine.poll_timeout().expect("a deadline with a fast path and rules");
+    assert!(next <= at(9_000) + rlm_core::engine::FASTPATH_REFRESH, "{next:?}");
+    r.advance(16_000);
+    let g3 = *modes(&mut r).last().expect("the rule let go without a packet");
+    assert!(g3 > g2);
+    let low = TcpConv::new("10.5.0.7:40003", "10.9.0.1:80");
+    r.feed(16_050, low.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+}
+
+#[test]
 fn fastpath_limit_syn_publishes_its_bucket_once_and_port_rules_keep_every_syn_queued() {
     use rlm_core::policy::Admission;
     use rlm_core::{FastpathUpdate, SynMode};

@@ -228,10 +228,18 @@ fn page(rng: &mut Rng, profile: Profile, id: u64) -> (Object, Vec<u8>, Vec<Objec
     };
     for k in 0..n {
         let o = match (profile, k % 4) {
-            (Profile::Html, 0) => Object { uri: format!("/static/site{}.css", k), content_type: "text/css", size: between(rng, 2_000, 15_000) as usize },
-            (Profile::Html, 1) => Object { uri: format!("/static/app{}.js", k), content_type: "application/javascript", size: between(rng, 2_000, 15_000) as usize },
-            (Profile::Html, _) => Object { uri: format!("/img/p{id}/i{k}.png"), content_type: "image/png", size: between(rng, 1_000, 5_000) as usize },
-            (Profile::Image, _) => Object { uri: format!("/photos/p{id}/{k}.jpg"), content_type: "image/jpeg", size: between(rng, 5_000, 50_000) as usize },
+            (Profile::Html, 0) => {
+                Object { uri: format!("/static/site{}.css", k), content_type: "text/css", size: between(rng, 2_000, 15_000) as usize }
+            }
+            (Profile::Html, 1) => {
+                Object { uri: format!("/static/app{}.js", k), content_type: "application/javascript", size: between(rng, 2_000, 15_000) as usize }
+            }
+            (Profile::Html, _) => {
+                Object { uri: format!("/img/p{id}/i{k}.png"), content_type: "image/png", size: between(rng, 1_000, 5_000) as usize }
+            }
+            (Profile::Image, _) => {
+                Object { uri: format!("/photos/p{id}/{k}.jpg"), content_type: "image/jpeg", size: between(rng, 5_000, 50_000) as usize }
+            }
         };
         objs.push(o);
     }
@@ -250,7 +258,10 @@ fn page(rng: &mut Rng, profile: Profile, id: u64) -> (Object, Vec<u8>, Vec<Objec
     let mut para = 0;
     while html.len() + 40 < html_size || i < images.len() {
         if i < images.len() && (para % 2 == 1 || html.len() + 400 > html_size) {
-            html.push_str(&format!("<div class=\"item\"><a href=\"/item/{id}/{i}\"><img src=\"{}\" alt=\"item {i}\" width=\"200\" height=\"150\"></a></div>\n", images[i].uri));
+            html.push_str(&format!(
+                "<div class=\"item\"><a href=\"/item/{id}/{i}\"><img src=\"{}\" alt=\"item {i}\" width=\"200\" height=\"150\"></a></div>\n",
+                images[i].uri
+            ));
             i += 1;
         } else {
             html.push_str(&format!(

@@ -639,11 +639,7 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
         rules: (0..r.rule_count())
             .map(|i| {
                 let id = rules::RuleId(i as u32);
-                RuleReport {
-                    rule: rlm_core::policy::rule_label(r, id),
-                    text: rlm_core::policy::rule_text(r, id),
-                    ..RuleReport::default()
-                }
+                RuleReport { rule: rlm_core::policy::rule_label(r, id), text: rlm_core::policy::rule_text(r, id), ..RuleReport::default() }
             })
             .collect(),
         class_rt: Vec::new(),

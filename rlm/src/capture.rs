@@ -817,12 +817,23 @@ mod tests {
     #[test]
     fn records_across_chunks_and_larger_than_the_headroom() {
         let mut rng = rlm_core::testkit::Rng::new(3);
-        let sizes: Vec<usize> = (0..3000).map(|i| if i % 997 == 5 { HEAD + 12_345 + i } else if i % 333 == 0 { 3 * CHUNK / 2 } else { rng.below(1600) as usize }).collect();
+        let sizes: Vec<usize> = (0..3000)
+            .map(|i| {
+                if i % 997 == 5 {
+                    HEAD + 12_345 + i
+                } else if i % 333 == 0 {
+                    3 * CHUNK / 2
+                } else {
+                    rng.below(1600) as usize
+                }
+            })
+            .collect();
         let bodies: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| (0..n).map(|k| (k * 31 + i) as u8).collect()).collect();
         let records: Vec<(u32, u32, &[u8])> = bodies.iter().enumerate().map(|(i, b)| (i as u32, 0, &b[..])).collect();
         let bytes = pcap(false, false, &records);
         for trickle in [false, true] {
-            let input: Box<dyn Read + Send> = if trickle { Box::new(Trickle(bytes.clone(), 0, rlm_core::testkit::Rng::new(9))) } else { Box::new(Cursor::new(bytes.clone())) };
+            let input: Box<dyn Read + Send> =
+                if trickle { Box::new(Trickle(bytes.clone(), 0, rlm_core::testkit::Rng::new(9))) } else { Box::new(Cursor::new(bytes.clone())) };
             let mut r = from_read("test", input).unwrap();
             let (f, cut) = frames(&mut r);
             assert_eq!(cut, None);

@@ -25,14 +25,25 @@ pub enum ChunkError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// Reading hex digits; `digits` counts them (for the "no digits" check).
-    Size { value: u64, digits: u8 },
+    Size {
+        value: u64,
+        digits: u8,
+    },
     /// Skipping a chunk extension or whitespace up to LF.
-    SizeLineRest { value: u64 },
-    Data { remaining: u64 },
+    SizeLineRest {
+        value: u64,
+    },
+    Data {
+        remaining: u64,
+    },
     /// After data: expecting CR LF (bare LF tolerated).
-    DataEnd { seen_cr: bool },
+    DataEnd {
+        seen_cr: bool,
+    },
     /// After the last chunk: at the start of a trailer line (empty line ends the body).
-    TrailerLineStart { seen_cr: bool },
+    TrailerLineStart {
+        seen_cr: bool,
+    },
     TrailerLine,
     Finished,
 }
@@ -100,9 +111,7 @@ impl ChunkedDecoder {
                             }
                         }
                         None if b == b'\n' => self.end_size_line(value),
-                        None if b == b';' || b == b' ' || b == b'\t' || b == b'\r' => {
-                            self.state = State::SizeLineRest { value }
-                        }
+                        None if b == b';' || b == b' ' || b == b'\t' || b == b'\r' => self.state = State::SizeLineRest { value },
                         None => return ChunkStep::Error { consumed: i, reason: ChunkError::BadSize },
                     }
                     i += 1;
@@ -117,11 +126,8 @@ impl ChunkedDecoder {
                     let take = remaining.min((input.len() - i) as u64) as usize;
                     let start = i;
                     i += take;
-                    self.state = if take as u64 == remaining {
-                        State::DataEnd { seen_cr: false }
-                    } else {
-                        State::Data { remaining: remaining - take as u64 }
-                    };
+                    self.state =
+                        if take as u64 == remaining { State::DataEnd { seen_cr: false } } else { State::Data { remaining: remaining - take as u64 } };
                     return ChunkStep::Progress { consumed: i, data: Some((start, take)) };
                 }
                 State::DataEnd { seen_cr } => {

@@ -43,14 +43,11 @@ use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
 
+pub use config::{Observer, RunConfig, SrptRunMode};
 use rlm_core::engine::{Config, Engine, Event, FastpathUpdate, Port, SynMode, Verdict};
 use rlm_core::policy::{Admission, SynDecision};
 use rlm_core::wire::LinkType;
-pub use config::{Observer, RunConfig, SrptRunMode};
 
-/// How often the class statistics are looked at without a packet (windows slide, `FOR` tests
-/// settle), so that the kernel learns of a new generation.
-const TICK: Duration = Duration::from_millis(50);
 /// The longest the ring buffer waits to be drained (the kernel wakes rlm only when it fills).
 const RING_DRAIN: Duration = Duration::from_millis(5);
 /// Reports handled before the queue gets a turn.
@@ -69,7 +66,6 @@ struct Fast {
     ring: RingBuf<MapData>,
     /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in nanoseconds (the programs stamp monotonic time).
     mono_to_real: i64,
-    last_tick: Instant,
     update_errors: u64,
 }
 
@@ -188,7 +184,9 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
                             Ok(k) => {
                                 match k.flows + k.responses {
                                     0 => info!(dir = %dir.display(), "SRPT: per-flow state pinned"),
-                                    _ => info!(dir = %dir.display(), responses = k.responses, flows = k.flows, "SRPT: per-flow state pinned; flows taken over from an earlier rlm"),
+                                    _ => {
+                                        info!(dir = %dir.display(), responses = k.responses, flows = k.flows, "SRPT: per-flow state pinned; flows taken over from an earlier rlm")
+                                    }
                                 }
                                 pinned = Some(dir);
                             }
@@ -199,7 +197,7 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
                     Some(e)
                 }
             };
-            Source::Fast(Box::new(Fast { path, srpt, ring, mono_to_real: mono_to_real(), last_tick: Instant::now(), update_errors: 0 }))
+            Source::Fast(Box::new(Fast { path, srpt, ring, mono_to_real: mono_to_real(), update_errors: 0 }))
         }
     };
     let plan = netfilter::QueuePlan {
@@ -423,12 +421,6 @@ impl Loop {
             let now = now_ts();
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
-            }
-            if let Source::Fast(f) = &mut self.source {
-                if f.last_tick.elapsed() >= TICK {
-                    f.last_tick = Instant::now();
-                    self.engine.tick(now);
-                }
             }
             self.apply_fastpath();
             self.send_transmits();

@@ -10,8 +10,12 @@ const MAX_VALUE: usize = 4096;
 enum Html {
     Text,
     TagOpen,
-    MarkupDecl { dashes: u8 },
-    Comment { dashes: u8 },
+    MarkupDecl {
+        dashes: u8,
+    },
+    Comment {
+        dashes: u8,
+    },
     Bogus,
     TagName,
     BeforeAttrName,
@@ -21,7 +25,10 @@ enum Html {
     Quoted(u8),
     Unquoted,
     /// Inside `<script>` or `<style>`; `matched` bytes of the closing tag seen so far.
-    RawText { style: bool, matched: u8 },
+    RawText {
+        style: bool,
+        matched: u8,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +130,14 @@ impl CssScanner {
                     if !self.overflow && !self.value.is_empty() {
                         let kind = if import { EmbedKind::Stylesheet } else { EmbedKind::CssUrl };
                         if let Some(url) = clean_url(&self.value) {
-                            out.push(EmbedRef { urls: vec![url], kind, required: required || import, start: self.start, end: offset + 1, wire: Vec::new() });
+                            out.push(EmbedRef {
+                                urls: vec![url],
+                                kind,
+                                required: required || import,
+                                start: self.start,
+                                end: offset + 1,
+                                wire: Vec::new(),
+                            });
                         }
                     }
                     self.state = Css::Normal;
@@ -169,11 +183,7 @@ fn clean_url(raw: &[u8]) -> Option<String> {
 
 /// Candidates of a `srcset`: comma-separated "URL [descriptor]".
 fn srcset_urls(v: &[u8]) -> Vec<String> {
-    String::from_utf8_lossy(v)
-        .split(',')
-        .filter_map(|c| c.split_ascii_whitespace().next())
-        .filter_map(|u| clean_url(u.as_bytes()))
-        .collect()
+    String::from_utf8_lossy(v).split(',').filter_map(|c| c.split_ascii_whitespace().next()).filter_map(|u| clean_url(u.as_bytes())).collect()
 }
 
 /// The streaming scanner: feed it body bytes in order, collect references.

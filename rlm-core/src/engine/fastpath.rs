@@ -1,0 +1,178 @@
+//! Fast-path publishing: what a kernel fast path may decide without the engine
+//! ([`FastpathUpdate`]), derived from the rules in force and the engine's measurements, queued
+//! in the order the driver is to apply it ([`crate::Engine::poll_fastpath`]). Plain data: the
+//! driver (the `rlm` crate) writes it into the kernel's maps.
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, SocketAddrV4};
+
+use crate::policy::{Admission, Policy};
+use crate::wire::Endpoint;
+
+/// How a kernel fast path treats the clients' SYNs to the servers' ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SynMode {
+    /// Every SYN comes to the engine for a verdict (some rule's decision reads more than the
+    /// addresses: the client's port or the pageview's elapsed time).
+    QueueAll,
+    /// SYNs with an [`FastpathUpdate::SynVerdict`] of the current generation are decided in the
+    /// kernel (and reported with [`Engine::handle_decided`]); the others come for a verdict.
+    Verdicts,
+    /// No rule acts at the SYN: every SYN passes and is reported.
+    PassAll,
+}
+
+/// What a kernel fast path may decide without the engine, in the order to apply it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FastpathUpdate {
+    /// The SYN mode, and the generation a verdict must carry to apply.
+    Mode { mode: SynMode, generation: u64 },
+    /// A LIMIT SYN bucket (a rule's, for one class): rate per second and burst, full.
+    Bucket { slot: u32, rate_per_s: f64, burst: u32 },
+    /// The verdict for SYNs from `client` to `server` while `generation` is in force.
+    SynVerdict { client: std::net::Ipv4Addr, server: SocketAddrV4, generation: u64, admission: Admission },
+    /// Send the servers' segments through the queue (content adaptation is carried out by the
+    /// rules in force), or stop.
+    QueueResponses(bool),
+    /// Send the clients' segments through the queue (a `REWRITE EMBEDS` is carried out), or
+    /// stop.
+    QueueRequests(bool),
+    /// The connection's current response starts at sequence number `start` and ends before
+    /// `end` (`None`: not known; the SRPT classifier ranks it by the bytes sent). Made only with
+    /// SRPT on ([`Engine::enable_srpt`]).
+    ResponseSize { client: SocketAddrV4, server: SocketAddrV4, start: u32, end: Option<u32> },
+    /// The connection is gone: the kernel may forget its flow.
+    FlowEnd { client: SocketAddrV4, server: SocketAddrV4 },
+}
+
+/// The engine's side of a kernel fast path ([`crate::Engine::enable_fastpath`]).
+#[derive(Debug)]
+pub(super) struct Fastpath {
+    updates: VecDeque<FastpathUpdate>,
+    /// Bumped with every new rule set.
+    epoch: u64,
+    /// The SYN mode of the rule set in force (it changes only with the rule set).
+    mode: SynMode,
+    /// What the generation was last derived from: (epoch, policy generation).
+    seen: Option<(u64, u64)>,
+    generation: u64,
+    buckets: ahash::AHashSet<u32>,
+    /// What the last [`FastpathUpdate::QueueResponses`] said (the kernel starts with false).
+    queue_responses: bool,
+    /// And the last [`FastpathUpdate::QueueRequests`].
+    queue_requests: bool,
+    /// Publish each response's size for the SRPT classifier.
+    pub(super) srpt: bool,
+}
+
+/// What the rules in force ask of a kernel fast path.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FastpathNeeds {
+    pub mode: SynMode,
+    /// The servers' segments must come through the queue (a `REMOVE EMBEDS` is carried out).
+    pub queue_responses: bool,
+    /// The clients' segments must come through the queue (a `REWRITE EMBEDS` is carried out).
+    pub queue_requests: bool,
+}
+
+impl FastpathNeeds {
+    /// What `policy` (the rules in force, if any) needs, with content adaptation carried out or
+    /// not (`adapt`).
+    pub fn of(policy: Option<&Policy>, adapt: bool) -> FastpathNeeds {
+        let mode = match policy {
+            Some(p) if p.acts_at_syn() => {
+                if p.syn_decided_by_address() && !p.needs_every_syn() {
+                    SynMode::Verdicts
+                } else {
+                    SynMode::QueueAll
+                }
+            }
+            _ => SynMode::PassAll,
+        };
+        let queue_responses = adapt && policy.is_some_and(Policy::removes_embeds);
+        let queue_requests = adapt && policy.is_some_and(|p| p.rewrites_embeds() && p.rewrites_with_mapping());
+        FastpathNeeds { mode, queue_responses, queue_requests }
+    }
+}
+
+impl Fastpath {
+    /// A fast path starting under `needs` (the kernel starts with nothing queued).
+    pub fn new(needs: FastpathNeeds) -> Fastpath {
+        let updates = needs
+            .queue_responses
+            .then_some(FastpathUpdate::QueueResponses(true))
+            .into_iter()
+            .chain(needs.queue_requests.then_some(FastpathUpdate::QueueRequests(true)))
+            .collect();
+        Fastpath {
+            updates,
+            epoch: 0,
+            mode: needs.mode,
+            seen: None,
+            generation: 0,
+            buckets: ahash::AHashSet::new(),
+            queue_responses: needs.queue_responses,
+            queue_requests: needs.queue_requests,
+            srpt: false,
+        }
+    }
+
+    /// A new rule set is in force: a new epoch (so a new generation), its buckets unpublished,
+    /// and the queues it needs.
+    pub fn on_rules(&mut self, needs: FastpathNeeds) {
+        self.epoch += 1;
+        self.mode = needs.mode;
+        self.buckets.clear();
+        if self.queue_responses != needs.queue_responses {
+            self.queue_responses = needs.queue_responses;
+            self.updates.push_back(FastpathUpdate::QueueResponses(needs.queue_responses));
+        }
+        if self.queue_requests != needs.queue_requests {
+            self.queue_requests = needs.queue_requests;
+            self.updates.push_back(FastpathUpdate::QueueRequests(needs.queue_requests));
+        }
+    }
+
+    /// The SYN mode and generation now; queue a [`FastpathUpdate::Mode`] if they changed.
+    /// Called after every frame: it only compares two numbers.
+    pub fn note(&mut self, policy: Option<&Policy>) {
+        let policy_gen = match (policy, self.mode) {
+            (Some(p), SynMode::Verdicts | SynMode::QueueAll) => p.generation(),
+            _ => 0,
+        };
+        let now = (self.epoch, policy_gen);
+        if self.seen != Some(now) {
+            self.seen = Some(now);
+            self.generation += 1;
+            self.updates.push_back(FastpathUpdate::Mode { mode: self.mode, generation: self.generation });
+        }
+    }
+
+    /// The verdict a SYN that came for one got: for the next SYNs of its client to its server,
+    /// under the generation in force (its bucket first, once per rule set).
+    pub fn syn_verdict(&mut self, client: std::net::Ipv4Addr, server: SocketAddrV4, admission: Admission) {
+        if let Admission::Limit { slot, rate, burst, .. } = admission {
+            if self.buckets.insert(slot) {
+                self.updates.push_back(FastpathUpdate::Bucket { slot, rate_per_s: rate, burst });
+            }
+        }
+        self.updates.push_back(FastpathUpdate::SynVerdict { client, server, generation: self.generation, admission });
+    }
+
+    /// A response's place in the sequence space, for the SRPT classifier.
+    pub fn response_size(&mut self, client: SocketAddrV4, server: SocketAddrV4, start: u32, end: Option<u32>) {
+        self.updates.push_back(FastpathUpdate::ResponseSize { client, server, start, end });
+    }
+
+    /// A connection is gone: with SRPT on, the classifier may forget its flow (IPv4 only).
+    pub fn flow_end(&mut self, client: Endpoint, server: Endpoint) {
+        if let (true, SocketAddr::V4(client), SocketAddr::V4(server)) = (self.srpt, SocketAddr::from(client), SocketAddr::from(server)) {
+            self.updates.push_back(FastpathUpdate::FlowEnd { client, server });
+        }
+    }
+
+    /// The next update, if any.
+    pub fn pop(&mut self) -> Option<FastpathUpdate> {
+        self.updates.pop_front()
+    }
+}

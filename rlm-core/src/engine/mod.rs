@@ -1,0 +1,498 @@
+//! The sans-IO engine: frames and time in; verdicts, frames to send, events and deadlines out.
+//!
+//! ```text
+//! driver ──(now, port, frame)──▶ Engine::handle ──▶ Verdict
+//!        ◀──────────────────────  Engine::poll_event     (transactions, pageviews, decisions)
+//!        ◀──────────────────────  Engine::poll_transmit  (frames sent on the endpoints' behalf)
+//!        ◀──────────────────────  Engine::poll_fastpath  (what a kernel fast path may decide)
+//!        ◀──────────────────────  Engine::poll_timeout   (the next deadline: the one clock)
+//!        ──(now)───────────────▶ Engine::handle_timeout
+//! ```
+//! The engine reads no clock and does no I/O; every behaviour is testable by feeding it frames
+//! with chosen timestamps.
+//!
+//! A frame goes through stages, each in its own module, each handing back what it decided:
+//! [`crate::wire`] decodes it; [`segment`] finds its connection, runs the TCP tracker
+//! ([`crate::flow`]) and the connection's application analyzer ([`crate::http`]), and feeds
+//! the pageviews ([`crate::pageview`]); [`syn`] is the SYN and SYN/ACK nodes and their
+//! actions; [`adaptation`] the response and request nodes (content adaptation). The verdict is
+//! made once from what they decided ([`FrameOutcome`]). [`fastpath`] publishes what a kernel
+//! fast path may decide, [`records`] are the Zeek-style records reported.
+
+mod adaptation;
+mod fastpath;
+mod records;
+mod segment;
+mod stats;
+mod syn;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::actions::InjectBudget;
+use crate::adapt::patch::Edit;
+use crate::flow::{CloseReason, ConnId, ConnState, FlowTable};
+use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews};
+use crate::policy::{Policy, SynDecision};
+use crate::time::Timestamp;
+use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed};
+use adaptation::Adaptation;
+use fastpath::{Fastpath, FastpathNeeds};
+use rules::RuleSet;
+use syn::{Keep, SynNode};
+
+pub use fastpath::{FastpathUpdate, SynMode};
+pub use records::{conn_uid, DecisionRecord, TransactionRecord, UnixMicros};
+pub use stats::{Stats, TableSizes};
+
+/// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).
+pub const WELL_KNOWN_HTTP_PORTS: &[u16] = &[80, 81, 631, 1080, 3128, 8000, 8080, 8888];
+
+/// Which side of the bridge a frame came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// The port facing the clients (the Internet).
+    Client,
+    /// The port facing the server farm.
+    Server,
+    /// Not known (a capture file): direction is inferred from the handshake and ports.
+    Unknown,
+}
+
+/// What to do with the frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward it unchanged.
+    Accept,
+    /// Do not forward it.
+    Drop,
+    /// Forward this instead (the whole frame as it was given, rewritten: content adaptation).
+    Replace(Box<[u8]>),
+}
+
+/// Engine configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// TCP ports the servers listen on. Empty: any port, with HTTP detected from the first bytes.
+    pub server_ports: Vec<u16>,
+    /// Most connections tracked at once; the least recently seen are evicted beyond it.
+    pub max_connections: usize,
+    /// An established connection with no traffic for this long is forgotten.
+    pub idle_timeout: Duration,
+    /// A closed connection is kept this long to absorb stragglers (final ACKs, retransmitted FINs).
+    pub closed_linger: Duration,
+    /// Scan HTML and CSS bodies for embedded objects.
+    pub scan_embeds: bool,
+    /// Decode gzip/deflate bodies so that body lengths are decoded sizes, as Zeek's.
+    pub decode_bodies: bool,
+    /// Carry out the actions that send frames, with frames from [`Engine::poll_transmit`]:
+    /// `FAST SYN` (retransmit a client's SYN to the server every GAP until it answers, absorbing
+    /// the client's own retransmissions meanwhile), `HALT FAST SYN`, `FAST SYN/ACK` (retransmit
+    /// the server's SYN/ACK to the client every GAP until its ACK comes) and `DELAY FIRST SYN`.
+    /// Only for a driver that sends those frames; otherwise the actions are counted as deferred.
+    pub inject: bool,
+    /// Carry out `REMOVE EMBEDS`: server segments that carry blanked references come back as
+    /// [`Verdict::Replace`]. Only for a driver that forwards rewritten frames (NFQUEUE);
+    /// otherwise the rules are counted as deferred.
+    pub adapt: bool,
+    /// Most fast retransmissions of one SYN, and of one SYN/ACK.
+    pub fast_limit: u32,
+    /// What rlm may inject, per class and in all ([`InjectBudget`]).
+    pub inject_budget: InjectBudget,
+    /// Held SYNs released per second and class once `HALT FAST SYN` lets go ([`Release`]).
+    pub fast_release_per_s: f64,
+    /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
+    /// which keeps pageviews only, turns it off and saves building them).
+    pub transaction_records: bool,
+    /// Sliding window of the per-class response-time statistics the rules read (`RT.<CLASS>`).
+    pub class_window: Duration,
+    pub pageview: PageviewConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server_ports: Vec::new(),
+            max_connections: 262_144,
+            idle_timeout: Duration::from_secs(300),
+            closed_linger: Duration::from_secs(4),
+            scan_embeds: true,
+            decode_bodies: true,
+            transaction_records: true,
+            inject: false,
+            adapt: false,
+            fast_limit: 20,
+            inject_budget: InjectBudget::default(),
+            fast_release_per_s: 20.0,
+            class_window: Duration::from_secs(30),
+            pageview: PageviewConfig::default(),
+        }
+    }
+}
+
+/// What the engine reports.
+#[derive(Clone, Debug)]
+pub enum Event {
+    Transaction(TransactionRecord),
+    Pageview(PageviewRecord),
+    Decision(DecisionRecord),
+}
+
+/// A frame for the driver to send out of a bridge port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The port to send it out of: `Server` toward the farm, `Client` toward the clients.
+    pub port: Port,
+    /// A whole Ethernet frame, checksums computed.
+    pub frame: Box<[u8]>,
+}
+
+/// With a kernel fast path and rules in force, how often the class statistics are looked at
+/// without a packet (windows slide, `FOR` tests settle), so that the fast path learns of a
+/// changed generation: a deadline of [`Engine::poll_timeout`].
+pub const FASTPATH_REFRESH: Duration = Duration::from_millis(50);
+
+/// Why a frame goes no further.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DropCause {
+    /// A client's own retransmission of a SYN rlm sends for it.
+    SynAbsorbed,
+    /// `DROP SYN`, or `LIMIT SYN` with an empty bucket.
+    SynDropped,
+    /// `DELAY FIRST SYN`: held back, sent later from its kept copy.
+    SynDelayed,
+    /// A server segment past a hole while a removal is under way.
+    AheadOfHole,
+}
+
+/// What the stages decided about the frame being handled; its verdict is made from it once, in
+/// [`Engine::handle_link`].
+#[derive(Debug, Default)]
+struct FrameOutcome {
+    /// Why it goes no further, if it does not.
+    drop: Option<DropCause>,
+    /// Keep its frame, to send it again (the SYN and SYN/ACK nodes).
+    keep: Option<(ConnId, Keep)>,
+    /// Blanks to write into it (content adaptation).
+    edits: Option<Vec<Edit>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    /// The client's connect timeout after the first SYN.
+    Connect,
+    /// Idle (or closed-linger) expiry; re-armed lazily.
+    Idle,
+    /// The next fast retransmission of a SYN the server has not answered.
+    FastSyn,
+    /// The next fast retransmission of a SYN/ACK the client has not acknowledged.
+    FastSynAck,
+}
+
+/// The engine.
+pub struct Engine {
+    cfg: Config,
+    flows: FlowTable,
+    pageviews: Pageviews,
+    timers: BinaryHeap<Reverse<(Timestamp, ConnId, TimerKind)>>,
+    /// The heap's size after its last compaction ([`Engine::push_timer`]).
+    timers_compacted: usize,
+    /// The next look at the class statistics without a packet ([`FASTPATH_REFRESH`]).
+    next_refresh: Option<Timestamp>,
+    events: VecDeque<Event>,
+    transmits: VecDeque<Transmit>,
+    stats: Stats,
+    last_now: Timestamp,
+    policy: Option<Policy>,
+    fastpath: Option<Fastpath>,
+    /// The SYN and SYN/ACK nodes' state.
+    syn: SynNode,
+    /// Content adaptation's state.
+    adapt: Adaptation,
+}
+
+impl Engine {
+    pub fn new(cfg: Config) -> Engine {
+        let mut stats = Stats::default();
+        for m in Malformed::ALL {
+            stats.malformed.insert(m.name(), 0);
+        }
+        for i in Ignored::ALL {
+            stats.ignored.insert(i.name(), 0);
+        }
+        Engine {
+            flows: FlowTable::new(cfg.max_connections),
+            pageviews: Pageviews::new(cfg.pageview.clone()),
+            syn: SynNode::new(cfg.inject_budget.clone(), cfg.fast_release_per_s),
+            cfg,
+            timers: BinaryHeap::new(),
+            timers_compacted: 0,
+            next_refresh: None,
+            events: VecDeque::new(),
+            transmits: VecDeque::new(),
+            stats,
+            last_now: Timestamp::ZERO,
+            policy: None,
+            fastpath: None,
+            adapt: Adaptation::default(),
+        }
+    }
+
+    /// The next frame to send, if any ([`Config::inject`]).
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// Make [`FastpathUpdate`]s for a kernel fast path (the inline driver), starting with the
+    /// current SYN mode.
+    pub fn enable_fastpath(&mut self) {
+        self.fastpath = Some(Fastpath::new(self.fastpath_needs()));
+        self.note_fastpath();
+        self.arm_refresh();
+    }
+
+    /// Make [`FastpathUpdate::ResponseSize`] and [`FastpathUpdate::FlowEnd`] for the kernel's
+    /// SRPT classifier (after [`Engine::enable_fastpath`]; IPv4 connections only).
+    pub fn enable_srpt(&mut self) {
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.srpt = true;
+        }
+    }
+
+    fn fastpath_needs(&self) -> FastpathNeeds {
+        FastpathNeeds::of(self.policy.as_ref(), self.cfg.adapt)
+    }
+
+    /// The next update for the kernel fast path, if any.
+    pub fn poll_fastpath(&mut self) -> Option<FastpathUpdate> {
+        self.fastpath.as_mut()?.pop()
+    }
+
+    /// Queue a [`FastpathUpdate::Mode`] if the SYN mode or generation changed.
+    fn note_fastpath(&mut self) {
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.note(self.policy.as_ref());
+        }
+    }
+
+    /// With a fast path and rules in force, look at the class statistics again
+    /// [`FASTPATH_REFRESH`] from now.
+    fn arm_refresh(&mut self) {
+        self.next_refresh = (self.fastpath.is_some() && self.policy.is_some()).then(|| self.last_now + FASTPATH_REFRESH);
+    }
+
+    /// A client's SYN that a kernel fast path already decided (passed or dropped) on a
+    /// [`FastpathUpdate::SynVerdict`]: accounted as [`Engine::handle_link`] would, without deciding
+    /// again.
+    pub fn handle_decided(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8], decision: SynDecision) {
+        self.handle_frame(now, port, link, frame, Some(decision));
+    }
+
+    /// Put a rule set in force (or none). Flows, pageviews and class statistics carry over: a
+    /// reload loses nothing.
+    pub fn set_rules(&mut self, rules: Option<RuleSet>) {
+        match (rules, self.policy.as_mut()) {
+            (Some(r), Some(p)) => p.replace_rules(r),
+            (Some(r), None) => {
+                let mut p = Policy::new(r, self.cfg.class_window);
+                p.inject_carried_out = self.cfg.inject;
+                p.adapt_carried_out = self.cfg.adapt;
+                self.policy = Some(p);
+            }
+            (None, _) => self.policy = None,
+        }
+        let p = self.policy.as_ref();
+        self.syn.injecting = p.is_some_and(Policy::injects);
+        self.syn.injecting_synack = p.is_some_and(Policy::injects_at_synack);
+        self.adapt.on_rules(p);
+        let needs = self.fastpath_needs();
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.on_rules(needs);
+        }
+        self.note_fastpath();
+        self.arm_refresh();
+    }
+
+    /// The rules in force and their state.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.policy.as_ref()
+    }
+
+    /// The configuration the engine was made with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Connections tracked now.
+    pub fn connections(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Pageviews open now.
+    pub fn open_pageviews(&self) -> usize {
+        self.pageviews.open_count()
+    }
+
+    /// Sizes of every table the engine keeps, for bounds tests and metrics.
+    pub fn table_sizes(&self) -> TableSizes {
+        let (open_pageviews, pageview_deadlines, client_rtts) = self.pageviews.table_sizes();
+        TableSizes { connections: self.flows.len(), timers: self.timers.len(), open_pageviews, pageview_deadlines, client_rtts }
+    }
+
+    fn push_timer(&mut self, t: Timestamp, id: ConnId, kind: TimerKind) {
+        self.timers.push(Reverse((t, id, kind)));
+        // Timers of connections that left the table (evicted, refused, closed) or that no longer
+        // matter (the connect timer of an established connection) are not removed when they go;
+        // drop them once they outnumber the live ones, so that a SYN flood cannot grow the heap
+        // with its rate times the idle timeout. Compared with the size after the last compaction
+        // too, so that compactions stay rare (amortised O(1) per timer) when most timers live.
+        if self.timers.len() > 2 * self.flows.len().max(self.timers_compacted) + 4096 {
+            let flows = &self.flows;
+            let half_open = |id: &ConnId| flows.get(*id).is_some_and(|c| matches!(c.state, ConnState::SynSent | ConnState::SynReceived));
+            self.timers.retain(|Reverse((_, id, kind))| *kind == TimerKind::Idle && flows.get(*id).is_some() || half_open(id));
+            self.timers_compacted = self.timers.len();
+            self.syn.retain(half_open);
+        }
+    }
+
+    /// An Ethernet frame arrived on `port` at `now`.
+    pub fn handle(&mut self, now: Timestamp, port: Port, frame: &[u8]) -> Verdict {
+        self.handle_link(now, port, LinkType::Ethernet, frame)
+    }
+
+    /// A frame of the given link type arrived on `port` at `now`.
+    pub fn handle_link(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8]) -> Verdict {
+        self.handle_frame(now, port, link, frame, None)
+    }
+
+    /// Time never runs backwards for the engine, whatever the capture says.
+    fn advance(&mut self, now: Timestamp) -> Timestamp {
+        self.last_now = now.max(self.last_now);
+        self.last_now
+    }
+
+    fn handle_frame(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8], decided: Option<SynDecision>) -> Verdict {
+        self.stats.frames += 1;
+        self.stats.bytes += frame.len() as u64;
+        let now = self.advance(now);
+        let verdict = match wire::decode(link, frame) {
+            Decoded::Tcp(seg) => {
+                self.stats.tcp_segments += 1;
+                if self.syn.injecting && seg.flags.syn {
+                    self.syn.links.learn(link, frame, &seg);
+                }
+                let out = self.on_segment(now, port, &seg, decided);
+                self.verdict_of(now, out, link, frame)
+            }
+            Decoded::Ignored(i) => {
+                *self.stats.ignored.entry(i.name()).or_default() += 1;
+                Verdict::Accept
+            }
+            Decoded::Malformed(m) => {
+                *self.stats.malformed.entry(m.name()).or_default() += 1;
+                Verdict::Accept
+            }
+        };
+        self.note_fastpath();
+        verdict
+    }
+
+    /// The frame's verdict, made once from what the stages decided: a frame some stage stops
+    /// is dropped (a `DELAY FIRST SYN` whose frame could not be kept goes on instead, rather
+    /// than be lost); one with blanks goes on as a rewritten copy; the rest as they are.
+    fn verdict_of(&mut self, now: Timestamp, out: FrameOutcome, link: LinkType, frame: &[u8]) -> Verdict {
+        let mut drop = out.drop;
+        if let Some((id, keep)) = out.keep {
+            if !self.keep_frame(now, id, keep, link, frame) && drop == Some(DropCause::SynDelayed) {
+                drop = None;
+            }
+        }
+        match (drop, out.edits) {
+            (Some(_), _) => Verdict::Drop,
+            (None, Some(edits)) => adaptation::write_blanks(&mut self.stats, link, frame, &edits).map_or(Verdict::Accept, Verdict::Replace),
+            (None, None) => Verdict::Accept,
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When the engine next needs [`Engine::handle_timeout`]: the engine's one clock (timers,
+    /// pageview deadlines, and with a fast path the next look at the class statistics).
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let timer = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        [timer, self.pageviews.next_deadline(), self.next_refresh].into_iter().flatten().min()
+    }
+
+    /// Time passed: fire every deadline up to `now`.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let now = self.advance(now);
+        while let Some(Reverse((t, id, kind))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(c) = self.flows.get(id) else {
+                continue;
+            };
+            match kind {
+                TimerKind::Connect => {
+                    if matches!(c.state, ConnState::SynSent | ConnState::SynReceived) {
+                        self.close_conn(t, id, CloseReason::ConnectTimeout);
+                        self.flows.remove(id);
+                    }
+                }
+                TimerKind::FastSyn => self.fast_syn_due(now, id),
+                TimerKind::FastSynAck => self.fast_synack_due(now, id),
+                TimerKind::Idle => {
+                    let limit = if c.state == ConnState::Closed { self.cfg.closed_linger } else { self.cfg.idle_timeout };
+                    let due = c.last_seen + limit;
+                    if due <= now {
+                        self.close_conn(now, id, CloseReason::Idle);
+                        self.flows.remove(id);
+                    } else {
+                        self.push_timer(due, id, TimerKind::Idle);
+                    }
+                }
+            }
+        }
+        self.pageviews.on_timeout(now);
+        self.collect_pageviews();
+        if self.next_refresh.is_some_and(|t| t <= now) {
+            // Windows slide and FOR tests settle without a packet.
+            if let Some(p) = self.policy.as_mut() {
+                p.refresh(now);
+            }
+            self.arm_refresh();
+        }
+        self.note_fastpath();
+    }
+
+    /// Shut down: close every connection and pageview, reporting what they have.
+    pub fn shutdown(&mut self, now: Timestamp) {
+        let now = self.advance(now);
+        self.handle_timeout(now);
+        for id in self.flows.ids() {
+            self.close_conn(now, id, CloseReason::Shutdown);
+            self.flows.remove(id);
+        }
+        self.timers.clear();
+        self.next_refresh = None;
+        self.pageviews.finish_all();
+        self.collect_pageviews();
+    }
+
+    /// The client address of a tracked connection (for drivers and tests).
+    pub fn client_of_conn(&self, a: Endpoint, b: Endpoint) -> Option<IpAddr> {
+        self.flows.lookup(a, b).and_then(|id| self.flows.get(id)).map(|c| c.client.ip)
+    }
+}

@@ -1,0 +1,165 @@
+//! The Zeek-style records the engine reports: one per finished HTTP transaction (the fields of
+//! Zeek's http.log, [`TransactionRecord`]), one per decision a rule made on a packet
+//! ([`DecisionRecord`]); pageviews are [`crate::pageview::PageviewRecord`]s.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::http::Txn;
+use crate::time::Timestamp;
+use crate::wire::Endpoint;
+
+/// A finished HTTP transaction, as reported. Fields named like a field of Zeek's http.log
+/// mean what Zeek's means (`docs/architecture.md` lists them); the others are rlm's own.
+#[derive(Clone, Debug, Serialize)]
+pub struct TransactionRecord {
+    /// Zeek `ts`: when the request started (its first byte), Unix seconds to the microsecond.
+    pub ts: UnixMicros,
+    /// Zeek `uid`: the connection's identifier (stable for a connection within one analysis).
+    pub uid: String,
+    #[serde(rename = "id.orig_h")]
+    pub orig_h: IpAddr,
+    #[serde(rename = "id.orig_p")]
+    pub orig_p: u16,
+    #[serde(rename = "id.resp_h")]
+    pub resp_h: IpAddr,
+    #[serde(rename = "id.resp_p")]
+    pub resp_p: u16,
+    /// Zeek `trans_depth`: position on its connection, from 1.
+    pub trans_depth: u32,
+    pub method: Option<String>,
+    /// The Host header as sent.
+    pub host: Option<String>,
+    /// Zeek `uri`: the request target, percent-decoded.
+    pub uri: Option<String>,
+    /// The request target exactly as sent.
+    pub original_uri: Option<String>,
+    pub referrer: Option<String>,
+    /// Zeek `version`: the HTTP version of the response.
+    pub version: Option<String>,
+    /// The HTTP version of the request (0.9 for a request line without one).
+    pub request_version: Option<String>,
+    pub user_agent: Option<String>,
+    /// Zeek `request_body_len`: size after content decoding (gzip, deflate).
+    pub request_body_len: u64,
+    /// Zeek `response_body_len`: size after content decoding (gzip, deflate). `rlm analyze`
+    /// decodes; the inline appliance does not, and reports the wire size here.
+    pub response_body_len: u64,
+    /// Body bytes on the wire (de-chunked, not decoded).
+    pub request_body_wire_len: u64,
+    pub response_body_wire_len: u64,
+    /// Zeek `status_code`: the final status.
+    pub status_code: Option<u16>,
+    pub status_msg: Option<String>,
+    /// Zeek `info_code`: the last informational (1xx) status before the final one.
+    pub info_code: Option<u16>,
+    pub content_type: Option<String>,
+    /// First and last byte of the response, as seen.
+    pub response_first_ts: Option<UnixMicros>,
+    pub response_last_ts: Option<UnixMicros>,
+    /// The pageview it belongs to.
+    pub pageview: Option<u64>,
+    /// What was odd about it (bad_content_length, bad_chunking, capture_gap, incomplete, ...).
+    pub anomalies: Vec<&'static str>,
+}
+
+/// Unix seconds, rounded to the microsecond, serialised without float noise
+/// (`1320279566.452687`, not `1320279566.4526870251`).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct UnixMicros(pub f64);
+
+impl UnixMicros {
+    pub fn of(t: Timestamp) -> UnixMicros {
+        let us = t.as_nanos().saturating_add(500) / 1_000;
+        // The f64 nearest the decimal, so that the shortest round-trip form is the decimal.
+        UnixMicros(format!("{}.{:06}", us / 1_000_000, us % 1_000_000).parse().unwrap_or(0.0))
+    }
+    pub fn secs(self) -> f64 {
+        self.0
+    }
+}
+
+impl Serialize for UnixMicros {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+/// Zeek-style connection identifier: `C` and 17 base-62 digits, a hash of the 5-tuple and the
+/// time the connection was first seen.
+pub fn conn_uid(client: Endpoint, server: Endpoint, first_seen: Timestamp) -> String {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let state = ahash::RandomState::with_seeds(0x726c6d, 0x7569, 0x64, 0x2a);
+    let mut h = state.build_hasher();
+    (client, server, first_seen).hash(&mut h);
+    let mut a = h.finish();
+    let mut h2 = state.build_hasher();
+    (a, first_seen, server).hash(&mut h2);
+    let mut b = h2.finish();
+    const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut out = String::with_capacity(18);
+    out.push('C');
+    for i in 0..17 {
+        let x = if i < 9 { &mut a } else { &mut b };
+        out.push(DIGITS[(*x % 62) as usize] as char);
+        *x /= 62;
+    }
+    out
+}
+
+/// A rule acted on a packet (or would have, when replaying a capture).
+#[derive(Clone, Debug, Serialize)]
+pub struct DecisionRecord {
+    pub ts: UnixMicros,
+    /// `FILE:LINE:COL` of the rule.
+    pub rule: String,
+    /// `DROP SYN`, or `LIMIT SYN` when the bucket was empty.
+    pub action: &'static str,
+    pub class: String,
+    pub client: String,
+    pub server: String,
+    /// The SYN was a retransmission by the client.
+    pub retransmission: bool,
+}
+
+impl TransactionRecord {
+    /// The record of a finished transaction between `client` and `server` on a connection first
+    /// seen at `first_seen`, attached to pageview `pageview`.
+    pub fn of(txn: &Txn, client: Endpoint, server: Endpoint, first_seen: Timestamp, pageview: Option<u64>) -> TransactionRecord {
+        let req = txn.request.as_ref();
+        let resp = txn.response.as_ref();
+        let uri = req.map(|r| crate::http::head::unescape_uri(&r.zeek_uri));
+        let status = resp.map(|r| r.status);
+        TransactionRecord {
+            ts: UnixMicros::of(txn.request_ts),
+            uid: conn_uid(client, server, first_seen),
+            orig_h: client.ip,
+            orig_p: client.port,
+            resp_h: server.ip,
+            resp_p: server.port,
+            trans_depth: txn.depth,
+            method: req.map(|r| r.method.clone()),
+            host: req.and_then(|r| r.host.clone()),
+            uri,
+            original_uri: req.map(|r| r.uri.clone()),
+            referrer: req.and_then(|r| r.referrer.clone()),
+            version: resp.map(|r| r.version.as_str().to_string()),
+            request_version: req.map(|r| r.version.as_str().to_string()),
+            user_agent: req.and_then(|r| r.user_agent.clone()),
+            request_body_len: txn.request_body_len_decoded(),
+            response_body_len: txn.response_body_len_decoded(),
+            request_body_wire_len: txn.request_body_len,
+            response_body_wire_len: txn.response_body_len,
+            status_code: status,
+            // As Zeek: a response without a reason phrase says `<empty>`.
+            status_msg: resp.map(|r| r.reason.clone().unwrap_or_else(|| "<empty>".into())),
+            info_code: txn.interim.or(status.filter(|s| (100..200).contains(s))),
+            content_type: resp.and_then(|r| r.content_type.clone()),
+            response_first_ts: txn.response_first_ts.map(UnixMicros::of),
+            response_last_ts: txn.response_last_ts.map(UnixMicros::of),
+            pageview,
+            anomalies: txn.anomalies.labels().collect(),
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! One TCP segment's path through the engine: its connection (found, reused or started), the
+//! TCP tracker's notes (handshake, ends), the application analyzer's events (requests, response
+//! heads, embedded references, finished transactions) into the pageviews, and the nodes that
+//! act on it (SYN, SYN/ACK, response, request). Each stage hands back what it decided; the
+//! frame's verdict is made from it once ([`Engine::handle_link`]).
+
+use std::net::{IpAddr, SocketAddr};
+
+use super::adaptation::AdaptStep;
+use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TransactionRecord, WELL_KNOWN_HTTP_PORTS};
+use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote, HttpOptions};
+use crate::http::{HttpEvent, Txn};
+use crate::pageview::RequestInfo;
+use crate::policy::SynDecision;
+use crate::time::Timestamp;
+use crate::wire::{Endpoint, Segment};
+
+impl Engine {
+    /// A segment, through every stage; what the stages decided about its frame.
+    pub(super) fn on_segment(&mut self, now: Timestamp, port: Port, seg: &Segment<'_>, decided: Option<SynDecision>) -> FrameOutcome {
+        let mut out = FrameOutcome::default();
+        let Some(id) = self.conn_for(now, port, seg) else { return out };
+        let mut notes = Vec::new();
+        let mut app_events = Vec::new();
+        let c = self.flows.get_mut(id).expect("live id");
+        let before_retx = c.c2s.retransmits + c.s2c.retransmits;
+        let before_gap = c.c2s.gap_bytes + c.s2c.gap_bytes;
+        let dir = c.dir_of(seg);
+        // A server segment: from the sequence number of its first byte new to the stream to the
+        // byte past its end (where content adaptation can still blank a reference).
+        let window = match (dir, c.s2c.next_seq()) {
+            (Dir::ToClient, Some(from)) => Some((from, seg.seq.wrapping_add(seg.payload.len() as u32))),
+            _ => None,
+        };
+        let fate = c.on_segment(now, seg, &mut notes, &mut app_events);
+        self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
+        self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
+        let close = self.on_notes(now, id, &notes, decided, &mut out);
+        let rewrite_due = self.process_http(now, id, &mut app_events, window);
+        for depth in rewrite_due {
+            self.decide_rewrite(now, id, depth, seg);
+        }
+        if (self.adapt.removing || self.adapt.rewriting) && self.cfg.adapt {
+            match self.adapt_segment(id, dir, fate, seg) {
+                AdaptStep::Pass => {}
+                AdaptStep::Drop => out.drop = Some(DropCause::AheadOfHole),
+                AdaptStep::Edit(edits) => out.edits = Some(edits),
+            }
+        }
+        if let Some(reason) = close {
+            self.close_conn(now, id, reason);
+            if reason == CloseReason::Refused {
+                self.flows.remove(id);
+            }
+        }
+        self.collect_pageviews();
+        out
+    }
+
+    /// The connection a segment belongs to: the one tracked, or a new one (a new SYN on a
+    /// finished connection's ports starts a new connection; a full table evicts the least
+    /// recently seen). `None`: a segment that cannot start one, or not to a server port.
+    fn conn_for(&mut self, now: Timestamp, port: Port, seg: &Segment<'_>) -> Option<ConnId> {
+        let f = seg.flags;
+        let mut id = self.flows.lookup(seg.src, seg.dst);
+        if let (Some(old), true) = (id, f.syn && !f.ack) {
+            let c = self.flows.get(old).expect("looked up");
+            let same_attempt = seg.src == c.client && c.c2s.next_seq() == Some(seg.seq.wrapping_add(1)) && c.state != ConnState::Closed;
+            if !same_attempt && (c.state == ConnState::Closed || c.state == ConnState::Established || seg.src != c.client) {
+                self.close_conn(now, old, CloseReason::Reused);
+                self.flows.remove(old);
+                id = None;
+            }
+        }
+        if id.is_some() {
+            return id;
+        }
+        if !(f.syn || !seg.payload.is_empty()) || f.rst {
+            self.stats.untracked_segments += 1;
+            return None;
+        }
+        let (client, server) = self.client_of(port, seg);
+        if !self.cfg.server_ports.is_empty() && !self.is_server_port(server.port) {
+            self.stats.other_port_segments += 1;
+            return None;
+        }
+        let midstream = !f.syn;
+        if self.flows.is_full() {
+            if let Some(victim) = self.flows.eviction_candidate() {
+                self.close_conn(now, victim, CloseReason::Evicted);
+                self.flows.remove(victim);
+                self.stats.connections_evicted += 1;
+            }
+        }
+        let http = HttpOptions {
+            scan_embeds: self.cfg.scan_embeds,
+            // With no ports configured, Zeek's HTTP ports are read as HTTP whatever they
+            // carry; other ports only when the client's first bytes look like a request.
+            detect: self.cfg.server_ports.is_empty() && !WELL_KNOWN_HTTP_PORTS.contains(&server.port),
+            decode_bodies: self.cfg.decode_bodies,
+        };
+        let id = self.flows.insert(now, client, server, midstream, Some(http));
+        self.stats.connections += 1;
+        if midstream {
+            self.stats.connections_midstream += 1;
+        }
+        self.push_timer(now + self.cfg.idle_timeout, id, TimerKind::Idle);
+        Some(id)
+    }
+
+    fn is_server_port(&self, p: u16) -> bool {
+        self.cfg.server_ports.contains(&p)
+    }
+
+    /// Which endpoint of a segment of an unknown connection is the client.
+    fn client_of(&self, port: Port, seg: &Segment<'_>) -> (Endpoint, Endpoint) {
+        let (s, d) = (seg.src, seg.dst);
+        match port {
+            Port::Client => return (s, d),
+            Port::Server => return (d, s),
+            Port::Unknown => {}
+        }
+        if seg.flags.syn {
+            return if seg.flags.ack { (d, s) } else { (s, d) };
+        }
+        match (self.is_server_port(s.port), self.is_server_port(d.port)) {
+            (true, false) => (d, s),
+            (false, true) => (s, d),
+            _ => {
+                if s.port < d.port {
+                    (d, s)
+                } else {
+                    (s, d)
+                }
+            }
+        }
+    }
+
+    /// The TCP tracker's notes on a segment: the handshake into the pageviews and the SYN and
+    /// SYN/ACK nodes (what they decide about the frame goes into `out`); how the connection
+    /// ends, if it does.
+    fn on_notes(
+        &mut self,
+        now: Timestamp,
+        id: ConnId,
+        notes: &[FlowNote],
+        decided: Option<SynDecision>,
+        out: &mut FrameOutcome,
+    ) -> Option<CloseReason> {
+        let mut close = None;
+        for note in notes {
+            match *note {
+                FlowNote::Syn { retransmission } => {
+                    if retransmission {
+                        self.stats.syn_retransmissions += 1;
+                    } else {
+                        self.push_timer(now + self.cfg.pageview.connect_timeout, id, TimerKind::Connect);
+                    }
+                    let c = self.flows.get(id).expect("live");
+                    let (client, server) = (c.client, c.server);
+                    let step = self.at_syn(now, id, client, server, retransmission, decided);
+                    out.drop = out.drop.or(step.drop);
+                    out.keep = step.keep.map(|k| (id, k)).or(out.keep);
+                    self.pageviews.on_syn(now, id, client.ip, retransmission);
+                }
+                FlowNote::SynAck { retransmission } => {
+                    if retransmission {
+                        self.stats.synack_retransmissions += 1;
+                    }
+                    // The server answered: no more fast retransmissions.
+                    self.syn.forget_syn(id);
+                    self.pageviews.on_synack(now, id);
+                    if self.syn.injecting_synack && !retransmission {
+                        out.keep = self.at_synack(now, id).map(|k| (id, k)).or(out.keep);
+                    }
+                }
+                FlowNote::Established => self.on_established(now, id),
+                FlowNote::ServerRetransmission => self.pageviews.on_server_retransmission(now, id),
+                FlowNote::Refused => close = Some(CloseReason::Refused),
+                FlowNote::Rst => close = Some(CloseReason::Rst),
+                FlowNote::Fin(_) => {
+                    if self.flows.get(id).expect("live").both_fins() {
+                        close = Some(CloseReason::Fin);
+                    }
+                }
+            }
+        }
+        close
+    }
+
+    /// The handshake is done: no more SYN/ACKs; a real client (its ACK matched the SYN/ACK,
+    /// which a blind spoofer cannot do) earns its class some injections.
+    fn on_established(&mut self, now: Timestamp, id: ConnId) {
+        let c = self.flows.get(id).expect("live");
+        let (client, rtt) = (c.client.ip, c.rtt());
+        self.syn.fast_synacks.remove(&id);
+        if self.syn.injecting && rtt.is_some() {
+            if let Some(p) = &self.policy {
+                let class = p.classify(c.client.into(), c.server.into());
+                self.syn.budgets.earn(class.index());
+            }
+        }
+        self.pageviews.on_established(now, id, client, rtt);
+    }
+
+    /// The HTTP analyzer's events on a connection, in order, into the pageviews and the
+    /// response and request nodes. `window`: the server segment being handled
+    /// ([`Engine::remove_embeds`]). Returns the depths of the requests whose heads completed,
+    /// for a `REWRITE EMBEDS` (when one is in the rules).
+    fn process_http(&mut self, now: Timestamp, id: ConnId, evs: &mut Vec<HttpEvent>, window: Option<(u32, u32)>) -> Vec<u32> {
+        let mut rewrite_due = Vec::new();
+        let mut i = 0;
+        while i < evs.len() {
+            // Taken out in order; what follows stays readable (a transaction that ended in the
+            // same segment is no longer on the connection, only in its `Done` further on).
+            let ev = std::mem::replace(&mut evs[i], HttpEvent::Request { depth: 0 });
+            i += 1;
+            match ev {
+                HttpEvent::Request { depth } => {
+                    self.on_request(now, id, depth);
+                    if self.adapt.rewriting {
+                        rewrite_due.push(depth);
+                    }
+                }
+                HttpEvent::ResponseHead { depth } => self.on_response_head(now, id, depth, &evs[i..]),
+                HttpEvent::Embeds { depth, mut refs } => {
+                    if self.adapt.is_active() {
+                        self.remove_embeds(now, id, depth, &mut refs, window);
+                    }
+                    self.pageviews.on_embeds(now, id, depth, &refs)
+                }
+                HttpEvent::Done(txn) => {
+                    self.adapt.txn_done(id, txn.depth);
+                    self.txn_done(now, id, txn)
+                }
+            }
+        }
+        evs.clear();
+        if let Some(c) = self.flows.get_mut(id) {
+            if c.http.as_ref().is_some_and(|h| h.not_http) {
+                // Counted once: the parser is dropped.
+                self.stats.connections_not_http += 1;
+                c.http = None;
+            }
+        }
+        rewrite_due
+    }
+
+    /// A request's head: into the pageviews.
+    fn on_request(&mut self, now: Timestamp, id: ConnId, depth: u32) {
+        let c = self.flows.get(id).expect("live");
+        let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else { return };
+        let Some(head) = txn.request.as_ref() else { return };
+        let info = RequestInfo {
+            conn: id,
+            client: c.client.ip,
+            server: c.server.to_string(),
+            depth,
+            head,
+            ts: txn.request_ts,
+            conn_first_syn: c.hs.syn.first,
+            conn_established: c.hs.established,
+            conn_syns: c.hs.syn.count,
+            conn_synacks: c.hs.synack.count,
+            conn_first_synack: c.hs.synack.first,
+            rtt: c.rtt(),
+        };
+        self.pageviews.on_request(now, &info);
+    }
+
+    /// A response's head: into the pageviews, its size to the SRPT classifier, and the
+    /// response node (`REMOVE EMBEDS`). `rest`: the events after it from the same segment.
+    fn on_response_head(&mut self, now: Timestamp, id: ConnId, depth: u32, rest: &[HttpEvent]) {
+        let c = self.flows.get(id).expect("live");
+        let on_conn = c.http.as_ref().and_then(|h| h.txn(depth));
+        if let Some(txn) = on_conn {
+            let encoded = txn.response.as_ref().is_some_and(|r| r.encoded);
+            let first = txn.response_first_ts.unwrap_or(now);
+            self.pageviews.on_response_head(first, id, depth, txn.is_html(), encoded);
+        }
+        // The response's place in the sequence space, for the SRPT classifier: from its
+        // transaction on the connection, or, when it completed in the same segment, from its
+        // `Done` later in the batch.
+        if let (Some(fp), Some(txn)) = (self.fastpath.as_mut().filter(|fp| fp.srpt), on_conn.or_else(|| done_in(rest, depth))) {
+            if let (Some(start), end, SocketAddr::V4(client), SocketAddr::V4(server)) =
+                (txn.response_seq, txn.response_end_seq, SocketAddr::from(c.client), SocketAddr::from(c.server))
+            {
+                fp.response_size(client, server, start, end);
+                self.stats.srpt_sizes_published += 1;
+            }
+        }
+        if self.adapt.removing {
+            self.decide_removal(now, id, depth, done_in(rest, depth));
+        }
+    }
+
+    fn txn_done(&mut self, now: Timestamp, id: ConnId, mut txn: Box<Txn>) {
+        let c = self.flows.get(id).expect("live");
+        let (client, server, first_seen) = (c.client, c.server, c.first_seen);
+        if c.midstream {
+            // Read from a resynchronisation point: what came before the capture joined is unknown.
+            txn.anomalies.insert(crate::http::Anomalies::MIDSTREAM);
+        }
+        let pv = self.pageviews.on_txn_done(now, id, txn.depth, txn.response_first_ts, txn.response_last_ts);
+        self.learn_transfer(id, &txn);
+        self.stats.transactions += 1;
+        if !txn.anomalies.is_empty() {
+            self.stats.transactions_with_anomalies += 1;
+        }
+        if self.cfg.transaction_records {
+            self.events.push_back(Event::Transaction(TransactionRecord::of(&txn, client, server, first_seen, pv)));
+        }
+    }
+
+    /// Close a connection: flush HTTP, tell the pageviews. It stays in the table (Closed) until
+    /// its linger expires, unless the caller removes it.
+    pub(super) fn close_conn(&mut self, now: Timestamp, id: ConnId, reason: CloseReason) {
+        let mut evs = Vec::new();
+        let Some(c) = self.flows.get_mut(id) else { return };
+        if c.state == ConnState::Closed {
+            return;
+        }
+        let never_established = !c.was_established();
+        self.syn.forget(id);
+        c.close(now, reason == CloseReason::Shutdown, &mut evs);
+        let client = c.client.ip;
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.flow_end(c.client, c.server);
+        }
+        self.adapt.on_close(c);
+        let (first_syn, syns) = (c.hs.syn.first, c.hs.syn.count);
+        // What a flush at a close brings is read; requests it completes are not rewritten (no
+        // segment of theirs is being handled).
+        self.process_http(now, id, &mut evs, None);
+        // After the flush, which can start a removal.
+        self.adapt.forget(id);
+        // A closed connection stays only to absorb stragglers: its slot is freed after the
+        // linger, not after the idle timeout armed when it opened.
+        if !matches!(reason, CloseReason::Shutdown | CloseReason::Refused | CloseReason::ConnectTimeout | CloseReason::Evicted) {
+            self.push_timer(now + self.cfg.closed_linger, id, TimerKind::Idle);
+        }
+        let failed = match (reason, never_established, first_syn) {
+            (CloseReason::ConnectTimeout, _, Some(s)) => Some((s, s + self.cfg.pageview.connect_timeout, syns)),
+            (CloseReason::Refused, _, Some(s)) => Some((s, now, syns)),
+            _ => None,
+        };
+        if failed.is_some() {
+            self.stats.connections_failed += 1;
+        }
+        self.pageviews.on_conn_closed(now, id, client, failed);
+        self.collect_pageviews();
+    }
+
+    /// Pageviews that ended: classed, into the class statistics, reported.
+    pub(super) fn collect_pageviews(&mut self) {
+        for mut pv in self.pageviews.take_done() {
+            self.stats.pageviews += 1;
+            if let Some(policy) = self.policy.as_mut() {
+                let client: Option<IpAddr> = pv.client.parse().ok();
+                let server: SocketAddr = pv.server.as_deref().and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+                if let Some(ip) = client {
+                    let class = policy.classify_ip(ip, server);
+                    pv.class = Some(policy.class_name(class).to_string());
+                    if !pv.incomplete {
+                        policy.on_pageview(self.last_now, class, pv.rt_s);
+                    }
+                }
+            }
+            self.events.push_back(Event::Pageview(pv));
+        }
+    }
+}
+
+/// A transaction that ended among `rest` (the events after its response's head, from the same
+/// segment): it is no longer on its connection.
+fn done_in(rest: &[HttpEvent], depth: u32) -> Option<&Txn> {
+    rest.iter().find_map(|e| match e {
+        HttpEvent::Done(t) if t.depth == depth => Some(&**t),
+        _ => None,
+    })
+}

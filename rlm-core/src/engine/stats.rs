@@ -1,0 +1,91 @@
+//! The engine's counters and table sizes, for metrics, status and bounds tests.
+
+use serde::Serialize;
+
+/// Sizes of the engine's tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TableSizes {
+    pub connections: usize,
+    pub timers: usize,
+    pub open_pageviews: usize,
+    pub pageview_deadlines: usize,
+    pub client_rtts: usize,
+}
+
+/// Counters, all monotonic.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    pub frames: u64,
+    pub bytes: u64,
+    pub tcp_segments: u64,
+    /// Frames that did not decode, by reason.
+    pub malformed: std::collections::BTreeMap<&'static str, u64>,
+    /// Frames that are not ours (not IP, not TCP, fragments), by reason.
+    pub ignored: std::collections::BTreeMap<&'static str, u64>,
+    /// TCP segments to ports we were told not to watch.
+    pub other_port_segments: u64,
+    /// Segments of no tracked connection that could not start one (bare ACKs, FINs, RSTs).
+    pub untracked_segments: u64,
+    pub connections: u64,
+    pub connections_midstream: u64,
+    pub connections_failed: u64,
+    pub connections_evicted: u64,
+    pub connections_not_http: u64,
+    pub syn_retransmissions: u64,
+    pub synack_retransmissions: u64,
+    /// SYNs the rules dropped (DROP SYN, or LIMIT SYN with an empty bucket).
+    pub syns_dropped: u64,
+    /// SYNs retransmitted to the servers on the clients' behalf (`FAST SYN`).
+    pub fast_syns_sent: u64,
+    /// Responses whose place in the sequence space went to the SRPT classifier.
+    pub srpt_sizes_published: u64,
+    /// Clients' own retransmissions absorbed while rlm was retransmitting for them.
+    pub fast_syns_absorbed: u64,
+    /// Clients' own retransmissions of a held SYN let through: the rule had let go before the
+    /// paced release reached the SYN.
+    pub fast_syns_client_passed: u64,
+    /// SYN/ACKs retransmitted to the clients on the servers' behalf (`FAST SYN/ACK`).
+    pub fast_synacks_sent: u64,
+    /// First SYNs of pageviews held back (`DELAY FIRST SYN`).
+    pub syns_delayed: u64,
+    /// Frames the injection budget refused (the retransmissions stop; the endpoints' own TCP
+    /// takes over), or not kept because too many were pending.
+    pub inject_denied: u64,
+    /// Frames not sent because no link address was known for where they go.
+    pub inject_no_mac: u64,
+    /// Image references blanked out of container pages (`REMOVE EMBEDS`).
+    pub embeds_removed: u64,
+    /// References a rule took but that stayed: part of their attributes had gone on in an
+    /// earlier segment (`split`), or the scanner could not place them on the wire (`unmapped`),
+    /// or the connection's record of blanks was full.
+    pub embeds_kept_split: u64,
+    pub embeds_kept_unmapped: u64,
+    pub adapt_record_full: u64,
+    /// Requests of embedded images rewritten to the mapping's variant (`REWRITE EMBEDS`).
+    pub embeds_rewritten: u64,
+    /// Requests a rewrite took that went on as they were: the mapping has no variant for the
+    /// target (`unmapped`), the target was not wholly in the segment that completed the head
+    /// (`split`), or the request line was not spaced as parsed (`unplaced`).
+    pub rewrites_unmapped: u64,
+    pub rewrites_split: u64,
+    pub rewrites_unplaced: u64,
+    /// `IF PREDICTED` decisions: made from a cell's measured mean, from the model, or not made
+    /// because the object's size was not known yet (the object is left alone).
+    pub predictions_measured: u64,
+    pub predictions_model: u64,
+    pub predictions_no_size: u64,
+    /// Containers a rule took but left alone: their body came content-encoded.
+    pub adapt_skipped_encoded: u64,
+    /// Server segments past a hole dropped while a removal was under way (the server resends
+    /// them, and the resend is blanked).
+    pub adapt_ooo_dropped: u64,
+    /// Server segments forwarded with blanks (first copies and retransmissions).
+    pub adapt_segments_edited: u64,
+    /// Segments whose blanks could not be written (left as they were).
+    pub adapt_patch_failed: u64,
+    pub retransmitted_segments: u64,
+    pub gap_bytes: u64,
+    pub transactions: u64,
+    pub transactions_with_anomalies: u64,
+    pub pageviews: u64,
+}
