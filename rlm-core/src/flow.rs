@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use ahash::AHashMap;
 
-use crate::http::{HttpConn, HttpEvent};
 use crate::time::Timestamp;
 use crate::wire::{Endpoint, Segment};
 
@@ -340,11 +339,25 @@ pub enum FlowNote {
     ServerRetransmission,
 }
 
-pub use crate::http::HttpOptions;
+/// What the TCP tracker hands a connection's application analyzer: its bytes each way in order,
+/// the holes it will never see, the ends. The tracker knows TCP only; what the bytes mean is the
+/// analyzer's ([`crate::analyzer`]).
+pub trait StreamAnalyzer {
+    /// What the analyzer reports.
+    type Event;
+    /// In-order bytes of `dir` starting at sequence number `seq`.
+    fn on_data(&mut self, now: Timestamp, dir: Dir, seq: u32, data: &[u8], out: &mut Vec<Self::Event>);
+    /// `len` bytes of `dir` that will never be seen (a capture gap, or acknowledged past a hole).
+    fn on_gap(&mut self, now: Timestamp, dir: Dir, len: u64, out: &mut Vec<Self::Event>);
+    /// `dir` ended (its FIN, in order).
+    fn on_end(&mut self, now: Timestamp, dir: Dir, out: &mut Vec<Self::Event>);
+    /// The connection ended; `cut_off`: by the end of the capture or a shutdown, not the peers.
+    fn on_close(&mut self, now: Timestamp, cut_off: bool, out: &mut Vec<Self::Event>);
+}
 
-/// One tracked TCP connection.
+/// One tracked TCP connection, with its application analyzer `A`.
 #[derive(Debug)]
-pub struct Conn {
+pub struct Conn<A> {
     pub client: Endpoint,
     pub server: Endpoint,
     pub state: ConnState,
@@ -357,15 +370,16 @@ pub struct Conn {
     pub midstream: bool,
     /// Round-trip time client↔appliance, from the handshake (SYN/ACK → ACK), in microseconds.
     pub rtt_us: Option<u32>,
-    pub http: Option<HttpConn>,
+    /// The application analyzer reading its bytes (none: not read, or given up).
+    pub app: Option<A>,
     /// Set by the engine: the pageview this connection is attached to and its index there.
     pub pageview: Option<(u64, u16)>,
     /// Timer generation, so stale timers are recognised.
     pub gen: u32,
 }
 
-impl Conn {
-    fn new(now: Timestamp, client: Endpoint, server: Endpoint, midstream: bool, http: Option<HttpOptions>) -> Conn {
+impl<A: StreamAnalyzer> Conn<A> {
+    fn new(now: Timestamp, client: Endpoint, server: Endpoint, midstream: bool, app: Option<A>) -> Conn<A> {
         Conn {
             client,
             server,
@@ -377,7 +391,7 @@ impl Conn {
             last_seen: now,
             midstream,
             rtt_us: None,
-            http: http.map(|o| HttpConn::new(midstream, o)),
+            app,
             pageview: None,
             gen: 0,
         }
@@ -401,7 +415,7 @@ impl Conn {
     }
 
     /// Process one segment of this connection; what became of its payload.
-    pub fn on_segment(&mut self, now: Timestamp, seg: &Segment<'_>, notes: &mut Vec<FlowNote>, http_out: &mut Vec<HttpEvent>) -> SegFate {
+    pub fn on_segment(&mut self, now: Timestamp, seg: &Segment<'_>, notes: &mut Vec<FlowNote>, app_out: &mut Vec<A::Event>) -> SegFate {
         self.last_seen = now;
         let dir = self.dir_of(seg);
         let f = seg.flags;
@@ -454,20 +468,14 @@ impl Conn {
             Dir::ToServer => (&mut self.c2s, &mut self.s2c),
             Dir::ToClient => (&mut self.s2c, &mut self.c2s),
         };
-        let http = &mut self.http;
+        let app = &mut self.app;
         let mut server_retransmitted = false;
         let mut sink = |c: Chunk<'_>, d: Dir| {
             if let (Chunk::Retransmitted, Dir::ToClient) = (&c, d) {
                 server_retransmitted = true;
             }
-            if let Some(h) = http.as_mut() {
-                match (c, d) {
-                    (Chunk::Data { seq, data }, Dir::ToServer) => h.on_client_data(now, seq, data, http_out),
-                    (Chunk::Data { seq, data }, Dir::ToClient) => h.on_server_data(now, seq, data, http_out),
-                    (Chunk::Gap(n), Dir::ToServer) => h.on_client_gap(n),
-                    (Chunk::Gap(n), Dir::ToClient) => h.on_server_gap(now, n, http_out),
-                    (Chunk::Retransmitted, _) => {}
-                }
+            if let Some(a) = app.as_mut() {
+                deliver(a, now, c, d, app_out);
             }
         };
         if f.ack {
@@ -485,11 +493,8 @@ impl Conn {
             if !seq_lt(this.next, fin_seq) {
                 this.fin_seen = true;
                 this.next = fin_seq.wrapping_add(1);
-                if let Some(h) = self.http.as_mut() {
-                    match dir {
-                        Dir::ToServer => h.on_client_end(http_out),
-                        Dir::ToClient => h.on_server_end(now, http_out),
-                    }
+                if let Some(a) = self.app.as_mut() {
+                    a.on_end(now, dir, app_out);
                 }
                 notes.push(FlowNote::Fin(dir));
             }
@@ -514,25 +519,34 @@ impl Conn {
 
     /// End the connection: flush what waits and report every open transaction.
     /// `cut_off`: ended by the end of the capture or a shutdown, not by the peers.
-    pub fn close(&mut self, now: Timestamp, cut_off: bool, http_out: &mut Vec<HttpEvent>) {
+    pub fn close(&mut self, now: Timestamp, cut_off: bool, app_out: &mut Vec<A::Event>) {
         if self.state == ConnState::Closed {
             return;
         }
         self.state = ConnState::Closed;
-        let http = &mut self.http;
-        self.c2s.flush_all(now, &mut |c| match (http.as_mut(), c) {
-            (Some(h), Chunk::Data { seq, data }) => h.on_client_data(now, seq, data, http_out),
-            (Some(h), Chunk::Gap(n)) => h.on_client_gap(n),
-            _ => {}
+        let app = &mut self.app;
+        self.c2s.flush_all(now, &mut |c| {
+            if let Some(a) = app.as_mut() {
+                deliver(a, now, c, Dir::ToServer, app_out);
+            }
         });
-        self.s2c.flush_all(now, &mut |c| match (http.as_mut(), c) {
-            (Some(h), Chunk::Data { seq, data }) => h.on_server_data(now, seq, data, http_out),
-            (Some(h), Chunk::Gap(n)) => h.on_server_gap(now, n, http_out),
-            _ => {}
+        self.s2c.flush_all(now, &mut |c| {
+            if let Some(a) = app.as_mut() {
+                deliver(a, now, c, Dir::ToClient, app_out);
+            }
         });
-        if let Some(h) = self.http.as_mut() {
-            h.close(now, cut_off, http_out);
+        if let Some(a) = self.app.as_mut() {
+            a.on_close(now, cut_off, app_out);
         }
+    }
+}
+
+/// Hand a chunk of `dir`'s stream to the analyzer.
+fn deliver<A: StreamAnalyzer>(a: &mut A, now: Timestamp, c: Chunk<'_>, dir: Dir, out: &mut Vec<A::Event>) {
+    match c {
+        Chunk::Data { seq, data } => a.on_data(now, dir, seq, data, out),
+        Chunk::Gap(n) => a.on_gap(now, dir, n, out),
+        Chunk::Retransmitted => {}
     }
 }
 
@@ -564,10 +578,10 @@ pub struct ConnId {
     pub gen: u32,
 }
 
-/// The bounded connection table.
-pub struct FlowTable {
+/// The bounded connection table; each connection has an application analyzer `A`.
+pub struct FlowTable<A> {
     map: AHashMap<FlowKey, u32>,
-    slots: Vec<Option<Conn>>,
+    slots: Vec<Option<Conn<A>>>,
     free: Vec<u32>,
     gens: Vec<u32>,
     capacity: usize,
@@ -578,8 +592,8 @@ pub struct FlowTable {
 /// How many live slots an eviction looks at to pick the least recently seen.
 const EVICTION_SAMPLE: usize = 16;
 
-impl FlowTable {
-    pub fn new(capacity: usize) -> FlowTable {
+impl<A: StreamAnalyzer> FlowTable<A> {
+    pub fn new(capacity: usize) -> FlowTable<A> {
         FlowTable { map: AHashMap::new(), slots: Vec::new(), free: Vec::new(), gens: Vec::new(), capacity: capacity.max(1), clock: 0 }
     }
 
@@ -595,11 +609,11 @@ impl FlowTable {
         self.map.get(&FlowKey::of(a, b)).map(|&slot| ConnId { slot, gen: self.gens[slot as usize] })
     }
 
-    pub fn get(&self, id: ConnId) -> Option<&Conn> {
+    pub fn get(&self, id: ConnId) -> Option<&Conn<A>> {
         (self.gens.get(id.slot as usize) == Some(&id.gen)).then(|| self.slots[id.slot as usize].as_ref()).flatten()
     }
 
-    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn<A>> {
         if self.gens.get(id.slot as usize) == Some(&id.gen) {
             self.slots[id.slot as usize].as_mut()
         } else {
@@ -638,7 +652,7 @@ impl FlowTable {
     }
 
     /// Insert a new connection (the caller evicted first if full).
-    pub fn insert(&mut self, now: Timestamp, client: Endpoint, server: Endpoint, midstream: bool, http: Option<HttpOptions>) -> ConnId {
+    pub fn insert(&mut self, now: Timestamp, client: Endpoint, server: Endpoint, midstream: bool, app: Option<A>) -> ConnId {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -648,7 +662,7 @@ impl FlowTable {
             }
         };
         let gen = self.gens[slot as usize];
-        let mut c = Conn::new(now, client, server, midstream, http);
+        let mut c = Conn::new(now, client, server, midstream, app);
         c.gen = gen;
         self.slots[slot as usize] = Some(c);
         self.map.insert(FlowKey::of(client, server), slot);
@@ -656,7 +670,7 @@ impl FlowTable {
     }
 
     /// Remove a connection; returns it.
-    pub fn remove(&mut self, id: ConnId) -> Option<Conn> {
+    pub fn remove(&mut self, id: ConnId) -> Option<Conn<A>> {
         if self.gens.get(id.slot as usize) != Some(&id.gen) {
             return None;
         }
@@ -676,6 +690,7 @@ impl FlowTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analyzer::Analyzer;
 
     fn collect(h: &mut HalfStream, segs: &[(u32, &[u8])]) -> (Vec<u8>, u64) {
         let (data, gaps, _) = collect_fates(h, segs);
@@ -769,14 +784,14 @@ mod tests {
     fn table_evicts_and_reuses_slots_with_new_generation() {
         let ep = |p| Endpoint { ip: "10.0.0.1".parse().unwrap(), port: p };
         let srv = Endpoint { ip: "10.9.0.1".parse().unwrap(), port: 80 };
-        let mut t = FlowTable::new(2);
-        let a = t.insert(Timestamp(1), ep(1), srv, false, Some(HttpOptions { scan_embeds: true, detect: false, decode_bodies: true }));
-        let _b = t.insert(Timestamp(2), ep(2), srv, false, Some(HttpOptions { scan_embeds: true, detect: false, decode_bodies: true }));
+        let mut t = FlowTable::<Analyzer>::new(2);
+        let a = t.insert(Timestamp(1), ep(1), srv, false, None);
+        let _b = t.insert(Timestamp(2), ep(2), srv, false, None);
         assert!(t.is_full());
         let victim = t.eviction_candidate().unwrap();
         assert_eq!(victim, a, "least recently seen goes first");
         t.remove(victim).unwrap();
-        let c = t.insert(Timestamp(3), ep(3), srv, false, Some(HttpOptions { scan_embeds: true, detect: false, decode_bodies: true }));
+        let c = t.insert(Timestamp(3), ep(3), srv, false, None);
         assert_eq!(c.slot, a.slot);
         assert_ne!(c.gen, a.gen);
         assert!(t.get(a).is_none(), "stale handle must not reach the new connection");
@@ -792,7 +807,8 @@ mod size_tests {
     /// empty between messages) and the out-of-order buffer (allocated only while a hole is open).
     #[test]
     fn connection_state_fits_512_bytes() {
-        let conn = std::mem::size_of::<Conn>();
+        // With the largest analyzer (HTTP's).
+        let conn = std::mem::size_of::<Conn<crate::analyzer::Analyzer>>();
         // Each table entry also costs its map slot (key + slot index) and a generation.
         let entry = std::mem::size_of::<FlowKey>() + std::mem::size_of::<u32>() * 2 + 1;
         println!("Conn {conn} B, table entry {entry} B");

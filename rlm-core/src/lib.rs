@@ -11,6 +11,7 @@
 
 pub mod actions;
 pub mod adapt;
+pub mod analyzer;
 pub mod engine;
 pub mod flow;
 pub mod http;

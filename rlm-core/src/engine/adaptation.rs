@@ -12,6 +12,7 @@ use crate::adapt::patch::{self, Edit};
 use crate::adapt::predict::{self, size_key, Basis, ClientLoss, Predictor, SizeCache, Standing};
 use crate::adapt::remove::Removal;
 use crate::adapt::{rewrite, AdaptConn};
+use crate::analyzer::Analyzer;
 use crate::flow::{Conn, ConnId, Dir, SegFate};
 use crate::http::{EmbedKind, EmbedRef, Txn};
 use crate::policy::Policy;
@@ -81,7 +82,7 @@ impl Adaptation {
     }
 
     /// A connection closed: learn its client's loss (for predictions).
-    pub fn on_close(&mut self, c: &Conn) {
+    pub fn on_close(&mut self, c: &Conn<Analyzer>) {
         if self.predicting && c.s2c.bytes > 0 {
             self.client_loss.on_conn(c.client.ip, c.s2c.bytes, c.s2c.retransmits, MSS_GUESS);
         }
@@ -117,7 +118,7 @@ impl Engine {
     /// `done`: the transaction, when it has ended already (within the same segment).
     pub(super) fn decide_removal(&mut self, now: Timestamp, id: ConnId, depth: u32, done: Option<&Txn>) {
         let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return };
-        let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)).or(done).filter(|t| t.is_html()) else { return };
+        let Some(txn) = c.http().and_then(|h| h.txn(depth)).or(done).filter(|t| t.is_html()) else { return };
         let Some(resp) = txn.response.as_ref().filter(|r| (200..300).contains(&r.status)) else { return };
         // The fast path queues (and so lets rlm rewrite) IPv4 segments only.
         if !c.server.ip.is_ipv4() {
@@ -152,7 +153,7 @@ impl Engine {
         if !c.server.ip.is_ipv4() || c.dir_of(seg) != Dir::ToServer {
             return;
         }
-        let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else { return };
+        let Some(txn) = c.http().and_then(|h| h.txn(depth)) else { return };
         let (Some(req), Some(request_seq)) = (txn.request.as_ref(), txn.request_seq) else { return };
         // Only the images a container listed.
         let Some(position) = self.pageviews.image_position(id, depth) else { return };
@@ -287,7 +288,7 @@ impl Engine {
     }
 
     /// The RTT of a connection's client: its last handshake's at the appliance, else this one's.
-    fn client_rtt(&self, c: &Conn) -> Option<Duration> {
+    fn client_rtt(&self, c: &Conn<Analyzer>) -> Option<Duration> {
         self.pageviews.client_rtt(c.client.ip).or(c.rtt())
     }
 

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use crate::actions::InjectBudget;
 use crate::adapt::patch::Edit;
+use crate::analyzer::Analyzer;
 use crate::flow::{CloseReason, ConnId, ConnState, FlowTable};
 use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews};
 use crate::policy::{Policy, SynDecision};
@@ -194,7 +195,7 @@ enum TimerKind {
 /// The engine.
 pub struct Engine {
     cfg: Config,
-    flows: FlowTable,
+    flows: FlowTable<Analyzer>,
     pageviews: Pageviews,
     timers: BinaryHeap<Reverse<(Timestamp, ConnId, TimerKind)>>,
     /// The heap's size after its last compaction ([`Engine::push_timer`]).

@@ -8,7 +8,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::adaptation::AdaptStep;
 use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TransactionRecord, WELL_KNOWN_HTTP_PORTS};
-use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote, HttpOptions};
+use crate::analyzer::Analyzer;
+use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote};
+use crate::http::HttpOptions;
 use crate::http::{HttpEvent, Txn};
 use crate::pageview::RequestInfo;
 use crate::policy::SynDecision;
@@ -99,7 +101,7 @@ impl Engine {
             detect: self.cfg.server_ports.is_empty() && !WELL_KNOWN_HTTP_PORTS.contains(&server.port),
             decode_bodies: self.cfg.decode_bodies,
         };
-        let id = self.flows.insert(now, client, server, midstream, Some(http));
+        let id = self.flows.insert(now, client, server, midstream, Some(Analyzer::http(midstream, http)));
         self.stats.connections += 1;
         if midstream {
             self.stats.connections_midstream += 1;
@@ -237,10 +239,10 @@ impl Engine {
         }
         evs.clear();
         if let Some(c) = self.flows.get_mut(id) {
-            if c.http.as_ref().is_some_and(|h| h.not_http) {
-                // Counted once: the parser is dropped.
+            if c.app.as_ref().is_some_and(Analyzer::gave_up) {
+                // Counted once: the analyzer is dropped.
                 self.stats.connections_not_http += 1;
-                c.http = None;
+                c.app = None;
             }
         }
         rewrite_due
@@ -249,7 +251,7 @@ impl Engine {
     /// A request's head: into the pageviews.
     fn on_request(&mut self, now: Timestamp, id: ConnId, depth: u32) {
         let c = self.flows.get(id).expect("live");
-        let Some(txn) = c.http.as_ref().and_then(|h| h.txn(depth)) else { return };
+        let Some(txn) = c.http().and_then(|h| h.txn(depth)) else { return };
         let Some(head) = txn.request.as_ref() else { return };
         let info = RequestInfo {
             conn: id,
@@ -272,7 +274,7 @@ impl Engine {
     /// response node (`REMOVE EMBEDS`). `rest`: the events after it from the same segment.
     fn on_response_head(&mut self, now: Timestamp, id: ConnId, depth: u32, rest: &[HttpEvent]) {
         let c = self.flows.get(id).expect("live");
-        let on_conn = c.http.as_ref().and_then(|h| h.txn(depth));
+        let on_conn = c.http().and_then(|h| h.txn(depth));
         if let Some(txn) = on_conn {
             let encoded = txn.response.as_ref().is_some_and(|r| r.encoded);
             let first = txn.response_first_ts.unwrap_or(now);
