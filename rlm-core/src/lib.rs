@@ -9,6 +9,8 @@
 //! drivers (capture files, the live inline path) and the commands around it.
 //! [`testkit`] (feature `testkit`) builds TCP conversations for tests and benches.
 
+#![warn(missing_docs)]
+
 pub mod actions;
 pub mod adapt;
 pub mod analyzer;
