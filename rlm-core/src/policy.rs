@@ -9,9 +9,11 @@
 //! raw comparison has held its new value for `d` (hysteresis, `rules::RuleSet::update_holds`).
 //!
 //! Actions carried out here: `DROP SYN`, `LIMIT SYN` (a token bucket per rule and class, as in
-//! Voigt's TCP SYN policing). The others parse and type-check; their mechanics come later
-//! (fast retransmission, delayed first SYN, embed removal and rewrite) and they are counted as
-//! `deferred` when their rule fires.
+//! Voigt's TCP SYN policing). The others are decided here and carried out by the engine: fast
+//! retransmission and the delayed first SYN by the SYN and SYN/ACK nodes (`engine/syn.rs`, with
+//! the frames of `actions.rs`), embed removal and rewrite by content adaptation
+//! (`engine/adaptation.rs`). Under a driver that cannot carry one out (no injection, no
+//! rewritten frames) it is counted as `deferred` when its rule fires.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;

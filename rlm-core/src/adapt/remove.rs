@@ -37,7 +37,8 @@ impl Removal {
 }
 
 /// Whether `select` takes the image reference at `position` (1-based, document order) with
-/// `url` (as written in the page). `IF PREDICTED` takes nothing yet: prediction comes later.
+/// `url` (as written in the page). `IF PREDICTED` takes nothing here: the engine judges each
+/// object with the transfer-time predictor instead (`engine/adaptation.rs`).
 pub fn selects(select: &EmbedSelect, position: u32, url: &str) -> bool {
     match select {
         EmbedSelect::All => true,
