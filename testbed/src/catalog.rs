@@ -9,7 +9,8 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::experiment::{read_truth, run_arm, ArmResult, ArmSpec, OpenLoopArm, RlmArm};
+use crate::arm::{read_truth, ArmResult, ArmSpec, OpenLoopArm, RlmArm};
+use crate::experiment::run_arm;
 use crate::farm::FarmConfig;
 use crate::report::{self, Fidelity};
 use sim_clients::openloop::Schedule;

@@ -1,6 +1,7 @@
 //! The rlm lab (`rlm-lab`): an emulated server farm, browsers and WAN on one machine, in
 //! network namespaces, with the appliance as a bridge between them.
 
+pub mod arm;
 pub mod catalog;
 pub mod experiment;
 pub mod farm;

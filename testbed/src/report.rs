@@ -8,7 +8,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::experiment::ArmResult;
+use crate::arm::ArmResult;
 
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
@@ -486,7 +486,7 @@ pub fn write(
             let recs: Vec<sim_clients::openloop::RequestRecord> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
             (recs.iter().filter(|r| r.ok).map(|r| r.rt_s).collect(), "requests")
         } else {
-            (crate::experiment::read_truth(&a.ground_truth).unwrap_or_default().iter().map(|p| p.rt_s).collect(), "pageviews")
+            (crate::arm::read_truth(&a.ground_truth).unwrap_or_default().iter().map(|p| p.rt_s).collect(), "pageviews")
         };
         let s = crate::stats::PvStats::of(&rts, 0);
         let png = format!("{}-rt.png", a.name);
@@ -500,7 +500,7 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::{pv_stats, timeline, PageviewSummary};
+    use crate::arm::{pv_stats, timeline, PageviewSummary};
 
     /// The quick arms of an experiment with 40 synthetic pageviews each (a third in the first
     /// group, HIGH, the rest in the others in turn; arm k's k seconds slower than the first),
