@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 
 use crate::arm::{read_truth, ArmResult, ArmSpec, OpenLoopArm, RlmArm};
-use crate::experiment::run_arm;
+use crate::runner::run_arm;
 use crate::farm::FarmConfig;
 use crate::report::{self, Fidelity};
 use sim_clients::openloop::Schedule;

@@ -3,11 +3,11 @@
 
 pub mod arm;
 pub mod catalog;
-pub mod experiment;
 pub mod farm;
 pub mod inline;
 pub mod netns;
 pub mod report;
+pub mod runner;
 pub mod stats;
 pub mod throughput;
 pub mod topology;
