@@ -3,6 +3,7 @@
 
 pub mod arm;
 pub mod catalog;
+pub mod experiments;
 pub mod farm;
 pub mod inline;
 pub mod netns;
