@@ -146,6 +146,7 @@ impl Experiment for FastSyn {
 mod tests {
     use super::*;
     use crate::experiments::syn_throttle::SynThrottle;
+    use crate::experiments::testing::synthetic_arms;
 
     #[test]
     fn arms_and_rules() {
@@ -171,5 +172,17 @@ mod tests {
         assert_eq!(rules(&fs[1]), fast);
         assert_eq!(fs[1].rlm.as_ref().unwrap().extra_args, ["--class-window", "1", "--fast-release-per-s", "8"]);
         assert_eq!((fs[1].clients(), fs[1].duration_s), (240, 60.0));
+    }
+
+    #[test]
+    fn fast_syn_report_has_the_classes_and_rlm_counters() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-fastsyn-{}", std::process::id()));
+        let (arms, note) = synthetic_arms(&dir, &FastSyn);
+        let md = crate::report::write(&dir, "fast-syn", true, &arms, None, note, &FastSyn.params(true)).unwrap();
+        assert!(md.contains("| arm | class | pageviews | mean | p95 | > 3 s | failed |"), "{md}");
+        assert!(md.contains("| fast-syn | LOW | 26 |"), "{md}");
+        assert!(md.contains("| fast-syn | 12 | 7 | - | - | - | 30 | - |"), "{md}");
+        assert!(md.contains("### Timeline"), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

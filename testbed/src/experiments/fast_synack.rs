@@ -139,6 +139,7 @@ impl Experiment for FastSynack {
 mod tests {
     use super::*;
     use crate::experiments::baseline_wan::BaselineWan;
+    use crate::experiments::testing::synthetic_arms;
 
     #[test]
     fn arms_rules_and_sizes() {
@@ -163,5 +164,19 @@ mod tests {
         // About 10 s of setup per arm: the quick experiment within 4.5 minutes.
         let wall: f64 = quick.iter().map(|s| s.duration_s + 10.0).sum();
         assert!(wall <= 270.0, "{wall} s");
+    }
+
+    #[test]
+    fn fast_synack_report_is_004_table_1() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-synack-{}", std::process::id()));
+        let (arms, note) = synthetic_arms(&dir, &FastSynack);
+        let md = crate::report::write(&dir, "fast-synack", true, &arms, None, note, &FastSynack.params(true)).unwrap();
+        assert!(md.contains("| SYN/ACK gap | mean PV RT | mean speedup | 95th % PV RT | > 3 s PV RT | total pages |"), "{md}");
+        // gap-3s is the reference (mean 2.5 s); gap-500ms is 1 s slower in this synthetic run.
+        assert!(md.contains("| 3s (off) | 2.50 s | 0.0% | 4.50 s | 40.00% | 40 | 0 |"), "{md}");
+        assert!(md.contains("| 500ms | 3.50 s | -40.0% |"), "{md}");
+        assert!(md.contains("| 10ms | 4.50 s |"), "{md}");
+        assert!(md.contains(r#"- synack_gaps: ["3s","500ms","10ms"]"#), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

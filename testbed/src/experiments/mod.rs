@@ -236,3 +236,97 @@ pub fn check_browsers(name: &str, r: &Value, v: &mut Vec<(bool, String)>) {
         v.push((n >= 100, format!("{name}/{}: {n} pageviews measured", a["name"].as_str().unwrap_or("?"))));
     }
 }
+
+/// What the experiments' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+
+    use super::Experiment;
+    use crate::arm::{pv_stats, timeline, ArmResult, PageviewSummary};
+
+    /// The quick arms of an experiment with 40 synthetic pageviews each (a third in the first
+    /// group, HIGH, the rest in the others in turn; arm k's k seconds slower than the first),
+    /// their ground truth written to `dir`, and the note.
+    pub fn synthetic_arms(dir: &Path, e: &dyn Experiment) -> (Vec<ArmResult>, &'static str) {
+        std::fs::create_dir_all(dir).unwrap();
+        let (specs, note) = (e.arms(true), e.note());
+        let mut arms = Vec::new();
+        for (k, spec) in specs.iter().enumerate() {
+            let truth = dir.join(format!("{}.jsonl", spec.name));
+            let mut lines = String::new();
+            let mut pvs = Vec::new();
+            let names = spec.class_names();
+            for i in 0..40 {
+                let class = &names[(i % 3).min(names.len() - 1)];
+                let g = sim_clients::browser::GroundTruth {
+                    client: "10.4.0.1".into(),
+                    class: class.into(),
+                    url: "/home".into(),
+                    start_ts: 1000.0 + i as f64 * 1.5,
+                    end_ts: 1001.0 + i as f64 * 1.5,
+                    rt_s: 0.5 + (i % 5) as f64 + k as f64,
+                    objects_fetched: 3,
+                    objects_expected: 3,
+                    syn_retransmissions: 0,
+                    failed_connections: 0,
+                    failed: false,
+                };
+                lines.push_str(&serde_json::to_string(&g).unwrap());
+                lines.push('\n');
+                pvs.push(g);
+            }
+            std::fs::write(&truth, lines).unwrap();
+            let by_class = names.iter().map(|c| (c.to_string(), pv_stats(pvs.iter().filter(|p| p.class == *c)))).collect();
+            let rlm = spec.rlm.as_ref().map(|_| crate::inline::RlmOutcome {
+                exit_code: Some(0),
+                clean_exit: true,
+                rules_installed: true,
+                syn_drops: [("LOW".to_string(), 12.0)].into_iter().collect(),
+                injected: [("fast_synacks_sent".to_string(), 30.0 * k as f64), ("fast_syns_sent".to_string(), 7.0)].into_iter().collect(),
+                ..Default::default()
+            });
+            arms.push(ArmResult {
+                name: spec.name.clone(),
+                config: spec.clone(),
+                clients: spec.clients(),
+                duration_s: spec.duration_s,
+                pageviews: PageviewSummary { all: pv_stats(pvs.iter()), by_class },
+                requests: None,
+                generator: Default::default(),
+                generator_bottleneck: false,
+                farm_usage: Default::default(),
+                ground_truth: truth,
+                capture: None,
+                rlm,
+                farm_front: None,
+                server_syns: None,
+                throughput: None,
+                farm_tcp: None,
+                timeline: timeline(&pvs, spec.duration_s),
+            });
+        }
+        (arms, note)
+    }
+
+    /// rewrite-embeds' or predict's report: its table (`head`, and `cells` in a row) and its plot
+    /// (`png`), from synthetic arms.
+    pub fn adapted_report(e: &dyn Experiment, png: &str, head: &str, cells: &str) {
+        let exp = e.name();
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-{exp}-{}", std::process::id()));
+        let (mut arms, note) = synthetic_arms(&dir, e);
+        for a in &mut arms {
+            if let Some(r) = a.rlm.as_mut() {
+                r.adapted = [("embeds_rewritten", 40.0), ("rewrites_split", 2.0), ("predictions_model", 7.0)]
+                    .map(|(k, v)| (k.to_string(), v))
+                    .into_iter()
+                    .collect();
+            }
+        }
+        let md = crate::report::write(&dir, exp, true, &arms, None, note, &e.params(true)).unwrap();
+        assert!(md.contains(&format!("| arm | rtt160 mean | rtt220 mean | rtt300 mean | {head}")), "{md}");
+        assert!(md.contains(cells), "{md}");
+        assert!(dir.join(png).metadata().unwrap().len() > 1000, "{exp}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -73,3 +73,18 @@ impl Experiment for Predict {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_has_its_table_and_plot() {
+        crate::experiments::testing::adapted_report(
+            &Predict,
+            "predict-goals.png",
+            "requests rewritten | predictions: measured | from the model |",
+            " | 40 | - | 7 |",
+        );
+    }
+}

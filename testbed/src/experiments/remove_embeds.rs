@@ -158,3 +158,26 @@ impl Experiment for RemoveEmbeds {
         check_embeds(re, "remove-embeds", "embeds_removed", "blanked {} references", 0.5, &mut c.v);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::testing::synthetic_arms;
+
+    #[test]
+    fn remove_embeds_report_has_each_groups_mean_by_objects_kept_and_the_plot() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-remove-{}", std::process::id()));
+        let (mut arms, note) = synthetic_arms(&dir, &RemoveEmbeds);
+        for a in &mut arms {
+            if let Some(r) = a.rlm.as_mut() {
+                r.adapted = [("embeds_removed".to_string(), 40.0), ("embeds_kept_split".to_string(), 2.0)].into_iter().collect();
+            }
+        }
+        let md = crate::report::write(&dir, "remove-embeds", true, &arms, None, note, &RemoveEmbeds.params(true)).unwrap();
+        assert!(md.contains("| arm | rtt160 mean | rtt220 mean | rtt300 mean | references blanked | kept at a cut | segments rewritten |"), "{md}");
+        assert!(md.contains("| keep-0 | "), "{md}");
+        assert!(md.contains(" | 40 | 2 | - |"), "{md}");
+        assert!(dir.join("remove-embeds-kept.png").metadata().unwrap().len() > 1000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -42,3 +42,18 @@ impl Experiment for RewriteEmbeds {
         check_embeds(re, "rewrite-embeds", "embeds_rewritten", "rewrote {} requests", 0.95, &mut c.v);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_has_its_table_and_plot() {
+        crate::experiments::testing::adapted_report(
+            &RewriteEmbeds,
+            "rewrite-embeds-kept.png",
+            "requests rewritten | left: target split | segments rewritten |",
+            " | 40 | 2 | - |",
+        );
+    }
+}

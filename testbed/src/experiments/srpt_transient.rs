@@ -102,3 +102,31 @@ impl Experiment for SrptTransient {
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::testing::synthetic_arms;
+
+    #[test]
+    fn srpt_transient_report_has_the_server_columns_and_the_timelines() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-transient-{}", std::process::id()));
+        let (mut arms, note) = synthetic_arms(&dir, &SrptTransient);
+        assert_eq!(arms.len(), 4);
+        for (k, a) in arms.iter_mut().enumerate() {
+            let secs: Vec<serde_json::Value> =
+                (0..100).map(|t| serde_json::json!({"t_s": t, "started": 10, "completed": 10, "mean_s": 0.1 * k as f64})).collect();
+            let server: Vec<serde_json::Value> = (1..100).map(|t| serde_json::json!({"t_s": t as f64, "connections": 50 * k + t % 25})).collect();
+            a.requests = Some(serde_json::json!({"count": 1000, "completed": 990, "mean_s": 0.5, "mean_slowdown": 3.0, "largest1pct_mean_s": 2.0,
+                "throughput_bps": 5e6, "by_second": secs, "server": {"max_connections": 50 * k + 24, "listen_drops": 7 * k, "timeline": server}}));
+        }
+        let md = crate::report::write(&dir, "srpt-transient", true, &arms, None, note, &SrptTransient.params(true)).unwrap();
+        assert!(md.contains("| server: most connections | listen drops |"), "{md}");
+        assert!(md.contains("| srpt-w1 | 1000 | 990 | 0.500 s | 3.0 | 2.00 s | 5.00 Mbit/s | 74 | 7 |"), "{md}");
+        assert!(md.contains("- max_clients: 150"), "{md}");
+        for png in ["srpt-transient-rt.png", "srpt-transient-connections.png"] {
+            assert!(md.contains(png) && std::fs::metadata(dir.join(png)).unwrap().len() > 1000, "{png}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -76,3 +76,28 @@ impl Experiment for SynThrottle {
         v.push((drops > 0.0, format!("syn-throttle: rlm reports {drops} LOW SYNs dropped")));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::testing::synthetic_arms;
+
+    #[test]
+    fn report_with_an_inline_arm_and_top_level_figures() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-{}", std::process::id()));
+        let (arms, note) = synthetic_arms(&dir, &SynThrottle);
+        let params = SynThrottle.params(true);
+        let md = crate::report::write(&dir, "syn-throttle", true, &arms, None, note, &params).unwrap();
+        assert!(md.contains("- target_s: 1.5"), "{md}");
+        assert!(md.contains("### Timeline"), "{md}");
+        assert!(md.contains("| syn-throttle | LOW |"), "{md}");
+        assert!(md.contains("syn-throttle / rlm: exit 0"), "{md}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap();
+        assert_eq!(v["target_s"], 1.5);
+        assert_eq!(v["arms"][1]["rlm"]["syn_drops"]["LOW"], 12.0);
+        assert_eq!(v["arms"][1]["rlm"]["injected"]["fast_syns_sent"], 7.0);
+        assert_eq!(v["arms"][0]["timeline"].as_array().unwrap().len(), 6);
+        assert!(dir.join("syn-throttle-rt.png").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
