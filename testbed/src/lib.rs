@@ -1,12 +1,14 @@
 //! The rlm lab (`rlm-lab`): an emulated server farm, browsers and WAN on one machine, in
 //! network namespaces, with the appliance as a bridge between them.
 
+pub mod arm;
 pub mod catalog;
-pub mod experiment;
+pub mod experiments;
 pub mod farm;
 pub mod inline;
 pub mod netns;
 pub mod report;
+pub mod runner;
 pub mod stats;
 pub mod throughput;
 pub mod topology;

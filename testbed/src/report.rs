@@ -8,7 +8,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::experiment::ArmResult;
+use crate::arm::ArmResult;
 
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
@@ -486,7 +486,7 @@ pub fn write(
             let recs: Vec<sim_clients::openloop::RequestRecord> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
             (recs.iter().filter(|r| r.ok).map(|r| r.rt_s).collect(), "requests")
         } else {
-            (crate::experiment::read_truth(&a.ground_truth).unwrap_or_default().iter().map(|p| p.rt_s).collect(), "pageviews")
+            (crate::arm::read_truth(&a.ground_truth).unwrap_or_default().iter().map(|p| p.rt_s).collect(), "pageviews")
         };
         let s = crate::stats::PvStats::of(&rts, 0);
         let png = format!("{}-rt.png", a.name);
@@ -495,182 +495,4 @@ pub fn write(
     }
     std::fs::write(dir.join("report.md"), &md)?;
     Ok(md)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::experiment::{pv_stats, timeline, PageviewSummary};
-
-    /// The quick arms of an experiment with 40 synthetic pageviews each (a third in the first
-    /// group, HIGH, the rest in the others in turn; arm k's k seconds slower than the first),
-    /// their ground truth written to `dir`, and the note.
-    fn synthetic_arms(dir: &Path, experiment: &str) -> (Vec<ArmResult>, &'static str) {
-        std::fs::create_dir_all(dir).unwrap();
-        let (specs, note) = crate::catalog::arms(experiment, true).unwrap();
-        let mut arms = Vec::new();
-        for (k, spec) in specs.iter().enumerate() {
-            let truth = dir.join(format!("{}.jsonl", spec.name));
-            let mut lines = String::new();
-            let mut pvs = Vec::new();
-            let names = spec.class_names();
-            for i in 0..40 {
-                let class = &names[(i % 3).min(names.len() - 1)];
-                let g = sim_clients::browser::GroundTruth {
-                    client: "10.4.0.1".into(),
-                    class: class.into(),
-                    url: "/home".into(),
-                    start_ts: 1000.0 + i as f64 * 1.5,
-                    end_ts: 1001.0 + i as f64 * 1.5,
-                    rt_s: 0.5 + (i % 5) as f64 + k as f64,
-                    objects_fetched: 3,
-                    objects_expected: 3,
-                    syn_retransmissions: 0,
-                    failed_connections: 0,
-                    failed: false,
-                };
-                lines.push_str(&serde_json::to_string(&g).unwrap());
-                lines.push('\n');
-                pvs.push(g);
-            }
-            std::fs::write(&truth, lines).unwrap();
-            let by_class = names.iter().map(|c| (c.to_string(), pv_stats(pvs.iter().filter(|p| p.class == *c)))).collect();
-            let rlm = spec.rlm.as_ref().map(|_| crate::inline::RlmOutcome {
-                exit_code: Some(0),
-                clean_exit: true,
-                rules_installed: true,
-                syn_drops: [("LOW".to_string(), 12.0)].into_iter().collect(),
-                injected: [("fast_synacks_sent".to_string(), 30.0 * k as f64), ("fast_syns_sent".to_string(), 7.0)].into_iter().collect(),
-                ..Default::default()
-            });
-            arms.push(ArmResult {
-                name: spec.name.clone(),
-                config: spec.clone(),
-                clients: spec.clients(),
-                duration_s: spec.duration_s,
-                pageviews: PageviewSummary { all: pv_stats(pvs.iter()), by_class },
-                requests: None,
-                generator: Default::default(),
-                generator_bottleneck: false,
-                farm_usage: Default::default(),
-                ground_truth: truth,
-                capture: None,
-                rlm,
-                farm_front: None,
-                server_syns: None,
-                throughput: None,
-                farm_tcp: None,
-                timeline: timeline(&pvs, spec.duration_s),
-            });
-        }
-        (arms, note)
-    }
-
-    #[test]
-    fn report_with_an_inline_arm_and_top_level_figures() {
-        let dir = std::env::temp_dir().join(format!("rlm-lab-report-{}", std::process::id()));
-        let (arms, note) = synthetic_arms(&dir, "syn-throttle");
-        let params = crate::catalog::params("syn-throttle", true);
-        let md = write(&dir, "syn-throttle", true, &arms, None, note, &params).unwrap();
-        assert!(md.contains("- target_s: 1.5"), "{md}");
-        assert!(md.contains("### Timeline"), "{md}");
-        assert!(md.contains("| syn-throttle | LOW |"), "{md}");
-        assert!(md.contains("syn-throttle / rlm: exit 0"), "{md}");
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap();
-        assert_eq!(v["target_s"], 1.5);
-        assert_eq!(v["arms"][1]["rlm"]["syn_drops"]["LOW"], 12.0);
-        assert_eq!(v["arms"][1]["rlm"]["injected"]["fast_syns_sent"], 7.0);
-        assert_eq!(v["arms"][0]["timeline"].as_array().unwrap().len(), 6);
-        assert!(dir.join("syn-throttle-rt.png").exists());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn srpt_transient_report_has_the_server_columns_and_the_timelines() {
-        let dir = std::env::temp_dir().join(format!("rlm-lab-report-transient-{}", std::process::id()));
-        let (mut arms, note) = synthetic_arms(&dir, "srpt-transient");
-        assert_eq!(arms.len(), 4);
-        for (k, a) in arms.iter_mut().enumerate() {
-            let secs: Vec<serde_json::Value> =
-                (0..100).map(|t| serde_json::json!({"t_s": t, "started": 10, "completed": 10, "mean_s": 0.1 * k as f64})).collect();
-            let server: Vec<serde_json::Value> = (1..100).map(|t| serde_json::json!({"t_s": t as f64, "connections": 50 * k + t % 25})).collect();
-            a.requests = Some(serde_json::json!({"count": 1000, "completed": 990, "mean_s": 0.5, "mean_slowdown": 3.0, "largest1pct_mean_s": 2.0,
-                "throughput_bps": 5e6, "by_second": secs, "server": {"max_connections": 50 * k + 24, "listen_drops": 7 * k, "timeline": server}}));
-        }
-        let md = write(&dir, "srpt-transient", true, &arms, None, note, &crate::catalog::params("srpt-transient", true)).unwrap();
-        assert!(md.contains("| server: most connections | listen drops |"), "{md}");
-        assert!(md.contains("| srpt-w1 | 1000 | 990 | 0.500 s | 3.0 | 2.00 s | 5.00 Mbit/s | 74 | 7 |"), "{md}");
-        assert!(md.contains("- max_clients: 150"), "{md}");
-        for png in ["srpt-transient-rt.png", "srpt-transient-connections.png"] {
-            assert!(md.contains(png) && std::fs::metadata(dir.join(png)).unwrap().len() > 1000, "{png}");
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn fast_synack_report_is_004_table_1() {
-        let dir = std::env::temp_dir().join(format!("rlm-lab-report-synack-{}", std::process::id()));
-        let (arms, note) = synthetic_arms(&dir, "fast-synack");
-        let md = write(&dir, "fast-synack", true, &arms, None, note, &crate::catalog::params("fast-synack", true)).unwrap();
-        assert!(md.contains("| SYN/ACK gap | mean PV RT | mean speedup | 95th % PV RT | > 3 s PV RT | total pages |"), "{md}");
-        // gap-3s is the reference (mean 2.5 s); gap-500ms is 1 s slower in this synthetic run.
-        assert!(md.contains("| 3s (off) | 2.50 s | 0.0% | 4.50 s | 40.00% | 40 | 0 |"), "{md}");
-        assert!(md.contains("| 500ms | 3.50 s | -40.0% |"), "{md}");
-        assert!(md.contains("| 10ms | 4.50 s |"), "{md}");
-        assert!(md.contains(r#"- synack_gaps: ["3s","500ms","10ms"]"#), "{md}");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn remove_embeds_report_has_each_groups_mean_by_objects_kept_and_the_plot() {
-        let dir = std::env::temp_dir().join(format!("rlm-lab-report-remove-{}", std::process::id()));
-        let (mut arms, note) = synthetic_arms(&dir, "remove-embeds");
-        for a in &mut arms {
-            if let Some(r) = a.rlm.as_mut() {
-                r.adapted = [("embeds_removed".to_string(), 40.0), ("embeds_kept_split".to_string(), 2.0)].into_iter().collect();
-            }
-        }
-        let md = write(&dir, "remove-embeds", true, &arms, None, note, &crate::catalog::params("remove-embeds", true)).unwrap();
-        assert!(md.contains("| arm | rtt160 mean | rtt220 mean | rtt300 mean | references blanked | kept at a cut | segments rewritten |"), "{md}");
-        assert!(md.contains("| keep-0 | "), "{md}");
-        assert!(md.contains(" | 40 | 2 | - |"), "{md}");
-        assert!(dir.join("remove-embeds-kept.png").metadata().unwrap().len() > 1000);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn rewrite_and_predict_reports_have_their_tables_and_plots() {
-        for (exp, png, head, cells) in [
-            ("rewrite-embeds", "rewrite-embeds-kept.png", "requests rewritten | left: target split | segments rewritten |", " | 40 | 2 | - |"),
-            ("predict", "predict-goals.png", "requests rewritten | predictions: measured | from the model |", " | 40 | - | 7 |"),
-        ] {
-            let dir = std::env::temp_dir().join(format!("rlm-lab-report-{exp}-{}", std::process::id()));
-            let (mut arms, note) = synthetic_arms(&dir, exp);
-            for a in &mut arms {
-                if let Some(r) = a.rlm.as_mut() {
-                    r.adapted = [("embeds_rewritten", 40.0), ("rewrites_split", 2.0), ("predictions_model", 7.0)]
-                        .map(|(k, v)| (k.to_string(), v))
-                        .into_iter()
-                        .collect();
-                }
-            }
-            let md = write(&dir, exp, true, &arms, None, note, &crate::catalog::params(exp, true)).unwrap();
-            assert!(md.contains(&format!("| arm | rtt160 mean | rtt220 mean | rtt300 mean | {head}")), "{md}");
-            assert!(md.contains(cells), "{md}");
-            assert!(dir.join(png).metadata().unwrap().len() > 1000, "{exp}");
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-    }
-
-    #[test]
-    fn fast_syn_report_has_the_classes_and_rlm_counters() {
-        let dir = std::env::temp_dir().join(format!("rlm-lab-report-fastsyn-{}", std::process::id()));
-        let (arms, note) = synthetic_arms(&dir, "fast-syn");
-        let md = write(&dir, "fast-syn", true, &arms, None, note, &crate::catalog::params("fast-syn", true)).unwrap();
-        assert!(md.contains("| arm | class | pageviews | mean | p95 | > 3 s | failed |"), "{md}");
-        assert!(md.contains("| fast-syn | LOW | 26 |"), "{md}");
-        assert!(md.contains("| fast-syn | 12 | 7 | - | - | - | 30 | - |"), "{md}");
-        assert!(md.contains("### Timeline"), "{md}");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

@@ -1,6 +1,6 @@
 //! The lab's own arithmetic. The lab judges the appliance, so its ground-truth statistics
 //! (means, percentiles, the share of pageviews past 3 s) are computed here, never with the
-//! appliance's code (`rlm_core::analyze`): a bug there must not be able to hide itself.
+//! appliance's code (`rlm::analyze`): a bug there must not be able to hide itself.
 
 use serde::{Deserialize, Serialize};
 

@@ -23,9 +23,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde::Serialize;
 
-use crate::experiment::{ArmResult, ArmSpec, PageviewSummary};
+use crate::arm::{ArmResult, ArmSpec, PageviewSummary, Sample, ThroughputArm};
 use crate::inline::{Inline, RlmArm, RlmOutcome};
 use crate::stats::{median, percentile};
 use crate::topology::{in_ns, Plan, FARM_ADDR};
@@ -41,49 +40,6 @@ IF IP.SRC == 10.4.*.* THEN LIMIT SYN 1000000/s BURST 100000\n";
 
 const IPERF_PORT: u16 = 5201;
 const CONNECTS: usize = 2000;
-
-/// One sample of one arm.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Sample {
-    pub round: usize,
-    pub bulk_gbps: f64,
-    /// iperf3's retransmissions during the bulk sample.
-    pub bulk_retransmits: u64,
-    pub conn_per_s: f64,
-    /// wrk's requests in the sample (each on a new connection).
-    pub requests: u64,
-    /// wrk's socket errors and non-2xx answers (should be 0).
-    pub conn_errors: u64,
-    pub connect_p50_us: f64,
-    pub connect_p99_us: f64,
-    pub connect_failures: usize,
-    /// The `rlm` arm: how rlm ran and stopped in this sample.
-    pub rlm: Option<RlmOutcome>,
-}
-
-/// An arm's samples and their medians.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ThroughputArm {
-    pub samples: Vec<Sample>,
-    pub bulk_gbps: f64,
-    pub conn_per_s: f64,
-    pub connect_p50_us: f64,
-    pub connect_p99_us: f64,
-    /// `rlm` arm: median connect time minus the plain bridge's (the queued path's cost to a
-    /// handshake: a SYN and a SYN/ACK each wait for a verdict).
-    pub added_latency_p50_us: Option<f64>,
-    pub added_latency_p99_us: Option<f64>,
-    /// `rlm` arm: rlm's own verdict-latency histogram, median over the samples (per packet).
-    pub rlm_verdict_latency_p50_us: Option<f64>,
-    pub rlm_verdict_latency_p99_us: Option<f64>,
-    /// `rlm` arm: samples in which rlm exited 0 on SIGTERM and left no rule.
-    pub rlm_clean_exits: Option<usize>,
-    /// `rlm` arm: rlm's CPU over its wall time, median over the samples (cores).
-    pub rlm_cpu_cores: Option<f64>,
-    /// Ratios to the plain bridge's medians.
-    pub bulk_ratio: Option<f64>,
-    pub conn_ratio: Option<f64>,
-}
 
 fn nginx_conf(dir: &Path) -> String {
     format!(

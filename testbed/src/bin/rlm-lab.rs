@@ -186,8 +186,8 @@ fn main() -> ExitCode {
             Ok(())
         })(),
         Command::Check { dir, only } => {
-            let names: Vec<&str> = if only.is_empty() { testbed::catalog::NAMES.to_vec() } else { only.iter().map(String::as_str).collect() };
-            testbed::catalog::check_only(&dir, &names)
+            let names: Vec<&str> = if only.is_empty() { testbed::catalog::names() } else { only.iter().map(String::as_str).collect() };
+            testbed::catalog::check(&dir, &names)
         }
         .and_then(|(ok, bad, notes)| {
             for l in &ok {

@@ -1,4 +1,4 @@
-//! Experiments: build the lab, run each arm, tear down, summarise from the ground truth.
+//! Running an arm: build the lab, run the arm, tear down, summarise from the ground truth.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -6,231 +6,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
-use sim_clients::browser::{BrowserSpec, GeneratorStats, GroundTruth, RunSpec};
+use sim_clients::browser::{BrowserSpec, GeneratorStats, RunSpec};
 use sim_clients::dist::EmpiricalSizes;
-use sim_clients::openloop::{file_sizes, OpenLoopSpec, RequestRecord, RequestStats, Schedule};
-use sim_clients::tcp_profile::{ProfileCgroup, TcpProfile};
+use sim_clients::openloop::{file_sizes, OpenLoopSpec, RequestRecord, RequestStats};
+use sim_clients::tcp_profile::ProfileCgroup;
 use sim_clients::wan::Group;
 
-use crate::farm::sampler::{Sampler, ServerView};
+use crate::arm::{classes_of, pv_stats, read_truth, timeline, ArmResult, ArmSpec, ClassSyns, FrontSummary, OpenLoopArm, PageviewSummary, ServerSyns};
+use crate::farm::sampler::Sampler;
 use crate::farm::site::PageType;
-use crate::farm::{Farm, FarmConfig, FarmUsage, FRONT_PORT};
-pub use crate::inline::RlmArm;
-use crate::inline::{Inline, RlmOutcome};
+use crate::farm::{Farm, FarmConfig, FRONT_PORT};
+use crate::inline::Inline;
 use crate::topology::{Plan, FARM_ADDR};
 use crate::wan::WanHop;
-
-/// One arm of an experiment.
-#[derive(Clone, Debug, Serialize)]
-pub struct ArmSpec {
-    pub name: String,
-    pub high_clients: u32,
-    pub low_clients: u32,
-    /// Browsers of further groups (10.6/16, 10.7/16, ...).
-    pub more_clients: Vec<u32>,
-    /// The class of each group in subnet order (10.4/16 first); empty: HIGH and LOW.
-    pub classes: Vec<String>,
-    pub think_mean_s: f64,
-    pub duration_s: f64,
-    /// WAN paths per client group; empty: no WAN hop (a LAN).
-    pub wan: Vec<String>,
-    pub profile: TcpProfile,
-    pub farm: FarmConfig,
-    /// Capture the appliance's server-side port for the passive measurement.
-    pub capture: bool,
-    pub seed: u64,
-    /// An open-loop arm (the SRPT experiments) instead of browsers.
-    pub openloop: Option<OpenLoopArm>,
-    /// Run the appliance inline (`rlm run` on the appliance's bridge) with these rules.
-    pub rlm: Option<RlmArm>,
-    /// Capture SYNs and SYN/ACKs on the farm's own interface (what the appliance let through),
-    /// counted per class into `server_syns`.
-    pub syn_capture: bool,
-}
-
-/// The open-loop load of an arm: Poisson arrivals at a load of a shaped uplink.
-#[derive(Clone, Debug, Serialize)]
-pub struct OpenLoopArm {
-    pub schedule: Schedule,
-    /// The farm's uplink toward the clients: without rlm, the appliance's client-side port is
-    /// shaped to this rate; with rlm (`--srpt`), the WAN's client-side port is (the real link,
-    /// downstream) and rlm shapes its own port a little under it.
-    pub link_bps: u64,
-    /// The bottleneck's rate, against which the load ρ and the slowdowns are counted: link_bps
-    /// without rlm, rlm's shaped rate with it.
-    pub rho_bps: u64,
-    /// Packets the uplink's FIFO holds.
-    pub queue_packets: u32,
-    /// Distinct files, sized at the quantiles of 001 Table 1 bounded at `max_file` bytes.
-    pub files: usize,
-    pub max_file: f64,
-    pub timeout_s: f64,
-    /// Requests go to the front server (Apache's MaxClients and listen backlog: the server
-    /// drops SYNs when they fill, 000 section 3) instead of straight to nginx.
-    pub via_front: bool,
-}
-
-pub use crate::stats::PvStats;
-use crate::stats::Summary;
-
-/// Statistics of ground-truth pageviews; a pageview counts as failed if its container or any
-/// of its connections failed.
-pub fn pv_stats<'a>(pvs: impl Iterator<Item = &'a GroundTruth>) -> PvStats {
-    let pvs: Vec<&GroundTruth> = pvs.collect();
-    let rts: Vec<f64> = pvs.iter().map(|p| p.rt_s).collect();
-    PvStats::of(&rts, pvs.iter().filter(|p| p.failed || p.failed_connections > 0).count())
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct PageviewSummary {
-    #[serde(flatten)]
-    pub all: PvStats,
-    pub by_class: BTreeMap<String, PvStats>,
-}
-
-/// What one arm measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct ArmResult {
-    pub name: String,
-    pub config: ArmSpec,
-    pub clients: u32,
-    pub duration_s: f64,
-    pub pageviews: PageviewSummary,
-    /// Open-loop request statistics (the SRPT experiments); null for browser arms.
-    pub requests: Option<serde_json::Value>,
-    pub generator: GeneratorStats,
-    /// The load generator, not the farm or the link, limited the run.
-    pub generator_bottleneck: bool,
-    pub farm_usage: FarmUsage,
-    pub ground_truth: PathBuf,
-    pub capture: Option<PathBuf>,
-    /// The appliance inline: how it ran and stopped, and what it reported.
-    pub rlm: Option<RlmOutcome>,
-    /// The farm front's own figures: its time per request, connections by client subnet.
-    pub farm_front: Option<FrontSummary>,
-    /// SYNs that reached the farm, per class, from a capture on its interface.
-    pub server_syns: Option<ServerSyns>,
-    /// The throughput experiment's samples and medians.
-    pub throughput: Option<crate::throughput::ThroughputArm>,
-    /// The farm's kernel each second (browser arms): connections on the front's port and the
-    /// connection attempts the namespace's listen queues dropped (the front's and nginx's).
-    /// Open-loop arms carry it in `requests.server`.
-    pub farm_tcp: Option<ServerView>,
-    /// Pageviews by the time they started (buckets of a sixth of the run, at least 10 s), per
-    /// class: how a rule's effect builds up and holds.
-    pub timeline: Vec<TimeBucket>,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct TimeBucket {
-    /// Start of the bucket, seconds after the first pageview started.
-    pub t_s: f64,
-    pub span_s: f64,
-    pub by_class: BTreeMap<String, PvStats>,
-}
-
-/// The classes of some pageviews, in order.
-fn classes_of(pvs: &[GroundTruth]) -> std::collections::BTreeSet<String> {
-    pvs.iter().map(|p| p.class.clone()).collect()
-}
-
-impl ArmSpec {
-    /// Browsers in all.
-    pub fn clients(&self) -> u32 {
-        self.high_clients + self.low_clients + self.more_clients.iter().sum::<u32>()
-    }
-
-    /// The class of each group, in subnet order (10.4/16 first).
-    pub fn class_names(&self) -> Vec<String> {
-        if self.classes.is_empty() {
-            let more = (0..self.more_clients.len()).map(|k| format!("G{}", k + 3));
-            ["HIGH".to_string(), "LOW".to_string()].into_iter().chain(more).collect()
-        } else {
-            self.classes.clone()
-        }
-    }
-}
-
-/// The timeline of an arm's pageviews (by start time, per class).
-pub fn timeline(pvs: &[GroundTruth], duration_s: f64) -> Vec<TimeBucket> {
-    let Some(t0) = pvs.iter().map(|p| p.start_ts).min_by(f64::total_cmp) else { return Vec::new() };
-    let span = ((duration_s / 6.0 / 5.0).round() * 5.0).max(10.0);
-    let last = pvs.iter().map(|p| ((p.start_ts - t0) / span) as usize).max().unwrap_or(0);
-    (0..=last)
-        .map(|k| {
-            let inb = |p: &&GroundTruth| ((p.start_ts - t0) / span) as usize == k;
-            let mut by_class = BTreeMap::new();
-            for class in classes_of(pvs) {
-                let v: Vec<&GroundTruth> = pvs.iter().filter(inb).filter(|p| p.class == class).collect();
-                if !v.is_empty() {
-                    by_class.insert(class, pv_stats(v.into_iter()));
-                }
-            }
-            TimeBucket { t_s: k as f64 * span, span_s: span, by_class }
-        })
-        .collect()
-}
-
-/// The front server's report, summarised with the lab's arithmetic.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct FrontSummary {
-    pub connections: u64,
-    pub pages: u64,
-    pub images: u64,
-    pub errors: u64,
-    /// The server's own time per request (container pages and images together), as Apache's
-    /// %D: from the request's head read to the last response byte handed to the kernel.
-    pub server_time_s: Summary,
-    pub page_time_s: Summary,
-    pub image_time_s: Summary,
-    pub accepted_by_subnet: BTreeMap<String, u64>,
-}
-
-impl FrontSummary {
-    pub fn of(r: &crate::farm::front::FrontReport) -> FrontSummary {
-        let pages: Vec<f64> = r.page_times_s.iter().map(|&t| f64::from(t)).collect();
-        let images: Vec<f64> = r.image_times_s.iter().map(|&t| f64::from(t)).collect();
-        let all: Vec<f64> = pages.iter().chain(images.iter()).copied().collect();
-        FrontSummary {
-            connections: r.connections,
-            pages: r.pages,
-            images: r.images,
-            errors: r.errors,
-            server_time_s: Summary::of(&all),
-            page_time_s: Summary::of(&pages),
-            image_time_s: Summary::of(&images),
-            accepted_by_subnet: r.accepted_by_subnet.clone(),
-        }
-    }
-}
-
-/// SYNs seen on the farm's interface in the steady part of an arm (after the browsers' ramp and
-/// one connect timeout), per class.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ServerSyns {
-    /// The window, in seconds after the browsers started.
-    pub window_start_s: f64,
-    pub window_s: f64,
-    pub by_class: BTreeMap<String, ClassSyns>,
-    pub capture: PathBuf,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ClassSyns {
-    /// SYN packets that reached the farm (retransmissions included: a token bucket on SYNs
-    /// counts packets).
-    pub syns: u64,
-    /// Distinct connections among them (client address and port).
-    pub connections: u64,
-    /// Distinct connections the farm answered with a SYN/ACK.
-    pub answered: u64,
-    pub syn_rate_per_s: f64,
-    pub conn_rate_per_s: f64,
-    pub answered_rate_per_s: f64,
-    /// SYN packets per second of the window.
-    pub per_second: Vec<u32>,
-}
 
 /// The class of a client address: 10.4/16 HIGH, 10.5/16 LOW (the lab's plan).
 fn class_of(a: [u8; 4]) -> Option<&'static str> {
@@ -606,47 +394,9 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     })
 }
 
-/// Read a ground-truth file.
-pub fn read_truth(path: &Path) -> Result<Vec<GroundTruth>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).map_err(Into::into)).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pv(class: &str, start: f64, rt: f64) -> GroundTruth {
-        GroundTruth {
-            client: "10.4.0.1".into(),
-            class: class.into(),
-            url: "/home".into(),
-            start_ts: start,
-            end_ts: start + rt,
-            rt_s: rt,
-            objects_fetched: 1,
-            objects_expected: 1,
-            syn_retransmissions: 0,
-            failed_connections: 0,
-            failed: false,
-        }
-    }
-
-    #[test]
-    fn timeline_buckets_by_start_and_class() {
-        let pvs = vec![pv("HIGH", 100.0, 3.0), pv("HIGH", 105.0, 1.0), pv("LOW", 109.9, 5.0), pv("HIGH", 112.0, 0.5), pv("LOW", 125.0, 1.0)];
-        let t = timeline(&pvs, 60.0);
-        assert_eq!(t.len(), 3);
-        assert_eq!((t[0].t_s, t[0].span_s), (0.0, 10.0));
-        assert_eq!(t[0].by_class["HIGH"].count, 2);
-        assert_eq!(t[0].by_class["HIGH"].mean_s, 2.0);
-        assert_eq!(t[0].by_class["LOW"].mean_s, 5.0);
-        assert!(!t[1].by_class.contains_key("LOW"));
-        assert_eq!(t[2].by_class["LOW"].count, 1);
-        // A 300 s run: buckets of 50 s.
-        assert_eq!(timeline(&pvs, 300.0)[0].span_s, 50.0);
-        assert!(timeline(&[], 60.0).is_empty());
-    }
 
     /// An Ethernet/IPv4/TCP frame with the given flags.
     fn frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: u8) -> Vec<u8> {

@@ -1,0 +1,332 @@
+//! The experiments `rlm-lab run NAME` knows, a file each: its arms at quick (CI) and full scale,
+//! its rules, the figures of its result that belong to no arm, and its checks. Here is what they
+//! share: the lab's loads, the arm builders, the WAN paths and the checks' helpers.
+//! The catalog (`catalog.rs`) lists them and finds them by name.
+//!
+//! Scale on this 2-core machine: the full runs keep the papers' shape (think time, RTT, loss,
+//! light vs heavy load relative to the farm's capacity) with fewer clients and shorter runs
+//! than the papers' (004 ran 200 and 550 browsers for 30 minutes on seven machines); the farm's
+//! CPU quota is set so that the farm, not the load generators, saturates.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use serde_json::{Map, Value};
+use sim_clients::openloop::Schedule;
+use sim_clients::tcp_profile::TcpProfile;
+
+use crate::arm::{ArmResult, ArmSpec, OpenLoopArm, RlmArm};
+use crate::farm::FarmConfig;
+use crate::report::Fidelity;
+use crate::runner::run_arm;
+
+pub mod baseline_lan;
+pub mod baseline_wan;
+pub mod fast_syn;
+pub mod fast_synack;
+pub mod fidelity;
+pub mod heavy;
+pub mod maxclients;
+pub mod openloop;
+pub mod predict;
+pub mod remove_embeds;
+pub mod rewrite_embeds;
+pub mod srpt;
+pub mod srpt_transient;
+pub mod syn_police;
+pub mod syn_throttle;
+pub mod think_gap;
+pub mod throughput;
+
+/// An experiment of the lab: its arms, how they run, and what its result must show.
+pub trait Experiment {
+    /// Its name (`rlm-lab run NAME`, its result's directory under `rlm-lab check DIR`).
+    fn name(&self) -> &'static str;
+
+    /// What it runs and why, for its report.
+    fn note(&self) -> &'static str;
+
+    /// Its arms, at quick (CI) or full scale.
+    fn arms(&self, quick: bool) -> Vec<ArmSpec>;
+
+    /// Its figures that belong to no arm (result.json's top level).
+    fn params(&self, _quick: bool) -> Map<String, Value> {
+        Map::new()
+    }
+
+    /// Run these of its arms, their files under `out`: each on a fresh lab, in turn.
+    fn run(&self, _quick: bool, prefix: &str, specs: &[ArmSpec], out: &Path) -> Result<Vec<ArmResult>> {
+        run_arms(self.name(), prefix, specs, out)
+    }
+
+    /// The passive measurement against the ground truth, for an experiment that captures.
+    fn fidelity(&self, _arms: &[ArmResult]) -> Result<Option<Fidelity>> {
+        Ok(None)
+    }
+
+    /// Its arms are browsers: each is also checked for its load generator and its count of
+    /// pageviews ([`check_browsers`]).
+    fn browsers(&self) -> bool {
+        true
+    }
+
+    /// Check its result `r` against what the papers show and the lab promises; `all` holds every
+    /// result being checked (some checks compare with another experiment's).
+    fn check(&self, r: &Value, all: &Results, c: &mut Checks);
+}
+
+/// The results being checked (each experiment's result.json), by experiment.
+pub type Results = BTreeMap<&'static str, Value>;
+
+/// What the checks found: each check's line and whether it passed, in order, and notes: figures
+/// shown next to the checks but not judged.
+#[derive(Debug, Default)]
+pub struct Checks {
+    pub v: Vec<(bool, String)>,
+    pub notes: Vec<String>,
+}
+
+/// The loads of the browser experiments: (light load's browsers, heavy load's browsers, seconds
+/// per arm, the farm's CPU cores).
+pub fn scale(quick: bool) -> (u32, u32, f64, f64) {
+    // Measured when the lab was built: a pageview cost the farm about 9 ms of CPU, so N browsers
+    // thinking 7 s asked for N / 7 × 9 ms of CPU per second. The full fast-syn runs of
+    // 2026-11-24 measured 2.6 to 3.5 ms (`fast_syn_farm`): the heavy load's 0.3 core is no longer
+    // an overload by CPU alone.
+    if quick {
+        (60, 240, 45.0, 0.12)
+    } else {
+        (150, 600, 300.0, 0.3)
+    }
+}
+
+/// The classes of 004 section 6.3, declared and measured, nothing acted on.
+pub const CLASS_RULES: &str = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\n";
+
+/// 004 Figure 12's WAN: 80 ms RTT and 2% loss each way, for both classes.
+pub const WAN_80_2: [&str; 2] = ["10.4.0.0/16=80ms,2%", "10.5.0.0/16=80ms,2%"];
+
+/// The farm's uplink in the open-loop and SRPT experiments (000: 10 Mbit/s).
+pub const SRPT_LINK_BPS: u64 = 10_000_000;
+
+/// The farm at an experiment's scale: its CPU quota is sized so that the light load keeps it
+/// about 60% busy (004 section 6.1) and the heavy load overloads it.
+pub fn farm(cpu_cores: f64) -> FarmConfig {
+    // Apache 2.0's default keep-alive is 15 s; 3 s closes two browsers' connections in three
+    // during their think time (mean 7 s), so that, as in 004's runs, most pageviews open
+    // connections and meet the WAN's SYN and SYN/ACK losses.
+    FarmConfig { cpu_cores: Some(cpu_cores), keepalive_s: 3.0, ..FarmConfig::default() }
+}
+
+/// An arm of `clients` browsers over these WAN paths (none: a LAN), on a farm of `cpu_cores`;
+/// `capture`: the appliance's server-side port captured.
+pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: bool, cpu_cores: f64) -> ArmSpec {
+    // One third HIGH (10.4/16), two thirds LOW, as in 004 section 6.3.
+    let high = clients / 3;
+    ArmSpec {
+        name: name.into(),
+        high_clients: high,
+        low_clients: clients - high,
+        more_clients: Vec::new(),
+        classes: Vec::new(),
+        think_mean_s: 7.0,
+        duration_s,
+        wan: wan.iter().map(|s| s.to_string()).collect(),
+        profile: TcpProfile::Xp,
+        farm: farm(cpu_cores),
+        capture,
+        seed: 1,
+        openloop: None,
+        rlm: None,
+        syn_capture: false,
+    }
+}
+
+/// The arm with rlm inline, with these rules and arguments.
+pub fn with_rlm(mut a: ArmSpec, rules: String, extra_args: &[&str]) -> ArmSpec {
+    a.rlm = Some(RlmArm { rules, extra_args: extra_args.iter().map(|s| s.to_string()).collect() });
+    a
+}
+
+/// An open-loop arm: the load of `schedule` on the 10 Mbit/s uplink, FAIR (one FIFO).
+pub fn openloop_arm(name: &str, schedule: Schedule, duration_s: f64, cpu_cores: f64) -> ArmSpec {
+    let mut a = arm(name, 30, duration_s, &[], false, cpu_cores);
+    a.farm.cpu_cores = None; // the link is the bottleneck, not the farm
+    a.openloop = Some(OpenLoopArm {
+        schedule,
+        link_bps: SRPT_LINK_BPS,
+        rho_bps: SRPT_LINK_BPS,
+        queue_packets: 100,
+        files: 2000,
+        max_file: 4e6,
+        timeout_s: 60.0,
+        via_front: false,
+    });
+    a
+}
+
+/// Run each arm on a fresh lab, in turn.
+pub fn run_arms(name: &str, prefix: &str, specs: &[ArmSpec], out: &Path) -> Result<Vec<ArmResult>> {
+    let mut results = Vec::new();
+    for s in specs {
+        let dir = out.join(&s.name);
+        eprintln!("rlm-lab: {name}: arm {} ({} clients, {:.0} s)", s.name, s.clients(), s.duration_s);
+        results.push(run_arm(prefix, s, &dir)?);
+    }
+    Ok(results)
+}
+
+/// The arm of a result by name; null if it has none.
+pub fn arm_in(r: &Value, name: &str) -> Value {
+    r["arms"].as_array().and_then(|a| a.iter().find(|x| x["name"] == name)).cloned().unwrap_or(Value::Null)
+}
+
+/// A figure of a result; NaN if it has none.
+pub fn num(x: &Value) -> f64 {
+    x.as_f64().unwrap_or(f64::NAN)
+}
+
+/// A figure of an arm's pageviews (`mean_s`, `gt3s_frac`, ...).
+pub fn arm_mean(r: &Value, a: &str, field: &str) -> f64 {
+    num(&arm_in(r, a)["pageviews"][field])
+}
+
+/// The mean response time of a class's pageviews in an arm.
+pub fn class_mean(r: &Value, a: &str, class: &str) -> f64 {
+    num(&arm_in(r, a)["pageviews"]["by_class"][class]["mean_s"])
+}
+
+/// rlm's own count of frames it sent (arms[].rlm.injected); NaN when it reported none.
+pub fn injected(a: &Value, counter: &str) -> f64 {
+    num(&a["rlm"]["injected"][counter])
+}
+
+/// rlm ran, installed its rules, exited 0 on SIGTERM and left nothing behind.
+pub fn rlm_clean(v: &mut Vec<(bool, String)>, exp: &str, a: &Value) {
+    let r = &a["rlm"];
+    let what = format!(
+        "{exp}/{}: rlm inline exited {} on SIGTERM, rules installed {}, rules left {}",
+        a["name"].as_str().unwrap_or("?"),
+        r["exit_code"],
+        r["rules_installed"],
+        r["rules_left"]
+    );
+    v.push((r["clean_exit"].as_bool() == Some(true) && r["rules_installed"].as_bool() == Some(true), what));
+    let lost = r["reports_lost"].as_f64().unwrap_or(f64::NAN);
+    v.push((lost == 0.0, format!("{exp}/{}: rlm kept up: {lost} packet reports lost", a["name"].as_str().unwrap_or("?"))));
+}
+
+/// An open-loop arm completed at least `share` of its requests (more than `min` of them), and
+/// its load generator kept up.
+pub fn requests_done(v: &mut Vec<(bool, String)>, exp: &str, a: &Value, min: f64, share: f64) {
+    let name = a["name"].as_str().unwrap_or("?");
+    let (count, done) = (num(&a["requests"]["count"]), num(&a["requests"]["completed"]));
+    v.push((count > min && done / count >= share, format!("{exp}/{name}: {done} of {count} requests completed (at least {:.0}%)", share * 100.0)));
+    v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("{exp}/{name}: the load generator was not the bottleneck")));
+}
+
+/// Every arm of an experiment of browsers: its load generator kept up, and it measured at least
+/// 100 pageviews.
+pub fn check_browsers(name: &str, r: &Value, v: &mut Vec<(bool, String)>) {
+    for a in r["arms"].as_array().into_iter().flatten() {
+        let b = a["generator_bottleneck"].as_bool().unwrap_or(true);
+        v.push((!b, format!("{name}/{}: the load generator was not the bottleneck", a["name"].as_str().unwrap_or("?"))));
+        let n = a["pageviews"]["count"].as_u64().unwrap_or(0);
+        v.push((n >= 100, format!("{name}/{}: {n} pageviews measured", a["name"].as_str().unwrap_or("?"))));
+    }
+}
+
+/// What the experiments' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+
+    use super::Experiment;
+    use crate::arm::{pv_stats, timeline, ArmResult, PageviewSummary};
+
+    /// The quick arms of an experiment with 40 synthetic pageviews each (a third in the first
+    /// group, HIGH, the rest in the others in turn; arm k's k seconds slower than the first),
+    /// their ground truth written to `dir`, and the note.
+    pub fn synthetic_arms(dir: &Path, e: &dyn Experiment) -> (Vec<ArmResult>, &'static str) {
+        std::fs::create_dir_all(dir).unwrap();
+        let (specs, note) = (e.arms(true), e.note());
+        let mut arms = Vec::new();
+        for (k, spec) in specs.iter().enumerate() {
+            let truth = dir.join(format!("{}.jsonl", spec.name));
+            let mut lines = String::new();
+            let mut pvs = Vec::new();
+            let names = spec.class_names();
+            for i in 0..40 {
+                let class = &names[(i % 3).min(names.len() - 1)];
+                let g = sim_clients::browser::GroundTruth {
+                    client: "10.4.0.1".into(),
+                    class: class.into(),
+                    url: "/home".into(),
+                    start_ts: 1000.0 + i as f64 * 1.5,
+                    end_ts: 1001.0 + i as f64 * 1.5,
+                    rt_s: 0.5 + (i % 5) as f64 + k as f64,
+                    objects_fetched: 3,
+                    objects_expected: 3,
+                    syn_retransmissions: 0,
+                    failed_connections: 0,
+                    failed: false,
+                };
+                lines.push_str(&serde_json::to_string(&g).unwrap());
+                lines.push('\n');
+                pvs.push(g);
+            }
+            std::fs::write(&truth, lines).unwrap();
+            let by_class = names.iter().map(|c| (c.to_string(), pv_stats(pvs.iter().filter(|p| p.class == *c)))).collect();
+            let rlm = spec.rlm.as_ref().map(|_| crate::inline::RlmOutcome {
+                exit_code: Some(0),
+                clean_exit: true,
+                rules_installed: true,
+                syn_drops: [("LOW".to_string(), 12.0)].into_iter().collect(),
+                injected: [("fast_synacks_sent".to_string(), 30.0 * k as f64), ("fast_syns_sent".to_string(), 7.0)].into_iter().collect(),
+                ..Default::default()
+            });
+            arms.push(ArmResult {
+                name: spec.name.clone(),
+                config: spec.clone(),
+                clients: spec.clients(),
+                duration_s: spec.duration_s,
+                pageviews: PageviewSummary { all: pv_stats(pvs.iter()), by_class },
+                requests: None,
+                generator: Default::default(),
+                generator_bottleneck: false,
+                farm_usage: Default::default(),
+                ground_truth: truth,
+                capture: None,
+                rlm,
+                farm_front: None,
+                server_syns: None,
+                throughput: None,
+                farm_tcp: None,
+                timeline: timeline(&pvs, spec.duration_s),
+            });
+        }
+        (arms, note)
+    }
+
+    /// rewrite-embeds' or predict's report: its table (`head`, and `cells` in a row) and its plot
+    /// (`png`), from synthetic arms.
+    pub fn adapted_report(e: &dyn Experiment, png: &str, head: &str, cells: &str) {
+        let exp = e.name();
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-{exp}-{}", std::process::id()));
+        let (mut arms, note) = synthetic_arms(&dir, e);
+        for a in &mut arms {
+            if let Some(r) = a.rlm.as_mut() {
+                r.adapted = [("embeds_rewritten", 40.0), ("rewrites_split", 2.0), ("predictions_model", 7.0)]
+                    .map(|(k, v)| (k.to_string(), v))
+                    .into_iter()
+                    .collect();
+            }
+        }
+        let md = crate::report::write(&dir, exp, true, &arms, None, note, &e.params(true)).unwrap();
+        assert!(md.contains(&format!("| arm | rtt160 mean | rtt220 mean | rtt300 mean | {head}")), "{md}");
+        assert!(md.contains(cells), "{md}");
+        assert!(dir.join(png).metadata().unwrap().len() > 1000, "{exp}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

