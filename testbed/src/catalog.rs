@@ -74,9 +74,19 @@ pub fn params(name: &str, quick: bool) -> Map<String, Value> {
 }
 
 /// Run an experiment end to end (only the arms `only` names, if any); returns the report's text.
-pub fn run(name: &str, quick: bool, out: &Path, prefix: &str, only: &[String]) -> Result<String> {
+/// An experiment whose arms give their farm a CPU quota runs on this machine's calibration
+/// ([`crate::calibrate`]): read from `calibration` if that file exists, else measured first (and
+/// written there, or into `out`); its arms' quotas are scaled by it and result.json says so.
+pub fn run(name: &str, quick: bool, out: &Path, prefix: &str, only: &[String], calibration: Option<&Path>) -> Result<String> {
     let e = find(name)?;
     let mut specs = e.arms(quick);
+    let mut params = e.params(quick);
+    if e.browsers() && specs.iter().any(|s| s.farm.cpu_cores.is_some()) {
+        let file = calibration.map_or_else(|| out.join("calibration.json"), Path::to_path_buf);
+        let c = crate::calibrate::load_or_measure(&file, prefix)?;
+        specs.iter_mut().for_each(|s| c.apply(s));
+        params.insert("calibration".into(), serde_json::to_value(&c)?);
+    }
 
     if let Some(missing) = only.iter().find(|o| !specs.iter().any(|s| &s.name == *o)) {
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
@@ -87,7 +97,7 @@ pub fn run(name: &str, quick: bool, out: &Path, prefix: &str, only: &[String]) -
     }
     let results = e.run(quick, prefix, &specs, out)?;
     let fid = e.fidelity(&results)?;
-    report::write(out, name, quick, &results, fid.as_ref(), e.note(), &e.params(quick))
+    report::write(out, name, quick, &results, fid.as_ref(), e.note(), &params)
 }
 
 /// Check the results in `root` (one directory per experiment) of these experiments (each must

@@ -58,7 +58,7 @@ pub fn rlm_binary() -> Result<PathBuf> {
         }
     }
     bail!(
-        "the rlm binary is not next to {} nor in the workspace's target/: build it with `cargo build --release -p rlm-core` (or set RLM_BIN)",
+        "the rlm binary is not next to {} nor in the workspace's target/: build it with `cargo build --release -p rlm` (or set RLM_BIN)",
         me.display()
     )
 }

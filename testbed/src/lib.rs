@@ -2,6 +2,7 @@
 //! network namespaces, with the appliance as a bridge between them.
 
 pub mod arm;
+pub mod calibrate;
 pub mod catalog;
 pub mod experiments;
 pub mod farm;

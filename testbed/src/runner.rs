@@ -255,6 +255,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
 
         let started = unix_now();
+        let cpu_before = farm.usage().cpu_s;
         let sampler = farm.pid().map(|pid| Sampler::start(pid, FRONT_PORT, Duration::from_secs(1)));
         let mut child =
             spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
@@ -267,7 +268,8 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         cap_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
         syn_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
-        let usage = farm.usage();
+        let mut usage = farm.usage();
+        usage.load_cpu_s = usage.cpu_s - cpu_before;
         if let Some(w) = wan.as_mut() {
             w.finish()?;
         }

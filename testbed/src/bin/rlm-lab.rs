@@ -35,7 +35,7 @@ enum Command {
     Run {
         /// An experiment of docs/experiments.md (`make lab` runs them all). Arms running the
         /// appliance inline need the rlm binary next to rlm-lab (cargo build --release -p
-        /// rlm-core) or RLM_BIN.
+        /// rlm) or RLM_BIN.
         name: String,
         /// Run only these arms (by name, comma-separated); the report covers only them.
         #[arg(long, value_delimiter = ',', value_name = "ARM")]
@@ -46,6 +46,11 @@ enum Command {
         /// Where result.json, report.md and the plots go.
         #[arg(long)]
         out: std::path::PathBuf,
+        /// The farm's calibration on this machine: read from FILE if it exists, else measured
+        /// and written there (experiments run one after another share one). Without it, each
+        /// experiment with a CPU-bound farm measures its own.
+        #[arg(long, value_name = "FILE")]
+        calibration: Option<std::path::PathBuf>,
     },
     /// The farm's front server (started by the lab inside the server namespace).
     #[command(hide = true)]
@@ -138,7 +143,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Down => Plan { prefix: cli.prefix, ..Plan::default() }.down(),
-        Command::Run { name, quick, out, arms } => testbed::catalog::run(&name, quick, &out, &cli.prefix, &arms).map(|report| {
+        Command::Run { name, quick, out, arms, calibration } => testbed::catalog::run(&name, quick, &out, &cli.prefix, &arms, calibration.as_deref()).map(|report| {
             println!("{report}");
             println!("report: {}", out.join("report.md").display());
         }),

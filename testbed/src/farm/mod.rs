@@ -68,7 +68,10 @@ impl Default for FarmConfig {
 /// What the farm used during a run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct FarmUsage {
+    /// CPU time the farm used, from its start (the database's load included).
     pub cpu_s: f64,
+    /// CPU time the farm used while the clients ran.
+    pub load_cpu_s: f64,
     pub throttled_periods: u64,
     pub throttled_s: f64,
 }
@@ -169,7 +172,7 @@ impl Farm {
         match &self.cgroup {
             Some(cg) => {
                 let (n, t) = cg.throttled();
-                FarmUsage { cpu_s: cg.usage_s(), throttled_periods: n, throttled_s: t }
+                FarmUsage { cpu_s: cg.usage_s(), load_cpu_s: 0.0, throttled_periods: n, throttled_s: t }
             }
             None => FarmUsage::default(),
         }

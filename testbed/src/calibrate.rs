@@ -1,0 +1,124 @@
+//! The farm's speed on this machine, so that an overload does not depend on it.
+//!
+//! The browser experiments give their farm's CPU quota in *reference cores*: cores of the
+//! machine the lab's loads were set on, where a pageview cost the farm
+//! [`REFERENCE_CPU_PER_PAGEVIEW_MS`] of CPU as this module measures it. Before such an
+//! experiment runs, the lab measures what a pageview costs the farm here (a short arm of
+//! browsers on a LAN, the farm unlimited: its CPU time while the browsers ran over the
+//! pageviews they completed) and scales every arm's quota by the ratio: on a machine twice as
+//! fast a reference core is half a core, and N browsers load the farm as much as they did on the
+//! reference machine. The experiments' checks then first ask whether the regime was reached.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::arm::ArmSpec;
+use crate::experiments::{arm, run_arms};
+
+/// The farm's CPU per pageview on the machine the lab's quotas were set on, measured by
+/// [`measure`] (2026-11-25, the developers' machine; docs/experiments.md, "Calibration").
+pub const REFERENCE_CPU_PER_PAGEVIEW_MS: f64 = 3.0;
+
+/// The calibration arm: browsers on a LAN (no WAN: nothing but the farm between them), the farm
+/// without a quota, long enough for a few hundred pageviews.
+const CLIENTS: u32 = 90;
+const DURATION_S: f64 = 25.0;
+/// Fewer pageviews than this cannot be a measurement.
+const MIN_PAGEVIEWS: u64 = 100;
+/// The scale is held within this range: past it the machine is not one the lab can scale to.
+const SCALE_RANGE: (f64, f64) = (0.2, 5.0);
+
+/// What a pageview costs the farm on this machine, and the scale of its quotas.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// CPU time the farm used per pageview (ms).
+    pub cpu_per_pageview_ms: f64,
+    /// The pageviews and the farm's CPU time (s) it was measured from.
+    pub pageviews: u64,
+    pub farm_cpu_s: f64,
+    /// [`REFERENCE_CPU_PER_PAGEVIEW_MS`] when it was measured.
+    pub reference_ms: f64,
+    /// Cores here per reference core: what every arm's quota is multiplied by.
+    pub scale: f64,
+}
+
+impl Calibration {
+    /// From a measurement: `pageviews` completed while the farm used `farm_cpu_s`.
+    pub fn of(pageviews: u64, farm_cpu_s: f64) -> Result<Calibration> {
+        if pageviews < MIN_PAGEVIEWS || !(farm_cpu_s > 0.0) {
+            bail!("calibration: {pageviews} pageviews and {farm_cpu_s:.3} s of the farm's CPU are no measurement");
+        }
+        let ms = farm_cpu_s * 1e3 / pageviews as f64;
+        let scale = ms / REFERENCE_CPU_PER_PAGEVIEW_MS;
+        if !(SCALE_RANGE.0..=SCALE_RANGE.1).contains(&scale) {
+            bail!(
+                "calibration: a pageview costs the farm {ms:.2} ms of CPU here against {REFERENCE_CPU_PER_PAGEVIEW_MS} ms on the reference machine: \
+                 a scale of {scale:.2} is outside {:?}",
+                SCALE_RANGE
+            );
+        }
+        Ok(Calibration { cpu_per_pageview_ms: ms, pageviews, farm_cpu_s, reference_ms: REFERENCE_CPU_PER_PAGEVIEW_MS, scale })
+    }
+
+    /// The arm's farm quota in this machine's cores (an arm without a quota keeps none).
+    pub fn apply(&self, spec: &mut ArmSpec) {
+        if let Some(c) = spec.farm.cpu_cores.as_mut() {
+            *c *= self.scale;
+        }
+    }
+}
+
+/// The calibration arm.
+pub fn spec() -> ArmSpec {
+    let mut a = arm("calibration", CLIENTS, DURATION_S, &[], false, 1.0);
+    a.farm.cpu_cores = None;
+    a
+}
+
+/// Measure on this machine (the arm's files under `out`).
+pub fn measure(prefix: &str, out: &Path) -> Result<Calibration> {
+    let r = run_arms("calibration", prefix, &[spec()], out)?.pop().context("the calibration arm")?;
+    Calibration::of(r.pageviews.all.count as u64, r.farm_usage.load_cpu_s)
+}
+
+/// The calibration in `file` if there is one, else measured now and written there (so that the
+/// experiments of one `make test` share one).
+pub fn load_or_measure(file: &Path, prefix: &str) -> Result<Calibration> {
+    if let Ok(b) = std::fs::read(file) {
+        let c: Calibration = serde_json::from_slice(&b).with_context(|| format!("reading {}", file.display()))?;
+        if c.reference_ms == REFERENCE_CPU_PER_PAGEVIEW_MS {
+            eprintln!("rlm-lab: calibration from {}: {:.2} ms of farm CPU a pageview, quotas x{:.2}", file.display(), c.cpu_per_pageview_ms, c.scale);
+            return Ok(c);
+        }
+    }
+    let dir = file.with_extension("d");
+    let c = measure(prefix, &dir)?;
+    eprintln!("rlm-lab: calibrated: {:.2} ms of farm CPU a pageview ({} pageviews), quotas x{:.2}", c.cpu_per_pageview_ms, c.pageviews, c.scale);
+    if let Some(parent) = file.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(file, serde_json::to_vec_pretty(&c)?)?;
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_is_the_cost_here_over_the_reference_and_refuses_what_is_no_measurement() {
+        let c = Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS / 2e3).unwrap();
+        assert!((c.scale - 0.5).abs() < 1e-9, "{c:?}");
+        let mut a = crate::experiments::arm("a", 240, 45.0, &[], false, 0.12);
+        c.apply(&mut a);
+        assert!((a.farm.cpu_cores.unwrap() - 0.06).abs() < 1e-9);
+        let mut open = spec();
+        c.apply(&mut open);
+        assert_eq!(open.farm.cpu_cores, None, "an arm without a quota keeps none");
+        assert!(Calibration::of(20, 1.0).is_err(), "too few pageviews");
+        assert!(Calibration::of(400, 0.0).is_err(), "no CPU measured");
+        assert!(Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS * 10.0 / 1e3).is_err(), "ten times slower: outside the range");
+    }
+}
