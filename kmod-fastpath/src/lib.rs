@@ -9,6 +9,8 @@
 //!   remaining bytes (strict priority = HTB classes with `prio`), and keeps per-flow accounting.
 //! - [`inline`]: the fast path of `rlm run` (`bpf/inline.bpf.c`): SYN admission in the kernel
 //!   from verdicts the engine publishes, and the packets the engine measures through a ring buffer.
+//! - `records` (private): the Rust side of the records shared with the programs
+//!   (`bpf/common.h`), `#[repr(C)]` structs checked against the C definitions by a test.
 //! - [`testrun`]: runs a loaded program on a frame inside the kernel (`BPF_PROG_TEST_RUN`), for
 //!   the tests and the SYN-drop benchmark.
 //!
@@ -17,6 +19,7 @@
 
 pub mod classify;
 pub mod inline;
+mod records;
 pub mod testrun;
 
 /// Load an object of this crate: fill its `server_ports` map (every object that needs the
