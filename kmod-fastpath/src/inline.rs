@@ -13,8 +13,11 @@
 //! it ends, and the bridge forwards plainly.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::ops::Deref;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use anyhow::{bail, Context, Result};
+use aya::maps::ring_buf::RingBufItem;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{tc, SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf};
@@ -108,6 +111,65 @@ impl<'a> Event<'a> {
         let start = std::mem::size_of::<EventHeader>();
         let frame = rec.get(start..start + h.len as usize)?;
         Some(Event { ts_ns: h.ts_ns, kind, wire_len: h.wire_len, frame })
+    }
+}
+
+/// The ring buffer of reports ([`InlinePath::take_events`]), oldest first. Its descriptor
+/// becomes readable when the kernel wakes the reader (poll or epoll it: `AsRawFd`, `AsFd`); the
+/// programs wake it only when a quarter of the ring waits, so drain it on a timer too.
+pub struct EventRing {
+    ring: RingBuf<MapData>,
+}
+
+/// One record of the ring: its bytes (`Deref` to `[u8]`, for [`Event::parse`]), handed back to
+/// the kernel when dropped.
+pub struct Record<'a>(RingBufItem<'a>);
+
+impl Record<'_> {
+    /// The record read ([`Event::parse`]); `None` if it is not one.
+    pub fn event(&self) -> Option<Event<'_>> {
+        Event::parse(self)
+    }
+}
+
+impl Deref for Record<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl EventRing {
+    /// The oldest record waiting, if any.
+    #[allow(clippy::should_implement_trait)] // a lending iterator: each record borrows the ring
+    pub fn next(&mut self) -> Option<Record<'_>> {
+        self.ring.next().map(Record)
+    }
+
+    /// Hand up to `max` waiting records to `f`, oldest first, each read ([`Event::parse`]:
+    /// `None` for one that is not a record); returns how many were taken.
+    pub fn drain(&mut self, max: usize, mut f: impl FnMut(Option<Event<'_>>)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(rec) = self.next() else { break };
+            n += 1;
+            f(rec.event());
+        }
+        n
+    }
+}
+
+impl AsRawFd for EventRing {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
+impl AsFd for EventRing {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is the ring map's, open as long as `self.ring` lives, which the
+        // borrow outlives not.
+        unsafe { BorrowedFd::borrow_raw(self.ring.as_raw_fd()) }
     }
 }
 
@@ -222,8 +284,8 @@ impl InlinePath {
     }
 
     /// The ring buffer of reports (taken once: the caller reads it, and waits on its fd).
-    pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
-        Ok(RingBuf::try_from(self.bpf.take_map("events").context("map events (already taken?)")?)?)
+    pub fn take_events(&mut self) -> Result<EventRing> {
+        Ok(EventRing { ring: RingBuf::try_from(self.bpf.take_map("events").context("map events (already taken?)")?)? })
     }
 
     pub fn counters(&self) -> Result<Counters> {
