@@ -28,72 +28,10 @@
 // it: per-flow bytes, packets, retransmitted bytes and last-packet time, item 3 of issue 11).
 // In FAIR mode (the baseline) every packet gets the one class, after the same accounting, so
 // both modes pay the same per-packet cost.
-#include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/ip.h>
-#include <linux/in.h>
-#include <linux/tcp.h>
-#include <linux/pkt_cls.h>
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
-
-#define MAX_CUTOFFS 6
-#define MAX_CLASSES 16
-
-#define MODE_OFF 0     // leave skb->priority alone (count only)
-#define MODE_FAIR 1    // every packet: base
-#define MODE_SRPT 2    // base + band
-
-struct srpt_cfg {
-    __u32 mode;
-    __u32 base;        // band 0's classid; band b is base + b
-    __u32 cutoffs;     // n, at most MAX_CUTOFFS
-    __u32 other_band;  // TCP not from a server port, and IPv6
-    __u32 cut[MAX_CUTOFFS];
-    __u32 resend_band; // resends of the lowest data band's bytes (0: they stay in it)
-    __u32 pad;
-};
-
-// A flow as it leaves toward the client: the server's address and port first, network order.
-struct flow_key {
-    __u32 saddr;
-    __u32 daddr;
-    __u16 sport;
-    __u16 dport;
-};
-
-// The current response, as the engine learnt it from the head: sequence numbers of its first
-// byte (the status line) and of the byte after its end.
-struct resp {
-    __u32 start;
-    __u32 end;
-    __u32 has_end;
-    __u32 pad;
-};
-
-struct flow {
-    __u32 start;       // the current response's first byte
-    __u32 end;         // the byte after its end, if has_end
-    __u32 has_end;
-    __u32 hi;          // the byte after the highest sent
-    __u32 una;         // the client's highest cumulative ACK (srpt_acks)
-    __u32 band;        // the data band of the last new segment (0: none yet)
-    __u64 bytes;       // skb->len of every packet of the flow, retransmissions included
-    __u64 packets;
-    __u64 retx_bytes;  // payload bytes sent again (seq + len <= hi)
-    __u64 last_ns;     // bpf_ktime_get_ns of the last packet
-};
-
-enum counter {
-    C_KNOWN,     // data packets ranked by remaining bytes
-    C_ATTAINED,  // data packets ranked by bytes sent (no end known)
-    C_RETX,      // data packets wholly sent before
-    C_ADOPTED,   // publications taken into a flow (a response's start and end)
-    C_ROLLED,    // flows rolled over to their next response at an end
-    C_MIDFLOW,   // flows first seen after their handshake
-    C_HELD,      // new segments kept in their flow's band rather than overtake its queued ones
-    C_COUNTERS,
-};
+//
+// The records shared with user space (srpt_cfg, flow_key, resp, flow, class_count, the
+// counters' slots), the servers' ports map and the packet parsing are in common.h.
+#include "common.h"
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -101,14 +39,6 @@ struct {
     __type(key, __u32);
     __type(value, struct srpt_cfg);
 } srpt_config SEC(".maps");
-
-// Indexed by port (host byte order): 1 for the servers' ports.
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 65536);
-    __type(key, __u32);
-    __type(value, __u8);
-} server_ports SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -124,12 +54,6 @@ struct {
     __type(value, struct flow);
 } flow_state SEC(".maps");
 
-// Packets and bytes sent per band (slot = band, modulo MAX_CLASSES).
-struct class_count {
-    __u64 packets;
-    __u64 bytes;
-};
-
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, MAX_CLASSES);
@@ -139,7 +63,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, C_COUNTERS);
+    __uint(max_entries, C_SRPT_COUNTERS);
     __type(key, __u32);
     __type(value, __u64);
 } srpt_counters SEC(".maps");
@@ -194,36 +118,27 @@ int classify(struct __sk_buff *skb)
     struct srpt_cfg *cfg = bpf_map_lookup_elem(&srpt_config, &zero);
     if (!cfg)
         return TC_ACT_OK;
-    void *data = (void *)(long)skb->data;
-    void *data_end = (void *)(long)skb->data_end;
-    struct ethhdr *eth = data;
-    if ((void *)(eth + 1) > data_end)
+    struct parsed p = {};
+    switch (parse_frame(skb, &p)) {
+    case FRAME_SHORT:
         return TC_ACT_OK;
-    if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+    case FRAME_IPV6:
+    case FRAME_IPV4_FRAG:
         return classify_to(skb, cfg, cfg->other_band);
-    if (eth->h_proto != bpf_htons(ETH_P_IP))
+    case FRAME_TCP4:
+        break;
+    default:
+        // Not IP, IPv4 other than TCP, or a header cut short.
         return classify_to(skb, cfg, 0);
-    struct iphdr *ip = (void *)(eth + 1);
-    if ((void *)(ip + 1) > data_end || ip->ihl < 5)
-        return classify_to(skb, cfg, 0);
-    if (ip->protocol != IPPROTO_TCP || (ip->frag_off & bpf_htons(0x1fff)))
-        return classify_to(skb, cfg, ip->protocol == IPPROTO_TCP ? cfg->other_band : 0);
-    struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
-    if ((void *)(tcp + 1) > data_end)
-        return classify_to(skb, cfg, 0);
-    // One checked pointer, read once (clang must not recompute it from ip->ihl later).
-    barrier_var(tcp);
+    }
+    struct tcphdr *tcp = p.tcp;
     __u16 sport = tcp->source, dport = tcp->dest;
     __u32 seq = bpf_ntohl(tcp->seq);
     int syn = tcp->syn, rst = tcp->rst;
-    __u32 headers = ip->ihl * 4 + tcp->doff * 4;
-    __u32 total = bpf_ntohs(ip->tot_len);
-    __u32 len = total > headers ? total - headers : 0;
-    struct flow_key key = { .saddr = ip->saddr, .daddr = ip->daddr, .sport = sport, .dport = dport };
+    __u32 len = p.payload;
+    struct flow_key key = { .saddr = p.saddr, .daddr = p.daddr, .sport = sport, .dport = dport };
 
-    __u32 port = bpf_ntohs(sport);
-    __u8 *srv = bpf_map_lookup_elem(&server_ports, &port);
-    if (!srv || !*srv)
+    if (!is_server_port(sport))
         return classify_to(skb, cfg, cfg->other_band);
     __u64 now = bpf_ktime_get_ns();
     if (syn) {
@@ -310,21 +225,13 @@ int classify(struct __sk_buff *skb)
 SEC("classifier")
 int srpt_acks(struct __sk_buff *skb)
 {
-    void *data = (void *)(long)skb->data;
-    void *data_end = (void *)(long)skb->data_end;
-    struct ethhdr *eth = data;
-    if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+    struct parsed p = {};
+    if (parse_frame(skb, &p) != FRAME_TCP4)
         return TC_ACT_UNSPEC;
-    struct iphdr *ip = (void *)(eth + 1);
-    if ((void *)(ip + 1) > data_end || ip->ihl < 5 || ip->protocol != IPPROTO_TCP)
-        return TC_ACT_UNSPEC;
-    struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
-    if ((void *)(tcp + 1) > data_end)
-        return TC_ACT_UNSPEC;
-    barrier_var(tcp);
+    struct tcphdr *tcp = p.tcp;
     if (!tcp->ack || tcp->syn)
         return TC_ACT_UNSPEC;
-    struct flow_key key = { .saddr = ip->daddr, .daddr = ip->saddr, .sport = tcp->dest, .dport = tcp->source };
+    struct flow_key key = { .saddr = p.daddr, .daddr = p.saddr, .sport = tcp->dest, .dport = tcp->source };
     __u32 ack = bpf_ntohl(tcp->ack_seq);
     struct flow *f = bpf_map_lookup_elem(&flow_state, &key);
     if (f && seq_gt(ack, f->una) && seq_ge(f->hi, ack))

@@ -22,93 +22,14 @@
 //
 // Maps are the only interface with the engine. If rlm is gone the programs are detached with
 // it (their links belong to its process) and the bridge forwards plainly.
-#include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/ip.h>
-#include <linux/ipv6.h>
-#include <linux/in.h>
-#include <linux/tcp.h>
-#include <linux/pkt_cls.h>
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
+//
+// The records shared with user space (config, syn_key, syn_verdict, bucket, event, the
+// counters' slots), the servers' ports map and the packet parsing are in common.h.
+#include "common.h"
 
 // Frames are reported whole up to SNAP_MAX bytes, cut there.
 #define SNAP_MAX 2048
 #define RING_BYTES (16 << 20)
-
-#define MODE_QUEUE_ALL 0    // every client SYN to a server port goes to NFQUEUE
-#define MODE_VERDICTS 1     // SYNs with a verdict of the current generation are decided here
-#define MODE_PASS_ALL 2     // no rule acts at the SYN: pass and report every SYN
-
-#define ACTION_PASS 0
-#define ACTION_DROP 1
-#define ACTION_LIMIT 2
-
-#define KIND_OBSERVED 0
-#define KIND_SYN_PASSED 1
-#define KIND_SYN_DROPPED 2
-
-#define FLAG_LIMITED 1
-
-#define CFG_QUEUE_RESPONSES 1
-#define CFG_QUEUE_REQUESTS 2
-
-#define MAX_BUCKETS 1024
-
-enum counter {
-    C_SYN_PASSED,
-    C_SYN_DROPPED,
-    C_SYN_QUEUED,
-    C_OBSERVED,
-    C_RING_FULL,
-    C_ACK_SKIPPED,
-    C_RESP_QUEUED,
-    C_REQ_QUEUED,
-    C_COUNTERS,
-};
-
-struct config {
-    __u64 generation;
-    __u32 queue_mark;
-    __u32 mode;
-    __u32 flags;    // CFG_*
-    __u32 pad;
-};
-
-struct syn_key {
-    __u32 client;   // network byte order
-    __u32 server;   // network byte order
-    __u16 port;     // the server's port, network byte order
-    __u16 pad;
-};
-
-struct syn_verdict {
-    __u64 generation;
-    __u32 rule;
-    __u16 action;
-    __u16 pad;
-    __u32 bucket;
-    __u32 pad2;
-};
-
-// A LIMIT SYN token bucket: tokens in billionths, rate in thousandths of a token per second.
-struct bucket {
-    struct bpf_spin_lock lock;
-    __u32 burst;
-    __u64 rate_milli;
-    __u64 tokens_nano;
-    __u64 last_ns;   // 0: full, start counting at the next SYN
-};
-
-struct event {
-    __u64 ts_ns;     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
-    __u32 len;       // bytes of the frame that follow
-    __u32 wire_len;  // the frame's length
-    __u16 kind;
-    __u16 flags;
-    __u32 rule;
-    __u8 data[];
-};
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -116,15 +37,6 @@ struct {
     __type(key, __u32);
     __type(value, struct config);
 } config SEC(".maps");
-
-// Indexed by port (host byte order): 1 for the servers' ports. An array, so that the JIT inlines
-// the lookup done for every packet.
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 65536);
-    __type(key, __u32);
-    __type(value, __u8);
-} server_ports SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -158,7 +70,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, C_COUNTERS);
+    __uint(max_entries, C_INLINE_COUNTERS);
     __type(key, __u32);
     __type(value, __u64);
 } counters SEC(".maps");
@@ -243,68 +155,6 @@ static __always_inline void report(struct __sk_buff *skb, __u16 kind, __u16 flag
     REPORT_IN(SNAP_MAX);
 }
 
-struct parsed {
-    struct tcphdr *tcp;
-    __u32 saddr;   // IPv4 only; 0 for IPv6
-    __u32 daddr;
-    __u32 payload;  // TCP payload bytes (IPv4 only)
-    int v4;
-};
-
-// Find the TCP header of an IPv4 or IPv6 (no extension headers) frame.
-static __always_inline int parse_tcp(struct __sk_buff *skb, struct parsed *p)
-{
-    void *data = (void *)(long)skb->data;
-    void *data_end = (void *)(long)skb->data_end;
-    struct ethhdr *eth = data;
-    if ((void *)(eth + 1) > data_end)
-        return 0;
-    if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-        struct iphdr *ip = (void *)(eth + 1);
-        if ((void *)(ip + 1) > data_end || ip->ihl < 5 || ip->protocol != IPPROTO_TCP)
-            return 0;
-        // Later fragments carry no TCP header.
-        if (ip->frag_off & bpf_htons(0x1fff))
-            return 0;
-        struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
-        if ((void *)(tcp + 1) > data_end)
-            return 0;
-        // One pointer, the one checked: clang must not compute it again from ip->ihl later,
-        // which would give the verifier a pointer with no known bounds.
-        barrier_var(tcp);
-        p->tcp = tcp;
-        p->saddr = ip->saddr;
-        p->daddr = ip->daddr;
-        __u32 headers = ip->ihl * 4 + tcp->doff * 4;
-        __u32 total = bpf_ntohs(ip->tot_len);
-        p->payload = total > headers ? total - headers : 0;
-        p->v4 = 1;
-        return 1;
-    }
-    if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-        struct ipv6hdr *ip6 = (void *)(eth + 1);
-        if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_TCP)
-            return 0;
-        struct tcphdr *tcp = (void *)(ip6 + 1);
-        if ((void *)(tcp + 1) > data_end)
-            return 0;
-        p->tcp = tcp;
-        p->saddr = 0;
-        p->daddr = 0;
-        p->payload = 0;
-        p->v4 = 0;
-        return 1;
-    }
-    return 0;
-}
-
-static __always_inline int is_server_port(__u16 net_port)
-{
-    __u32 port = bpf_ntohs(net_port);
-    __u8 *v = bpf_map_lookup_elem(&server_ports, &port);
-    return v && *v;
-}
-
 // Take a token from a LIMIT SYN bucket; 1 if there was one.
 static __always_inline int take_token(__u32 slot)
 {
@@ -337,7 +187,8 @@ SEC("classifier")
 int syn_admit(struct __sk_buff *skb)
 {
     struct parsed p = {};
-    if (!parse_tcp(skb, &p))
+    parse_frame(skb, &p);
+    if (!p.tcp)    // TCP over IPv4, or over IPv6 without extension headers, only
         return TC_ACT_OK;
     struct tcphdr *tcp = p.tcp;
     // Read once, while the verifier still knows the header is in the packet (clang may
@@ -389,7 +240,8 @@ SEC("classifier")
 int observe(struct __sk_buff *skb)
 {
     struct parsed p = {};
-    if (!parse_tcp(skb, &p))
+    parse_frame(skb, &p);
+    if (!p.tcp)    // TCP over IPv4, or over IPv6 without extension headers, only
         return TC_ACT_OK;
     struct tcphdr *tcp = p.tcp;
     int to_server = is_server_port(tcp->dest);

@@ -6,7 +6,6 @@
 //! when no end is known. Per-flow bytes, packets, retransmitted bytes and last-packet time stay
 //! in the kernel ([`SrptEgress::flow`]).
 
-use std::net::SocketAddrV4;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -16,12 +15,10 @@ use aya::programs::tc::TcAttachOptions;
 use aya::programs::{tc, SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf, Pod};
 
+use crate::records::{srpt_counter as c, RespValue, SrptCfg, SRPT_MODE_FAIR, SRPT_MODE_OFF, SRPT_MODE_SRPT};
 use crate::testrun::{self, TestRun};
 
-/// Class slots counted by the program (one per band).
-pub const MAX_CLASSES: usize = 16;
-/// Most cutoffs (HTB has 8 priorities: band 0, and n + 1 data bands).
-pub const MAX_CUTOFFS: usize = 6;
+pub use crate::records::{ClassCount, FlowKey, FlowState, MAX_CLASSES, MAX_CUTOFFS};
 /// 002's cutoffs, in response bytes (head included): 1K, 2K, 5K, 20K, 50K.
 pub const DEFAULT_CUTOFFS: [u32; 5] = [1024, 2048, 5120, 20480, 51200];
 
@@ -32,53 +29,16 @@ pub fn classid(major: u16, minor: u16) -> u32 {
     ((major as u32) << 16) | minor as u32
 }
 
-/// A flow as it leaves toward the client: the server's address and port first, then the
-/// client's, in network byte order.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FlowKey {
-    saddr: u32,
-    daddr: u32,
-    sport: u16,
-    dport: u16,
-}
-
-// SAFETY: plain old data with no padding (4 + 4 + 2 + 2 bytes), the C struct's layout.
-unsafe impl Pod for FlowKey {}
-
-impl FlowKey {
-    /// The flow of packets from `src` (the server) to `dst` (the client).
-    pub fn new(src: SocketAddrV4, dst: SocketAddrV4) -> FlowKey {
-        FlowKey {
-            saddr: u32::from_ne_bytes(src.ip().octets()),
-            daddr: u32::from_ne_bytes(dst.ip().octets()),
-            sport: src.port().to_be(),
-            dport: dst.port().to_be(),
-        }
-    }
-}
-
-/// Packets and bytes sent in one band.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClassCount {
-    pub packets: u64,
-    pub bytes: u64,
-}
-
-// SAFETY: two u64s, no padding; the C struct's layout.
-unsafe impl Pod for ClassCount {}
-
 /// What the program does with the priority.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum SrptMode {
     /// Leave `skb->priority` alone (the accounting goes on).
-    Off = 0,
+    Off = SRPT_MODE_OFF,
     /// Every packet to `base` (one class: the baseline).
-    Fair = 1,
+    Fair = SRPT_MODE_FAIR,
     /// `base + band`.
-    Srpt = 2,
+    Srpt = SRPT_MODE_SRPT,
 }
 
 /// The classifier's parameters.
@@ -125,55 +85,6 @@ impl SrptParams {
         Ok(())
     }
 }
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct SrptCfg {
-    mode: u32,
-    base: u32,
-    cutoffs: u32,
-    other_band: u32,
-    cut: [u32; MAX_CUTOFFS],
-    resend_band: u32,
-    pad: u32,
-}
-// SAFETY: twelve u32s, no padding; the C struct's layout.
-unsafe impl Pod for SrptCfg {}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct RespValue {
-    start: u32,
-    end: u32,
-    has_end: u32,
-    pad: u32,
-}
-// SAFETY: four u32s, no padding; the C struct's layout.
-unsafe impl Pod for RespValue {}
-
-/// A flow as the kernel keeps it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FlowState {
-    /// The current response's first byte (sequence number).
-    pub start: u32,
-    /// The byte after its end, if `has_end != 0`.
-    pub end: u32,
-    pub has_end: u32,
-    /// The byte after the highest sent.
-    pub hi: u32,
-    /// The client's highest cumulative ACK.
-    pub una: u32,
-    /// The data band of the last new segment (0: none yet).
-    pub band: u32,
-    pub bytes: u64,
-    pub packets: u64,
-    pub retx_bytes: u64,
-    /// CLOCK_MONOTONIC ns of the last packet.
-    pub last_ns: u64,
-}
-// SAFETY: six u32s and four u64s, no padding; the C struct's layout.
-unsafe impl Pod for FlowState {}
 
 /// The program's counters, summed over CPUs (packets unless said).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -364,7 +275,15 @@ impl SrptEgress {
     pub fn counters(&self) -> Result<SrptCounters> {
         let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.bpf.map("srpt_counters").context("map srpt_counters")?)?;
         let sum = |i: u32| -> Result<u64> { Ok(m.get(&i, 0)?.iter().sum()) };
-        Ok(SrptCounters { known: sum(0)?, attained: sum(1)?, retx: sum(2)?, adopted: sum(3)?, rolled: sum(4)?, midflow: sum(5)?, held: sum(6)? })
+        Ok(SrptCounters {
+            known: sum(c::KNOWN)?,
+            attained: sum(c::ATTAINED)?,
+            retx: sum(c::RETX)?,
+            adopted: sum(c::ADOPTED)?,
+            rolled: sum(c::ROLLED)?,
+            midflow: sum(c::MIDFLOW)?,
+            held: sum(c::HELD)?,
+        })
     }
 
     /// Run the program on `frame` `repeat` times in the kernel, as if it left the port.
@@ -383,16 +302,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layouts_match_the_c_structs() {
-        assert_eq!(std::mem::size_of::<FlowKey>(), 12);
-        let k = FlowKey::new("10.0.0.1:80".parse().unwrap(), "10.4.0.2:40000".parse().unwrap());
-        // SAFETY: FlowKey is 12 bytes of plain data.
-        let bytes: [u8; 12] = unsafe { std::mem::transmute(k) };
-        assert_eq!(bytes, [10, 0, 0, 1, 10, 4, 0, 2, 0, 80, 0x9c, 0x40]);
+    fn classids() {
         assert_eq!(classid(1, 0x20), 0x0001_0020);
-        assert_eq!(std::mem::size_of::<SrptCfg>(), 48);
-        assert_eq!(std::mem::size_of::<RespValue>(), 16);
-        assert_eq!(std::mem::size_of::<FlowState>(), 56);
     }
 
     #[test]

@@ -13,30 +13,36 @@
 //! it ends, and the bridge forwards plainly.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::ops::Deref;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use anyhow::{bail, Context, Result};
+use aya::maps::ring_buf::RingBufItem;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{tc, SchedClassifier, TcAttachType};
-use aya::{include_bytes_aligned, Ebpf, Pod};
+use aya::{include_bytes_aligned, Ebpf};
 
+use crate::records::{
+    inline_counter as c, Bucket, Config, EventHeader, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_QUEUE_REQUESTS,
+    CFG_QUEUE_RESPONSES, FLAG_LIMITED, KIND_OBSERVED, KIND_SYN_DROPPED, KIND_SYN_PASSED, MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
+};
 use crate::testrun::{self, TestRun};
 
 static INLINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/inline.bpf.o"));
 
-/// `LIMIT SYN` buckets the kernel keeps (slots `0..MAX_BUCKETS`).
-pub const MAX_BUCKETS: u32 = 1024;
+pub use crate::records::MAX_BUCKETS;
 
 /// What `syn_admit` does with a client's SYN to a server port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Mode {
     /// Every SYN gets the queue mark (the engine decides each one).
-    QueueAll = 0,
+    QueueAll = MODE_QUEUE_ALL,
     /// SYNs with a verdict of the current generation are decided in the kernel, the others
     /// queued.
-    Verdicts = 1,
+    Verdicts = MODE_VERDICTS,
     /// No rule acts at the SYN: every SYN passes and is reported.
-    PassAll = 2,
+    PassAll = MODE_PASS_ALL,
 }
 
 /// A verdict's action.
@@ -52,54 +58,6 @@ pub enum SynAction {
         slot: u32,
     },
 }
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct ConfigValue {
-    generation: u64,
-    queue_mark: u32,
-    mode: u32,
-    flags: u32,
-    pad: u32,
-}
-// SAFETY: 8 + 4 + 4 + 4 + 4 bytes, no padding; the C struct's layout.
-unsafe impl Pod for ConfigValue {}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct SynKey {
-    client: u32,
-    server: u32,
-    port: u16,
-    pad: u16,
-}
-// SAFETY: 4 + 4 + 2 + 2 bytes, no padding; the C struct's layout.
-unsafe impl Pod for SynKey {}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct SynVerdictValue {
-    generation: u64,
-    rule: u32,
-    action: u16,
-    pad: u16,
-    bucket: u32,
-    pad2: u32,
-}
-// SAFETY: 8 + 4 + 2 + 2 + 4 + 4 bytes, no padding; the C struct's layout.
-unsafe impl Pod for SynVerdictValue {}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct BucketValue {
-    lock: u32,
-    burst: u32,
-    rate_milli: u64,
-    tokens_nano: u64,
-    last_ns: u64,
-}
-// SAFETY: 4 + 4 + 8 + 8 + 8 bytes, no padding; the C struct's layout (bpf_spin_lock is a u32).
-unsafe impl Pod for BucketValue {}
 
 /// Counters of the programs, summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,11 +75,6 @@ pub struct Counters {
     /// Client segments marked for NFQUEUE (request rewrites) instead of reported.
     pub req_queued: u64,
 }
-
-/// `ConfigValue::flags`: mark the servers' segments for NFQUEUE.
-const CFG_QUEUE_RESPONSES: u32 = 1;
-/// `ConfigValue::flags`: mark the clients' segments with payload for NFQUEUE.
-const CFG_QUEUE_REQUESTS: u32 = 2;
 
 /// What a ring-buffer record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,26 +98,78 @@ pub struct Event<'a> {
     pub frame: &'a [u8],
 }
 
-const EVENT_HEADER: usize = 24;
-
 impl<'a> Event<'a> {
-    /// Read a record; `None` if it is too short to be one.
+    /// Read a record (an `EventHeader`, then the frame); `None` if it is not one.
     pub fn parse(rec: &'a [u8]) -> Option<Event<'a>> {
-        let u64_at = |i: usize| u64::from_ne_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
-        let u32_at = |i: usize| u32::from_ne_bytes(rec[i..i + 4].try_into().expect("4 bytes"));
-        let u16_at = |i: usize| u16::from_ne_bytes(rec[i..i + 2].try_into().expect("2 bytes"));
-        if rec.len() < EVENT_HEADER {
-            return None;
-        }
-        let len = u32_at(8) as usize;
-        let kind = match u16_at(16) {
-            0 => EventKind::Observed,
-            1 => EventKind::SynPassed,
-            2 => EventKind::SynDropped { rule: u32_at(20), limited: u16_at(18) & 1 != 0 },
+        let h = EventHeader::read(rec)?;
+        let kind = match h.kind {
+            KIND_OBSERVED => EventKind::Observed,
+            KIND_SYN_PASSED => EventKind::SynPassed,
+            KIND_SYN_DROPPED => EventKind::SynDropped { rule: h.rule, limited: h.flags & FLAG_LIMITED != 0 },
             _ => return None,
         };
-        let frame = rec.get(EVENT_HEADER..EVENT_HEADER + len)?;
-        Some(Event { ts_ns: u64_at(0), kind, wire_len: u32_at(12), frame })
+        let start = std::mem::size_of::<EventHeader>();
+        let frame = rec.get(start..start + h.len as usize)?;
+        Some(Event { ts_ns: h.ts_ns, kind, wire_len: h.wire_len, frame })
+    }
+}
+
+/// The ring buffer of reports ([`InlinePath::take_events`]), oldest first. Its descriptor
+/// becomes readable when the kernel wakes the reader (poll or epoll it: `AsRawFd`, `AsFd`); the
+/// programs wake it only when a quarter of the ring waits, so drain it on a timer too.
+pub struct EventRing {
+    ring: RingBuf<MapData>,
+}
+
+/// One record of the ring: its bytes (`Deref` to `[u8]`, for [`Event::parse`]), handed back to
+/// the kernel when dropped.
+pub struct Record<'a>(RingBufItem<'a>);
+
+impl Record<'_> {
+    /// The record read ([`Event::parse`]); `None` if it is not one.
+    pub fn event(&self) -> Option<Event<'_>> {
+        Event::parse(self)
+    }
+}
+
+impl Deref for Record<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl EventRing {
+    /// The oldest record waiting, if any.
+    #[allow(clippy::should_implement_trait)] // a lending iterator: each record borrows the ring
+    pub fn next(&mut self) -> Option<Record<'_>> {
+        self.ring.next().map(Record)
+    }
+
+    /// Hand up to `max` waiting records to `f`, oldest first, each read ([`Event::parse`]:
+    /// `None` for one that is not a record); returns how many were taken.
+    pub fn drain(&mut self, max: usize, mut f: impl FnMut(Option<Event<'_>>)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(rec) = self.next() else { break };
+            n += 1;
+            f(rec.event());
+        }
+        n
+    }
+}
+
+impl AsRawFd for EventRing {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
+impl AsFd for EventRing {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is the ring map's, open as long as `self.ring` lives, which the
+        // borrow outlives not.
+        unsafe { BorrowedFd::borrow_raw(self.ring.as_raw_fd()) }
     }
 }
 
@@ -216,9 +221,9 @@ impl InlinePath {
     }
 
     fn write_config(&mut self) -> Result<()> {
-        let mut cfg: Array<&mut MapData, ConfigValue> = Array::try_from(self.bpf.map_mut("config").context("map config")?)?;
+        let mut cfg: Array<&mut MapData, Config> = Array::try_from(self.bpf.map_mut("config").context("map config")?)?;
         let flags = if self.queue_responses { CFG_QUEUE_RESPONSES } else { 0 } | if self.queue_requests { CFG_QUEUE_REQUESTS } else { 0 };
-        cfg.set(0, ConfigValue { generation: self.generation, queue_mark: self.queue_mark, mode: self.mode as u32, flags, pad: 0 }, 0)?;
+        cfg.set(0, Config { generation: self.generation, queue_mark: self.queue_mark, mode: self.mode as u32, flags, pad: 0 }, 0)?;
         Ok(())
     }
 
@@ -253,17 +258,17 @@ impl InlinePath {
             pad: 0,
         };
         let (action, rule, bucket) = match action {
-            SynAction::Pass => (0, 0, 0),
-            SynAction::Drop { rule } => (1, rule, 0),
+            SynAction::Pass => (ACTION_PASS, 0, 0),
+            SynAction::Drop { rule } => (ACTION_DROP, rule, 0),
             SynAction::Limit { rule, slot } => {
                 if slot >= MAX_BUCKETS {
                     bail!("bucket slot {slot} out of range");
                 }
-                (2, rule, slot)
+                (ACTION_LIMIT, rule, slot)
             }
         };
-        let mut m: HashMap<&mut MapData, SynKey, SynVerdictValue> = HashMap::try_from(self.bpf.map_mut("syn_verdicts").context("map syn_verdicts")?)?;
-        m.insert(key, SynVerdictValue { generation, rule, action, pad: 0, bucket, pad2: 0 }, 0)?;
+        let mut m: HashMap<&mut MapData, SynKey, SynVerdict> = HashMap::try_from(self.bpf.map_mut("syn_verdicts").context("map syn_verdicts")?)?;
+        m.insert(key, SynVerdict { generation, rule, action, pad: 0, bucket, pad2: 0 }, 0)?;
         Ok(())
     }
 
@@ -273,28 +278,28 @@ impl InlinePath {
             bail!("bucket slot {slot} out of range");
         }
         let rate_milli = (rate_per_s * 1000.0).clamp(0.0, 1.8e9) as u64;
-        let mut m: Array<&mut MapData, BucketValue> = Array::try_from(self.bpf.map_mut("buckets").context("map buckets")?)?;
-        m.set(slot, BucketValue { lock: 0, burst: burst.max(1), rate_milli, tokens_nano: 0, last_ns: 0 }, 0)?;
+        let mut m: Array<&mut MapData, Bucket> = Array::try_from(self.bpf.map_mut("buckets").context("map buckets")?)?;
+        m.set(slot, Bucket { lock: 0, burst: burst.max(1), rate_milli, tokens_nano: 0, last_ns: 0 }, 0)?;
         Ok(())
     }
 
     /// The ring buffer of reports (taken once: the caller reads it, and waits on its fd).
-    pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
-        Ok(RingBuf::try_from(self.bpf.take_map("events").context("map events (already taken?)")?)?)
+    pub fn take_events(&mut self) -> Result<EventRing> {
+        Ok(EventRing { ring: RingBuf::try_from(self.bpf.take_map("events").context("map events (already taken?)")?)? })
     }
 
     pub fn counters(&self) -> Result<Counters> {
         let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.bpf.map("counters").context("map counters")?)?;
         let sum = |i: u32| -> Result<u64> { Ok(m.get(&i, 0)?.iter().sum()) };
         Ok(Counters {
-            syn_passed: sum(0)?,
-            syn_dropped: sum(1)?,
-            syn_queued: sum(2)?,
-            observed: sum(3)?,
-            ring_full: sum(4)?,
-            ack_skipped: sum(5)?,
-            resp_queued: sum(6)?,
-            req_queued: sum(7)?,
+            syn_passed: sum(c::SYN_PASSED)?,
+            syn_dropped: sum(c::SYN_DROPPED)?,
+            syn_queued: sum(c::SYN_QUEUED)?,
+            observed: sum(c::OBSERVED)?,
+            ring_full: sum(c::RING_FULL)?,
+            ack_skipped: sum(c::ACK_SKIPPED)?,
+            resp_queued: sum(c::RESP_QUEUED)?,
+            req_queued: sum(c::REQ_QUEUED)?,
         })
     }
 }
@@ -304,31 +309,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layouts_match_the_c_structs() {
-        assert_eq!(std::mem::size_of::<ConfigValue>(), 24);
-        assert_eq!(std::mem::size_of::<SynKey>(), 12);
-        assert_eq!(std::mem::size_of::<SynVerdictValue>(), 24);
-        assert_eq!(std::mem::size_of::<BucketValue>(), 32);
-    }
-
-    #[test]
     fn parses_records() {
-        let mut rec = vec![0u8; EVENT_HEADER + 3];
-        rec[0..8].copy_from_slice(&42u64.to_ne_bytes());
-        rec[8..12].copy_from_slice(&3u32.to_ne_bytes());
-        rec[12..16].copy_from_slice(&60u32.to_ne_bytes());
-        rec[16..18].copy_from_slice(&2u16.to_ne_bytes());
-        rec[18..20].copy_from_slice(&1u16.to_ne_bytes());
-        rec[20..24].copy_from_slice(&7u32.to_ne_bytes());
-        rec[24..].copy_from_slice(&[1, 2, 3]);
+        let h = EventHeader { ts_ns: 42, len: 3, wire_len: 60, kind: KIND_SYN_DROPPED, flags: FLAG_LIMITED, rule: 7 };
+        let mut rec = h.to_bytes();
+        rec.extend_from_slice(&[1, 2, 3]);
         let e = Event::parse(&rec).expect("a record");
         assert_eq!(e.ts_ns, 42);
         assert_eq!(e.kind, EventKind::SynDropped { rule: 7, limited: true });
         assert_eq!(e.wire_len, 60);
         assert_eq!(e.frame, &[1, 2, 3]);
         // A length past the record, an unknown kind, a short record: not records.
-        rec[8..12].copy_from_slice(&4u32.to_ne_bytes());
-        assert!(Event::parse(&rec).is_none());
+        let long = EventHeader { len: 4, ..h }.to_bytes().into_iter().chain([1, 2, 3]).collect::<Vec<u8>>();
+        assert!(Event::parse(&long).is_none());
+        let unknown = EventHeader { kind: 3, ..h }.to_bytes().into_iter().chain([1, 2, 3]).collect::<Vec<u8>>();
+        assert!(Event::parse(&unknown).is_none());
         assert!(Event::parse(&rec[..10]).is_none());
     }
 }

@@ -9,15 +9,17 @@
 //!   remaining bytes (strict priority = HTB classes with `prio`), and keeps per-flow accounting.
 //! - [`inline`]: the fast path of `rlm run` (`bpf/inline.bpf.c`): SYN admission in the kernel
 //!   from verdicts the engine publishes, and the packets the engine measures through a ring buffer.
+//! - `records` (private): the Rust side of the records shared with the programs
+//!   (`bpf/common.h`), `#[repr(C)]` structs checked against the C definitions by a test.
 //! - [`testrun`]: runs a loaded program on a frame inside the kernel (`BPF_PROG_TEST_RUN`), for
 //!   the tests and the SYN-drop benchmark.
-//! - [`syn_timeout`]: the lab's client-side sock_ops program (`bpf/syn_timeout.bpf.c`) that sets
-//!   the initial SYN timeout of a cgroup's sockets (the `xp` browser profile). It lives here so
-//!   that every eBPF program of the project is built and loaded one way.
+//!
+//! It holds the appliance's programs only: the lab's client-side sock_ops program (the clients'
+//! initial SYN timeout) is `sim_clients::SynTimeout`, with the clients it serves.
 
 pub mod classify;
 pub mod inline;
-pub mod syn_timeout;
+mod records;
 pub mod testrun;
 
 /// Load an object of this crate: fill its `server_ports` map (every object that needs the
@@ -40,4 +42,3 @@ pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], progr
 }
 
 pub use classify::{classid, is_bpffs, ClassCount, FlowKey, FlowState, KeptState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
-pub use syn_timeout::{kernel_hz, SynTimeout};

@@ -8,8 +8,7 @@ use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::Duration;
 
-use aya::maps::{MapData, RingBuf};
-use kmod_fastpath::inline::{Event, EventKind, InlinePath, Mode, SynAction};
+use kmod_fastpath::inline::{EventKind, EventRing, InlinePath, Mode, SynAction};
 
 const CLIENT: &str = "10.78.0.2";
 const SERVER: &str = "10.78.0.1";
@@ -77,13 +76,13 @@ fn connect(ns: &str, wait: Duration) -> bool {
 }
 
 /// Everything waiting in the ring: (kind, frame's TCP flags byte).
-fn drain(ring: &mut RingBuf<MapData>) -> Vec<(EventKind, u8)> {
+fn drain(ring: &mut EventRing) -> Vec<(EventKind, u8)> {
     let mut out = Vec::new();
-    while let Some(item) = ring.next() {
-        let e = Event::parse(&item).expect("a well-formed record");
+    ring.drain(usize::MAX, |e| {
+        let e = e.expect("a well-formed record");
         // Ethernet (14) + IPv4 without options (20) + 13 bytes into TCP.
         out.push((e.kind, e.frame.get(14 + 20 + 13).copied().unwrap_or(0)));
-    }
+    });
     out
 }
 

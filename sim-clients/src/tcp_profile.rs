@@ -6,7 +6,7 @@
 //! - `linux`: 1 s and 6 retries (failure at 127 s).
 //!
 //! Three knobs make it: the initial timeout comes from a sock_ops program on the profile's
-//! cgroup ([`kmod_fastpath::SynTimeout`]); the retry count is the socket's `TCP_SYNCNT`; and the
+//! cgroup ([`crate::SynTimeout`]); the retry count is the socket's `TCP_SYNCNT`; and the
 //! client namespace sets `net.ipv4.tcp_syn_linear_timeouts=0` so that the backoff is
 //! exponential from the first retry (this kernel's default keeps 4 linear retries).
 
@@ -80,7 +80,7 @@ pub const CGROUP2_ROOT: &str = "/sys/fs/cgroup/unified";
 pub struct ProfileCgroup {
     pub path: PathBuf,
     pub profile: TcpProfile,
-    _prog: Option<kmod_fastpath::SynTimeout>,
+    _prog: Option<crate::SynTimeout>,
 }
 
 impl ProfileCgroup {
@@ -92,7 +92,7 @@ impl ProfileCgroup {
         }
         let prog = match profile {
             TcpProfile::Linux => None,
-            p => Some(kmod_fastpath::SynTimeout::attach(&path, p.initial_syn_timeout())?),
+            p => Some(crate::SynTimeout::attach(&path, p.initial_syn_timeout())?),
         };
         Ok(ProfileCgroup { path, profile, _prog: prog })
     }

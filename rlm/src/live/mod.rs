@@ -35,8 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use aya::maps::{MapData, RingBuf};
-use kmod_fastpath::inline::{EventKind, InlinePath, Mode, SynAction};
+use kmod_fastpath::inline::{EventKind, EventRing, InlinePath, Mode, SynAction};
 use kmod_fastpath::{FlowKey, SrptEgress};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -63,7 +62,7 @@ struct Fast {
     path: InlinePath,
     /// The SRPT classifier on the client port's egress (`[srpt] mode` fair or srpt).
     srpt: Option<SrptEgress>,
-    ring: RingBuf<MapData>,
+    ring: EventRing,
     /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in nanoseconds (the programs stamp monotonic time).
     mono_to_real: i64,
     update_errors: u64,

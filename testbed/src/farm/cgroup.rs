@@ -17,7 +17,7 @@ pub struct CpuCgroup {
     pub path: PathBuf,
     pub acct: PathBuf,
     v2: Option<PathBuf>,
-    syn: Option<kmod_fastpath::SynTimeout>,
+    syn: Option<sim_clients::SynTimeout>,
 }
 
 impl CpuCgroup {
@@ -44,7 +44,7 @@ impl CpuCgroup {
         if !v2.exists() {
             std::fs::create_dir(&v2).with_context(|| format!("creating {}", v2.display()))?;
         }
-        self.syn = Some(kmod_fastpath::SynTimeout::attach(&v2, timeout)?);
+        self.syn = Some(sim_clients::SynTimeout::attach(&v2, timeout)?);
         self.v2 = Some(v2);
         Ok(self)
     }

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: GPL-2.0
+// rlm fast path: what the programs share.
+//
+//  - The records shared with user space: the maps' keys and values, the ring buffer's record,
+//    the counters' slots and the constants user space writes. kmod-fastpath/src/records.rs
+//    mirrors each one as a #[repr(C)] Rust struct, and its layout test compiles static asserts
+//    against this file (sizes, every field's offset, the constants' values) with the clang and
+//    target that build the programs: change one side alone and that test fails.
+//  - The servers' ports map, which user space fills (kmod-fastpath's `load_object`).
+//  - The packet parsing (Ethernet, IPv4 or IPv6, TCP), written once here.
+#ifndef RLM_COMMON_H
+#define RLM_COMMON_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/tcp.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+// ---- The inline fast path (inline.bpf.c, kmod-fastpath's `InlinePath`) ----
+
+#define MODE_QUEUE_ALL 0    // every client SYN to a server port goes to NFQUEUE
+#define MODE_VERDICTS 1     // SYNs with a verdict of the current generation are decided here
+#define MODE_PASS_ALL 2     // no rule acts at the SYN: pass and report every SYN
+
+#define ACTION_PASS 0
+#define ACTION_DROP 1
+#define ACTION_LIMIT 2
+
+// struct event's kind, and its flags.
+#define KIND_OBSERVED 0
+#define KIND_SYN_PASSED 1
+#define KIND_SYN_DROPPED 2
+#define FLAG_LIMITED 1
+
+// struct config's flags.
+#define CFG_QUEUE_RESPONSES 1
+#define CFG_QUEUE_REQUESTS 2
+
+#define MAX_BUCKETS 1024
+
+// Slots of the `counters` per-CPU array.
+enum inline_counter {
+    C_SYN_PASSED,
+    C_SYN_DROPPED,
+    C_SYN_QUEUED,
+    C_OBSERVED,
+    C_RING_FULL,
+    C_ACK_SKIPPED,
+    C_RESP_QUEUED,
+    C_REQ_QUEUED,
+    C_INLINE_COUNTERS,
+};
+
+// `config`'s one value.
+struct config {
+    __u64 generation;
+    __u32 queue_mark;
+    __u32 mode;     // MODE_*
+    __u32 flags;    // CFG_*
+    __u32 pad;
+};
+
+// `syn_verdicts`' key.
+struct syn_key {
+    __u32 client;   // network byte order
+    __u32 server;   // network byte order
+    __u16 port;     // the server's port, network byte order
+    __u16 pad;
+};
+
+// `syn_verdicts`' value.
+struct syn_verdict {
+    __u64 generation;
+    __u32 rule;
+    __u16 action;   // ACTION_*
+    __u16 pad;
+    __u32 bucket;   // ACTION_LIMIT: the slot in `buckets`
+    __u32 pad2;
+};
+
+// A LIMIT SYN token bucket (`buckets`): tokens in billionths, rate in thousandths of a token
+// per second.
+struct bucket {
+    struct bpf_spin_lock lock;
+    __u32 burst;
+    __u64 rate_milli;
+    __u64 tokens_nano;
+    __u64 last_ns;   // 0: full, start counting at the next SYN
+};
+
+// A ring buffer record (`events`): this header, then `len` bytes of the frame.
+struct event {
+    __u64 ts_ns;     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
+    __u32 len;       // bytes of the frame that follow
+    __u32 wire_len;  // the frame's length
+    __u16 kind;      // KIND_*
+    __u16 flags;     // FLAG_*
+    __u32 rule;      // KIND_SYN_DROPPED: the rule
+    __u8 data[];
+};
+
+// ---- The SRPT egress classifier (classify.bpf.c, kmod-fastpath's `SrptEgress`) ----
+
+#define MAX_CUTOFFS 6
+#define MAX_CLASSES 16
+
+#define MODE_OFF 0     // leave skb->priority alone (count only)
+#define MODE_FAIR 1    // every packet: base
+#define MODE_SRPT 2    // base + band
+
+// Slots of the `srpt_counters` per-CPU array.
+enum srpt_counter {
+    C_KNOWN,     // data packets ranked by remaining bytes
+    C_ATTAINED,  // data packets ranked by bytes sent (no end known)
+    C_RETX,      // data packets wholly sent before
+    C_ADOPTED,   // publications taken into a flow (a response's start and end)
+    C_ROLLED,    // flows rolled over to their next response at an end
+    C_MIDFLOW,   // flows first seen after their handshake
+    C_HELD,      // new segments kept in their flow's band rather than overtake its queued ones
+    C_SRPT_COUNTERS,
+};
+
+// `srpt_config`'s one value.
+struct srpt_cfg {
+    __u32 mode;        // MODE_OFF, MODE_FAIR, MODE_SRPT
+    __u32 base;        // band 0's classid; band b is base + b
+    __u32 cutoffs;     // n, at most MAX_CUTOFFS
+    __u32 other_band;  // TCP not from a server port, and IPv6
+    __u32 cut[MAX_CUTOFFS];
+    __u32 resend_band; // resends of the lowest data band's bytes (0: they stay in it)
+    __u32 pad;
+};
+
+// A flow as it leaves toward the client: the server's address and port first, network order
+// (the key of `resp_size` and `flow_state`).
+struct flow_key {
+    __u32 saddr;
+    __u32 daddr;
+    __u16 sport;
+    __u16 dport;
+};
+
+// `resp_size`'s value: the current response, as the engine learnt it from the head: sequence
+// numbers of its first byte (the status line) and of the byte after its end.
+struct resp {
+    __u32 start;
+    __u32 end;
+    __u32 has_end;
+    __u32 pad;
+};
+
+// `flow_state`'s value.
+struct flow {
+    __u32 start;       // the current response's first byte
+    __u32 end;         // the byte after its end, if has_end
+    __u32 has_end;
+    __u32 hi;          // the byte after the highest sent
+    __u32 una;         // the client's highest cumulative ACK (srpt_acks)
+    __u32 band;        // the data band of the last new segment (0: none yet)
+    __u64 bytes;       // skb->len of every packet of the flow, retransmissions included
+    __u64 packets;
+    __u64 retx_bytes;  // payload bytes sent again (seq + len <= hi)
+    __u64 last_ns;     // bpf_ktime_get_ns of the last packet
+};
+
+// `class_stats`' value: packets and bytes sent per band (slot = band, modulo MAX_CLASSES).
+struct class_count {
+    __u64 packets;
+    __u64 bytes;
+};
+
+// ---- The servers' ports ----
+
+// Indexed by port (host byte order): 1 for the servers' ports. An array, so that the JIT inlines
+// the lookup done for every packet. Every object that includes this file has its own.
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, __u8);
+} server_ports SEC(".maps");
+
+static __always_inline int is_server_port(__u16 net_port)
+{
+    __u32 port = bpf_ntohs(net_port);
+    __u8 *v = bpf_map_lookup_elem(&server_ports, &port);
+    return v && *v;
+}
+
+// ---- Packet parsing ----
+
+// What parse_frame found in an Ethernet frame.
+enum frame_kind {
+    FRAME_SHORT,      // shorter than an Ethernet header
+    FRAME_OTHER,      // neither IPv4 nor IPv6 (ARP, ...), or an IPv4 header cut short or bad
+    FRAME_IPV6,       // IPv6; `tcp` is set if its next header is TCP (no extension headers)
+    FRAME_IPV4,       // IPv4, not TCP
+    FRAME_IPV4_FRAG,  // IPv4 TCP, a later fragment (no TCP header)
+    FRAME_TCP_SHORT,  // IPv4 TCP whose TCP header is cut short
+    FRAME_TCP4,       // IPv4 TCP: `tcp`, the addresses and the payload's length
+};
+
+struct parsed {
+    struct tcphdr *tcp;  // FRAME_TCP4, or FRAME_IPV6 with TCP; else 0
+    __u32 saddr;         // IPv4 only (network byte order); 0 otherwise
+    __u32 daddr;
+    __u32 payload;       // TCP payload bytes (IPv4 only)
+    __u32 kind;          // enum frame_kind
+    int v4;              // kind == FRAME_TCP4
+};
+
+// Parse `skb`'s frame into `p` (zeroed by the caller); returns `p->kind`. Every pointer set is
+// bounds-checked against the packet's end, as the verifier wants.
+static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p)
+{
+    void *data = (void *)(long)skb->data;
+    void *data_end = (void *)(long)skb->data_end;
+    struct ethhdr *eth = data;
+    if ((void *)(eth + 1) > data_end)
+        return p->kind = FRAME_SHORT;
+    if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+        struct iphdr *ip = (void *)(eth + 1);
+        if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+            return p->kind = FRAME_OTHER;
+        if (ip->protocol != IPPROTO_TCP)
+            return p->kind = FRAME_IPV4;
+        // Later fragments carry no TCP header.
+        if (ip->frag_off & bpf_htons(0x1fff))
+            return p->kind = FRAME_IPV4_FRAG;
+        struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
+        if ((void *)(tcp + 1) > data_end)
+            return p->kind = FRAME_TCP_SHORT;
+        // One pointer, the one checked: clang must not compute it again from ip->ihl later,
+        // which would give the verifier a pointer with no known bounds.
+        barrier_var(tcp);
+        p->tcp = tcp;
+        p->saddr = ip->saddr;
+        p->daddr = ip->daddr;
+        __u32 headers = ip->ihl * 4 + tcp->doff * 4;
+        __u32 total = bpf_ntohs(ip->tot_len);
+        p->payload = total > headers ? total - headers : 0;
+        p->v4 = 1;
+        return p->kind = FRAME_TCP4;
+    }
+    if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+        struct ipv6hdr *ip6 = (void *)(eth + 1);
+        if ((void *)(ip6 + 1) <= data_end && ip6->nexthdr == IPPROTO_TCP) {
+            struct tcphdr *tcp = (void *)(ip6 + 1);
+            if ((void *)(tcp + 1) <= data_end)
+                p->tcp = tcp;
+        }
+        return p->kind = FRAME_IPV6;
+    }
+    return p->kind = FRAME_OTHER;
+}
+
+#endif

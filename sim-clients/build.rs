@@ -1,0 +1,22 @@
+//! Compile the lab's eBPF program in bpf/ (the clients' initial SYN timeout) with clang into
+//! OUT_DIR, as kmod-fastpath's build.rs does the appliance's.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    for prog in ["syn_timeout"] {
+        let src = format!("bpf/{prog}.bpf.c");
+        println!("cargo:rerun-if-changed={src}");
+        let obj = out.join(format!("{prog}.bpf.o"));
+        let status = Command::new(&clang)
+            .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror", "-I/usr/include/x86_64-linux-gnu", "-c", &src, "-o"])
+            .arg(&obj)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {clang} to build {src}: {e} (install clang, libbpf-dev and gcc-multilib: `make deps`)"));
+        assert!(status.success(), "{clang} failed on {src}");
+    }
+    println!("cargo:rerun-if-env-changed=CLANG");
+}
