@@ -19,7 +19,7 @@ use crate::experiments::{arm, run_arms};
 
 /// The farm's CPU per pageview on the machine the lab's quotas were set on, measured by
 /// [`measure`] (2026-11-25, the developers' machine; docs/experiments.md, "Calibration").
-pub const REFERENCE_CPU_PER_PAGEVIEW_MS: f64 = 3.0;
+pub const REFERENCE_CPU_PER_PAGEVIEW_MS: f64 = 5.5;
 
 /// The calibration arm: browsers on a LAN (no WAN: nothing but the farm between them), the farm
 /// without a quota, long enough for a few hundred pageviews.

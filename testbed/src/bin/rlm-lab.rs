@@ -99,6 +99,12 @@ enum Command {
         #[arg(long)]
         stats: Option<std::path::PathBuf>,
     },
+    /// Measure what a pageview costs the farm on this machine (a short arm of browsers on a
+    /// LAN) and write the calibration the experiments scale their farm's quota by to FILE.
+    Calibrate {
+        /// Where the calibration goes (JSON); the arm's files go beside it (FILE with `.d`).
+        file: std::path::PathBuf,
+    },
     /// Check quick experiments' results (DIR/NAME/result.json) against the papers' shapes.
     Check {
         dir: std::path::PathBuf,
@@ -190,6 +196,10 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
+        Command::Calibrate { file } => {
+            let _ = std::fs::remove_file(&file);
+            testbed::calibrate::load_or_measure(&file, &cli.prefix).map(|c| println!("{}", serde_json::to_string_pretty(&c).unwrap_or_default()))
+        }
         Command::Check { dir, only } => {
             let names: Vec<&str> = if only.is_empty() { testbed::catalog::names() } else { only.iter().map(String::as_str).collect() };
             testbed::catalog::check(&dir, &names)
