@@ -109,6 +109,7 @@ pub struct Config {
     pub transaction_records: bool,
     /// Sliding window of the per-class response-time statistics the rules read (`RT.<CLASS>`).
     pub class_window: Duration,
+    /// Tunables of the pageview correlation.
     pub pageview: PageviewConfig,
 }
 
@@ -136,8 +137,11 @@ impl Default for Config {
 /// What the engine reports.
 #[derive(Clone, Debug)]
 pub enum Event {
+    /// A finished HTTP transaction (when [`Config::transaction_records`] is on).
     Transaction(TransactionRecord),
+    /// A finished pageview.
     Pageview(PageviewRecord),
+    /// A SYN a rule dropped (`DROP SYN`, or `LIMIT SYN` with an empty bucket).
     Decision(DecisionRecord),
 }
 
@@ -215,6 +219,8 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine configured by `cfg`, tracking nothing, with no rules in force (every malformed and
+    /// ignored reason counted from zero).
     pub fn new(cfg: Config) -> Engine {
         let mut stats = Stats::default();
         for m in Malformed::ALL {
