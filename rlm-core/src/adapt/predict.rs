@@ -1,7 +1,7 @@
 //! Transfer-time prediction for `IF PREDICTED RT > goal` (004 section 6.4, Figure 20; equation
 //! 1 and Figure 8): how long an object of a given size takes to reach a client, from online
 //! means of what rlm measured passively, grouped by (size, RTT, loss), and from the TCP latency
-//! model of Cardwell, Savage and Anderson (INFOCOM 2000, 004's reference [10]) for groups not
+//! model of Cardwell, Savage and Anderson (INFOCOM 2000, 004's reference \[10\]) for groups not
 //! seen often enough yet.
 //!
 //! A sample is an object's T_transfer as 004 Figure 2 has it: from the server's first response

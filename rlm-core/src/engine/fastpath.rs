@@ -16,7 +16,8 @@ pub enum SynMode {
     /// addresses: the client's port or the pageview's elapsed time).
     QueueAll,
     /// SYNs with an [`FastpathUpdate::SynVerdict`] of the current generation are decided in the
-    /// kernel (and reported with [`Engine::handle_decided`]); the others come for a verdict.
+    /// kernel (and reported with [`Engine::handle_decided`](crate::Engine::handle_decided)); the
+    /// others come for a verdict.
     Verdicts,
     /// No rule acts at the SYN: every SYN passes and is reported.
     PassAll,
@@ -61,7 +62,7 @@ pub enum FastpathUpdate {
     QueueRequests(bool),
     /// The connection's current response starts at sequence number `start` and ends before
     /// `end` (`None`: not known; the SRPT classifier ranks it by the bytes sent). Made only with
-    /// SRPT on ([`Engine::enable_srpt`]).
+    /// SRPT on ([`Engine::enable_srpt`](crate::Engine::enable_srpt)).
     ResponseSize {
         /// The connection's client.
         client: SocketAddrV4,

@@ -12,12 +12,12 @@
 //! with chosen timestamps.
 //!
 //! A frame goes through stages, each in its own module, each handing back what it decided:
-//! [`crate::wire`] decodes it; [`segment`] finds its connection, runs the TCP tracker
+//! [`crate::wire`] decodes it; `segment` finds its connection, runs the TCP tracker
 //! ([`crate::flow`]) and the connection's application analyzer ([`crate::http`]), and feeds
-//! the pageviews ([`crate::pageview`]); [`syn`] is the SYN and SYN/ACK nodes and their
-//! actions; [`adaptation`] the response and request nodes (content adaptation). The verdict is
-//! made once from what they decided ([`FrameOutcome`]). [`fastpath`] publishes what a kernel
-//! fast path may decide, [`records`] are the Zeek-style records reported.
+//! the pageviews ([`crate::pageview`]); `syn` is the SYN and SYN/ACK nodes and their
+//! actions; `adaptation` the response and request nodes (content adaptation). The verdict is
+//! made once from what they decided (`FrameOutcome`). `fastpath` publishes what a kernel
+//! fast path may decide, `records` are the Zeek-style records reported.
 
 mod adaptation;
 mod fastpath;
@@ -102,7 +102,8 @@ pub struct Config {
     pub fast_limit: u32,
     /// What rlm may inject, per class and in all ([`InjectBudget`]).
     pub inject_budget: InjectBudget,
-    /// Held SYNs released per second and class once `HALT FAST SYN` lets go ([`Release`]).
+    /// Held SYNs released per second and class once `HALT FAST SYN` lets go
+    /// ([`Release`](crate::actions::Release)).
     pub fast_release_per_s: f64,
     /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
     /// which keeps pageviews only, turns it off and saves building them).
