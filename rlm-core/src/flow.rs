@@ -291,7 +291,7 @@ pub struct Handshake {
 /// Where a connection is in its handshake and life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnState {
-    /// Opened (by a SYN, or a SYN/ACK seen first); no SYN/ACK seen yet.
+    /// The state a connection starts in (unless joined midstream): no SYN/ACK seen yet.
     SynSent,
     /// The server's SYN/ACK seen; the client's ACK not yet.
     SynReceived,

@@ -37,7 +37,7 @@ pub struct Txn {
     pub request_body_decoded: Option<u64>,
     /// The request is over: its body read (or it had none), or the client finished sending.
     pub request_done: bool,
-    /// The final (non-1xx) response head, once parsed.
+    /// The final response head, once parsed (interim 1xx heads, 101 aside, are not kept here).
     pub response: Option<ResponseHead>,
     /// Interim (1xx) status seen before the final response.
     pub interim: Option<u16>,
