@@ -31,7 +31,10 @@ pub struct Kept {
     /// The gap between retransmissions (`None`: a delayed first SYN without a `FAST SYN` rule,
     /// sent once after its delay).
     pub gap: Option<Duration>,
+    /// The link type of `frame`: which header it starts with (a raw IP frame gets an Ethernet
+    /// header when sent).
     pub link: LinkType,
+    /// The frame as it came, link header included.
     pub frame: Box<[u8]>,
     /// Copies sent so far.
     pub sent: u32,
@@ -80,6 +83,8 @@ pub struct Budgets {
 }
 
 impl Budgets {
+    /// Budgets from `cfg`: every class bucket starts full at `burst`, and the global bucket holds a
+    /// tenth of a second's worth of `max_per_s`.
     pub fn new(cfg: InjectBudget) -> Budgets {
         let global = TokenBucket::full(Budgets::global_cap(&cfg), Timestamp::ZERO);
         Budgets { cfg, classes: Vec::new(), global }
@@ -90,6 +95,7 @@ impl Budgets {
         (cfg.max_per_s / 10.0).max(1.0)
     }
 
+    /// The configuration the budgets were made with.
     pub fn config(&self) -> &InjectBudget {
         &self.cfg
     }
@@ -139,6 +145,8 @@ pub struct Release {
 const FIRST_CONN: ConnId = ConnId { slot: 0, gen: 0 };
 
 impl Release {
+    /// A pacer that lets `rate` held SYNs go per second and class (burst: a quarter second's worth,
+    /// at least one).
     pub fn new(rate: f64) -> Release {
         Release { rate, classes: Vec::new(), waiting: BTreeSet::new(), keys: AHashMap::new() }
     }

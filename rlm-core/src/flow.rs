@@ -16,6 +16,7 @@ use crate::wire::{Endpoint, Segment};
 
 /// Out-of-order data held per direction before a hole is declared a gap.
 pub const MAX_OOO_BYTES: usize = 256 * 1024;
+/// Most out-of-order segments held per direction before a hole is declared a gap.
 pub const MAX_OOO_SEGMENTS: usize = 64;
 /// Segments further ahead than this are not plausible for this connection.
 const MAX_AHEAD: u32 = 64 * 1024 * 1024;
@@ -23,7 +24,9 @@ const MAX_AHEAD: u32 = 64 * 1024 * 1024;
 /// Which way a segment travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dir {
+    /// Client to server.
     ToServer,
+    /// Server to client.
     ToClient,
 }
 
@@ -64,9 +67,13 @@ pub enum Chunk<'a> {
     /// Bytes in order; `seq` is the sequence number of the first (content adaptation maps the
     /// stream's positions back onto the wire with it).
     Data {
+        /// Sequence number of `data`'s first byte.
         seq: u32,
+        /// The bytes.
         data: &'a [u8],
     },
+    /// This many bytes will never be seen: a hole declared a gap (the out-of-order buffer
+    /// overflowed, or the receiver acknowledged past it, or the connection closed with it open).
     Gap(u64),
     /// A segment carrying only bytes already delivered: the sender retransmitted them because
     /// the receiver did not get them (lost past the appliance).
@@ -246,9 +253,11 @@ impl HalfStream {
 /// The sends of one handshake packet (the SYN, or the SYN/ACK) seen at the appliance.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sends {
+    /// When the first send was seen.
     pub first: Option<Timestamp>,
     /// Meaningful once `count > 0` (kept bare to keep a connection within its 512 bytes).
     last_at: Timestamp,
+    /// Sends seen, the first included (saturating).
     pub count: u16,
 }
 
@@ -271,16 +280,23 @@ impl Sends {
 /// Handshake timing, as seen at the appliance.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Handshake {
+    /// The client's SYN.
     pub syn: Sends,
+    /// The server's SYN/ACK.
     pub synack: Sends,
     /// The client's ACK that completed the handshake (or the first data, if that ACK was not seen).
     pub established: Option<Timestamp>,
 }
 
+/// Where a connection is in its handshake and life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnState {
+    /// The state a connection starts in (unless joined midstream): no SYN/ACK seen yet.
     SynSent,
+    /// The server's SYN/ACK seen; the client's ACK not yet.
     SynReceived,
+    /// The handshake completed (by the client's ACK, or by data when that ACK was not seen), or the
+    /// connection was joined midstream.
     Established,
     /// Closed by FINs or RST; kept briefly to absorb stragglers.
     Closed,
@@ -289,13 +305,17 @@ pub enum ConnState {
 /// Why a connection left the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CloseReason {
+    /// Both directions' FINs seen.
     Fin,
+    /// An RST from either side (other than one refusing the SYN).
     Rst,
     /// The server answered the SYN with a RST (connection refused).
     Refused,
     /// The handshake never completed within the client's connect timeout.
     ConnectTimeout,
+    /// No segment for the idle timeout.
     Idle,
+    /// Taken out of a full table to make room for a new connection.
     Evicted,
     /// The driver is shutting down (end of capture).
     Shutdown,
@@ -304,6 +324,7 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
+    /// The reason's name in lower snake case (`fin`, `connect_timeout`, ...).
     pub fn name(self) -> &'static str {
         match self {
             CloseReason::Fin => "fin",
@@ -325,15 +346,24 @@ impl CloseReason {
 /// What a segment did to a connection, for the layers above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowNote {
+    /// A client's SYN (no ACK flag).
     Syn {
+        /// An earlier SYN of this connection was seen.
         retransmission: bool,
     },
+    /// A server's SYN/ACK.
     SynAck {
+        /// An earlier SYN/ACK of this connection was seen.
         retransmission: bool,
     },
+    /// The handshake completed: the client acknowledged the SYN/ACK, or data came before that ACK
+    /// was seen.
     Established,
+    /// The server answered the SYN with an RST before any SYN/ACK.
     Refused,
+    /// The FIN of this direction, once every byte before it has been delivered.
     Fin(Dir),
+    /// An RST (other than a refusal).
     Rst,
     /// The server resent data the client had not received: the client gets it only now.
     ServerRetransmission,
@@ -358,13 +388,22 @@ pub trait StreamAnalyzer {
 /// One tracked TCP connection, with its application analyzer `A`.
 #[derive(Debug)]
 pub struct Conn<A> {
+    /// The endpoint that opened the connection: the SYN's sender (joined midstream: judged from
+    /// the side the segment came in on, else the server ports).
     pub client: Endpoint,
+    /// The endpoint that accepted it.
     pub server: Endpoint,
+    /// Where it is in its handshake and life.
     pub state: ConnState,
+    /// Its handshake's SYNs and SYN/ACKs and when it completed.
     pub hs: Handshake,
+    /// The client-to-server stream.
     pub c2s: HalfStream,
+    /// The server-to-client stream.
     pub s2c: HalfStream,
+    /// When its first segment was seen.
     pub first_seen: Timestamp,
+    /// When its latest segment was seen (idle timeouts and evictions go by it).
     pub last_seen: Timestamp,
     /// The capture joined after the connection started.
     pub midstream: bool,
@@ -397,10 +436,13 @@ impl<A: StreamAnalyzer> Conn<A> {
         }
     }
 
+    /// [`Conn::rtt_us`] as a duration.
     pub fn rtt(&self) -> Option<Duration> {
         self.rtt_us.map(|us| Duration::from_micros(us as u64))
     }
 
+    /// Which way `seg` travels: toward the server if it comes from the client, else toward the
+    /// client.
     pub fn dir_of(&self, seg: &Segment<'_>) -> Dir {
         if seg.src == self.client {
             Dir::ToServer
@@ -562,6 +604,7 @@ fn opposite(d: Dir) -> Dir {
 pub struct FlowKey(Endpoint, Endpoint);
 
 impl FlowKey {
+    /// The key of the connection between `a` and `b`, whichever of them sent.
     pub fn of(a: Endpoint, b: Endpoint) -> FlowKey {
         if a <= b {
             FlowKey(a, b)
@@ -574,7 +617,10 @@ impl FlowKey {
 /// Handle of a connection in the table: slot and generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId {
+    /// The connection's slot in the table.
     pub slot: u32,
+    /// The slot's generation when the connection went in; it moves on when the connection leaves,
+    /// so an old handle finds nothing.
     pub gen: u32,
 }
 
@@ -593,26 +639,32 @@ pub struct FlowTable<A> {
 const EVICTION_SAMPLE: usize = 16;
 
 impl<A: StreamAnalyzer> FlowTable<A> {
+    /// An empty table for at most `capacity` connections (at least one).
     pub fn new(capacity: usize) -> FlowTable<A> {
         FlowTable { map: AHashMap::new(), slots: Vec::new(), free: Vec::new(), gens: Vec::new(), capacity: capacity.max(1), clock: 0 }
     }
 
+    /// Connections in the table (closed ones lingering included).
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether the table holds no connection.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 
+    /// The connection between `a` and `b`, whichever of them is the client.
     pub fn lookup(&self, a: Endpoint, b: Endpoint) -> Option<ConnId> {
         self.map.get(&FlowKey::of(a, b)).map(|&slot| ConnId { slot, gen: self.gens[slot as usize] })
     }
 
+    /// The connection `id` names, unless it has left the table.
     pub fn get(&self, id: ConnId) -> Option<&Conn<A>> {
         (self.gens.get(id.slot as usize) == Some(&id.gen)).then(|| self.slots[id.slot as usize].as_ref()).flatten()
     }
 
+    /// The connection `id` names, to change, unless it has left the table.
     pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn<A>> {
         if self.gens.get(id.slot as usize) == Some(&id.gen) {
             self.slots[id.slot as usize].as_mut()

@@ -7,7 +7,7 @@
 //! `(now, port, frame)` and timer ticks and hands back verdicts, frames to send,
 //! timers and events. It reads no clock and does no I/O; the `rlm` crate holds the
 //! drivers (capture files, the live inline path) and the commands around it.
-//! [`testkit`] (feature `testkit`) builds TCP conversations for tests and benches.
+//! `testkit` (feature `testkit`) builds TCP conversations for tests and benches.
 
 #![warn(missing_docs)]
 

@@ -73,6 +73,7 @@ pub struct EventNode {
     pub conn: u16,
     /// Seconds since the pageview's start (client's clock).
     pub t_s: f64,
+    /// The request target, as sent (`request` nodes only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
 }
@@ -80,22 +81,46 @@ pub struct EventNode {
 /// A finished pageview, as reported.
 #[derive(Clone, Debug, Serialize)]
 pub struct PageviewRecord {
+    /// The pageview's number, from 1 in the order pageviews began.
     pub id: u64,
+    /// The client's IP address.
     pub client: String,
+    /// The host its first request named (the Host header, else the server's `ip:port`).
     pub host: Option<String>,
+    /// The target of its first request (the container), as sent.
     pub container: Option<String>,
+    /// When it began on the client's clock, in seconds since the driver's epoch (Unix time for
+    /// captures): the first request's connection's first SYN (when that request was the
+    /// connection's first and followed its handshake within `preconnect_idle`), else the request,
+    /// less half the RTT.
     pub start_ts: f64,
+    /// When it ended on the client's clock, in seconds like `start_ts`: the last response byte of
+    /// the transactions that count (icons do not) plus half the RTT, or when the client gave up on
+    /// a failed connection.
     pub end_ts: f64,
+    /// The response time the client saw: `end_ts - start_ts`, in seconds.
     pub rt_s: f64,
+    /// Its transactions other than the container's.
     pub objects: u32,
+    /// Their request targets, as sent, in request order.
     pub object_uris: Vec<String>,
+    /// References the container (and its stylesheets and frames) listed that a browser always
+    /// fetches.
     pub expected_objects: u32,
+    /// SYN retransmissions on its connections.
     pub syn_retransmissions: u32,
+    /// Its connections whose handshake failed (timed out or refused).
     pub failed_connections: u32,
+    /// Connections it used or opened while it was active.
     pub connections: u32,
+    /// T_conn along the critical path (004 Figure 2): time in handshakes and failed connection
+    /// attempts, in seconds.
     pub t_conn_s: f64,
+    /// T_server along the critical path: from each request to its first response byte, in seconds.
     pub t_server_s: f64,
+    /// T_transfer along the critical path: from each first response byte to the last, in seconds.
     pub t_transfer_s: f64,
+    /// Its event graph (004 Figure 3), in time order: at most `max_events` nodes (none at 0).
     pub events: Vec<EventNode>,
     /// The server of its first request ("ip:port"), when it made one.
     pub server: Option<String>,
@@ -189,18 +214,29 @@ impl OpenPv {
 
 /// What the pageview layer needs to know about a request.
 pub struct RequestInfo<'a> {
+    /// The connection it came on.
     pub conn: ConnId,
+    /// The client's IP address.
     pub client: IpAddr,
+    /// The server, as `ip:port`.
     pub server: String,
+    /// Its position on the connection ([`crate::http::Txn::depth`]).
     pub depth: u32,
+    /// Its parsed head.
     pub head: &'a RequestHead,
+    /// When it began: the segment with its head's first byte.
     pub ts: Timestamp,
     /// The connection's handshake (first SYN seen, completion), if it was seen.
     pub conn_first_syn: Option<Timestamp>,
+    /// When the connection's handshake completed, if that was seen.
     pub conn_established: Option<Timestamp>,
+    /// SYNs seen on the connection.
     pub conn_syns: u16,
+    /// SYN/ACKs seen on the connection.
     pub conn_synacks: u16,
+    /// When the connection's first SYN/ACK was seen.
     pub conn_first_synack: Option<Timestamp>,
+    /// The connection's measured RTT (SYN/ACK to ACK), if it has one.
     pub rtt: Option<Duration>,
 }
 
@@ -326,6 +362,7 @@ pub struct Pageviews {
 }
 
 impl Pageviews {
+    /// A tracker with no pageview open.
     pub fn new(cfg: PageviewConfig) -> Pageviews {
         Pageviews {
             cfg,
@@ -341,6 +378,7 @@ impl Pageviews {
         }
     }
 
+    /// The tunables it runs with.
     pub fn config(&self) -> &PageviewConfig {
         &self.cfg
     }
@@ -350,6 +388,7 @@ impl Pageviews {
         self.done.drain(..)
     }
 
+    /// Pageviews open now.
     pub fn open_count(&self) -> usize {
         self.open.len()
     }
@@ -483,6 +522,7 @@ impl Pageviews {
         }
     }
 
+    /// A server's SYN/ACK on `conn`: counted on the pageview the connection is attached to, if any.
     pub fn on_synack(&mut self, now: Timestamp, conn: ConnId) {
         if let Some(&id) = self.conn_pv.get(&conn) {
             if let Some(p) = self.open.get_mut(&id) {
@@ -495,6 +535,8 @@ impl Pageviews {
         }
     }
 
+    /// A connection's handshake completed (`rtt`: its measured RTT, learnt for the client): its
+    /// pageview no longer waits for it.
     pub fn on_established(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, rtt: Option<Duration>) {
         if let Some(r) = rtt {
             self.learn_rtt(client, r, now);

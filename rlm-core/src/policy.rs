@@ -143,10 +143,13 @@ impl TokenBucket {
 /// What the SYN node decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SynDecision {
+    /// The SYN goes on.
     Pass,
     /// Dropped by this rule's `DROP SYN` or by its `LIMIT SYN` bucket being empty.
     Drop {
+        /// The rule that dropped it.
         rule: RuleId,
+        /// Dropped by `LIMIT SYN` for want of a token, not by `DROP SYN`.
         limited: bool,
     },
 }
@@ -155,15 +158,22 @@ pub enum SynDecision {
 /// rule set and the policy's [`Policy::generation`] stay the same (see [`rules::RuleSet::syn_decided_by_addresses`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Admission {
+    /// Let them through.
     Pass,
+    /// Drop them.
     Drop {
+        /// The `DROP SYN` rule.
         rule: RuleId,
     },
     /// Pass while the bucket in `slot` has a token (`rate` per second, `burst`), else drop.
     Limit {
+        /// The `LIMIT SYN` rule.
         rule: RuleId,
+        /// The bucket's slot in the fast path's table (one per `LIMIT SYN` bucket and class).
         slot: u32,
+        /// Tokens added per second.
         rate: f64,
+        /// Most tokens the bucket holds.
         burst: u32,
     },
 }
@@ -171,6 +181,7 @@ pub enum Admission {
 /// Everything the SYN node decided ([`Policy::at_syn_decided`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SynOutcome {
+    /// Whether the SYN goes on (the kernel fast path's decision, when it had made one).
     pub decision: SynDecision,
     /// What a kernel fast path may do with the next SYNs of this client and server.
     pub admission: Option<Admission>,
@@ -185,9 +196,14 @@ pub struct SynOutcome {
 /// Counters of one class.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClassCounters {
+    /// SYNs of the class the SYN node evaluated (not rlm's own resends, nor the client
+    /// retransmissions they absorb).
     pub syns: u64,
+    /// Of them, dropped by `DROP SYN`.
     pub syns_dropped: u64,
+    /// Of them, dropped by `LIMIT SYN` for want of a token.
     pub syns_limited: u64,
+    /// Pageviews of the class that finished.
     pub pageviews: u64,
 }
 
@@ -198,6 +214,7 @@ pub struct RuleCounters {
     pub fired: u64,
     /// Firings of actions not carried out yet (later issues' mechanisms).
     pub deferred: u64,
+    /// When it last fired (for status; not serialised).
     #[serde(skip)]
     pub last_fired: Option<Timestamp>,
 }
@@ -238,7 +255,9 @@ pub struct Policy {
     signature: u64,
     generation: u64,
     syn_by_address: bool,
+    /// Counters per class, by class index.
     pub class_counters: Vec<ClassCounters>,
+    /// Counters per rule, by rule index.
     pub rule_counters: Vec<RuleCounters>,
     /// The engine carries out the actions that send frames (`FAST SYN`, `FAST SYN/ACK`, `DELAY
     /// FIRST SYN`, `HALT FAST SYN`): they are not counted as deferred.
@@ -253,6 +272,7 @@ fn since_epoch(t: Timestamp) -> Duration {
 }
 
 impl Policy {
+    /// The policy of `rules`, its class statistics kept over a sliding `window` (empty to start).
     pub fn new(rules: RuleSet, window: Duration) -> Policy {
         let n = rules.class_count();
         let holds = rules.new_holds();
@@ -276,6 +296,7 @@ impl Policy {
         }
     }
 
+    /// The rule set in force.
     pub fn rules(&self) -> &RuleSet {
         &self.rules
     }
@@ -301,10 +322,12 @@ impl Policy {
         self.signature = self.rules.syn_aggregate_signature(&self.windows, Some(&self.holds));
     }
 
+    /// The class of a connection from `client` to `server`.
     pub fn classify(&self, client: SocketAddr, server: SocketAddr) -> ClassId {
         self.rules.classify(client, server)
     }
 
+    /// A class's name, as the rules give it.
     pub fn class_name(&self, c: ClassId) -> &str {
         self.rules.class_name(c)
     }
@@ -522,6 +545,7 @@ impl Policy {
         self.windows.0.get(class.index()).and_then(|w| w.stat(stat))
     }
 
+    /// Pageviews in a class's window (as of the last refresh), for status.
     pub fn class_samples(&self, class: ClassId) -> usize {
         self.windows.0.get(class.index()).map_or(0, |w| w.samples.len())
     }

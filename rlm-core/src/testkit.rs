@@ -10,13 +10,17 @@ use etherparse::PacketBuilder;
 /// One TCP connection between a client and a server, generating frames in either direction.
 #[derive(Clone, Debug)]
 pub struct TcpConv {
+    /// The client's address and port.
     pub client: SocketAddr,
+    /// The server's address and port.
     pub server: SocketAddr,
     /// Next sequence number each side sends.
     pub cseq: u32,
+    /// The server's next sequence number.
     pub sseq: u32,
     client_isn: u32,
     server_isn: u32,
+    /// Largest payload [`TcpConv::server_data`] puts in one segment (1448 to start).
     pub mss: usize,
 }
 
@@ -58,9 +62,11 @@ impl TcpConv {
         TcpConv { client, server, cseq: client_isn, sseq: server_isn, client_isn, server_isn, mss: 1448 }
     }
 
+    /// The client's SYN.
     pub fn syn(&self) -> Vec<u8> {
         frame(self.client, self.server, self.client_isn, None, "S", &[])
     }
+    /// The server's SYN/ACK.
     pub fn synack(&self) -> Vec<u8> {
         frame(self.server, self.client, self.server_isn, Some(self.client_isn.wrapping_add(1)), "S", &[])
     }
@@ -98,16 +104,19 @@ impl TcpConv {
     pub fn client_ack(&self) -> Vec<u8> {
         frame(self.client, self.server, self.cseq, Some(self.sseq), "", &[])
     }
+    /// The client's FIN (it takes a sequence number).
     pub fn client_fin(&mut self) -> Vec<u8> {
         let f = frame(self.client, self.server, self.cseq, Some(self.sseq), "F", &[]);
         self.cseq = self.cseq.wrapping_add(1);
         f
     }
+    /// The server's FIN (it takes a sequence number).
     pub fn server_fin(&mut self) -> Vec<u8> {
         let f = frame(self.server, self.client, self.sseq, Some(self.cseq), "F", &[]);
         self.sseq = self.sseq.wrapping_add(1);
         f
     }
+    /// A server RST at its next sequence number.
     pub fn server_rst(&self) -> Vec<u8> {
         frame(self.server, self.client, self.sseq, Some(self.cseq), "R", &[])
     }
@@ -122,9 +131,11 @@ impl TcpConv {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator from `seed` (0 is taken as 1: xorshift would stay at 0).
     pub fn new(seed: u64) -> Rng {
         Rng(seed.max(1))
     }
+    /// The next 64 bits.
     pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
@@ -137,6 +148,7 @@ impl Rng {
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
+    /// A number below `n`, by modulo (slightly biased; `n` of 0 is taken as 1).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }

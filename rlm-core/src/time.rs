@@ -14,20 +14,27 @@ use std::time::Duration;
 pub struct Timestamp(pub u64);
 
 impl Timestamp {
+    /// The epoch itself.
     pub const ZERO: Timestamp = Timestamp(0);
 
+    /// From seconds since the epoch (negative values clamp to zero; sub-nanosecond digits are
+    /// dropped).
     pub fn from_secs_f64(s: f64) -> Self {
         Timestamp((s.max(0.0) * 1e9) as u64)
     }
+    /// From microseconds since the epoch (saturating).
     pub fn from_micros(us: u64) -> Self {
         Timestamp(us.saturating_mul(1_000))
     }
+    /// From milliseconds since the epoch (saturating).
     pub fn from_millis(ms: u64) -> Self {
         Timestamp(ms.saturating_mul(1_000_000))
     }
+    /// Nanoseconds since the epoch.
     pub fn as_nanos(self) -> u64 {
         self.0
     }
+    /// Seconds since the epoch, with the nanoseconds as a fraction.
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1e9
     }
@@ -35,6 +42,7 @@ impl Timestamp {
     pub fn saturating_since(self, earlier: Timestamp) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
+    /// `self - d`, or the epoch when `d` reaches back past it.
     pub fn saturating_sub(self, d: Duration) -> Timestamp {
         Timestamp(self.0.saturating_sub(d.as_nanos() as u64))
     }

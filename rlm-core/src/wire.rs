@@ -39,7 +39,9 @@ impl LinkType {
 /// One end of a TCP connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Endpoint {
+    /// Its IP address.
     pub ip: IpAddr,
+    /// Its TCP port.
     pub port: u16,
 }
 
@@ -61,21 +63,32 @@ impl fmt::Display for Endpoint {
 /// TCP flags we act on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpFlags {
+    /// SYN: opening a connection (with ACK: the server's answer).
     pub syn: bool,
+    /// ACK: the acknowledgement number is meaningful.
     pub ack: bool,
+    /// FIN: the sender has no more to send.
     pub fin: bool,
+    /// RST: the connection is reset.
     pub rst: bool,
 }
 
 /// A decoded TCP segment, borrowing the frame.
 #[derive(Clone, Debug)]
 pub struct Segment<'a> {
+    /// The sender.
     pub src: Endpoint,
+    /// The receiver.
     pub dst: Endpoint,
+    /// The TCP sequence number (a SYN's: the initial one, one before the first data byte).
     pub seq: u32,
+    /// Acknowledgement number (meaningful when `flags.ack`).
     pub ack: u32,
+    /// The flags we act on.
     pub flags: TcpFlags,
+    /// The advertised receive window, as on the wire (not scaled).
     pub window: u16,
+    /// The TCP payload, a slice of the frame.
     pub payload: &'a [u8],
     /// Offset of the TCP payload in the frame (for in-place rewrites).
     pub payload_offset: usize,
@@ -105,6 +118,7 @@ pub enum Malformed {
 }
 
 impl Malformed {
+    /// Every reason, in declaration order (so that each counter is reported from zero).
     pub const ALL: [Malformed; 8] = [
         Malformed::Truncated,
         Malformed::BadLinkHeader,
@@ -115,6 +129,7 @@ impl Malformed {
         Malformed::BadIpExtension,
         Malformed::BadTcpHeader,
     ];
+    /// The reason's name in the statistics (lower snake case).
     pub fn name(self) -> &'static str {
         match self {
             Malformed::Truncated => "truncated",
@@ -141,7 +156,9 @@ pub enum Ignored {
 }
 
 impl Ignored {
+    /// Every reason, in declaration order (so that each counter is reported from zero).
     pub const ALL: [Ignored; 3] = [Ignored::NotIp, Ignored::NotTcp, Ignored::IpFragment];
+    /// The reason's name in the statistics (lower snake case).
     pub fn name(self) -> &'static str {
         match self {
             Ignored::NotIp => "not_ip",
@@ -154,8 +171,11 @@ impl Ignored {
 /// What a frame turned out to be.
 #[derive(Debug)]
 pub enum Decoded<'a> {
+    /// A TCP segment.
     Tcp(Segment<'a>),
+    /// A frame that is not ours to track, and why.
     Ignored(Ignored),
+    /// A frame that did not decode, and why.
     Malformed(Malformed),
 }
 
@@ -180,6 +200,7 @@ fn is_llc_snap_ip(frame: &[u8]) -> bool {
         && matches!(u16::from_be_bytes([frame[20], frame[21]]), 0x0800 | 0x86dd)
 }
 
+/// Decode one frame of link type `link`: a TCP segment, or why not. Never panics.
 pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
     let (sliced, base) = match link {
         // IEEE 802.3 with an LLC/SNAP header (a length where the EtherType would be, then

@@ -24,15 +24,19 @@ pub enum Fill {
 /// One edit of the TCP payload from offset `at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Edit {
+    /// Offset in the TCP payload of the first byte it writes.
     pub at: usize,
+    /// What it writes there.
     pub fill: Fill,
 }
 
 impl Edit {
+    /// Blank `len` bytes from payload offset `at`.
     pub fn spaces(at: usize, len: usize) -> Edit {
         Edit { at, fill: Fill::Spaces(len) }
     }
 
+    /// Write `bytes` from payload offset `at`.
     pub fn bytes(at: usize, bytes: &[u8]) -> Edit {
         Edit { at, fill: Fill::Bytes(bytes.into()) }
     }
@@ -45,6 +49,7 @@ impl Edit {
         }
     }
 
+    /// Whether it covers no byte.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -1,7 +1,7 @@
 //! Transfer-time prediction for `IF PREDICTED RT > goal` (004 section 6.4, Figure 20; equation
 //! 1 and Figure 8): how long an object of a given size takes to reach a client, from online
 //! means of what rlm measured passively, grouped by (size, RTT, loss), and from the TCP latency
-//! model of Cardwell, Savage and Anderson (INFOCOM 2000, 004's reference [10]) for groups not
+//! model of Cardwell, Savage and Anderson (INFOCOM 2000, 004's reference \[10\]) for groups not
 //! seen often enough yet.
 //!
 //! A sample is an object's T_transfer as 004 Figure 2 has it: from the server's first response
@@ -125,6 +125,7 @@ struct Cell {
 #[derive(Clone, Debug)]
 pub struct Predictor {
     cells: Vec<Cell>,
+    /// The TCP sender and receiver the model assumes (for cells with too few samples).
     pub tcp: TcpParams,
 }
 
@@ -180,8 +181,11 @@ impl Predictor {
 /// client's path.
 #[derive(Clone, Copy, Debug)]
 pub struct Standing {
+    /// The pageview's time so far (zero when it is not known).
     pub elapsed: Duration,
+    /// The client's round-trip time (zero when it is not known).
     pub rtt: Duration,
+    /// The client's segment loss rate, a fraction (0 when it is not known).
     pub loss: f64,
 }
 
@@ -191,7 +195,12 @@ pub enum Verdict {
     /// The object's size is not known yet: it is left alone.
     NoSize,
     /// Whether elapsed + predicted transfer passes the goal, and what the prediction rests on.
-    Made { passes: bool, basis: Basis },
+    Made {
+        /// Elapsed time plus the predicted transfer passes the goal (`>`, or `>=` for `at_least`).
+        passes: bool,
+        /// What the prediction rests on.
+        basis: Basis,
+    },
 }
 
 impl Predictor {
@@ -243,10 +252,12 @@ impl ClientLoss {
         self.map.get(&client).map_or(0.0, |e| f64::from(e.0))
     }
 
+    /// Clients with an estimate.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether no client has an estimate.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -260,6 +271,8 @@ pub struct SizeCache {
 }
 
 impl SizeCache {
+    /// Record the size of the object under `key` (see [`size_key`]); a full table is emptied first
+    /// when `key` is new.
     pub fn insert(&mut self, key: String, bytes: u64) {
         if self.map.len() >= MAX_ENTRIES && !self.map.contains_key(&key) {
             self.map.clear();
@@ -267,14 +280,17 @@ impl SizeCache {
         self.map.insert(key, bytes);
     }
 
+    /// The last size seen of the object under `key`, in bytes.
     pub fn get(&self, key: &str) -> Option<u64> {
         self.map.get(key).copied()
     }
 
+    /// Objects with a size.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether no object has a size.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

@@ -34,10 +34,12 @@ impl Record {
         true
     }
 
+    /// Whether no range is kept.
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 
+    /// Ranges kept.
     pub fn len(&self) -> usize {
         self.ranges.len()
     }

@@ -15,7 +15,9 @@ use rules::{EmbedSelect, RuleId};
 pub struct Removal {
     /// The transaction (its position on the connection).
     pub depth: u32,
+    /// The `REMOVE EMBEDS` rule that took the container.
     pub rule: RuleId,
+    /// Which of the container's image references the rule takes.
     pub select: EmbedSelect,
     /// Image references of the container seen so far.
     pub seen: u32,
@@ -25,6 +27,7 @@ pub struct Removal {
 }
 
 impl Removal {
+    /// The removal of transaction `depth` by `rule`, with no reference seen yet.
     pub fn new(depth: u32, rule: RuleId, select: EmbedSelect) -> Removal {
         Removal { depth, rule, select, seen: 0, base: None }
     }

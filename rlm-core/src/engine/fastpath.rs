@@ -16,7 +16,8 @@ pub enum SynMode {
     /// addresses: the client's port or the pageview's elapsed time).
     QueueAll,
     /// SYNs with an [`FastpathUpdate::SynVerdict`] of the current generation are decided in the
-    /// kernel (and reported with [`Engine::handle_decided`]); the others come for a verdict.
+    /// kernel (and reported with [`Engine::handle_decided`](crate::Engine::handle_decided)); the
+    /// others come for a verdict.
     Verdicts,
     /// No rule acts at the SYN: every SYN passes and is reported.
     PassAll,
@@ -26,11 +27,33 @@ pub enum SynMode {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum FastpathUpdate {
     /// The SYN mode, and the generation a verdict must carry to apply.
-    Mode { mode: SynMode, generation: u64 },
+    Mode {
+        /// How SYNs are treated from now on.
+        mode: SynMode,
+        /// The generation a [`FastpathUpdate::SynVerdict`] must carry to apply: it changes with
+        /// the rule set, and with the class statistics the SYN rules read.
+        generation: u64,
+    },
     /// A LIMIT SYN bucket (a rule's, for one class): rate per second and burst, full.
-    Bucket { slot: u32, rate_per_s: f64, burst: u32 },
+    Bucket {
+        /// The bucket's slot, as an [`Admission::Limit`] names it.
+        slot: u32,
+        /// Tokens added per second.
+        rate_per_s: f64,
+        /// Most tokens it holds.
+        burst: u32,
+    },
     /// The verdict for SYNs from `client` to `server` while `generation` is in force.
-    SynVerdict { client: std::net::Ipv4Addr, server: SocketAddrV4, generation: u64, admission: Admission },
+    SynVerdict {
+        /// The client's address (any port).
+        client: std::net::Ipv4Addr,
+        /// The server's address and port.
+        server: SocketAddrV4,
+        /// The generation it was made under.
+        generation: u64,
+        /// What to do with those SYNs.
+        admission: Admission,
+    },
     /// Send the servers' segments through the queue (content adaptation is carried out by the
     /// rules in force), or stop.
     QueueResponses(bool),
@@ -39,10 +62,24 @@ pub enum FastpathUpdate {
     QueueRequests(bool),
     /// The connection's current response starts at sequence number `start` and ends before
     /// `end` (`None`: not known; the SRPT classifier ranks it by the bytes sent). Made only with
-    /// SRPT on ([`Engine::enable_srpt`]).
-    ResponseSize { client: SocketAddrV4, server: SocketAddrV4, start: u32, end: Option<u32> },
+    /// SRPT on ([`Engine::enable_srpt`](crate::Engine::enable_srpt)).
+    ResponseSize {
+        /// The connection's client.
+        client: SocketAddrV4,
+        /// The connection's server.
+        server: SocketAddrV4,
+        /// Sequence number of the response's first byte (its status line's).
+        start: u32,
+        /// Sequence number of the byte after the response's end, when its head says where that is.
+        end: Option<u32>,
+    },
     /// The connection is gone: the kernel may forget its flow.
-    FlowEnd { client: SocketAddrV4, server: SocketAddrV4 },
+    FlowEnd {
+        /// The connection's client.
+        client: SocketAddrV4,
+        /// The connection's server.
+        server: SocketAddrV4,
+    },
 }
 
 /// The engine's side of a kernel fast path ([`crate::Engine::enable_fastpath`]).

@@ -12,12 +12,12 @@
 //! with chosen timestamps.
 //!
 //! A frame goes through stages, each in its own module, each handing back what it decided:
-//! [`crate::wire`] decodes it; [`segment`] finds its connection, runs the TCP tracker
+//! [`crate::wire`] decodes it; `segment` finds its connection, runs the TCP tracker
 //! ([`crate::flow`]) and the connection's application analyzer ([`crate::http`]), and feeds
-//! the pageviews ([`crate::pageview`]); [`syn`] is the SYN and SYN/ACK nodes and their
-//! actions; [`adaptation`] the response and request nodes (content adaptation). The verdict is
-//! made once from what they decided ([`FrameOutcome`]). [`fastpath`] publishes what a kernel
-//! fast path may decide, [`records`] are the Zeek-style records reported.
+//! the pageviews ([`crate::pageview`]); `syn` is the SYN and SYN/ACK nodes and their
+//! actions; `adaptation` the response and request nodes (content adaptation). The verdict is
+//! made once from what they decided (`FrameOutcome`). `fastpath` publishes what a kernel
+//! fast path may decide, `records` are the Zeek-style records reported.
 
 mod adaptation;
 mod fastpath;
@@ -102,13 +102,15 @@ pub struct Config {
     pub fast_limit: u32,
     /// What rlm may inject, per class and in all ([`InjectBudget`]).
     pub inject_budget: InjectBudget,
-    /// Held SYNs released per second and class once `HALT FAST SYN` lets go ([`Release`]).
+    /// Held SYNs released per second and class once `HALT FAST SYN` lets go
+    /// ([`Release`](crate::actions::Release)).
     pub fast_release_per_s: f64,
     /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
     /// which keeps pageviews only, turns it off and saves building them).
     pub transaction_records: bool,
     /// Sliding window of the per-class response-time statistics the rules read (`RT.<CLASS>`).
     pub class_window: Duration,
+    /// Tunables of the pageview correlation.
     pub pageview: PageviewConfig,
 }
 
@@ -136,8 +138,11 @@ impl Default for Config {
 /// What the engine reports.
 #[derive(Clone, Debug)]
 pub enum Event {
+    /// A finished HTTP transaction (when [`Config::transaction_records`] is on).
     Transaction(TransactionRecord),
+    /// A finished pageview.
     Pageview(PageviewRecord),
+    /// A SYN a rule dropped (`DROP SYN`, or `LIMIT SYN` with an empty bucket).
     Decision(DecisionRecord),
 }
 
@@ -215,6 +220,8 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine configured by `cfg`, tracking nothing, with no rules in force (every malformed and
+    /// ignored reason counted from zero).
     pub fn new(cfg: Config) -> Engine {
         let mut stats = Stats::default();
         for m in Malformed::ALL {

@@ -18,16 +18,21 @@ pub struct TransactionRecord {
     pub ts: UnixMicros,
     /// Zeek `uid`: the connection's identifier (stable for a connection within one analysis).
     pub uid: String,
+    /// Zeek `id.orig_h`: the client's address.
     #[serde(rename = "id.orig_h")]
     pub orig_h: IpAddr,
+    /// Zeek `id.orig_p`: the client's port.
     #[serde(rename = "id.orig_p")]
     pub orig_p: u16,
+    /// Zeek `id.resp_h`: the server's address.
     #[serde(rename = "id.resp_h")]
     pub resp_h: IpAddr,
+    /// Zeek `id.resp_p`: the server's port.
     #[serde(rename = "id.resp_p")]
     pub resp_p: u16,
     /// Zeek `trans_depth`: position on its connection, from 1.
     pub trans_depth: u32,
+    /// Zeek `method`: the request's method.
     pub method: Option<String>,
     /// The Host header as sent.
     pub host: Option<String>,
@@ -35,11 +40,13 @@ pub struct TransactionRecord {
     pub uri: Option<String>,
     /// The request target exactly as sent.
     pub original_uri: Option<String>,
+    /// Zeek `referrer`: the Referer header as sent.
     pub referrer: Option<String>,
     /// Zeek `version`: the HTTP version of the response.
     pub version: Option<String>,
     /// The HTTP version of the request (0.9 for a request line without one).
     pub request_version: Option<String>,
+    /// Zeek `user_agent`: the User-Agent header as sent.
     pub user_agent: Option<String>,
     /// Zeek `request_body_len`: size after content decoding (gzip, deflate).
     pub request_body_len: u64,
@@ -48,15 +55,19 @@ pub struct TransactionRecord {
     pub response_body_len: u64,
     /// Body bytes on the wire (de-chunked, not decoded).
     pub request_body_wire_len: u64,
+    /// The response's body bytes on the wire (de-chunked, not decoded).
     pub response_body_wire_len: u64,
     /// Zeek `status_code`: the final status.
     pub status_code: Option<u16>,
+    /// Zeek `status_msg`: the final status's reason phrase (`<empty>` when it has none).
     pub status_msg: Option<String>,
     /// Zeek `info_code`: the last informational (1xx) status before the final one.
     pub info_code: Option<u16>,
+    /// The response's Content-Type header as sent.
     pub content_type: Option<String>,
     /// First and last byte of the response, as seen.
     pub response_first_ts: Option<UnixMicros>,
+    /// When the response's last byte was seen.
     pub response_last_ts: Option<UnixMicros>,
     /// The pageview it belongs to.
     pub pageview: Option<u64>,
@@ -70,11 +81,13 @@ pub struct TransactionRecord {
 pub struct UnixMicros(pub f64);
 
 impl UnixMicros {
+    /// `t` rounded to the nearest microsecond.
     pub fn of(t: Timestamp) -> UnixMicros {
         let us = t.as_nanos().saturating_add(500) / 1_000;
         // The f64 nearest the decimal, so that the shortest round-trip form is the decimal.
         UnixMicros(format!("{}.{:06}", us / 1_000_000, us % 1_000_000).parse().unwrap_or(0.0))
     }
+    /// The seconds, with the microseconds as a fraction.
     pub fn secs(self) -> f64 {
         self.0
     }
@@ -111,13 +124,17 @@ pub fn conn_uid(client: Endpoint, server: Endpoint, first_seen: Timestamp) -> St
 /// A rule acted on a packet (or would have, when replaying a capture).
 #[derive(Clone, Debug, Serialize)]
 pub struct DecisionRecord {
+    /// When the rule acted, Unix seconds to the microsecond.
     pub ts: UnixMicros,
     /// `FILE:LINE:COL` of the rule.
     pub rule: String,
     /// `DROP SYN`, or `LIMIT SYN` when the bucket was empty.
     pub action: &'static str,
+    /// The class of the SYN's client.
     pub class: String,
+    /// The SYN's client, as `ip:port`.
     pub client: String,
+    /// The server it was sent to, as `ip:port`.
     pub server: String,
     /// The SYN was a retransmission by the client.
     pub retransmission: bool,

@@ -5,18 +5,26 @@ use serde::Serialize;
 /// Sizes of the engine's tables.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TableSizes {
+    /// Connections tracked.
     pub connections: usize,
+    /// Timers pending (the stale ones not yet compacted away included).
     pub timers: usize,
+    /// Pageviews open.
     pub open_pageviews: usize,
+    /// Deadlines of open pageviews pending (superseded ones not yet compacted away included).
     pub pageview_deadlines: usize,
+    /// Clients whose last RTT is remembered.
     pub client_rtts: usize,
 }
 
 /// Counters, all monotonic.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
+    /// Frames handed to the engine.
     pub frames: u64,
+    /// Their bytes (whole frames, link header included).
     pub bytes: u64,
+    /// Frames that decoded as TCP segments.
     pub tcp_segments: u64,
     /// Frames that did not decode, by reason.
     pub malformed: std::collections::BTreeMap<&'static str, u64>,
@@ -26,12 +34,19 @@ pub struct Stats {
     pub other_port_segments: u64,
     /// Segments of no tracked connection that could not start one (bare ACKs, FINs, RSTs).
     pub untracked_segments: u64,
+    /// Connections tracked: started by a SYN or SYN/ACK, or joined midstream.
     pub connections: u64,
+    /// Of them, joined midstream (first seen with data, not a handshake).
     pub connections_midstream: u64,
+    /// Connections whose handshake failed: the connect timeout passed, or the server refused.
     pub connections_failed: u64,
+    /// Connections evicted from a full table.
     pub connections_evicted: u64,
+    /// Connections whose bytes turned out not to be HTTP (their analyzer given up).
     pub connections_not_http: u64,
+    /// Client SYNs that repeated an earlier one of the same connection.
     pub syn_retransmissions: u64,
+    /// Server SYN/ACKs that repeated an earlier one of the same connection.
     pub synack_retransmissions: u64,
     /// SYNs the rules dropped (DROP SYN, or LIMIT SYN with an empty bucket).
     pub syns_dropped: u64,
@@ -59,7 +74,10 @@ pub struct Stats {
     /// earlier segment (`split`), or the scanner could not place them on the wire (`unmapped`),
     /// or the connection's record of blanks was full.
     pub embeds_kept_split: u64,
+    /// References a rule took that stayed because the scanner could not place them on the wire.
     pub embeds_kept_unmapped: u64,
+    /// References to blank (`REMOVE EMBEDS`) and request targets to rewrite (`REWRITE EMBEDS`)
+    /// left as they were because the connection's record of changes was full.
     pub adapt_record_full: u64,
     /// Requests of embedded images rewritten to the mapping's variant (`REWRITE EMBEDS`).
     pub embeds_rewritten: u64,
@@ -67,12 +85,18 @@ pub struct Stats {
     /// target (`unmapped`), the target was not wholly in the segment that completed the head
     /// (`split`), or the request line was not spaced as parsed (`unplaced`).
     pub rewrites_unmapped: u64,
+    /// Requests a rewrite took that went on as they were: the target was not wholly in the segment
+    /// that completed the head.
     pub rewrites_split: u64,
+    /// Requests a rewrite took that went on as they were: the request line was not spaced as
+    /// parsed.
     pub rewrites_unplaced: u64,
     /// `IF PREDICTED` decisions: made from a cell's measured mean, from the model, or not made
     /// because the object's size was not known yet (the object is left alone).
     pub predictions_measured: u64,
+    /// `IF PREDICTED` decisions made from the model (the cell had too few samples).
     pub predictions_model: u64,
+    /// `IF PREDICTED` decisions not made: the object's size was not known yet (it is left alone).
     pub predictions_no_size: u64,
     /// Containers a rule took but left alone: their body came content-encoded.
     pub adapt_skipped_encoded: u64,
@@ -83,9 +107,14 @@ pub struct Stats {
     pub adapt_segments_edited: u64,
     /// Segments whose blanks could not be written (left as they were).
     pub adapt_patch_failed: u64,
+    /// Segments that repeated bytes already delivered, in either direction (wholly or in part).
     pub retransmitted_segments: u64,
+    /// Bytes declared never to be seen (capture loss), in either direction.
     pub gap_bytes: u64,
+    /// HTTP transactions finished.
     pub transactions: u64,
+    /// Of them, with at least one anomaly.
     pub transactions_with_anomalies: u64,
+    /// Pageviews finished.
     pub pageviews: u64,
 }

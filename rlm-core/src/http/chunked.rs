@@ -8,17 +8,35 @@
 #[derive(Debug, PartialEq, Eq)]
 pub enum ChunkStep {
     /// `consumed` bytes of input were framing or data; `data` (start, len) is a range of the input that is body data.
-    Progress { consumed: usize, data: Option<(usize, usize)> },
+    Progress {
+        /// Bytes of input taken (framing and data).
+        consumed: usize,
+        /// The body data among them, as (start, len) in the input.
+        data: Option<(usize, usize)>,
+    },
     /// The body ended (last chunk and trailers) after `consumed` bytes of input.
-    Done { consumed: usize },
+    Done {
+        /// Bytes of input taken, through the line feed that ends the trailers.
+        consumed: usize,
+    },
     /// The framing is broken (bad hex, size overflow): the body cannot be followed.
-    Error { consumed: usize, reason: ChunkError },
+    Error {
+        /// Bytes of input taken before the one that broke the framing.
+        consumed: usize,
+        /// What was wrong.
+        reason: ChunkError,
+    },
 }
 
+/// Why chunked framing could not be followed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChunkError {
+    /// A size line that does not start with a hex digit, or a byte after its digits other than
+    /// `;`, space, tab, CR or LF.
     BadSize,
+    /// A chunk size that does not fit in 64 bits.
     SizeOverflow,
+    /// Chunk data not followed by CR LF (or a bare LF).
     MissingCrlf,
 }
 
@@ -48,6 +66,7 @@ enum State {
     Finished,
 }
 
+/// The chunked-framing decoder of one body: where it is in the framing, and no payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkedDecoder {
     state: State,
@@ -60,6 +79,7 @@ impl Default for ChunkedDecoder {
 }
 
 impl ChunkedDecoder {
+    /// Whether the body has ended (the last chunk and its trailers read).
     pub fn is_finished(&self) -> bool {
         self.state == State::Finished
     }

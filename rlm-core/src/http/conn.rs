@@ -26,6 +26,8 @@ pub struct Txn {
     pub depth: u32,
     /// None for a response that arrived with no request to pair with.
     pub request: Option<RequestHead>,
+    /// When the request began: the segment with its head's first byte (for an orphan response, the
+    /// response's).
     pub request_ts: Timestamp,
     /// Sequence number of the request line's first byte.
     pub request_seq: Option<u32>,
@@ -33,14 +35,20 @@ pub struct Txn {
     pub request_body_len: u64,
     /// Size after content decoding (gzip, deflate), when the body was encoded and decoding is on.
     pub request_body_decoded: Option<u64>,
+    /// The request is over: its body read (or it had none), or the client finished sending.
     pub request_done: bool,
+    /// The final response head, once parsed (interim 1xx heads, 101 aside, are not kept here).
     pub response: Option<ResponseHead>,
     /// Interim (1xx) status seen before the final response.
     pub interim: Option<u16>,
+    /// When the response began: the segment with the first response head's first byte (an interim
+    /// one's, if any).
     pub response_first_ts: Option<Timestamp>,
+    /// When the latest byte of the response was seen.
     pub response_last_ts: Option<Timestamp>,
     /// Sequence numbers of the final response's status line and of its body's first byte.
     pub response_seq: Option<u32>,
+    /// Sequence number of the response body's first byte, set when its first bytes are delivered.
     pub response_body_seq: Option<u32>,
     /// Sequence number of the byte after the final response's end, when its head says where
     /// that is (a Content-Length under 2 GiB, or no body); `None` for chunked and
@@ -50,7 +58,9 @@ pub struct Txn {
     pub response_body_len: u64,
     /// Size after content decoding (gzip, deflate), when the body was encoded and decoding is on.
     pub response_body_decoded: Option<u64>,
+    /// The final response is over: its body read to its framing's end (or it had none).
     pub response_done: bool,
+    /// What was odd about the transaction (its heads' anomalies and the streams').
     pub anomalies: Anomalies,
     scanner: Option<Box<EmbedScanner>>,
     req_decoder: Option<Box<BodyDecoder>>,
@@ -181,6 +191,7 @@ impl Txn {
         Txn::finish_decoding(&mut self.resp_decoder, &mut self.response_body_decoded, &mut self.anomalies);
     }
 
+    /// The request's method, if there was a request.
     pub fn method(&self) -> Option<&str> {
         self.request.as_ref().map(|r| r.method.as_str())
     }
@@ -198,11 +209,22 @@ impl Txn {
 #[derive(Debug)]
 pub enum HttpEvent {
     /// A request head was parsed; look it up with [`HttpConn::txn`].
-    Request { depth: u32 },
+    Request {
+        /// The transaction's position on its connection ([`Txn::depth`]).
+        depth: u32,
+    },
     /// The final response head of a transaction was parsed.
-    ResponseHead { depth: u32 },
+    ResponseHead {
+        /// The transaction's position on its connection ([`Txn::depth`]).
+        depth: u32,
+    },
     /// The response body revealed embedded object references.
-    Embeds { depth: u32, refs: Vec<EmbedRef> },
+    Embeds {
+        /// The transaction's position on its connection ([`Txn::depth`]).
+        depth: u32,
+        /// The references found, in document order.
+        refs: Vec<EmbedRef>,
+    },
     /// A transaction finished (both sides complete, or the connection ended).
     Done(Box<Txn>),
 }

@@ -26,18 +26,27 @@ mod reference;
 /// What kind of object a reference fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EmbedKind {
+    /// An image: `<img src>`/`srcset`, `<input type=image>`, a `<video poster>`, a `background`
+    /// attribute.
     Image,
+    /// `<script src>`.
     Script,
+    /// `<link rel=stylesheet>` (not `alternate`), or a CSS `@import`.
     Stylesheet,
+    /// `<link rel=icon>` or `apple-touch-icon`.
     Icon,
+    /// `<iframe src>` or `<frame src>`.
     Frame,
+    /// `<object data>`, `<embed src>`, or a `<link rel=preload>`/`modulepreload`.
     Object,
+    /// `<video src>`, `<audio src>`, `<source src>`/`srcset`.
     Media,
     /// `url(...)` or `@import` in CSS.
     CssUrl,
 }
 
 impl EmbedKind {
+    /// The kind's name in records (lower snake case).
     pub fn name(self) -> &'static str {
         match self {
             EmbedKind::Image => "image",
@@ -57,6 +66,7 @@ impl EmbedKind {
 pub struct EmbedRef {
     /// The URLs as written (not resolved); more than one when the browser picks one of them (`srcset`).
     pub urls: Vec<String>,
+    /// What kind of object it fetches.
     pub kind: EmbedKind,
     /// Whether a browser rendering the page always fetches it (an `<img src>`), or only may (`<link rel=icon>`, CSS `url()`, `<source>`).
     pub required: bool,

@@ -5,13 +5,54 @@
 use std::fmt;
 
 /// Things a message did that a well-behaved peer does not; reported per transaction.
+///
+/// The flags, each with the label records report it by:
+/// - `BAD_CONTENT_LENGTH` (`bad_content_length`): a `Content-Length` that is not a number (read
+///   as 0).
+/// - `CONFLICTING_CONTENT_LENGTH` (`conflicting_content_length`): `Content-Length` fields that
+///   disagree (the last wins).
+/// - `BAD_CHUNKING` (`bad_chunking`): chunked framing that broke; the body ends there and the
+///   stream is resynchronised.
+/// - `HEAD_TOO_LARGE` (`head_too_large`): a head longer than
+///   [`MAX_HEAD`](crate::http::conn::MAX_HEAD), not parsed.
+/// - `BAD_RESPONSE_HEAD` (`bad_response_head`): a response head starting `HTTP/` whose status
+///   line does not parse.
+/// - `TRUNCATED_BODY` (`truncated_body`): a body cut short: the client finished sending before
+///   its request's end, or the connection ended before the response's.
+/// - `CAPTURE_GAP` (`capture_gap`): bytes of the transaction never seen (capture loss).
+/// - `ORPHAN_RESPONSE` (`orphan_response`): a response with no request to pair it with.
+/// - `TE_NOT_CHUNKED_LAST` (`te_chunked_not_last`): `chunked` named in `Transfer-Encoding`
+///   other than as the only coding of an HTTP/1.1 message (a server may frame it differently).
+/// - `MIDSTREAM` (`midstream`): on a connection the capture joined after it started.
+/// - `NO_RESPONSE` (`no_response`): no response came before the connection ended, or too many
+///   requests were pipelined behind it.
+/// - `ENCODED_CONTAINER` (`encoded_container`): an HTML or CSS body with a `Content-Encoding`,
+///   not scanned for embedded objects.
+/// - `INCOMPLETE` (`incomplete`): unfinished when the capture ended or the engine shut down.
+/// - `UNDECODABLE_BODY` (`undecodable_body`): a gzip or deflate body that did not decode.
+/// - `OBS_FOLD` (`obsolete_line_folding`): a header line continued on the next (obsolete line
+///   folding).
+/// - `BAD_HEADER_LINE` (`bad_header_line`): a header line without a colon (skipped).
+/// - `BAD_VERSION` (`bad_version`): a request line whose version is not a digit, a dot and a
+///   digit (recorded as 0.0).
+/// - `ODD_REQUEST_LINE` (`odd_request_line`): a request target with blanks in it, or one Zeek
+///   delimits differently.
+/// - `CONTENT_LENGTH_AND_CHUNKED` (`content_length_and_chunked`): both a `Content-Length` and
+///   chunked framing (chunked wins).
+/// - `BAD_REQUEST_LINE` (`bad_request_line`): a response to a client line that is not a request
+///   line.
+/// - `NOT_HTTP_RESPONSE` (`not_http_response`): the server's answer to a request other than
+///   HTTP/0.9 does not start with a status line (its body length is 0, as in Zeek).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Anomalies(u32);
 
 macro_rules! anomalies {
     ($($name:ident = $bit:expr, $label:expr;)*) => {
         impl Anomalies {
-            $(pub const $name: Anomalies = Anomalies(1 << $bit);)*
+            $(
+                /// One flag, listed with its label on [`Anomalies`].
+                pub const $name: Anomalies = Anomalies(1 << $bit);
+            )*
             const LABELS: &'static [(Anomalies, &'static str)] = &[$((Anomalies::$name, $label)),*];
         }
     };
@@ -42,15 +83,19 @@ anomalies! {
 }
 
 impl Anomalies {
+    /// Whether every flag of `other` is set.
     pub fn contains(self, other: Anomalies) -> bool {
         self.0 & other.0 == other.0
     }
+    /// Set the flags of `other`.
     pub fn insert(&mut self, other: Anomalies) {
         self.0 |= other.0;
     }
+    /// Whether no flag is set.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+    /// The labels of the flags set, in bit order (as records list them).
     pub fn labels(self) -> impl Iterator<Item = &'static str> {
         Self::LABELS.iter().filter(move |(a, _)| self.contains(*a)).map(|(_, l)| *l)
     }
@@ -67,15 +112,21 @@ impl fmt::Display for Anomalies {
 /// for a version that is not a digit, a dot and a digit (as Zeek records it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Version {
+    /// The digit before the dot.
     pub major: u8,
+    /// The digit after the dot.
     pub minor: u8,
 }
 
 impl Version {
+    /// HTTP/0.9: a request line without a version.
     pub const HTTP_09: Version = Version { major: 0, minor: 9 };
+    /// HTTP/1.0.
     pub const HTTP_10: Version = Version { major: 1, minor: 0 };
+    /// HTTP/1.1.
     pub const HTTP_11: Version = Version { major: 1, minor: 1 };
 
+    /// `major.minor`, as Zeek's `version` field writes it (`1.1`).
     pub fn as_str(self) -> String {
         format!("{}.{}", self.major, self.minor)
     }
@@ -92,9 +143,13 @@ impl Version {
 /// How a message body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Framing {
+    /// No body.
     None,
+    /// This many bytes (`Content-Length`).
     Length(u64),
+    /// `Transfer-Encoding: chunked`.
     Chunked,
+    /// Until the server closes the connection (a response with neither length nor chunking).
     UntilClose,
     /// The connection stops being HTTP (CONNECT 2xx, 101 Switching Protocols).
     Tunnel,
@@ -107,12 +162,14 @@ pub enum Destination {
     Document,
     /// `Sec-Fetch-Dest` naming a sub-resource (image, script, style, font, ...), or an Accept of image/*, text/css, ...
     Subresource,
+    /// Neither header says (or `Sec-Fetch-Dest` is empty).
     Unknown,
 }
 
 /// A body's `Content-Encoding`, as far as the analyzer decodes it (Zeek decodes the same two).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Coding {
+    /// No `Content-Encoding`, or `identity`.
     #[default]
     Identity,
     /// `gzip` or `x-gzip`.
@@ -142,42 +199,64 @@ impl Coding {
     }
 }
 
+/// A parsed request head: its request line and the header fields rlm uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestHead {
+    /// The method as sent (Zeek `method`).
     pub method: String,
     /// The request target as sent.
     pub uri: String,
     /// The target as Zeek delimits it (differs only for odd request lines).
     pub zeek_uri: String,
+    /// The request's HTTP version (0.9 for a request line without one).
     pub version: Version,
+    /// The `Host` header's value (Zeek `host`).
     pub host: Option<String>,
+    /// The `Referer` header's value (Zeek `referrer`).
     pub referrer: Option<String>,
+    /// The `User-Agent` header's value (Zeek `user_agent`).
     pub user_agent: Option<String>,
+    /// The body's `Content-Encoding`.
     pub coding: Coding,
     /// A `multipart/*` body (Zeek counts its length line by line).
     pub multipart: bool,
+    /// How the body is delimited: chunked, a length, or none (HTTP/0.9, or no or a zero
+    /// `Content-Length`).
     pub framing: Framing,
+    /// Whether the headers say the browser is navigating or fetching a sub-resource.
     pub destination: Destination,
+    /// What was odd about the head (its request line, header lines and framing fields).
     pub anomalies: Anomalies,
 }
 
+/// A parsed response head: its status line and the header fields rlm uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResponseHead {
+    /// The status code (Zeek `status_code`): 0 when its three characters are not digits, and for an
+    /// HTTP/0.9 answer.
     pub status: u16,
     /// The reason phrase (Zeek's status_msg).
     pub reason: Option<String>,
+    /// The response's HTTP version (Zeek `version`).
     pub version: Version,
+    /// The `Content-Type` header's value, as sent.
     pub content_type: Option<String>,
+    /// The body's `Content-Encoding`.
     pub coding: Coding,
     /// `Content-Encoding` other than identity (the body cannot be scanned as is).
     pub encoded: bool,
+    /// The `Content-Length` (a bad one reads as 0; a 206's `Content-Range` span when that is longer
+    /// and the body is not chunked).
     pub content_length: Option<u64>,
+    /// `Transfer-Encoding` makes the body chunked (`chunked` its first coding, on HTTP/1.1).
     pub chunked: bool,
     /// `Connection: close`.
     pub close: bool,
+    /// What was odd about the head (its header lines and framing fields).
     pub anomalies: Anomalies,
 }
 
+/// Why a head was not parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadError {
     /// The start line is not a request line (or not a status line).
@@ -205,7 +284,9 @@ pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
 /// continuation lines joined with a space).
 #[derive(Clone, Debug)]
 pub struct Field<'a> {
+    /// The field's name as sent.
     pub name: &'a [u8],
+    /// The field's value (a folded continuation joined to it with a space).
     pub value: std::borrow::Cow<'a, [u8]>,
 }
 
@@ -389,16 +470,21 @@ fn skip_blanks(s: &[u8], mut i: usize) -> usize {
 /// needs a method of at least 3 characters and a target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestLine {
+    /// The method (token characters).
     pub method: String,
     /// The target as sent (everything between the method and the version, trimmed).
     pub target: String,
     /// The target as Zeek delimits it (the same but for a line without a version with blanks
     /// in its target, where Zeek drops its last character).
     pub zeek_target: String,
+    /// The version (0.9 when there is none; 0.0 when it is not a digit, a dot and a digit).
     pub version: Version,
+    /// `bad_version` when the version is not a digit, a dot and a digit.
     pub anomalies: Anomalies,
 }
 
+/// Read a request line as Zeek's HTTP analyzer does. `None` when it is not one: no method, no blank
+/// after it, or (without a version) a method under 3 characters or no target.
 pub fn parse_request_line(line: &[u8]) -> Option<RequestLine> {
     let m = line.iter().take_while(|c| is_token_char(**c)).count();
     if m == 0 {
@@ -620,6 +706,7 @@ pub fn escape_bytes(b: &[u8]) -> String {
 /// Extra header facts the response framing decision needs.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ResponseFramingInputs {
+    /// The response has an `Upgrade` header (a 101 with one turns the connection into a tunnel).
     pub upgrade: bool,
 }
 
