@@ -351,7 +351,6 @@ pub struct Pageviews {
     conn_pv: AHashMap<ConnId, u64>,
     /// (connection, depth) → pageview of that transaction.
     txn_pv: AHashMap<(ConnId, u32), u64>,
-    /// Last RTT measured per client, for connections that have none.
     /// Each client's last measured RTT and when it was learnt (bounded: see `learn_rtt`).
     client_rtt: AHashMap<IpAddr, (Duration, Timestamp)>,
     deadlines: BinaryHeap<Reverse<(Timestamp, u64, u32)>>,
@@ -556,8 +555,9 @@ impl Pageviews {
         }
     }
 
-    /// A connection ended. `failed_at` is set when its handshake never completed (the time the
-    /// client's TCP gives up, on the appliance's clock) or the server refused it.
+    /// A connection ended. `failed` is `(first SYN, when it failed, SYNs sent)` when its handshake
+    /// never completed (it failed when the client's TCP gives up, on the appliance's clock) or
+    /// the server refused it.
     pub fn on_conn_closed(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, failed: Option<(Timestamp, Timestamp, u16)>) {
         let id = self.conn_pv.remove(&conn);
         match (id, failed) {

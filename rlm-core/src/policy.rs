@@ -212,7 +212,8 @@ pub struct ClassCounters {
 pub struct RuleCounters {
     /// Times its condition held at a node where it has an action.
     pub fired: u64,
-    /// Firings of actions not carried out yet (later issues' mechanisms).
+    /// Firings of actions the driver cannot carry out (no injection, no rewritten frames):
+    /// decided, counted, not done.
     pub deferred: u64,
     /// When it last fired (for status; not serialised).
     #[serde(skip)]

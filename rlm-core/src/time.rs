@@ -2,7 +2,8 @@
 //!
 //! The engine never reads a clock. Drivers pass a [`Timestamp`] with every
 //! frame and timer tick: the capture's own timestamps when replaying a file,
-//! a monotonic clock when running live.
+//! Unix wall-clock time when running live (the kernel's monotonic stamps of the
+//! fast path's reports converted to it).
 
 use std::fmt;
 use std::ops::{Add, Sub};

@@ -192,7 +192,7 @@ fn classify(err: &SliceError) -> Malformed {
     }
 }
 
-/// Decode one frame of the given link type.
+/// An 802.3 frame (length, not EtherType) carrying IPv4 or IPv6 behind an LLC/SNAP header.
 fn is_llc_snap_ip(frame: &[u8]) -> bool {
     frame.len() >= 22
         && u16::from_be_bytes([frame[12], frame[13]]) < 0x0600

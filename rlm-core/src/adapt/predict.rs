@@ -213,7 +213,8 @@ impl Predictor {
     }
 }
 
-/// Most clients (or URLs) a table keeps; past it, the older half is let go.
+/// Most clients (or URLs) a table keeps; past it, `ClientLoss` lets the older half go and
+/// `SizeCache` starts afresh.
 pub const MAX_ENTRIES: usize = 65_536;
 
 /// Per-client segment loss, measured passively: a moving average (weight 1/8) over each closed

@@ -41,7 +41,7 @@ pub enum EmbedKind {
     Object,
     /// `<video src>`, `<audio src>`, `<source src>`/`srcset`.
     Media,
-    /// `url(...)` or `@import` in CSS.
+    /// `url(...)` in CSS (an `@import` is reported as a [`EmbedKind::Stylesheet`]).
     CssUrl,
 }
 
