@@ -209,7 +209,11 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
     let fp = &st["fastpath"];
     println!("fast path: {fp}");
     let (passed, queued) = (fp["syn_passed"].as_u64().unwrap(), fp["syn_queued"].as_u64().unwrap());
-    assert!(passed + queued >= u64::from(ok) && queued <= 30 && passed >= u64::from(ok) - 30, "{fp}");
+    // One SYN per rule set (the first and ten reloads) comes for a verdict: its verdict reaches
+    // the kernel's maps before it goes on, so the client's next SYN finds it, however loaded
+    // the machine (a few more if a class test turns meanwhile). Before rlm applied the maps
+    // first, 16 to 43 came under load.
+    assert!(passed + queued >= u64::from(ok) && queued <= 15 && passed >= u64::from(ok) - 15, "{fp}");
     assert!(fp["observed"].as_u64().unwrap() >= 4 * u64::from(ok), "{fp}");
     assert_eq!(fp["ring_full"], 0, "{fp}");
 

@@ -448,6 +448,11 @@ impl Loop {
                 _ => Port::Unknown,
             };
             let verdict = self.engine.handle_link(now_ts(), port, LinkType::RawIp, msg.get_payload());
+            // What the engine published for the kernel (a queued SYN's verdict for its client's
+            // next SYNs, a new generation) reaches the maps before this packet goes on: the
+            // client's next SYN, which can follow within a millisecond, is then decided in the
+            // kernel instead of coming for a verdict too.
+            self.apply_fastpath();
             let label = match verdict {
                 Verdict::Accept => {
                     msg.set_verdict(nfq::Verdict::Accept);
