@@ -177,7 +177,7 @@ mod tests {
             "name": name,
             "generator_bottleneck": false,
             "pageviews": {"count": count, "mean_s": 1.0, "p95_s": 2.0, "gt3s_frac": gt3s, "failed": 0, "by_class": by_class},
-            "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "rules_left": [], "reports_lost": 0.0, "injected": injected}
+            "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "rules_left": [], "reports_lost": 0.0, "injected": injected, "syn_drops": {"LOW": 30.0}}
         })
     }
 
@@ -232,6 +232,8 @@ mod tests {
         assert!(has(&ok, "fast-syn: HIGH's mean 1.52 s at most 10% above its 1.43 s"), "{ok:#?}");
         assert!(has(&ok, "fast-syn/fast-syn: rlm resent 150 SYNs"), "{ok:#?}");
         assert!(has(&ok, "think-gap: rlm delayed 700 first SYNs"), "{ok:#?}");
+        assert!(has(&ok, "fast-syn: regime reached: syn-throttle's rule alone dropped 30 LOW SYNs and left 40 LOW pageviews"), "{ok:#?}");
+        assert!(has(&ok, "think-gap: regime reached: the load tripped the throttle"), "{ok:#?}");
         assert!(has(&ok, "think-gap: HIGH mean 1.60 s at most 15% above the target 1.50 s"), "{ok:#?}");
         assert!(has(&ok, "think-gap/think-gap: 1400 pageviews measured"), "{ok:#?}");
         assert_eq!(ok.iter().filter(|l| l.contains("rlm inline exited")).count(), 6, "{ok:#?}");
@@ -243,14 +245,16 @@ mod tests {
             ]
         );
 
-        // A cut of a fifth, 4% fewer pages, and a syn-throttle arm with too few failures.
+        // A cut of a fifth, 4% fewer pages, and a syn-throttle arm with too few failures: fast-syn's
+        // regime was not reached, and nothing else of it is judged.
         write_result(&root, "fast-synack", synack(0.04, 2200));
         write_result(&root, "fast-syn", fast_syn(9, 1.52, 3.5, false));
         let (_, bad, _) = fast_lines(&root);
         assert_eq!(bad.len(), 3, "{bad:#?}");
         assert!(has(&bad, "fast-synack: gap-500ms cuts the share of pageviews past 3 s by 20%"), "{bad:#?}");
         assert!(has(&bad, "fast-synack: gap-500ms completed 2200 pages"), "{bad:#?}");
-        assert!(has(&bad, "fast-syn: the syn-throttle arm has 9 LOW pageviews with a failed connection, too few"), "{bad:#?}");
+        assert!(has(&bad, "fast-syn: regime not reached: syn-throttle's rule alone dropped 30 LOW SYNs and left 9 LOW pageviews"), "{bad:#?}");
+        assert!(!fast_lines(&root).0.iter().any(|l| l.starts_with("fast-syn: LOW's mean")), "not judged without the regime");
         // A quick run (three gaps) guards the mechanism at a 20% cut.
         let mut quick = synack(0.04, 2300);
         quick["synack_gaps"] = json!(["3s", "500ms", "10ms"]);

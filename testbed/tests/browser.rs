@@ -20,8 +20,29 @@ fn second_connection_failure_as_in_figure_5() {
     let cfg = FarmConfig { items: 1000, orders: 3000, cpu_cores: None, synack_timeout_s: None, ..FarmConfig::default() };
     let mut farm = Farm::start(&plan, &cfg, lab).expect("farm");
     // One connection per client at the farm: the second's SYNs are dropped.
-    in_ns(&info.namespaces.servers, "iptables", &["-w", "-A", "INPUT", "-p", "tcp", "--syn", "--dport", "80", "-m", "connlimit", "--connlimit-above", "1", "--connlimit-mask", "32", "-j", "DROP"])
-        .expect("connlimit");
+    in_ns(
+        &info.namespaces.servers,
+        "iptables",
+        &[
+            "-w",
+            "-A",
+            "INPUT",
+            "-p",
+            "tcp",
+            "--syn",
+            "--dport",
+            "80",
+            "-m",
+            "connlimit",
+            "--connlimit-above",
+            "1",
+            "--connlimit-mask",
+            "32",
+            "-j",
+            "DROP",
+        ],
+    )
+    .expect("connlimit");
 
     let dir = std::env::temp_dir().join(format!("rlm-browser-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

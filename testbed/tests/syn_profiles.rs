@@ -73,7 +73,12 @@ fn assert_backoff(got: &[f64], gaps: &[f64]) {
     assert!(got.len() > gaps.len(), "SYNs at {got:?}, want gaps of {gaps:?}");
     for (i, w) in gaps.iter().enumerate() {
         let g = got[i + 1] - got[i];
-        assert!(g >= w - 0.02 && g <= w + timer_slack(*w), "SYN {} came {g:.3} s after the one before, want {w} s (+{:.3} s at most): SYNs at {got:?}", i + 1, timer_slack(*w));
+        assert!(
+            g >= w - 0.02 && g <= w + timer_slack(*w),
+            "SYN {} came {g:.3} s after the one before, want {w} s (+{:.3} s at most): SYNs at {got:?}",
+            i + 1,
+            timer_slack(*w)
+        );
     }
 }
 

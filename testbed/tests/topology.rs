@@ -30,11 +30,7 @@ fn up_traffic_idempotent_and_down_after_a_crash() {
     assert_eq!(serde_json::to_value(&again).unwrap(), serde_json::to_value(&info).unwrap());
 
     // A crashed run leaves processes behind in the namespaces.
-    let mut leftover = Command::new("ip")
-        .args(["netns", "exec", &info.namespaces.servers, "sleep", "600"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut leftover = Command::new("ip").args(["netns", "exec", &info.namespaces.servers, "sleep", "600"]).stdout(Stdio::null()).spawn().unwrap();
     for _ in 0..50 {
         if !pids(&info.namespaces.servers).is_empty() {
             break;

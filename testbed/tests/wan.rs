@@ -32,9 +32,13 @@ fn configured_rtt_and_loss_are_what_ping_measures() {
     let mut hop = WanHop::start(&plan, groups, 42).expect("emulator");
 
     let n = 3000;
-    let out = in_ns(&info.namespaces.clients, "ping", &["-U", "-q", "-c", &n.to_string(), "-i", "0.005", "-W", "2", "-I", &info.clients.high[0], FARM_ADDR])
-        .or_else(|e| if e.to_string().contains("packet loss") { Ok(e.to_string()) } else { Err(e) })
-        .expect("ping");
+    let out = in_ns(
+        &info.namespaces.clients,
+        "ping",
+        &["-U", "-q", "-c", &n.to_string(), "-i", "0.005", "-W", "2", "-I", &info.clients.high[0], FARM_ADDR],
+    )
+    .or_else(|e| if e.to_string().contains("packet loss") { Ok(e.to_string()) } else { Err(e) })
+    .expect("ping");
     let (avg, loss) = parse_ping(&out);
     println!("HIGH: {n} pings, RTT {avg} ms, loss {loss}%");
     // Round-trip loss with 2% each way: 1 - 0.98^2 = 3.96%.
@@ -42,7 +46,8 @@ fn configured_rtt_and_loss_are_what_ping_measures() {
     assert!((loss - 3.96).abs() <= 0.5, "loss {loss}%, expected 3.96%:\n{out}");
 
     // The other group gets its own path (004 section 6.4 uses 160 ms).
-    let out = in_ns(&info.namespaces.clients, "ping", &["-U", "-q", "-c", "200", "-i", "0.005", "-I", &info.clients.low[0], FARM_ADDR]).expect("ping LOW");
+    let out =
+        in_ns(&info.namespaces.clients, "ping", &["-U", "-q", "-c", "200", "-i", "0.005", "-I", &info.clients.low[0], FARM_ADDR]).expect("ping LOW");
     let (avg, loss) = parse_ping(&out);
     println!("LOW: RTT {avg} ms, loss {loss}%");
     assert!((avg - 160.0).abs() <= 8.0, "RTT {avg} ms, configured 160 ms (±5%)");
@@ -53,7 +58,8 @@ fn configured_rtt_and_loss_are_what_ping_measures() {
     assert!(stats.up_packets >= n as u64 && stats.down_packets > 0, "{stats:?}");
     // Without the emulator the WAN hop forwards nothing undelayed: its rule is gone with it, so
     // traffic flows again, and the lab is still intact.
-    let after = in_ns(&info.namespaces.clients, "ping", &["-U", "-q", "-c", "3", "-i", "0.2", "-I", &info.clients.high[0], FARM_ADDR]).expect("ping after");
+    let after =
+        in_ns(&info.namespaces.clients, "ping", &["-U", "-q", "-c", "3", "-i", "0.2", "-I", &info.clients.high[0], FARM_ADDR]).expect("ping after");
     let (avg, _) = parse_ping(&after);
     assert!(avg < 5.0, "no delay once the emulator is gone: {avg} ms");
 }

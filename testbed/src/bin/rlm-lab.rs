@@ -149,10 +149,11 @@ fn main() -> ExitCode {
             })
         }
         Command::Down => Plan { prefix: cli.prefix, ..Plan::default() }.down(),
-        Command::Run { name, quick, out, arms, calibration } => testbed::catalog::run(&name, quick, &out, &cli.prefix, &arms, calibration.as_deref()).map(|report| {
-            println!("{report}");
-            println!("report: {}", out.join("report.md").display());
-        }),
+        Command::Run { name, quick, out, arms, calibration } => testbed::catalog::run(&name, quick, &out, &cli.prefix, &arms, calibration.as_deref())
+            .map(|report| {
+                println!("{report}");
+                println!("report: {}", out.join("report.md").display());
+            }),
         Command::FarmFront { listen, max_clients, backlog, workers, keepalive, static_upstream, db, stats: stats_file } => {
             let plan = Plan { prefix: cli.prefix, ..Plan::default() };
             testbed::netns::enter(&plan.ns("srv")).and_then(|_| {

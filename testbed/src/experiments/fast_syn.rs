@@ -95,28 +95,25 @@ impl Experiment for FastSyn {
     /// 004 Figure 16: with fast SYN retransmission, halted while LOW's SYNs are dropped, LOW's
     /// dropped connects are resent by rlm when the rule lets go instead of failing at 21 s.
     fn check(&self, fs: &Value, _all: &Results, c: &mut Checks) {
-        let v = &mut c.v;
         let (st, fa) = (arm_in(fs, "syn-throttle"), arm_in(fs, "fast-syn"));
         let low_failed = |a: &Value| num(&a["pageviews"]["by_class"]["LOW"]["failed"]);
         let (st_failed, fa_failed) = (low_failed(&st), low_failed(&fa));
-        if st_failed >= 10.0 {
-            v.push((
-                fa_failed <= 0.10 * st_failed,
-                format!(
-                    "fast-syn: LOW's pageviews with a failed connection fall by {:.0}%: {fa_failed:.0} against {st_failed:.0} under \
-                     syn-throttle's rule alone (at least 90%)",
-                    (1.0 - fa_failed / st_failed) * 100.0
-                ),
-            ));
-        } else {
-            v.push((
-                false,
-                format!(
-                    "fast-syn: the syn-throttle arm has {st_failed} LOW pageviews with a failed connection, too few (at least 10) to \
-                     judge their fall under fast-syn"
-                ),
-            ));
+        let drops = num(&st["rlm"]["syn_drops"]["LOW"]);
+        let what = format!(
+            "syn-throttle's rule alone dropped {drops} LOW SYNs and left {st_failed} LOW pageviews with a failed connection (at least 10 to judge their fall)"
+        );
+        if !c.regime("fast-syn", drops > 0.0 && st_failed >= 10.0, what) {
+            return;
         }
+        let v = &mut c.v;
+        v.push((
+            fa_failed <= 0.10 * st_failed,
+            format!(
+                "fast-syn: LOW's pageviews with a failed connection fall by {:.0}%: {fa_failed:.0} against {st_failed:.0} under \
+                 syn-throttle's rule alone (at least 90%)",
+                (1.0 - fa_failed / st_failed) * 100.0
+            ),
+        ));
         // The target (LOW better) is judged on the full run. The quick run's two 60 s arms differ
         // by up to 8% either way from run to run (their rule holds and lets go every few
         // seconds), so it guards against LOW getting worse by more than that.

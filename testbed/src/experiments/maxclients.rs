@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{arm, num, scale, Checks, Experiment, Results, WAN_80_2};
+use super::{arm, farm_busy, num, scale, Checks, Experiment, Results, OVERLOADED_BUSY, WAN_80_2};
 use crate::arm::ArmSpec;
 
 /// MaxClients of the maxclients arms (004 Table 2), loosest first. The loosest lets the heavy
@@ -54,9 +54,14 @@ impl Experiment for Maxclients {
     /// time better. Loosest against tightest strictly; no step between neighbours reversed by
     /// more than 5%.
     fn check(&self, mc: &Value, _all: &Results, c: &mut Checks) {
-        let v = &mut c.v;
         let mut arms: Vec<Value> = mc["arms"].as_array().cloned().unwrap_or_default();
         arms.sort_by_key(|a| std::cmp::Reverse(a["config"]["farm"]["max_clients"].as_u64().unwrap_or(0)));
+        let busy = arms.first().map_or(f64::NAN, farm_busy);
+        let what = format!("under the loosest limit the farm was {:.0}% busy (its CPU the bottleneck)", busy * 100.0);
+        if !c.regime("maxclients", busy >= OVERLOADED_BUSY, what) {
+            return;
+        }
+        let v = &mut c.v;
         // (limit, pageview mean, pageview p95, server time mean)
         type Row = (u64, f64, f64, f64);
         let row = |a: &Value| {

@@ -87,6 +87,28 @@ pub struct Checks {
     pub notes: Vec<String>,
 }
 
+impl Checks {
+    /// Whether the experiment reached the regime it is about on this machine (the overload, the
+    /// rule firing): a line `NAME: regime reached: WHAT`, or a failing `NAME: regime not reached:
+    /// WHAT` and false, when its other checks must not be judged (they would judge effects that
+    /// were never provoked).
+    pub fn regime(&mut self, name: &str, reached: bool, what: String) -> bool {
+        let how = if reached { "regime reached" } else { "regime not reached" };
+        self.v.push((reached, format!("{name}: {how}: {what}")));
+        reached
+    }
+}
+
+/// The share of its CPU quota the farm used while an arm's clients ran (NaN without a quota):
+/// near 1 when the farm was the bottleneck.
+pub fn farm_busy(a: &Value) -> f64 {
+    num(&a["farm_usage"]["load_cpu_s"]) / (num(&a["duration_s"]) * num(&a["config"]["farm"]["cpu_cores"]))
+}
+
+/// A farm busy for at least this share of its quota was overloaded by CPU (the clients' ramp
+/// and the last pageviews' tail, where it idles, are in the run's time).
+pub const OVERLOADED_BUSY: f64 = 0.8;
+
 /// The loads of the browser experiments: (light load's browsers, heavy load's browsers, seconds
 /// per arm, the farm's CPU cores).
 pub fn scale(quick: bool) -> (u32, u32, f64, f64) {

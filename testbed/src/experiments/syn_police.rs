@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value};
 
-use super::{arm, arm_in, class_mean, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
+use super::{
+    arm, arm_in, class_mean, farm_busy, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, OVERLOADED_BUSY, WAN_80_2,
+};
 use crate::arm::ArmSpec;
 
 /// syn-police's token bucket on LOW's SYNs: (rate per second, burst). Calibrated (quick):
@@ -57,11 +59,16 @@ impl Experiment for SynPolice {
 
     /// Voigt's token bucket on LOW's SYNs, counted at the farm by the lab.
     fn check(&self, sp: &Value, _all: &Results, c: &mut Checks) {
-        let v = &mut c.v;
         let rate = num(&sp["limit_rate_per_s"]);
         let (un, lim) = (arm_in(sp, "unmanaged"), arm_in(sp, "limit"));
         let un_low = num(&un["server_syns"]["by_class"]["LOW"]["syn_rate_per_s"]);
         let lim_low = num(&lim["server_syns"]["by_class"]["LOW"]["syn_rate_per_s"]);
+        let busy = farm_busy(&un);
+        let what = format!("unmanaged, the farm {:.0}% busy and LOW offering {un_low:.2} SYNs/s against the limit {rate:.0}/s", busy * 100.0);
+        if !c.regime("syn-police", busy >= OVERLOADED_BUSY && un_low > rate * 1.2, what) {
+            return;
+        }
+        let v = &mut c.v;
         v.push((
             un_low > rate * 1.2,
             format!("syn-police: unmanaged LOW offers {un_low:.2} SYNs/s to the farm, above the limit {rate:.0}/s (the limit binds)"),

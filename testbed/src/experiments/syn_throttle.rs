@@ -3,7 +3,9 @@
 
 use serde_json::{Map, Value};
 
-use super::{arm, arm_in, class_mean, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
+use super::{
+    arm, arm_in, class_mean, farm_busy, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, OVERLOADED_BUSY, WAN_80_2,
+};
 use crate::arm::ArmSpec;
 
 /// syn-throttle's target for HIGH's mean response time (s): unmanaged HIGH misses it under the
@@ -63,16 +65,25 @@ impl Experiment for SynThrottle {
 
     /// 004 Figure 15: HIGH held at the target by dropping LOW's SYNs; LOW pays.
     fn check(&self, st: &Value, _all: &Results, c: &mut Checks) {
-        let v = &mut c.v;
         let target = num(&st["target_s"]);
         let (un_high, th_high) = (class_mean(st, "unmanaged", "HIGH"), class_mean(st, "syn-throttle", "HIGH"));
         let (un_low, th_low) = (class_mean(st, "unmanaged", "LOW"), class_mean(st, "syn-throttle", "LOW"));
+        let a = arm_in(st, "syn-throttle");
+        let drops = num(&a["rlm"]["syn_drops"]["LOW"]);
+        let busy = farm_busy(&arm_in(st, "unmanaged"));
+        let reached = un_high > target && busy >= OVERLOADED_BUSY && drops > 0.0;
+        let what = format!(
+            "unmanaged, the farm {:.0}% busy and HIGH's mean {un_high:.2} s against the target {target:.2} s; the rule dropped {drops} LOW SYNs",
+            busy * 100.0
+        );
+        if !c.regime("syn-throttle", reached, what) {
+            return;
+        }
+        let v = &mut c.v;
         v.push((un_high > target, format!("syn-throttle: unmanaged HIGH mean {un_high:.2} s misses the target {target:.2} s")));
         v.push(((th_high - target).abs() <= 0.15 * target, format!("syn-throttle: HIGH mean {th_high:.2} s within 15% of the target {target:.2} s")));
         v.push((th_low > un_low, format!("syn-throttle: LOW pays: mean {th_low:.2} s against {un_low:.2} s unmanaged")));
-        let a = arm_in(st, "syn-throttle");
         rlm_clean(v, "syn-throttle", &a);
-        let drops = num(&a["rlm"]["syn_drops"]["LOW"]);
         v.push((drops > 0.0, format!("syn-throttle: rlm reports {drops} LOW SYNs dropped")));
     }
 }
@@ -81,6 +92,32 @@ impl Experiment for SynThrottle {
 mod tests {
     use super::*;
     use crate::experiments::testing::synthetic_arms;
+
+    #[test]
+    fn judged_only_once_the_regime_is_reached() {
+        let arm = |name: &str, high: f64, busy_cpu_s: f64, drops: f64| {
+            serde_json::json!({"name": name, "duration_s": 45.0, "config": {"farm": {"cpu_cores": 0.12}},
+                "farm_usage": {"load_cpu_s": busy_cpu_s},
+                "pageviews": {"by_class": {"HIGH": {"mean_s": high}, "LOW": {"mean_s": 3.0}}},
+                "rlm": {"syn_drops": {"LOW": drops}}})
+        };
+        let result = |un_high: f64, busy_cpu_s: f64| {
+            serde_json::json!({"target_s": 1.5, "arms": [arm("unmanaged", un_high, busy_cpu_s, 0.0), arm("syn-throttle", 1.5, 5.0, 12.0)]})
+        };
+        let check = |r: &Value| {
+            let mut c = Checks::default();
+            SynThrottle.check(r, &Results::new(), &mut c);
+            c.v
+        };
+        // Overloaded: the farm busy for 5.4 of its 0.12 x 45 s, HIGH over its target.
+        let v = check(&result(2.3, 5.4));
+        assert!(v[0].0 && v[0].1.starts_with("syn-throttle: regime reached: unmanaged, the farm 100% busy"), "{v:?}");
+        assert!(v.len() > 3, "{v:?}");
+        // A fast machine: HIGH meets its target unmanaged, the farm idles: one failing line.
+        let v = check(&result(0.9, 1.0));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(!v[0].0 && v[0].1.starts_with("syn-throttle: regime not reached: unmanaged, the farm 19% busy"), "{v:?}");
+    }
 
     #[test]
     fn report_with_an_inline_arm_and_top_level_figures() {

@@ -49,9 +49,14 @@ impl Experiment for ThinkGap {
 
     /// 004 Figure 17: LOW's first SYN of each pageview held back 3 s on top of fast-syn's rules.
     fn check(&self, tg: &Value, all: &Results, c: &mut Checks) {
-        let Checks { v, notes } = c;
         let target = num(&tg["target_s"]);
         let a = arm_in(tg, "think-gap");
+        let drops = num(&a["rlm"]["syn_drops"]["LOW"]);
+        let what = format!("the load tripped the throttle (RT.HIGH over {target:.1} s): it dropped {drops} LOW SYNs");
+        if !c.regime("think-gap", drops > 0.0, what) {
+            return;
+        }
+        let Checks { v, notes } = c;
         let delayed = injected(&a, "syns_delayed");
         v.push((delayed > 0.0, format!("think-gap: rlm delayed {delayed} first SYNs of LOW pageviews")));
         let high = class_mean(tg, "think-gap", "HIGH");
