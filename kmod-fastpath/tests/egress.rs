@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::Duration;
 
@@ -34,10 +33,7 @@ impl Drop for Namespaces {
 }
 
 fn enter(ns: &str) {
-    let f = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns file");
-    // SAFETY: setns on a valid namespace fd affects only this thread.
-    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(r, 0, "setns {ns}: {}", std::io::Error::last_os_error());
+    lab_netns::enter(ns).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// "Sent N bytes M pkt" of an HTB class.
@@ -53,10 +49,7 @@ fn class_packets(stats: &str, class: &str) -> u64 {
     0
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use lab_netns::is_root;
 
 fn diff(after: &[ClassCount; MAX_CLASSES], before: &[ClassCount; MAX_CLASSES]) -> Vec<u64> {
     after.iter().zip(before).map(|(a, b)| a.packets - b.packets).collect()

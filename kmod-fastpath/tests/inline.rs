@@ -4,8 +4,6 @@
 //! packet comes back through the ring buffer. Needs root.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::process::Command;
 use std::time::Duration;
 
 use kmod_fastpath::inline::{EventKind, EventRing, InlinePath, Mode, SynAction};
@@ -13,54 +11,25 @@ use kmod_fastpath::inline::{EventKind, EventRing, InlinePath, Mode, SynAction};
 const CLIENT: &str = "10.78.0.2";
 const SERVER: &str = "10.78.0.1";
 
-fn sh(cmd: &str) {
-    let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
-    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+use lab_netns::is_root;
+
+fn enter(ns: &str) {
+    lab_netns::enter(ns).unwrap_or_else(|e| panic!("{e}"));
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Client, bridge and server namespaces; removed on drop.
+/// Client, bridge and server namespaces (client {CLIENT}, server {SERVER}); removed on drop.
 struct Lab {
     c: String,
     b: String,
     s: String,
+    _bridge: lab_netns::Bridge,
 }
 
 impl Lab {
     fn up() -> Lab {
-        let id = std::process::id();
-        let lab = Lab { c: format!("rlmfi-c-{id}"), b: format!("rlmfi-b-{id}"), s: format!("rlmfi-s-{id}") };
-        for ns in [&lab.c, &lab.b, &lab.s] {
-            sh(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
-        }
-        let (c, b, s) = (&lab.c, &lab.b, &lab.s);
-        sh(&format!("ip link add c0 netns {c} type veth peer name bc netns {b}"));
-        sh(&format!("ip link add s0 netns {s} type veth peer name bs netns {b}"));
-        sh(&format!("ip -n {b} link add br0 type bridge && ip -n {b} link set bc master br0 && ip -n {b} link set bs master br0"));
-        for (ns, dev) in [(b, "br0"), (b, "bc"), (b, "bs"), (c, "c0"), (s, "s0")] {
-            sh(&format!("ip -n {ns} link set {dev} up"));
-        }
-        sh(&format!("ip -n {c} addr add {CLIENT}/24 dev c0 && ip -n {s} addr add {SERVER}/24 dev s0"));
-        lab
+        let bridge = lab_netns::Bridge::up(&format!("rlmfi{}", std::process::id()), "10.78.0").unwrap_or_else(|e| panic!("{e}"));
+        Lab { c: bridge.client.clone(), b: bridge.bridge.clone(), s: bridge.server.clone(), _bridge: bridge }
     }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for ns in [&self.c, &self.b, &self.s] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn enter(ns: &str) {
-    let f = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns file");
-    // SAFETY: setns on a valid namespace fd affects only this thread.
-    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {ns}");
 }
 
 /// Connect from the client namespace; whether the handshake completed within `wait`.

@@ -8,10 +8,7 @@ use std::net::SocketAddrV4;
 use kmod_fastpath::testrun::frames::{self, ACK, FIN, PSH, SYN};
 use kmod_fastpath::{classid, FlowKey, SrptEgress, SrptMode, SrptParams};
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use lab_netns::is_root;
 
 const BASE: u32 = 0x07e1_0010;
 

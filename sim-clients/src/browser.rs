@@ -255,7 +255,12 @@ impl Browser {
         let queue = Arc::new(Mutex::new(refs.into_iter().collect::<VecDeque<String>>()));
         // Both connections take images from the queue; the second connection's first image is
         // tied to it (taken before it connects).
-        let mut second = Browser { spec: self.spec.clone(), run: self.run.clone(), conns: [self.conns[1].take(), None], rng: StdRng::seed_from_u64(self.rng.random()) };
+        let mut second = Browser {
+            spec: self.spec.clone(),
+            run: self.run.clone(),
+            conns: [self.conns[1].take(), None],
+            rng: StdRng::seed_from_u64(self.rng.random()),
+        };
         let mut first_conn = self.conns[0].take();
         let q1 = queue.clone();
         let slot1 = async move {
@@ -354,7 +359,12 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
         let out = out.clone();
         let b = b.clone();
         tasks.push(tokio::spawn(async move {
-            let mut br = Browser { spec: b, run: spec.clone(), conns: [None, None], rng: StdRng::seed_from_u64(spec.seed.wrapping_mul(1_000_003).wrapping_add(k as u64)) };
+            let mut br = Browser {
+                spec: b,
+                run: spec.clone(),
+                conns: [None, None],
+                rng: StdRng::seed_from_u64(spec.seed.wrapping_mul(1_000_003).wrapping_add(k as u64)),
+            };
             let think = ThinkTime::with_mean(spec.think_mean_s);
             tokio::time::sleep(Duration::from_secs_f64(spec.ramp_s * k as f64 / n as f64)).await;
             let mut count = 0u64;
@@ -401,7 +411,13 @@ impl GeneratorStats {
         let mut lags = lag.await.unwrap_or_default();
         lags.sort_by(f64::total_cmp);
         let p99 = lags.get(((lags.len() as f64) * 0.99) as usize).copied().or(lags.last().copied()).unwrap_or(0.0);
-        GeneratorStats { pageviews, cpu_s: cpu_seconds() - cpu0, wall_s: wall.elapsed().as_secs_f64(), lag_p99_ms: p99, lag_max_ms: lags.last().copied().unwrap_or(0.0) }
+        GeneratorStats {
+            pageviews,
+            cpu_s: cpu_seconds() - cpu0,
+            wall_s: wall.elapsed().as_secs_f64(),
+            lag_p99_ms: p99,
+            lag_max_ms: lags.last().copied().unwrap_or(0.0),
+        }
     }
 }
 
@@ -409,16 +425,11 @@ impl GeneratorStats {
 /// still the host's, then enter a network namespace. Call before any other thread exists:
 /// threads created later inherit the namespace.
 pub fn enter(netns: Option<&str>, cgroup: Option<&std::path::Path>) -> Result<()> {
-    use std::os::fd::AsRawFd;
     if let Some(cg) = cgroup {
         std::fs::write(cg.join("cgroup.procs"), "0").with_context(|| format!("joining {}", cg.display()))?;
     }
     if let Some(ns) = netns {
-        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).with_context(|| format!("namespace {ns}"))?;
-        // SAFETY: a valid namespace descriptor; only this (single) thread changes namespace.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(anyhow!("setns {ns}: {}", std::io::Error::last_os_error()));
-        }
+        lab_netns::enter(ns)?;
     }
     Ok(())
 }

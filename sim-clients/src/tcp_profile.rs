@@ -64,7 +64,13 @@ impl TcpProfile {
         let n: libc::c_int = self.syn_retries() as libc::c_int;
         // SAFETY: a valid socket descriptor and an int option of the right size.
         let r = unsafe {
-            libc::setsockopt(socket.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_SYNCNT, &n as *const _ as *const libc::c_void, std::mem::size_of_val(&n) as libc::socklen_t)
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_SYNCNT,
+                &n as *const _ as *const libc::c_void,
+                std::mem::size_of_val(&n) as libc::socklen_t,
+            )
         };
         if r != 0 {
             bail!("TCP_SYNCNT: {}", std::io::Error::last_os_error());

@@ -158,7 +158,8 @@ impl WanModel {
         let p = group.profile;
         let loss = if up { p.loss_up } else { p.loss_down };
         let drop = loss > 0.0 && self.rng.random::<f64>() < loss;
-        let (n, d) = if up { (&mut self.stats.up_packets, &mut self.stats.up_dropped) } else { (&mut self.stats.down_packets, &mut self.stats.down_dropped) };
+        let (n, d) =
+            if up { (&mut self.stats.up_packets, &mut self.stats.up_dropped) } else { (&mut self.stats.down_packets, &mut self.stats.down_dropped) };
         *n += 1;
         if drop {
             *d += 1;

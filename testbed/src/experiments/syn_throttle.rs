@@ -101,9 +101,7 @@ mod tests {
                 "pageviews": {"by_class": {"HIGH": {"mean_s": high}, "LOW": {"mean_s": 3.0}}},
                 "rlm": {"syn_drops": {"LOW": drops}}})
         };
-        let result = |un_high: f64, busy_cpu_s: f64| {
-            serde_json::json!({"target_s": 1.5, "arms": [arm("unmanaged", un_high, busy_cpu_s, 0.0), arm("syn-throttle", 1.5, 5.0, 12.0)]})
-        };
+        let result = |un_high: f64, busy_cpu_s: f64| serde_json::json!({"target_s": 1.5, "arms": [arm("unmanaged", un_high, busy_cpu_s, 0.0), arm("syn-throttle", 1.5, 5.0, 12.0)]});
         let check = |r: &Value| {
             let mut c = Checks::default();
             SynThrottle.check(r, &Results::new(), &mut c);
