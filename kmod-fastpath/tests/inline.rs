@@ -18,18 +18,8 @@ fn enter(ns: &str) {
 }
 
 /// Client, bridge and server namespaces (client {CLIENT}, server {SERVER}); removed on drop.
-struct Lab {
-    c: String,
-    b: String,
-    s: String,
-    _bridge: lab_netns::Bridge,
-}
-
-impl Lab {
-    fn up() -> Lab {
-        let bridge = lab_netns::Bridge::up(&format!("rlmfi{}", std::process::id()), "10.78.0").unwrap_or_else(|e| panic!("{e}"));
-        Lab { c: bridge.client.clone(), b: bridge.bridge.clone(), s: bridge.server.clone(), _bridge: bridge }
-    }
+fn lab() -> lab_netns::Bridge {
+    lab_netns::Bridge::up(&format!("rlmfi{}", std::process::id()), "10.78.0").unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Connect from the client namespace; whether the handshake completed within `wait`.
@@ -64,9 +54,9 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
         eprintln!("skipped: needs root (network namespaces, eBPF)");
         return;
     }
-    let lab = Lab::up();
+    let lab = lab();
     // The server: accepts whatever completes a handshake.
-    let s = lab.s.clone();
+    let s = lab.server.clone();
     std::thread::spawn(move || {
         enter(&s);
         let l = TcpListener::bind(format!("{SERVER}:80")).unwrap();
@@ -76,7 +66,7 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     });
     std::thread::sleep(Duration::from_millis(200));
 
-    enter(&lab.b);
+    enter(&lab.bridge);
     let mut path = InlinePath::attach("bc", "bs", &[80], 0x80_0000).expect("attach the fast path");
     let mut ring = path.take_events().unwrap();
     let client: Ipv4Addr = CLIENT.parse().unwrap();
@@ -85,7 +75,7 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
 
     // No rule acts at the SYN: passed and reported, with the SYN/ACK and the handshake's ACK.
     path.set_mode(Mode::PassAll, 1).unwrap();
-    assert!(connect(&lab.c, Duration::from_secs(2)));
+    assert!(connect(&lab.client, Duration::from_secs(2)));
     std::thread::sleep(Duration::from_millis(100));
     let ev = drain(&mut ring);
     assert!(ev.iter().any(|(k, f)| *k == EventKind::SynPassed && *f & (SYN | ACK) == SYN), "{ev:?}");
@@ -95,7 +85,7 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     // A drop verdict of the current generation: the kernel drops the SYN and says which rule.
     path.set_mode(Mode::Verdicts, 7).unwrap();
     path.set_syn_verdict(client, server, 7, SynAction::Drop { rule: 3 }).unwrap();
-    assert!(!connect(&lab.c, quick), "the SYN was dropped");
+    assert!(!connect(&lab.client, quick), "the SYN was dropped");
     let ev = drain(&mut ring);
     assert!(ev.iter().any(|(k, _)| *k == EventKind::SynDropped { rule: 3, limited: false }), "{ev:?}");
     assert!(!ev.iter().any(|(k, _)| *k == EventKind::Observed), "nothing reached the server: {ev:?}");
@@ -106,7 +96,7 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     // rule here, so it passes) and not reported (the engine will see it from the queue).
     path.set_mode(Mode::Verdicts, 8).unwrap();
     let queued = path.counters().unwrap().syn_queued;
-    assert!(connect(&lab.c, Duration::from_secs(2)));
+    assert!(connect(&lab.client, Duration::from_secs(2)));
     assert!(path.counters().unwrap().syn_queued > queued);
     let ev = drain(&mut ring);
     assert!(!ev.iter().any(|(k, _)| matches!(k, EventKind::SynPassed | EventKind::SynDropped { .. })), "{ev:?}");
@@ -115,9 +105,9 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     // third SYN is dropped as limited.
     path.set_bucket(5, 0.01, 2).unwrap();
     path.set_syn_verdict(client, server, 8, SynAction::Limit { rule: 4, slot: 5 }).unwrap();
-    assert!(connect(&lab.c, Duration::from_secs(2)));
-    assert!(connect(&lab.c, Duration::from_secs(2)));
-    assert!(!connect(&lab.c, quick), "the bucket is empty");
+    assert!(connect(&lab.client, Duration::from_secs(2)));
+    assert!(connect(&lab.client, Duration::from_secs(2)));
+    assert!(!connect(&lab.client, quick), "the bucket is empty");
     let ev = drain(&mut ring);
     assert_eq!(ev.iter().filter(|(k, _)| *k == EventKind::SynPassed).count(), 2, "{ev:?}");
     assert!(ev.iter().any(|(k, _)| *k == EventKind::SynDropped { rule: 4, limited: true }), "{ev:?}");
@@ -126,7 +116,7 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     // Detached with the handle: SYNs pass untouched again.
     drop(ring);
     drop(path);
-    assert!(connect(&lab.c, Duration::from_secs(2)));
+    assert!(connect(&lab.client, Duration::from_secs(2)));
 }
 
 /// The same decisions without a wire: `syn_admit` run on crafted frames in the kernel
