@@ -130,6 +130,12 @@ pub(crate) fn classes_of(pvs: &[GroundTruth]) -> std::collections::BTreeSet<Stri
 }
 
 impl ArmSpec {
+    /// The browsers' ramp (s): they start spread over it, a mean think time at most a quarter
+    /// of the run.
+    pub fn ramp_s(&self) -> f64 {
+        ramp_s(self.think_mean_s, self.duration_s)
+    }
+
     /// Browsers in all.
     pub fn clients(&self) -> u32 {
         self.high_clients + self.low_clients + self.more_clients.iter().sum::<u32>()
@@ -144,6 +150,11 @@ impl ArmSpec {
             self.classes.clone()
         }
     }
+}
+
+/// The browsers' ramp (s) for a mean think time and a run's length.
+pub fn ramp_s(think_mean_s: f64, duration_s: f64) -> f64 {
+    think_mean_s.min(duration_s / 4.0)
 }
 
 /// The timeline of an arm's pageviews (by start time, per class).

@@ -209,6 +209,7 @@ fn start_capture(
 pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
     std::fs::create_dir_all(dir)?;
     let lab = lab_binary()?;
+    let t0 = std::time::Instant::now();
     let plan =
         Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients, more_clients: arm.more_clients.clone() };
     let info = plan.up()?;
@@ -231,7 +232,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             browsers,
             think_mean_s: arm.think_mean_s,
             duration_s: arm.duration_s,
-            ramp_s: arm.think_mean_s.min(arm.duration_s / 4.0),
+            ramp_s: arm.ramp_s(),
             seed: arm.seed,
             profile: arm.profile,
             pages: tpcw_pages(),
@@ -255,6 +256,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
 
         let started = unix_now();
+        let t_up = t0.elapsed();
         let cpu_before = farm.usage().cpu_s;
         let sampler = farm.pid().map(|pid| Sampler::start(pid, FRONT_PORT, Duration::from_secs(1)));
         let mut child =
@@ -263,6 +265,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         // connect timeout), then whatever is left is cut.
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
         let waited = wait_or_kill(&mut child, limit);
+        let t_ran = t0.elapsed() - t_up;
         let farm_tcp = sampler.and_then(Sampler::finish);
         let rlm = rlm.map(Inline::stop).transpose()?;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -293,6 +296,16 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         };
 
         let pvs = read_truth(&truth)?;
+        // Where an arm's time goes: the lab up, the browsers (the run and the pageviews under way
+        // at its end), the rest (stopping, captures read).
+        eprintln!(
+            "rlm-lab: arm {}: up {:.1} s, browsers {:.1} s ({:.0} s run), down {:.1} s",
+            arm.name,
+            t_up.as_secs_f64(),
+            t_ran.as_secs_f64(),
+            arm.duration_s,
+            (t0.elapsed() - t_up - t_ran).as_secs_f64()
+        );
         let (generator, bottleneck) = generator_stats(dir);
         let by_class = classes_of(&pvs).into_iter().map(|c| (c.clone(), pv_stats(pvs.iter().filter(|p| p.class == c)))).collect();
         Ok(ArmResult {

@@ -219,6 +219,27 @@ pub fn class_mean(r: &Value, a: &str, class: &str) -> f64 {
     num(&arm_in(r, a)["pageviews"]["by_class"][class]["mean_s"])
 }
 
+/// The mean response time of a class's pageviews in an arm once its browsers have all started:
+/// the timeline's buckets from the first that starts after the ramp. What a rule holds in the
+/// steady state, without the start-up burst it had not yet measured (NaN with no such bucket).
+pub fn class_mean_steady(r: &Value, a: &str, class: &str) -> f64 {
+    let arm = arm_in(r, a);
+    let ramp = crate::arm::ramp_s(num(&arm["config"]["think_mean_s"]), num(&arm["config"]["duration_s"]));
+    let (mut n, mut sum) = (0.0, 0.0);
+    for b in arm["timeline"].as_array().into_iter().flatten().filter(|b| num(&b["t_s"]) >= ramp) {
+        let s = &b["by_class"][class];
+        if let (Some(c), Some(m)) = (s["count"].as_f64(), s["mean_s"].as_f64()) {
+            n += c;
+            sum += c * m;
+        }
+    }
+    if n > 0.0 {
+        sum / n
+    } else {
+        f64::NAN
+    }
+}
+
 /// rlm's own count of frames it sent (arms[].rlm.injected); NaN when it reported none.
 pub fn injected(a: &Value, counter: &str) -> f64 {
     num(&a["rlm"]["injected"][counter])
@@ -350,5 +371,21 @@ pub(crate) mod testing {
         assert!(md.contains(cells), "{md}");
         assert!(dir.join(png).metadata().unwrap().len() > 1000, "{exp}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steady_mean_leaves_out_the_ramp() {
+        let bucket = |t: f64, n: f64, mean: f64| serde_json::json!({"t_s": t, "span_s": 10.0, "by_class": {"HIGH": {"count": n, "mean_s": mean}}});
+        let r = serde_json::json!({"arms": [{"name": "a", "config": {"think_mean_s": 7.0, "duration_s": 60.0},
+            "timeline": [bucket(0.0, 100.0, 3.0), bucket(10.0, 50.0, 1.0), bucket(20.0, 50.0, 2.0)]}]});
+        // The first bucket holds the 7 s ramp: 1.5 s, not the whole run's 2.25 s.
+        assert!((class_mean_steady(&r, "a", "HIGH") - 1.5).abs() < 1e-9);
+        assert!(class_mean_steady(&r, "a", "LOW").is_nan());
+        assert!(class_mean_steady(&r, "b", "HIGH").is_nan());
     }
 }

@@ -4,7 +4,7 @@ use serde_json::{Map, Value};
 
 use super::fast_syn::{fast_rlm, fast_syn_rules, FastSyn};
 use super::syn_throttle::throttle_target_s;
-use super::{arm_in, class_mean, injected, num, rlm_clean, Checks, Experiment, Results};
+use super::{arm_in, class_mean, class_mean_steady, injected, num, rlm_clean, Checks, Experiment, Results};
 use crate::arm::ArmSpec;
 
 /// think-gap's DELAY FIRST SYN for LOW (004 Figure 17).
@@ -59,8 +59,13 @@ impl Experiment for ThinkGap {
         let Checks { v, notes } = c;
         let delayed = injected(&a, "syns_delayed");
         v.push((delayed > 0.0, format!("think-gap: rlm delayed {delayed} first SYNs of LOW pageviews")));
-        let high = class_mean(tg, "think-gap", "HIGH");
-        v.push((high <= 1.15 * target, format!("think-gap: HIGH mean {high:.2} s at most 15% above the target {target:.2} s")));
+        // Judged once the browsers have all started: their start-up burst comes before the rule
+        // has measured a pageview (the whole run's mean is printed beside it).
+        let (high, all_run) = (class_mean_steady(tg, "think-gap", "HIGH"), class_mean(tg, "think-gap", "HIGH"));
+        v.push((
+            high <= 1.15 * target,
+            format!("think-gap: HIGH mean {high:.2} s after the ramp (whole run {all_run:.2} s) at most 15% above the target {target:.2} s"),
+        ));
         rlm_clean(v, "think-gap", &a);
         // 004: the 95th percentile of both classes better than under fast-syn's rules alone.
         // Shown, not judged: the quick run compares two experiments run minutes apart on a
