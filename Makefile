@@ -86,3 +86,4 @@ fuzz-rules:
 
 clean:
 	$(CARGO) clean
+	rm -rf /var/tmp/rlm-lab/cache

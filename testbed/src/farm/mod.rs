@@ -135,9 +135,8 @@ impl Farm {
         }
         let mut farm = Farm { dir: dir.clone(), pg: None, nginx: None, front: None, cgroup: None };
 
-        // The database is loaded before the quota applies to it, to keep set-up short.
-        let pg = Postgres::start(&dir.join("pg"), &ns, Some(&cgroup))?;
-        pg.load(Scale { items: cfg.items, orders: cfg.orders })?;
+        // The store is loaded once, outside the quota, and copied for each run (db::cached_store).
+        let pg = Postgres::start_store(&dir.join("pg"), &ns, Some(&cgroup), Scale { items: cfg.items, orders: cfg.orders })?;
         let conninfo = pg.conninfo();
         farm.pg = Some(pg);
 
