@@ -217,7 +217,7 @@ mod tests {
         tg["config"] = json!({"think_mean_s": 7.0, "duration_s": 60.0});
         let bucket = |t: f64, mean: f64, n: u64| json!({"t_s": t, "span_s": 10.0, "by_class": {"HIGH": {"count": n, "mean_s": mean}}});
         tg["timeline"] = json!([bucket(0.0, 2.4, 100), bucket(10.0, 1.6, 300)]);
-        write_result(&root, "think-gap", json!({"experiment": "think-gap", "target_s": 1.5, "arms": [tg]}));
+        write_result(&root, "think-gap", json!({"experiment": "think-gap", "quick": false, "target_s": 1.5, "arms": [tg]}));
         let (ok, bad, notes) = fast_lines(&root);
         assert!(bad.is_empty(), "{bad:#?}");
         let has = |lines: &[String], s: &str| lines.iter().any(|l| l.contains(s));
