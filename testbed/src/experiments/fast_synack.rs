@@ -23,10 +23,11 @@ pub fn fast_synack_scale(quick: bool) -> (u32, f64) {
 
 /// fast-synack's SYN/ACK retransmission gaps (004 Table 1), an arm each (`gap-3s`, ...). 3 s is
 /// the server's own SYN/ACK timeout: that arm runs rlm with the classes only, nothing acted on.
-/// The quick run leaves out 1 s to keep to its time.
+/// The quick run has the two its check compares (3 s and 500 ms); 1 s and 10 ms run in the full
+/// one (make test's time: each quick arm costs about 85 s).
 pub fn fast_synack_gaps(quick: bool) -> &'static [&'static str] {
     if quick {
-        &["3s", "500ms", "10ms"]
+        &["3s", "500ms"]
     } else {
         &["3s", "1s", "500ms", "10ms"]
     }
@@ -148,7 +149,7 @@ mod tests {
 
         // fast-synack: every arm rlm inline at the light load (scaled), CI time kept.
         let quick = FastSynack.arms(true);
-        assert_eq!(names(&quick), ["gap-3s", "gap-500ms", "gap-10ms"]);
+        assert_eq!(names(&quick), ["gap-3s", "gap-500ms"]);
         let full = FastSynack.arms(false);
         assert_eq!(names(&full), ["gap-3s", "gap-1s", "gap-500ms", "gap-10ms"]);
         assert_eq!(rules(&quick[0]), CLASS_RULES);
@@ -161,9 +162,9 @@ mod tests {
             assert_eq!(s.wan, wan[0].wan);
             assert!(s.rlm.as_ref().unwrap().extra_args.is_empty());
         }
-        // About 10 s of setup per arm: the quick experiment within 4.5 minutes.
+        // About 10 s of set-up and tail per arm: the quick experiment within 3 minutes.
         let wall: f64 = quick.iter().map(|s| s.duration_s + 10.0).sum();
-        assert!(wall <= 270.0, "{wall} s");
+        assert!(wall <= 180.0, "{wall} s");
     }
 
     #[test]
@@ -175,8 +176,7 @@ mod tests {
         // gap-3s is the reference (mean 2.5 s); gap-500ms is 1 s slower in this synthetic run.
         assert!(md.contains("| 3s (off) | 2.50 s | 0.0% | 4.50 s | 40.00% | 40 | 0 |"), "{md}");
         assert!(md.contains("| 500ms | 3.50 s | -40.0% |"), "{md}");
-        assert!(md.contains("| 10ms | 4.50 s |"), "{md}");
-        assert!(md.contains(r#"- synack_gaps: ["3s","500ms","10ms"]"#), "{md}");
+        assert!(md.contains(r#"- synack_gaps: ["3s","500ms"]"#), "{md}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
