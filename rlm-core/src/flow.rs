@@ -472,6 +472,26 @@ impl<A: StreamAnalyzer> Conn<A> {
             }
             return SegFate::Empty;
         }
+        if self.on_handshake(now, seg, dir, notes) {
+            return SegFate::Empty;
+        }
+        if !seg.payload.is_empty() && matches!(self.state, ConnState::SynSent | ConnState::SynReceived) {
+            // Data before we saw the handshake finish: the ACK was not captured.
+            self.establish(now, false);
+            notes.push(FlowNote::Established);
+        }
+        let fate = self.on_stream(now, seg, dir, notes, app_out);
+        if f.fin {
+            self.on_fin(now, seg, dir, notes, app_out);
+        }
+        fate
+    }
+
+    /// The handshake's part of a segment: a client's SYN or a server's SYN/ACK is recorded (and
+    /// starts its stream), and the client's ACK of the SYN/ACK completes the handshake. Whether
+    /// the segment was a SYN or SYN/ACK (nothing more to do with it).
+    fn on_handshake(&mut self, now: Timestamp, seg: &Segment<'_>, dir: Dir, notes: &mut Vec<FlowNote>) -> bool {
+        let f = seg.flags;
         match dir {
             Dir::ToServer => {
                 if f.syn && !f.ack {
@@ -480,7 +500,7 @@ impl<A: StreamAnalyzer> Conn<A> {
                         self.c2s.start_at(seg.seq.wrapping_add(1));
                     }
                     notes.push(FlowNote::Syn { retransmission });
-                    return SegFate::Empty;
+                    return true;
                 }
                 if self.state == ConnState::SynReceived && f.ack && self.s2c.next_seq() == Some(seg.ack) {
                     self.establish(now, true);
@@ -497,15 +517,17 @@ impl<A: StreamAnalyzer> Conn<A> {
                         self.state = ConnState::SynReceived;
                     }
                     notes.push(FlowNote::SynAck { retransmission });
-                    return SegFate::Empty;
+                    return true;
                 }
             }
         }
-        if !seg.payload.is_empty() && matches!(self.state, ConnState::SynSent | ConnState::SynReceived) {
-            // Data before we saw the handshake finish: the ACK was not captured.
-            self.establish(now, false);
-            notes.push(FlowNote::Established);
-        }
+        false
+    }
+
+    /// The streams' part of a segment: its acknowledgement moves the other direction's stream
+    /// on, its payload goes into its own; what comes out in order goes to the analyzer. What
+    /// became of its payload.
+    fn on_stream(&mut self, now: Timestamp, seg: &Segment<'_>, dir: Dir, notes: &mut Vec<FlowNote>, app_out: &mut Vec<A::Event>) -> SegFate {
         let (this, other) = match dir {
             Dir::ToServer => (&mut self.c2s, &mut self.s2c),
             Dir::ToClient => (&mut self.s2c, &mut self.c2s),
@@ -520,14 +542,24 @@ impl<A: StreamAnalyzer> Conn<A> {
                 deliver(a, now, c, d, app_out);
             }
         };
-        if f.ack {
+        if seg.flags.ack {
             other.on_peer_ack(now, seg.ack, &mut |c| sink(c, opposite(dir)));
         }
         let fate = this.accept(now, seg.seq, seg.payload, &mut |c| sink(c, dir));
         if server_retransmitted {
             notes.push(FlowNote::ServerRetransmission);
         }
-        if f.fin && !this.fin_seen {
+        fate
+    }
+
+    /// A segment with the FIN flag: the direction ends once every byte before the FIN has been
+    /// delivered.
+    fn on_fin(&mut self, now: Timestamp, seg: &Segment<'_>, dir: Dir, notes: &mut Vec<FlowNote>, app_out: &mut Vec<A::Event>) {
+        let this = match dir {
+            Dir::ToServer => &mut self.c2s,
+            Dir::ToClient => &mut self.s2c,
+        };
+        if !this.fin_seen {
             let fin_seq = seg.seq.wrapping_add(seg.payload.len() as u32);
             if !this.started {
                 this.start_at(fin_seq);
@@ -541,7 +573,6 @@ impl<A: StreamAnalyzer> Conn<A> {
                 notes.push(FlowNote::Fin(dir));
             }
         }
-        fate
     }
 
     fn establish(&mut self, now: Timestamp, by_ack: bool) {

@@ -587,6 +587,9 @@ impl Policy {
         self.syn_node(now, client, server, class, pageview_rt, None, false)
     }
 
+    /// The SYN node: the rules at the SYN evaluated and what their firings decide. `decided`: the
+    /// decision a kernel fast path already carried out (no token taken); `count`: the SYN and the
+    /// rules' firings are counted (not for a SYN rlm holds or resends).
     #[allow(clippy::too_many_arguments)]
     fn syn_node(
         &mut self,
@@ -608,9 +611,13 @@ impl Policy {
         let mut firings = std::mem::take(&mut self.firings);
         firings.clear();
         self.rules.eval_syn(&facts, &mut firings);
-        let mut decision = SynDecision::Pass;
-        let mut admission = self.syn_by_address.then_some(Admission::Pass);
-        let (mut fast_syn, mut halt_fast_syn, mut delay_first) = (None, false, None);
+        let mut outcome = SynOutcome {
+            decision: SynDecision::Pass,
+            admission: self.syn_by_address.then_some(Admission::Pass),
+            fast_syn: None,
+            halt_fast_syn: false,
+            delay_first: None,
+        };
         let mut last_rule: Option<RuleId> = None;
         for f in &firings {
             if count && last_rule != Some(f.rule) {
@@ -620,66 +627,91 @@ impl Policy {
                     rc.last_fired = Some(now);
                 }
             }
-            match f.effect {
-                Effect::FastSyn { gap } if self.inject_carried_out => {
-                    fast_syn.get_or_insert(gap);
-                    continue;
-                }
-                Effect::HaltFastSyn if self.inject_carried_out => {
-                    halt_fast_syn = true;
-                    continue;
-                }
-                Effect::DelayFirstSyn { delay } if self.inject_carried_out => {
-                    delay_first.get_or_insert(delay);
-                    continue;
-                }
-                _ => {}
-            }
-            if decision != SynDecision::Pass {
+            if self.syn_injection(f.effect, &mut outcome) {
                 continue;
             }
-            match f.effect {
-                Effect::DropSyn | Effect::LimitSyn { .. } => {
-                    admission = match (admission, f.effect) {
-                        (Some(Admission::Pass), Effect::DropSyn) => Some(Admission::Drop { rule: f.rule }),
-                        (Some(Admission::Pass), Effect::LimitSyn { bucket, rate, burst }) => {
-                            let slot = bucket.0 as usize * self.rules.class_count() + class.index();
-                            u32::try_from(slot).ok().map(|slot| Admission::Limit { rule: f.rule, slot, rate: rate.per_second(), burst })
-                        }
-                        _ => None,
-                    };
-                }
-                _ => {}
+            if outcome.decision != SynDecision::Pass {
+                continue;
             }
-            match f.effect {
-                Effect::DropSyn => decision = SynDecision::Drop { rule: f.rule, limited: false },
-                // A SYN already decided in the kernel, or looked at again while rlm holds or
-                // resends it (it took its token when it came): no token.
-                Effect::LimitSyn { .. } if decided.is_some() || !count => {}
-                Effect::LimitSyn { bucket, rate, burst } => {
-                    let b = self.buckets.entry((bucket, class)).or_insert(TokenBucket::full(f64::from(burst), now));
-                    b.refill(now, rate.per_second(), f64::from(burst.max(1)));
-                    if !b.take() {
-                        decision = SynDecision::Drop { rule: f.rule, limited: true };
-                    }
-                }
-                _ => {
-                    if let (true, Some(rc)) = (count, self.rule_counters.get_mut(f.rule.0 as usize)) {
-                        rc.deferred += 1;
-                    }
-                }
+            outcome.admission = self.syn_admission(outcome.admission, f, class);
+            if let Some(decision) = self.syn_firing_decision(now, f, class, decided, count) {
+                outcome.decision = decision;
             }
         }
         self.firings = firings;
-        let decision = decided.unwrap_or(decision);
-        if let (SynDecision::Drop { limited, .. }, true, Some(c)) = (decision, count, self.class_counters.get_mut(class.index())) {
+        outcome.decision = decided.unwrap_or(outcome.decision);
+        if let (SynDecision::Drop { limited, .. }, true, Some(c)) = (outcome.decision, count, self.class_counters.get_mut(class.index())) {
             if limited {
                 c.syns_limited += 1;
             } else {
                 c.syns_dropped += 1;
             }
         }
-        SynOutcome { decision, admission, fast_syn, halt_fast_syn, delay_first }
+        outcome
+    }
+
+    /// A firing of an action at the SYN that sends frames (`FAST SYN`, `HALT FAST SYN`, `DELAY
+    /// FIRST SYN`) while the engine carries them out: noted in `outcome`. Whether it was one.
+    fn syn_injection(&self, effect: Effect, outcome: &mut SynOutcome) -> bool {
+        match effect {
+            Effect::FastSyn { gap } if self.inject_carried_out => {
+                outcome.fast_syn.get_or_insert(gap);
+                true
+            }
+            Effect::HaltFastSyn if self.inject_carried_out => {
+                outcome.halt_fast_syn = true;
+                true
+            }
+            Effect::DelayFirstSyn { delay } if self.inject_carried_out => {
+                outcome.delay_first.get_or_insert(delay);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// What a kernel fast path may do with the next SYNs, from `admission` as it stood, after a
+    /// firing: the first `DROP SYN` or `LIMIT SYN` firing makes it that rule's; a second one, or a
+    /// bucket slot that does not fit a `u32`, leaves none. Other firings leave it as it was.
+    fn syn_admission(&self, admission: Option<Admission>, f: &Firing, class: ClassId) -> Option<Admission> {
+        match f.effect {
+            Effect::DropSyn | Effect::LimitSyn { .. } => match (admission, f.effect) {
+                (Some(Admission::Pass), Effect::DropSyn) => Some(Admission::Drop { rule: f.rule }),
+                (Some(Admission::Pass), Effect::LimitSyn { bucket, rate, burst }) => {
+                    let slot = bucket.0 as usize * self.rules.class_count() + class.index();
+                    u32::try_from(slot).ok().map(|slot| Admission::Limit { rule: f.rule, slot, rate: rate.per_second(), burst })
+                }
+                _ => None,
+            },
+            _ => admission,
+        }
+    }
+
+    /// What a firing decides for the SYN, if anything: `DROP SYN` drops it, `LIMIT SYN` takes a
+    /// token from its bucket or drops it for want of one. The firing of an action not carried
+    /// out here is counted as deferred (when `count`).
+    fn syn_firing_decision(&mut self, now: Timestamp, f: &Firing, class: ClassId, decided: Option<SynDecision>, count: bool) -> Option<SynDecision> {
+        match f.effect {
+            Effect::DropSyn => Some(SynDecision::Drop { rule: f.rule, limited: false }),
+            // A SYN already decided in the kernel, or looked at again while rlm holds or
+            // resends it (it took its token when it came): no token.
+            Effect::LimitSyn { .. } if decided.is_some() || !count => None,
+            Effect::LimitSyn { bucket, rate, burst } => {
+                let b = self.buckets.entry((bucket, class)).or_insert(TokenBucket::full(f64::from(burst), now));
+                b.refill(now, rate.per_second(), f64::from(burst.max(1)));
+                if b.take() {
+                    None
+                } else {
+                    Some(SynDecision::Drop { rule: f.rule, limited: true })
+                }
+            }
+            _ => {
+                if let (true, Some(rc)) = (count, self.rule_counters.get_mut(f.rule.0 as usize)) {
+                    rc.deferred += 1;
+                }
+                None
+            }
+        }
     }
 
     /// `FILE:LINE:COL` of a rule, for logs and records (made once per rule set).
