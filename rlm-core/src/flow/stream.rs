@@ -1,0 +1,324 @@
+//! One direction's byte stream put back in order: retransmitted bytes skipped, segments past a
+//! hole held in a small bounded out-of-order buffer, a hole never filled declared a gap.
+
+use crate::time::Timestamp;
+
+/// Out-of-order data held per direction before a hole is declared a gap.
+pub const MAX_OOO_BYTES: usize = 256 * 1024;
+/// Most out-of-order segments held per direction before a hole is declared a gap.
+pub const MAX_OOO_SEGMENTS: usize = 64;
+/// Segments further ahead than this are not plausible for this connection.
+const MAX_AHEAD: u32 = 64 * 1024 * 1024;
+
+/// Sequence comparison modulo 2^32.
+pub(super) fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// One direction's byte stream.
+#[derive(Debug, Default)]
+pub struct HalfStream {
+    pub(super) started: bool,
+    /// Next sequence number expected in order.
+    pub(super) next: u32,
+    pub(super) fin_seen: bool,
+    /// Payload bytes delivered in order (excluding gaps).
+    pub bytes: u64,
+    /// Bytes declared missing.
+    pub gap_bytes: u64,
+    /// Segments that repeated data already delivered.
+    pub retransmits: u32,
+    /// Time of the last segment that carried new data.
+    pub last_data: Option<Timestamp>,
+    /// Highest sequence number the receiver acknowledged (seen here).
+    acked: Option<u32>,
+    ooo: Option<Box<OooBuf>>,
+}
+
+#[derive(Debug, Default)]
+struct OooBuf {
+    /// (seq, data), sorted by seq.
+    segs: Vec<(u32, Vec<u8>)>,
+    bytes: usize,
+}
+
+/// A piece of a direction's stream, in order.
+pub enum Chunk<'a> {
+    /// Bytes in order; `seq` is the sequence number of the first (content adaptation maps the
+    /// stream's positions back onto the wire with it).
+    Data {
+        /// Sequence number of `data`'s first byte.
+        seq: u32,
+        /// The bytes.
+        data: &'a [u8],
+    },
+    /// This many bytes will never be seen: a hole declared a gap (the out-of-order buffer
+    /// overflowed, or the receiver acknowledged past it, or the connection closed with it open).
+    Gap(u64),
+    /// A segment carrying only bytes already delivered: the sender retransmitted them because
+    /// the receiver did not get them (lost past the appliance).
+    Retransmitted,
+}
+
+/// What became of a segment's payload in its direction's stream. Content adaptation edits
+/// every copy of a byte alike, and needs to know which copies carry bytes it has not scanned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegFate {
+    /// No payload went to the stream (a handshake segment, a bare ACK, an RST, a closed connection).
+    Empty,
+    /// Every byte new, in order.
+    New,
+    /// Some bytes delivered before, the rest new.
+    Partial,
+    /// Every byte delivered before.
+    Retransmission,
+    /// Past a hole: kept until the hole fills.
+    Ahead,
+    /// Too far from the stream to belong to it.
+    Ignored,
+}
+
+impl HalfStream {
+    pub(super) fn start_at(&mut self, next: u32) {
+        self.started = true;
+        self.next = next;
+    }
+
+    /// Next expected sequence number, once started.
+    pub fn next_seq(&self) -> Option<u32> {
+        self.started.then_some(self.next)
+    }
+
+    /// Take a segment's payload; call `sink` with what is now in order.
+    pub(super) fn accept(&mut self, now: Timestamp, seq: u32, payload: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) -> SegFate {
+        if payload.is_empty() {
+            return SegFate::Empty;
+        }
+        if !self.started {
+            self.start_at(seq);
+        }
+        let ahead = seq.wrapping_sub(self.next);
+        if ahead == 0 || seq_lt(seq, self.next) {
+            let skip = self.next.wrapping_sub(seq) as usize;
+            if skip >= payload.len() {
+                self.retransmits += 1;
+                // Resent bytes the receiver had acknowledged are spurious: it had them already.
+                let end = seq.wrapping_add(payload.len() as u32);
+                if self.acked.is_none_or(|a| seq_lt(a, end)) {
+                    sink(Chunk::Retransmitted);
+                }
+                return SegFate::Retransmission;
+            }
+            if skip > 0 {
+                self.retransmits += 1;
+            }
+            self.deliver(now, &payload[skip..], sink);
+            self.flush_ooo(now, sink);
+            if skip > 0 {
+                SegFate::Partial
+            } else {
+                SegFate::New
+            }
+        } else if ahead < MAX_AHEAD {
+            let ooo = self.ooo.get_or_insert_with(Default::default);
+            if ooo.segs.len() >= MAX_OOO_SEGMENTS || ooo.bytes + payload.len() > MAX_OOO_BYTES {
+                // Too much waiting on one hole: the hole is a capture gap.
+                let first = ooo.segs.first().map(|s| s.0).unwrap_or(seq);
+                let to = if seq_lt(seq, first) { seq } else { first };
+                self.gap_to(to, sink);
+                self.flush_ooo(now, sink);
+                return self.accept(now, seq, payload, sink);
+            }
+            match ooo.segs.binary_search_by(|(s, _)| {
+                if seq_lt(*s, seq) {
+                    std::cmp::Ordering::Less
+                } else if *s == seq {
+                    std::cmp::Ordering::Equal
+                } else {
+                    std::cmp::Ordering::Greater
+                }
+            }) {
+                Ok(i) => {
+                    if ooo.segs[i].1.len() < payload.len() {
+                        ooo.bytes += payload.len() - ooo.segs[i].1.len();
+                        ooo.segs[i].1 = payload.to_vec();
+                    } else {
+                        self.retransmits += 1;
+                    }
+                }
+                Err(i) => {
+                    ooo.bytes += payload.len();
+                    ooo.segs.insert(i, (seq, payload.to_vec()));
+                }
+            }
+            SegFate::Ahead
+        } else {
+            // Far outside any window we could be in.
+            SegFate::Ignored
+        }
+    }
+
+    fn deliver(&mut self, now: Timestamp, data: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) {
+        let seq = self.next;
+        self.next = self.next.wrapping_add(data.len() as u32);
+        self.bytes += data.len() as u64;
+        self.last_data = Some(now);
+        sink(Chunk::Data { seq, data });
+    }
+
+    fn gap_to(&mut self, to: u32, sink: &mut dyn FnMut(Chunk<'_>)) {
+        let len = to.wrapping_sub(self.next);
+        if len > 0 && len < MAX_AHEAD {
+            self.next = to;
+            self.gap_bytes += len as u64;
+            sink(Chunk::Gap(len as u64));
+        }
+    }
+
+    fn flush_ooo(&mut self, now: Timestamp, sink: &mut dyn FnMut(Chunk<'_>)) {
+        loop {
+            let Some(ooo) = self.ooo.as_mut() else { return };
+            let Some((seq, _)) = ooo.segs.first() else {
+                self.ooo = None;
+                return;
+            };
+            if seq_lt(self.next, *seq) {
+                return;
+            }
+            let (seq, data) = ooo.segs.remove(0);
+            ooo.bytes -= data.len();
+            let skip = self.next.wrapping_sub(seq) as usize;
+            if skip < data.len() {
+                self.deliver(now, &data[skip..], sink);
+            }
+        }
+    }
+
+    /// The peer acknowledged up to `ack`: bytes before it that we never saw were lost by the capture.
+    pub(super) fn on_peer_ack(&mut self, now: Timestamp, ack: u32, sink: &mut dyn FnMut(Chunk<'_>)) {
+        if self.acked.is_none_or(|a| seq_lt(a, ack)) {
+            self.acked = Some(ack);
+        }
+        if !self.started || self.fin_seen {
+            return;
+        }
+        let ahead = ack.wrapping_sub(self.next);
+        // More than one byte (one could be a FIN we did not see), within reason.
+        if ahead > 1 && ahead < MAX_AHEAD {
+            while let Some(first) = self.ooo.as_ref().and_then(|o| o.segs.first().map(|s| s.0)) {
+                if seq_lt(first, ack) {
+                    self.gap_to(first, sink);
+                    self.flush_ooo(now, sink);
+                } else {
+                    break;
+                }
+            }
+            if seq_lt(self.next, ack.wrapping_sub(1)) {
+                self.gap_to(ack, sink);
+                self.flush_ooo(now, sink);
+            }
+        }
+    }
+
+    /// Anything still waiting in the out-of-order buffer is delivered after a gap (end of connection).
+    pub(super) fn flush_all(&mut self, now: Timestamp, sink: &mut dyn FnMut(Chunk<'_>)) {
+        while let Some(first) = self.ooo.as_ref().and_then(|o| o.segs.first().map(|s| s.0)) {
+            self.gap_to(first, sink);
+            self.flush_ooo(now, sink);
+        }
+        self.ooo = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(h: &mut HalfStream, segs: &[(u32, &[u8])]) -> (Vec<u8>, u64) {
+        let (data, gaps, _) = collect_fates(h, segs);
+        (data, gaps)
+    }
+
+    /// The bytes delivered, the gap bytes, and each segment's fate; checks that every delivered
+    /// piece starts where the stream was.
+    fn collect_fates(h: &mut HalfStream, segs: &[(u32, &[u8])]) -> (Vec<u8>, u64, Vec<SegFate>) {
+        let mut data = Vec::new();
+        let mut gaps = 0;
+        let mut fates = Vec::new();
+        let mut at = h.next_seq();
+        for (seq, p) in segs {
+            fates.push(h.accept(Timestamp::ZERO, *seq, p, &mut |c| match c {
+                Chunk::Data { seq, data: b } => {
+                    assert_eq!(at.unwrap_or(seq), seq, "a piece starts where the stream was");
+                    at = Some(seq.wrapping_add(b.len() as u32));
+                    data.extend_from_slice(b)
+                }
+                Chunk::Gap(n) => {
+                    gaps += n;
+                    at = at.map(|a| a.wrapping_add(n as u32));
+                }
+                Chunk::Retransmitted => {}
+            }));
+        }
+        (data, gaps, fates)
+    }
+
+    #[test]
+    fn each_segment_says_what_became_of_it() {
+        let mut h = HalfStream::default();
+        h.start_at(u32::MAX - 2);
+        let segs: [(u32, &[u8]); 6] = [(3, b"gh"), (u32::MAX - 2, b"abc"), (u32::MAX - 2, b"abcdef"), (1, b"ef"), (0, b""), (1 << 30, b"x")];
+        let (d, g, fates) = collect_fates(&mut h, &segs);
+        assert_eq!(d, b"abcdefgh");
+        assert_eq!(g, 0);
+        use SegFate::*;
+        assert_eq!(fates, vec![Ahead, New, Partial, Retransmission, Empty, Ignored]);
+    }
+
+    #[test]
+    fn reorders_and_drops_retransmissions() {
+        let mut h = HalfStream::default();
+        h.start_at(100);
+        let (d, g) = collect(&mut h, &[(106, b"world"), (100, b"hello "), (100, b"hello "), (103, b"lo wo")]);
+        assert_eq!(d, b"hello world");
+        assert_eq!(g, 0);
+        assert_eq!(h.retransmits, 2);
+    }
+
+    #[test]
+    fn sequence_wraparound() {
+        let mut h = HalfStream::default();
+        h.start_at(u32::MAX - 2);
+        let (d, _) = collect(&mut h, &[(0, b"def"), (u32::MAX - 2, b"abc"), (3, b"g")]);
+        assert_eq!(d, b"abcdefg");
+    }
+
+    #[test]
+    fn peer_ack_past_a_hole_declares_a_gap() {
+        let mut h = HalfStream::default();
+        h.start_at(0);
+        let (_, _) = collect(&mut h, &[(0, b"aa"), (10, b"bb")]);
+        let mut out = Vec::new();
+        h.on_peer_ack(Timestamp::ZERO, 12, &mut |c| match c {
+            Chunk::Data { data, .. } => out.push(format!("d{}", data.len())),
+            Chunk::Gap(n) => out.push(format!("g{n}")),
+            Chunk::Retransmitted => out.push("r".into()),
+        });
+        assert_eq!(out, vec!["g8", "d2"]);
+        assert_eq!(h.gap_bytes, 8);
+    }
+
+    #[test]
+    fn overflowing_ooo_buffer_becomes_a_gap() {
+        let mut h = HalfStream::default();
+        h.start_at(0);
+        let big = vec![b'x'; 1000];
+        let mut segs: Vec<(u32, &[u8])> = Vec::new();
+        for i in 0..(MAX_OOO_SEGMENTS as u32 + 2) {
+            segs.push((1000 + i * 1000, &big));
+        }
+        let (d, g) = collect(&mut h, &segs);
+        assert_eq!(g, 1000);
+        assert_eq!(d.len(), (MAX_OOO_SEGMENTS + 2) * 1000);
+    }
+}

@@ -1,0 +1,128 @@
+//! What a connection's handshake and end do to the pageviews: a SYN while a pageview of its
+//! client is active joins it, a completed handshake no longer holds it open, a failed one charges
+//! it the client's connect timeout (or is a pageview of its own).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::open::PvConn;
+use super::Pageviews;
+use crate::flow::ConnId;
+use crate::time::Timestamp;
+
+impl Pageviews {
+    /// A client sent a SYN (`retransmission` if not its first on this connection).
+    pub fn on_syn(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, retransmission: bool) {
+        if let Some(&id) = self.conn_pv.get(&conn) {
+            if let Some(p) = self.open.get_mut(&id) {
+                if let Some(i) = p.conn_index(conn) {
+                    p.conns[i].syns += 1;
+                }
+            }
+            self.touch(id, now);
+            return;
+        }
+        if retransmission {
+            return;
+        }
+        if let Some(id) = self.active_for_client(client, now) {
+            let rtt = self.rtt_for(client, None);
+            let p = self.open.get_mut(&id).expect("active id is open");
+            p.conns.push(PvConn {
+                conn,
+                first_syn: Some(now),
+                syns: 1,
+                synacks: 0,
+                first_synack: None,
+                established: None,
+                failed_at: None,
+                pending: true,
+                rtt,
+            });
+            self.conn_pv.insert(conn, id);
+            self.touch(id, now);
+        }
+    }
+
+    /// A server's SYN/ACK on `conn`: counted on the pageview the connection is attached to, if any.
+    pub fn on_synack(&mut self, now: Timestamp, conn: ConnId) {
+        if let Some(&id) = self.conn_pv.get(&conn) {
+            if let Some(p) = self.open.get_mut(&id) {
+                if let Some(i) = p.conn_index(conn) {
+                    let c = &mut p.conns[i];
+                    c.synacks += 1;
+                    c.first_synack.get_or_insert(now);
+                }
+            }
+        }
+    }
+
+    /// A connection's handshake completed (`rtt`: its measured RTT, learnt for the client): its
+    /// pageview no longer waits for it.
+    pub fn on_established(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, rtt: Option<Duration>) {
+        if let Some(r) = rtt {
+            self.learn_rtt(client, r, now);
+        }
+        if let Some(&id) = self.conn_pv.get(&conn) {
+            if let Some(p) = self.open.get_mut(&id) {
+                if let Some(i) = p.conn_index(conn) {
+                    let c = &mut p.conns[i];
+                    c.established = Some(now);
+                    c.pending = false;
+                    if let Some(r) = rtt {
+                        c.rtt = r;
+                    }
+                }
+            }
+            self.touch(id, now);
+        }
+    }
+
+    /// A connection ended. `failed` is `(first SYN, when it failed, SYNs sent)` when its handshake
+    /// never completed (it failed when the client's TCP gives up, on the appliance's clock) or
+    /// the server refused it.
+    pub fn on_conn_closed(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, failed: Option<(Timestamp, Timestamp, u16)>) {
+        let id = self.conn_pv.remove(&conn);
+        match (id, failed) {
+            (Some(id), Some((first_syn, at, syns))) => {
+                if let Some(p) = self.open.get_mut(&id) {
+                    if let Some(i) = p.conn_index(conn) {
+                        let c = &mut p.conns[i];
+                        c.failed_at = Some(at);
+                        c.pending = false;
+                        c.first_syn.get_or_insert(first_syn);
+                        c.syns = c.syns.max(syns);
+                    }
+                }
+                self.touch(id, now);
+            }
+            (Some(id), None) => {
+                if let Some(p) = self.open.get_mut(&id) {
+                    if let Some(i) = p.conn_index(conn) {
+                        p.conns[i].pending = false;
+                    }
+                }
+                self.schedule(id);
+            }
+            (None, Some((first_syn, at, syns))) => {
+                // The first connection of a page never got through: the client saw nothing but a failure.
+                let rtt = self.rtt_for(client, None);
+                let id = self.new_pageview(client, first_syn - rtt / 2, now);
+                let p = self.open.get_mut(&id).expect("just created");
+                p.conns.push(PvConn {
+                    conn,
+                    first_syn: Some(first_syn),
+                    syns,
+                    synacks: 0,
+                    first_synack: None,
+                    established: None,
+                    failed_at: Some(at),
+                    pending: false,
+                    rtt,
+                });
+                self.finish(id);
+            }
+            (None, None) => {}
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! Pageviews: transactions and connections correlated into what a client sees.
+//!
+//! Each client address has a few open pageviews. A request joins an open
+//! pageview when the container listed it (its embed list), when its
+//! Referer names the container or one of its objects and the headers say it
+//! is a sub-resource, or when the container's list is unknown and timing
+//! fits. Anything else (a link click, a download, a favicon nobody listed,
+//! a request on a connection opened long before and left idle) starts a
+//! pageview of its own. A connection whose handshake never completes is a
+//! failed connection; it charges its pageview the client's connect timeout.
+//!
+//! The appliance sits next to the servers, so its clock runs half a round
+//! trip behind the client's on the way in and half a round trip ahead on the
+//! way out. Times are moved to the client's side with the connection's
+//! measured RTT (SYN/ACK → ACK): start = first SYN seen − RTT/2, end = last
+//! response byte seen + RTT/2 (see docs/architecture.md).
+//!
+//! [`Pageviews`] is the tracker: its tables, the queries on them and the closing of pageviews
+//! are here; what a connection's handshake and end do to them is in `connections`, what a
+//! transaction does (which pageview a request joins, its response, its embedded references, its
+//! end) in `requests`. `open` is the state of an open pageview, `record` the finished pageview
+//! reported (its event graph and critical path), `urls` the keys requests are matched by.
+
+mod connections;
+mod open;
+mod record;
+mod requests;
+mod urls;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ahash::AHashMap;
+
+use crate::flow::ConnId;
+use crate::http::EmbedKind;
+use crate::time::Timestamp;
+use open::OpenPv;
+use record::build_record;
+
+pub use record::{EventNode, PageviewRecord};
+pub use requests::RequestInfo;
+pub use urls::{request_url, simple_request_key, url_key};
+
+/// Tunables of the correlation.
+#[derive(Clone, Debug)]
+pub struct PageviewConfig {
+    /// How long the client's TCP tries to connect before reporting failure (004: Windows XP, 21 s).
+    pub connect_timeout: Duration,
+    /// A pageview with nothing in flight and every listed object fetched ends after this much quiet.
+    pub linger: Duration,
+    /// A pageview with nothing in flight but listed objects never fetched ends after this much quiet.
+    pub quiet: Duration,
+    /// A connection idle longer than this between its handshake and its first request was opened in
+    /// advance: its pageview starts at the request, not at the SYN.
+    pub preconnect_idle: Duration,
+    /// Open pageviews kept per client; the oldest is closed beyond this.
+    pub max_open_per_client: usize,
+    /// Event nodes kept per pageview.
+    pub max_events: usize,
+    /// Clients whose last RTT is remembered (for their connections that have none).
+    pub max_client_rtts: usize,
+    /// A remembered RTT not refreshed for this long may be forgotten.
+    pub client_rtt_ttl: Duration,
+}
+
+impl Default for PageviewConfig {
+    fn default() -> Self {
+        PageviewConfig {
+            connect_timeout: Duration::from_secs(21),
+            linger: Duration::from_millis(1500),
+            quiet: Duration::from_secs(5),
+            preconnect_idle: Duration::from_secs(1),
+            max_open_per_client: 4,
+            max_events: 512,
+            max_client_rtts: 65_536,
+            client_rtt_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+/// The pageview tracker.
+pub struct Pageviews {
+    cfg: PageviewConfig,
+    open: AHashMap<u64, OpenPv>,
+    by_client: AHashMap<IpAddr, Vec<u64>>,
+    /// Connection → pageview it is attached to.
+    conn_pv: AHashMap<ConnId, u64>,
+    /// (connection, depth) → pageview of that transaction.
+    txn_pv: AHashMap<(ConnId, u32), u64>,
+    /// Each client's last measured RTT and when it was learnt (bounded: see `learn_rtt`).
+    client_rtt: AHashMap<IpAddr, (Duration, Timestamp)>,
+    deadlines: BinaryHeap<Reverse<(Timestamp, u64, u32)>>,
+    /// The heap's size after its last compaction ([`Pageviews::schedule`]).
+    deadlines_compacted: usize,
+    next_id: u64,
+    done: Vec<PageviewRecord>,
+}
+
+impl Pageviews {
+    /// A tracker with no pageview open.
+    pub fn new(cfg: PageviewConfig) -> Pageviews {
+        Pageviews {
+            cfg,
+            open: AHashMap::new(),
+            by_client: AHashMap::new(),
+            conn_pv: AHashMap::new(),
+            txn_pv: AHashMap::new(),
+            client_rtt: AHashMap::new(),
+            deadlines: BinaryHeap::new(),
+            deadlines_compacted: 0,
+            next_id: 1,
+            done: Vec::new(),
+        }
+    }
+
+    /// The tunables it runs with.
+    pub fn config(&self) -> &PageviewConfig {
+        &self.cfg
+    }
+
+    /// Finished pageviews, oldest first.
+    pub fn take_done(&mut self) -> std::vec::Drain<'_, PageviewRecord> {
+        self.done.drain(..)
+    }
+
+    /// Pageviews open now.
+    pub fn open_count(&self) -> usize {
+        self.open.len()
+    }
+
+    /// The pageview a transaction was assigned to.
+    pub fn pageview_of_txn(&self, conn: ConnId, depth: u32) -> Option<u64> {
+        self.txn_pv.get(&(conn, depth)).copied()
+    }
+
+    /// A transaction that fetches an image its pageview's container (or one of its stylesheets)
+    /// listed: the image's position among the listed images (1-based, in the order found).
+    pub fn image_position(&self, conn: ConnId, depth: u32) -> Option<u32> {
+        let p = self.open.get(self.txn_pv.get(&(conn, depth))?)?;
+        let ci = p.conn_index(conn)?;
+        let t = p.txns.iter().rev().find(|t| t.conn as usize == ci && t.depth == depth)?;
+        let i = t.embed? as usize;
+        let listed = p.expected.get(..=i)?;
+        (listed[i].kind == EmbedKind::Image).then(|| listed.iter().filter(|e| e.kind == EmbedKind::Image).count() as u32)
+    }
+
+    /// Elapsed client-perceived time of an open pageview (what rules look at while it runs).
+    pub fn elapsed(&self, id: u64, now: Timestamp) -> Option<Duration> {
+        self.open.get(&id).map(|p| now.saturating_since(p.start))
+    }
+
+    /// The client's last measured RTT (its handshakes at the appliance), if known.
+    pub fn client_rtt(&self, client: IpAddr) -> Option<Duration> {
+        self.client_rtt.get(&client).map(|(r, _)| *r)
+    }
+
+    /// The RTT a connection's times are shifted by: its own, else its client's last, else zero.
+    fn rtt_for(&self, client: IpAddr, rtt: Option<Duration>) -> Duration {
+        rtt.or_else(|| self.client_rtt.get(&client).map(|(r, _)| *r)).unwrap_or(Duration::ZERO)
+    }
+
+    /// A client's RTT became known. The table is bounded: past `max_client_rtts` entries, those
+    /// not refreshed for `client_rtt_ttl` go, and if that is not enough, the older half.
+    pub fn learn_rtt(&mut self, client: IpAddr, rtt: Duration, now: Timestamp) {
+        self.client_rtt.insert(client, (rtt, now));
+        if self.client_rtt.len() > self.cfg.max_client_rtts {
+            let ttl = self.cfg.client_rtt_ttl;
+            self.client_rtt.retain(|_, (_, t)| now.saturating_since(*t) < ttl);
+            if self.client_rtt.len() > self.cfg.max_client_rtts / 2 {
+                let mut ts: Vec<Timestamp> = self.client_rtt.values().map(|(_, t)| *t).collect();
+                let mid = ts.len() / 2;
+                let (_, cut, _) = ts.select_nth_unstable(mid);
+                let cut = *cut;
+                self.client_rtt.retain(|_, (_, t)| *t > cut);
+            }
+        }
+    }
+
+    /// Sizes of the pageview layer's tables (for bounds tests and metrics).
+    pub fn table_sizes(&self) -> (usize, usize, usize) {
+        (self.open.len(), self.deadlines.len(), self.client_rtt.len())
+    }
+
+    /// Activity on a pageview: its quiet period starts again.
+    fn touch(&mut self, id: u64, now: Timestamp) {
+        if let Some(p) = self.open.get_mut(&id) {
+            if now > p.last_activity {
+                p.last_activity = now;
+            }
+            self.schedule(id);
+        }
+    }
+
+    /// A new deadline for the end of a pageview's quiet period (superseding its earlier ones).
+    fn schedule(&mut self, id: u64) {
+        let Some(p) = self.open.get_mut(&id) else { return };
+        p.check_gen = p.check_gen.wrapping_add(1);
+        let wait = if p.all_required_fetched() && p.has_container_response() { self.cfg.linger } else { self.cfg.quiet };
+        // Failed-handshake deadlines are the flow layer's; here only quiet periods.
+        self.deadlines.push(Reverse((p.last_activity + wait, id, p.check_gen)));
+        // Deadlines are superseded, not removed: drop the stale ones once they dominate (and
+        // the heap has doubled since the last time, so that compactions stay rare).
+        if self.deadlines.len() > (4 * self.open.len()).max(2 * self.deadlines_compacted) + 1024 {
+            let open = &self.open;
+            self.deadlines.retain(|Reverse((_, id, gen))| open.get(id).is_some_and(|p| p.check_gen == *gen));
+            self.deadlines_compacted = self.deadlines.len();
+        }
+    }
+
+    /// Earliest time at which a pageview may end.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.deadlines.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// The elapsed time of the pageview a new SYN of this client would belong to (zero for a
+    /// new pageview), for rules that test `RT`.
+    pub fn elapsed_for_client(&self, client: IpAddr, now: Timestamp) -> Duration {
+        self.active_for_client(client, now).and_then(|id| self.open.get(&id)).map_or(Duration::ZERO, |p| now.saturating_since(p.start))
+    }
+
+    /// The most recent open pageview of a client that could still be fetching objects.
+    fn active_for_client(&self, client: IpAddr, now: Timestamp) -> Option<u64> {
+        let ids = self.by_client.get(&client)?;
+        ids.iter().rev().copied().find(|id| {
+            let p = &self.open[id];
+            p.has_container_response() && (!p.all_required_fetched() || p.in_flight > 0 || now.saturating_since(p.last_activity) < self.cfg.linger)
+        })
+    }
+
+    /// Open a pageview of `client` that started at `start` (closing the client's oldest beyond
+    /// `max_open_per_client`); returns its id.
+    fn new_pageview(&mut self, client: IpAddr, start: Timestamp, now: Timestamp) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let list = self.by_client.entry(client).or_default();
+        list.push(id);
+        let overflow = if list.len() > self.cfg.max_open_per_client { Some(list[0]) } else { None };
+        self.open.insert(
+            id,
+            OpenPv {
+                id,
+                client,
+                server: None,
+                host: None,
+                container: None,
+                base: None,
+                base_target: None,
+                start,
+                conns: Vec::new(),
+                txns: Vec::new(),
+                expected: Vec::new(),
+                index: AHashMap::new(),
+                referrers: Vec::new(),
+                list_reliable: false,
+                in_flight: 0,
+                last_activity: now,
+                check_gen: 0,
+            },
+        );
+        if let Some(old) = overflow {
+            self.finish(old);
+        }
+        id
+    }
+
+    /// Close pageviews whose quiet period is over.
+    pub fn on_timeout(&mut self, now: Timestamp) {
+        while let Some(Reverse((t, id, gen))) = self.deadlines.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some(p) = self.open.get(&id) else { continue };
+            if p.check_gen != gen || p.in_flight > 0 || p.pending_handshakes() {
+                continue;
+            }
+            self.finish(id);
+        }
+    }
+
+    /// Close everything (end of capture or shutdown).
+    pub fn finish_all(&mut self) {
+        let mut ids: Vec<u64> = self.open.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            self.finish_cut(id);
+        }
+    }
+
+    /// Finish a pageview at a shutdown: flagged incomplete when it was not done yet.
+    fn finish_cut(&mut self, id: u64) {
+        let cut = self.open.get(&id).is_some_and(|p| p.in_flight > 0 || p.pending_handshakes() || !p.all_required_fetched());
+        self.finish(id);
+        if cut {
+            if let Some(rec) = self.done.last_mut() {
+                rec.incomplete = true;
+            }
+        }
+    }
+
+    /// Close a pageview: out of the tables, its record reported.
+    fn finish(&mut self, id: u64) {
+        let Some(p) = self.open.remove(&id) else { return };
+        if let Some(list) = self.by_client.get_mut(&p.client) {
+            list.retain(|x| *x != id);
+            if list.is_empty() {
+                self.by_client.remove(&p.client);
+            }
+        }
+        for c in &p.conns {
+            if self.conn_pv.get(&c.conn) == Some(&id) {
+                self.conn_pv.remove(&c.conn);
+            }
+        }
+        for t in &p.txns {
+            if !t.done {
+                self.txn_pv.remove(&(p.conns[t.conn as usize].conn, t.depth));
+            }
+        }
+        let rec = build_record(&p, &self.cfg);
+        self.done.push(rec);
+    }
+}

@@ -1,0 +1,222 @@
+//! A finished pageview as reported: its times, counts, event graph (004 Figure 3) and the
+//! critical-path breakdown of its response time (004 Figure 2).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::open::{OpenPv, PvConn, PvTxn};
+use super::PageviewConfig;
+use crate::time::Timestamp;
+
+/// A node of the pageview's event graph (004 Figure 3).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EventNode {
+    /// syn, syn_retransmit, synack, synack_retransmit, ack, request, response_head, last_byte, conn_failed
+    pub kind: &'static str,
+    /// Index of the connection within the pageview.
+    pub conn: u16,
+    /// Seconds since the pageview's start (client's clock).
+    pub t_s: f64,
+    /// The request target, as sent (`request` nodes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}
+
+/// A finished pageview, as reported.
+#[derive(Clone, Debug, Serialize)]
+pub struct PageviewRecord {
+    /// The pageview's number, from 1 in the order pageviews began.
+    pub id: u64,
+    /// The client's IP address.
+    pub client: String,
+    /// The host its first request named (the Host header, else the server's `ip:port`).
+    pub host: Option<String>,
+    /// The target of its first request (the container), as sent.
+    pub container: Option<String>,
+    /// When it began on the client's clock, in seconds since the driver's epoch (Unix time for
+    /// captures): the first request's connection's first SYN (when that request was the
+    /// connection's first and followed its handshake within `preconnect_idle`), else the request,
+    /// less half the RTT.
+    pub start_ts: f64,
+    /// When it ended on the client's clock, in seconds like `start_ts`: the last response byte of
+    /// the transactions that count (icons do not) plus half the RTT, or when the client gave up on
+    /// a failed connection.
+    pub end_ts: f64,
+    /// The response time the client saw: `end_ts - start_ts`, in seconds.
+    pub rt_s: f64,
+    /// Its transactions other than the container's.
+    pub objects: u32,
+    /// Their request targets, as sent, in request order.
+    pub object_uris: Vec<String>,
+    /// References the container (and its stylesheets and frames) listed that a browser always
+    /// fetches.
+    pub expected_objects: u32,
+    /// SYN retransmissions on its connections.
+    pub syn_retransmissions: u32,
+    /// Its connections whose handshake failed (timed out or refused).
+    pub failed_connections: u32,
+    /// Connections it used or opened while it was active.
+    pub connections: u32,
+    /// T_conn along the critical path (004 Figure 2): time in handshakes and failed connection
+    /// attempts, in seconds.
+    pub t_conn_s: f64,
+    /// T_server along the critical path: from each request to its first response byte, in seconds.
+    pub t_server_s: f64,
+    /// T_transfer along the critical path: from each first response byte to the last, in seconds.
+    pub t_transfer_s: f64,
+    /// Its event graph (004 Figure 3), in time order: at most `max_events` nodes (none at 0).
+    pub events: Vec<EventNode>,
+    /// The server of its first request ("ip:port"), when it made one.
+    pub server: Option<String>,
+    /// The service class of its client, when a rule file is in force.
+    pub class: Option<String>,
+    /// Cut off by the end of the capture (or a shutdown) with something still in flight:
+    /// a transaction unanswered, a handshake pending or listed objects not yet fetched.
+    /// Its `rt_s` is a lower bound; summaries leave it out of the response-time statistics.
+    pub incomplete: bool,
+}
+
+/// The record of a finished pageview (`incomplete` and `class` are the caller's to set).
+pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
+    let end = client_end(p);
+    let events = event_graph(p, cfg.max_events);
+    let (t_conn, t_server, t_transfer) = critical_path(p);
+    let objects: Vec<&PvTxn> = p.txns.iter().filter(|t| !t.container).collect();
+    PageviewRecord {
+        id: p.id,
+        client: p.client.to_string(),
+        host: p.host.clone(),
+        container: p.container.clone(),
+        start_ts: p.start.as_secs_f64(),
+        end_ts: end.as_secs_f64(),
+        rt_s: end.saturating_since(p.start).as_secs_f64(),
+        objects: objects.len() as u32,
+        object_uris: objects.iter().map(|t| t.uri.clone()).collect(),
+        expected_objects: p.expected.iter().filter(|e| e.required).count() as u32,
+        syn_retransmissions: p.conns.iter().map(|c| c.syns.saturating_sub(1) as u32).sum(),
+        failed_connections: p.conns.iter().filter(|c| c.failed_at.is_some()).count() as u32,
+        connections: p.conns.len() as u32,
+        t_conn_s: t_conn.as_secs_f64(),
+        t_server_s: t_server.as_secs_f64(),
+        t_transfer_s: t_transfer.as_secs_f64(),
+        events,
+        server: p.server.clone(),
+        class: None,
+        incomplete: false,
+    }
+}
+
+/// Client-side end of the pageview, on the appliance's clock shifted by half an RTT.
+fn client_end(p: &OpenPv) -> Timestamp {
+    let mut end = p.start;
+    for t in &p.txns {
+        if !t.extends_end {
+            continue;
+        }
+        let rtt = p.conns[t.conn as usize].rtt;
+        if let Some(l) = t.response_last.or(t.response_first) {
+            end = end.max(l + rtt / 2);
+        }
+    }
+    for c in &p.conns {
+        if let Some(f) = c.failed_at {
+            end = end.max(f - c.rtt / 2);
+        }
+    }
+    end
+}
+
+/// The pageview's event graph (004 Figure 3): its connections' handshake nodes and its
+/// transactions' nodes, in time order on the client's clock, at most `max_events` of them.
+fn event_graph(p: &OpenPv, max_events: usize) -> Vec<EventNode> {
+    let rel = |t: Timestamp, c: &PvConn, outbound: bool| {
+        let shifted = if outbound { t + c.rtt / 2 } else { t - c.rtt / 2 };
+        shifted.saturating_since(p.start).as_secs_f64()
+    };
+    let mut events = Vec::new();
+    // With `max_events` 0 (the inline driver, which keeps the response time only) no graph is made.
+    let conns = if max_events == 0 { &p.conns[..0] } else { &p.conns[..] };
+    for (i, c) in conns.iter().enumerate() {
+        let i = i as u16;
+        if let Some(s) = c.first_syn {
+            events.push(EventNode { kind: "syn", conn: i, t_s: rel(s, c, false), uri: None });
+        }
+        for _ in 1..c.syns.max(1) {
+            events.push(EventNode { kind: "syn_retransmit", conn: i, t_s: rel(c.first_syn.unwrap_or(p.start), c, false), uri: None });
+        }
+        if let Some(s) = c.first_synack {
+            events.push(EventNode { kind: "synack", conn: i, t_s: rel(s, c, true), uri: None });
+            for _ in 1..c.synacks {
+                events.push(EventNode { kind: "synack_retransmit", conn: i, t_s: rel(s, c, true), uri: None });
+            }
+        }
+        if let Some(e) = c.established {
+            events.push(EventNode { kind: "ack", conn: i, t_s: rel(e, c, false), uri: None });
+        }
+        if let Some(f) = c.failed_at {
+            events.push(EventNode { kind: "conn_failed", conn: i, t_s: rel(f, c, false), uri: None });
+        }
+    }
+    let txns = if max_events == 0 { &p.txns[..0] } else { &p.txns[..] };
+    for t in txns {
+        let c = &p.conns[t.conn as usize];
+        events.push(EventNode { kind: "request", conn: t.conn, t_s: rel(t.request_ts, c, false), uri: Some(t.uri.clone()) });
+        if let Some(f) = t.response_first {
+            events.push(EventNode { kind: "response_head", conn: t.conn, t_s: rel(f, c, true), uri: None });
+        }
+        if let Some(l) = t.response_last.filter(|_| t.done) {
+            events.push(EventNode { kind: "last_byte", conn: t.conn, t_s: rel(l, c, true), uri: None });
+        }
+    }
+    events.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    events.truncate(max_events);
+    events
+}
+
+/// T_conn, T_server and T_transfer along the critical path (004 Figure 2): walk back from whatever
+/// ended last, through the transactions before it on its connection, its handshake, and the
+/// transaction that made the browser open that connection.
+fn critical_path(p: &OpenPv) -> (Duration, Duration, Duration) {
+    let (mut conn, mut server, mut transfer) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    // The item that ended last: a failed connection or a transaction.
+    let last_txn = p.txns.iter().filter(|t| t.extends_end).max_by_key(|t| t.response_last.or(t.response_first).unwrap_or(t.request_ts));
+    let last_fail = p.conns.iter().enumerate().filter_map(|(i, c)| c.failed_at.map(|f| (i, f))).max_by_key(|(_, f)| *f);
+    let txn_end = |t: &PvTxn| t.response_last.or(t.response_first).unwrap_or(t.request_ts);
+    let mut cursor_txn: Option<&PvTxn> = last_txn;
+    if let (Some((ci, f)), lt) = (last_fail, last_txn) {
+        if lt.is_none_or(|t| f > txn_end(t)) {
+            let c = &p.conns[ci];
+            let s = c.first_syn.unwrap_or(f);
+            conn += f.saturating_since(s);
+            cursor_txn = p.txns.iter().filter(|t| txn_end(t) <= s).max_by_key(|t| txn_end(t));
+        }
+    }
+    let mut guard = 0;
+    while let Some(t) = cursor_txn {
+        guard += 1;
+        if guard > p.txns.len() + 1 {
+            break;
+        }
+        if let Some(first) = t.response_first {
+            server += first.saturating_since(t.request_ts);
+            if let Some(l) = t.response_last {
+                transfer += l.saturating_since(first);
+            }
+        }
+        // The transaction before it on its connection, if any.
+        let prev_same = p.txns.iter().filter(|x| x.conn == t.conn && x.depth < t.depth && txn_end(x) <= t.request_ts).max_by_key(|x| x.depth);
+        if let Some(x) = prev_same {
+            cursor_txn = Some(x);
+            continue;
+        }
+        let c = &p.conns[t.conn as usize];
+        if let (Some(s), Some(e)) = (c.first_syn, c.established) {
+            conn += e.saturating_since(s);
+            cursor_txn = p.txns.iter().filter(|x| x.conn != t.conn && txn_end(x) <= s).max_by_key(|x| txn_end(x));
+        } else {
+            cursor_txn = None;
+        }
+    }
+    (conn, server, transfer)
+}

@@ -1,0 +1,304 @@
+//! What a transaction does to the pageviews: the pageview its request joins (or starts), its
+//! response, the embedded references its body lists, its end.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::open::{Expected, OpenPv, PvConn, PvTxn};
+use super::urls::{request_url, simple_request_key, url_key};
+use super::Pageviews;
+use crate::flow::ConnId;
+use crate::http::{Destination, EmbedKind, EmbedRef, RequestHead};
+use crate::time::Timestamp;
+
+/// What the pageview layer needs to know about a request.
+pub struct RequestInfo<'a> {
+    /// The connection it came on.
+    pub conn: ConnId,
+    /// The client's IP address.
+    pub client: IpAddr,
+    /// The server, as `ip:port`.
+    pub server: String,
+    /// Its position on the connection ([`crate::http::Txn::depth`]).
+    pub depth: u32,
+    /// Its parsed head.
+    pub head: &'a RequestHead,
+    /// When it began: the segment with its head's first byte.
+    pub ts: Timestamp,
+    /// The connection's handshake (first SYN seen, completion), if it was seen.
+    pub conn_first_syn: Option<Timestamp>,
+    /// When the connection's handshake completed, if that was seen.
+    pub conn_established: Option<Timestamp>,
+    /// SYNs seen on the connection.
+    pub conn_syns: u16,
+    /// SYN/ACKs seen on the connection.
+    pub conn_synacks: u16,
+    /// When the connection's first SYN/ACK was seen.
+    pub conn_first_synack: Option<Timestamp>,
+    /// The connection's measured RTT (SYN/ACK to ACK), if it has one.
+    pub rtt: Option<Duration>,
+}
+
+/// What a request is matched against the open pageviews by.
+struct RequestKeys {
+    /// Its URL, made only when its key could not be made without it.
+    url: Option<url::Url>,
+    /// Its URL's key ([`url_key`]).
+    key: Option<String>,
+    /// The key of its Referer.
+    referrer_key: Option<String>,
+    /// It asks for `/favicon.ico`.
+    is_favicon: bool,
+}
+
+impl RequestKeys {
+    fn of(r: &RequestInfo<'_>) -> RequestKeys {
+        // The URL itself is needed only as the base of a new pageview's embedded references, and
+        // is then made when the container's embeds come; the key is made without it when simple.
+        let (url, key) = match simple_request_key(r.head.host.as_deref(), &r.server, &r.head.uri) {
+            Some(k) => (None, Some(k)),
+            None => {
+                let url = request_url(r.head.host.as_deref(), &r.server, &r.head.uri);
+                let key = url.as_ref().and_then(url_key);
+                (url, key)
+            }
+        };
+        let referrer_key = r.head.referrer.as_deref().and_then(|s| url::Url::parse(s).ok()).as_ref().and_then(url_key);
+        let is_favicon = match &url {
+            Some(u) => u.path() == "/favicon.ico",
+            None => key.is_some() && r.head.uri.split('?').next() == Some("/favicon.ico"),
+        };
+        RequestKeys { url, key, referrer_key, is_favicon }
+    }
+}
+
+/// The connection of a request among its pageview's (added if it is not there yet).
+fn request_conn(p: &mut OpenPv, r: &RequestInfo<'_>, is_container: bool, rtt: Duration) -> usize {
+    match p.conn_index(r.conn) {
+        Some(i) => i,
+        None => {
+            let from_syn = r.depth == 1 && (is_container || p.conns.is_empty() || r.conn_first_syn.is_some_and(|s| s >= p.start));
+            p.conns.push(PvConn {
+                conn: r.conn,
+                first_syn: if from_syn { r.conn_first_syn } else { None },
+                syns: if from_syn { r.conn_syns } else { 0 },
+                synacks: if from_syn { r.conn_synacks } else { 0 },
+                first_synack: if from_syn { r.conn_first_synack } else { None },
+                established: if from_syn { r.conn_established } else { None },
+                failed_at: None,
+                pending: false,
+                rtt,
+            });
+            p.conns.len() - 1
+        }
+    }
+}
+
+impl Pageviews {
+    /// Decide which pageview a request belongs to; returns its id.
+    pub fn on_request(&mut self, now: Timestamp, r: &RequestInfo<'_>) -> u64 {
+        let keys = RequestKeys::of(r);
+        let embed_of = self.joined_pageview(now, r, &keys);
+        let rtt = self.rtt_for(r.client, r.rtt);
+        let id = match embed_of {
+            Some((id, idx)) => {
+                let p = self.open.get_mut(&id).expect("open");
+                if let Some(i) = idx {
+                    p.expected[i].fetched = true;
+                }
+                id
+            }
+            None => self.start_pageview(now, r, &keys, rtt),
+        };
+        self.attach_conn(r.conn, id);
+        self.add_txn(now, r, id, embed_of, rtt);
+        id
+    }
+
+    /// The open pageview of the client a request joins, with the index of the listed object it
+    /// fetches if it was listed; `None`: it starts a pageview of its own.
+    fn joined_pageview(&self, now: Timestamp, r: &RequestInfo<'_>, keys: &RequestKeys) -> Option<(u64, Option<usize>)> {
+        let ids = self.by_client.get(&r.client)?;
+        for &id in ids.iter().rev() {
+            let p = &self.open[&id];
+            if let Some(&i) = keys.key.as_ref().and_then(|k| p.index.get(k)) {
+                return Some((id, Some(i)));
+            }
+            if keys.is_favicon {
+                continue;
+            }
+            let referred = keys.referrer_key.as_ref().is_some_and(|rk| p.referrers.contains(rk));
+            let recent = now.saturating_since(p.last_activity) < self.cfg.quiet || p.in_flight > 0;
+            let sub = r.head.destination == Destination::Subresource;
+            let weak_ok = !p.list_reliable && r.head.destination != Destination::Document && recent && p.has_container_response();
+            if (referred && (sub || weak_ok)) || (r.head.referrer.is_none() && weak_ok && sub) {
+                return Some((id, None));
+            }
+        }
+        None
+    }
+
+    /// Start the pageview of a request that joined none, with it as the container; returns its id.
+    fn start_pageview(&mut self, now: Timestamp, r: &RequestInfo<'_>, keys: &RequestKeys, rtt: Duration) -> u64 {
+        // A navigation: a pageview of its own. It starts at the connection's first SYN if the
+        // request went out right after the handshake, else at the request itself.
+        let fresh = r.depth == 1
+            && r.conn_first_syn.is_some()
+            && r.conn_established.is_some_and(|e| r.ts.saturating_since(e) <= self.cfg.preconnect_idle);
+        let start = if fresh { r.conn_first_syn.expect("checked") } else { r.ts } - rtt / 2;
+        // Previous pageviews of this client with nothing in flight are over.
+        let idle: Vec<u64> = self
+            .by_client
+            .get(&r.client)
+            .map(|ids| ids.iter().copied().filter(|i| self.open[i].in_flight == 0 && !self.open[i].pending_handshakes()).collect())
+            .unwrap_or_default();
+        for old in idle {
+            self.finish(old);
+        }
+        let id = self.new_pageview(r.client, start, now);
+        let p = self.open.get_mut(&id).expect("just created");
+        p.host = r.head.host.clone().or_else(|| Some(r.server.clone()));
+        p.server = Some(r.server.clone());
+        p.container = Some(r.head.uri.clone());
+        p.base = keys.url.clone();
+        if keys.url.is_none() && keys.key.is_some() {
+            p.base_target = Some((r.head.host.clone(), r.server.clone(), r.head.uri.clone()));
+        }
+        if let Some(k) = &keys.key {
+            p.referrers.push(k.clone());
+        }
+        id
+    }
+
+    /// Attach the connection to pageview `id` (moving it from another if it was tentatively there).
+    fn attach_conn(&mut self, conn: ConnId, id: u64) {
+        let prev = self.conn_pv.insert(conn, id);
+        if let Some(prev) = prev.filter(|p| *p != id) {
+            if let Some(pp) = self.open.get_mut(&prev) {
+                if let Some(i) = pp.conn_index(conn) {
+                    if !pp.txns.iter().any(|t| t.conn == i as u16) {
+                        pp.conns.remove(i);
+                        for t in pp.txns.iter_mut() {
+                            if t.conn as usize > i {
+                                t.conn -= 1;
+                            }
+                        }
+                    }
+                }
+            }
+            self.schedule(prev);
+        }
+    }
+
+    /// The request's transaction, added to its pageview `id` (with its connection if that is new
+    /// there) and counted in flight.
+    fn add_txn(&mut self, now: Timestamp, r: &RequestInfo<'_>, id: u64, embed_of: Option<(u64, Option<usize>)>, rtt: Duration) {
+        let is_container = embed_of.is_none();
+        let p = self.open.get_mut(&id).expect("open");
+        let ci = request_conn(p, r, is_container, rtt);
+        let extends_end = !matches!(embed_of, Some((_, Some(i))) if p.expected[i].kind == EmbedKind::Icon);
+        p.txns.push(PvTxn {
+            conn: ci as u16,
+            depth: r.depth,
+            uri: r.head.uri.clone(),
+            request_ts: r.ts,
+            response_first: None,
+            response_last: None,
+            done: false,
+            extends_end,
+            container: is_container,
+            embed: embed_of.and_then(|(_, i)| i).map(|i| i as u32),
+        });
+        p.in_flight += 1;
+        self.txn_pv.insert((r.conn, r.depth), id);
+        self.touch(id, now);
+    }
+
+    /// The response head of a transaction arrived.
+    pub fn on_response_head(&mut self, now: Timestamp, conn: ConnId, depth: u32, html: bool, encoded: bool) {
+        let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
+        let Some(p) = self.open.get_mut(&id) else { return };
+        let ci = p.conn_index(conn);
+        if let Some(t) = p.txns.iter_mut().find(|t| Some(t.conn as usize) == ci && t.depth == depth) {
+            t.response_first.get_or_insert(now);
+            if t.container && html {
+                p.list_reliable = !encoded;
+            }
+        }
+        self.touch(id, now);
+    }
+
+    /// Embedded references found in a response body: the container's, or a stylesheet's / frame's.
+    pub fn on_embeds(&mut self, now: Timestamp, conn: ConnId, depth: u32, refs: &[EmbedRef]) {
+        let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
+        let Some(p) = self.open.get_mut(&id) else { return };
+        let ci = p.conn_index(conn);
+        if p.base.is_none() {
+            if let Some((host, server, uri)) = p.base_target.take() {
+                p.base = request_url(host.as_deref(), &server, &uri);
+            }
+        }
+        let Some(t) = p.txns.iter().find(|t| Some(t.conn as usize) == ci && t.depth == depth) else { return };
+        // The base for relative references is the document that holds them.
+        let base = if t.container { p.base.clone() } else { p.base.as_ref().and_then(|b| b.join(&t.uri).ok()) };
+        let Some(base) = base else { return };
+        for r in refs {
+            let keys: Vec<String> = r.urls.iter().filter_map(|u| base.join(u).ok()).filter_map(|u| url_key(&u)).collect();
+            if keys.is_empty() || keys.iter().any(|k| p.index.contains_key(k)) {
+                continue;
+            }
+            let i = p.expected.len();
+            p.expected.push(Expected { required: r.required, kind: r.kind, fetched: false });
+            for k in &keys {
+                p.index.insert(k.clone(), i);
+            }
+            if matches!(r.kind, EmbedKind::Stylesheet | EmbedKind::Frame) {
+                p.referrers.extend(keys);
+            }
+        }
+        self.touch(id, now);
+    }
+
+    /// A transaction finished. Returns its pageview.
+    pub fn on_txn_done(
+        &mut self,
+        now: Timestamp,
+        conn: ConnId,
+        depth: u32,
+        response_first: Option<Timestamp>,
+        response_last: Option<Timestamp>,
+    ) -> Option<u64> {
+        let id = self.txn_pv.remove(&(conn, depth))?;
+        if let Some(p) = self.open.get_mut(&id) {
+            let ci = p.conn_index(conn);
+            if let Some(t) = p.txns.iter_mut().find(|t| Some(t.conn as usize) == ci && t.depth == depth && !t.done) {
+                t.done = true;
+                if t.response_first.is_none() {
+                    t.response_first = response_first;
+                }
+                // A retransmission seen earlier may already have moved the end later.
+                t.response_last = match (t.response_last, response_last) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                p.in_flight = p.in_flight.saturating_sub(1);
+            }
+            self.touch(id, now);
+        }
+        Some(id)
+    }
+
+    /// The server resent data on a connection that the client had not received (lost past the
+    /// appliance): the client gets the response it belongs to (the connection's latest) only now.
+    pub fn on_server_retransmission(&mut self, now: Timestamp, conn: ConnId) {
+        let Some(&id) = self.conn_pv.get(&conn) else { return };
+        let Some(p) = self.open.get_mut(&id) else { return };
+        let Some(ci) = p.conn_index(conn) else { return };
+        if let Some(t) = p.txns.iter_mut().filter(|t| t.conn as usize == ci && t.response_first.is_some()).max_by_key(|t| t.response_first) {
+            if t.response_last.is_none_or(|l| now > l) {
+                t.response_last = Some(now);
+            }
+        }
+        self.touch(id, now);
+    }
+}

@@ -1,0 +1,319 @@
+//! rules → actions: a checked rule set applied at the engine's nodes, with the per-class
+//! response-time statistics its conditions read and the token buckets of `LIMIT SYN`.
+//!
+//! Classes: a pageview belongs to the class of its client (the first `CLASS` whose condition
+//! holds for its first connection). Each class, and all pageviews together (`RT.ALL`), keep the
+//! response times of the pageviews that finished within the last `window` (sliding): the mean
+//! is kept as a running sum, percentiles are computed from a sorted copy made only when a rule
+//! reads one after the window changed. A rule with `FOR d` sees its test change only after the
+//! raw comparison has held its new value for `d` (hysteresis, `rules::RuleSet::update_holds`).
+//!
+//! Actions carried out here: `DROP SYN`, `LIMIT SYN` (a token bucket per rule and class, as in
+//! Voigt's TCP SYN policing). The others are decided here and carried out by the engine: fast
+//! retransmission and the delayed first SYN by the SYN and SYN/ACK nodes (`engine/syn.rs`, with
+//! the frames of `actions.rs`), embed removal and rewrite by content adaptation
+//! (`engine/adaptation.rs`). Under a driver that cannot carry one out (no injection, no
+//! rewritten frames) it is counted as `deferred` when its rule fires.
+//!
+//! [`Policy`] is here: the rule set in force and its reload, the classes, the refresh of the class
+//! statistics and the counters. Its nodes are evaluated in `syn` (the SYN and SYN/ACK nodes) and
+//! `adaptation` (the response and request nodes); `class_windows` keeps the per-class
+//! response-time windows, `token_bucket` the buckets of `LIMIT SYN`.
+
+mod adaptation;
+mod class_windows;
+mod syn;
+mod token_bucket;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ahash::AHashMap;
+use rules::{BucketId, ClassId, Firing, Holds, RuleId, RuleSet, Stat};
+use serde::Serialize;
+
+use crate::time::Timestamp;
+use class_windows::{ClassWindows, Window};
+
+pub use syn::{Admission, SynDecision, SynOutcome};
+pub(crate) use token_bucket::TokenBucket;
+
+/// Counters of one class.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClassCounters {
+    /// SYNs of the class the SYN node evaluated (not rlm's own resends, nor the client
+    /// retransmissions they absorb).
+    pub syns: u64,
+    /// Of them, dropped by `DROP SYN`.
+    pub syns_dropped: u64,
+    /// Of them, dropped by `LIMIT SYN` for want of a token.
+    pub syns_limited: u64,
+    /// Pageviews of the class that finished.
+    pub pageviews: u64,
+}
+
+/// Counters of one rule.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RuleCounters {
+    /// Times its condition held at a node where it has an action.
+    pub fired: u64,
+    /// Firings of actions the driver cannot carry out (no injection, no rewritten frames):
+    /// decided, counted, not done.
+    pub deferred: u64,
+    /// When it last fired (for status; not serialised).
+    #[serde(skip)]
+    pub last_fired: Option<Timestamp>,
+}
+
+/// `FILE:LINE:COL` of a rule, for logs and records.
+pub fn rule_label(rules: &RuleSet, rule: RuleId) -> String {
+    match rules.rule_position(rule) {
+        Some((l, c)) => format!("{}:{l}:{c}", rules.file_name()),
+        None => format!("{}:rule {}", rules.file_name(), rule.0),
+    }
+}
+
+/// A rule's text in canonical form, on one line.
+pub fn rule_text(rules: &RuleSet, rule: RuleId) -> String {
+    rules.rule(rule).map(|r| r.to_string().replace("\n  ", " ")).unwrap_or_default()
+}
+
+/// The rule set in force and its state.
+pub struct Policy {
+    rules: RuleSet,
+    /// Each rule's `FILE:LINE:COL`, for the decision records of every dropped SYN.
+    labels: Vec<String>,
+    window: Duration,
+    windows: ClassWindows,
+    holds: Holds,
+    buckets: AHashMap<(BucketId, ClassId), TokenBucket>,
+    firings: Vec<Firing>,
+    /// The SYN node's view of the class statistics ([`rules::RuleSet::syn_aggregate_signature`])
+    /// and a number that changes with it.
+    signature: u64,
+    generation: u64,
+    syn_by_address: bool,
+    /// Counters per class, by class index.
+    pub class_counters: Vec<ClassCounters>,
+    /// Counters per rule, by rule index.
+    pub rule_counters: Vec<RuleCounters>,
+    /// The engine carries out the actions that send frames (`FAST SYN`, `FAST SYN/ACK`, `DELAY
+    /// FIRST SYN`, `HALT FAST SYN`): they are not counted as deferred.
+    pub inject_carried_out: bool,
+    /// The engine carries out `REMOVE EMBEDS` (its driver forwards rewritten frames): not
+    /// counted as deferred.
+    pub adapt_carried_out: bool,
+}
+
+fn since_epoch(t: Timestamp) -> Duration {
+    Duration::from_nanos(t.as_nanos())
+}
+
+impl Policy {
+    /// The policy of `rules`, its class statistics kept over a sliding `window` (empty to start).
+    pub fn new(rules: RuleSet, window: Duration) -> Policy {
+        let n = rules.class_count();
+        let holds = rules.new_holds();
+        let windows = ClassWindows((0..=n).map(|_| Window::default()).collect());
+        let signature = rules.syn_aggregate_signature(&windows, Some(&holds));
+        Policy {
+            holds,
+            windows,
+            buckets: AHashMap::new(),
+            firings: Vec::new(),
+            signature,
+            generation: 1,
+            syn_by_address: rules.syn_decided_by_addresses(),
+            inject_carried_out: false,
+            adapt_carried_out: false,
+            class_counters: vec![ClassCounters::default(); n],
+            rule_counters: vec![RuleCounters::default(); rules.rule_count()],
+            labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
+            rules,
+            window,
+        }
+    }
+
+    /// The rule set in force.
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    /// Put a new rule set in force (SIGHUP). Class statistics and counters carry over to the
+    /// classes of the same name; buckets and `FOR` states start afresh.
+    pub fn replace_rules(&mut self, rules: RuleSet) {
+        let mut old = Policy::new(rules, self.window);
+        std::mem::swap(self, &mut old);
+        self.inject_carried_out = old.inject_carried_out;
+        self.adapt_carried_out = old.adapt_carried_out;
+        let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
+        for i in 0..old_rules.class_count() {
+            let name = old_rules.class_name(ClassId(i as u16));
+            if let Some(new) = self.rules.class_id(name) {
+                self.windows.0[new.index()] = std::mem::take(&mut old_windows.0[i]);
+                self.class_counters[new.index()] = old_counters[i].clone();
+            }
+        }
+        if let (Some(all), Some(last)) = (old_windows.0.pop(), self.windows.0.last_mut()) {
+            *last = all;
+        }
+        self.signature = self.rules.syn_aggregate_signature(&self.windows, Some(&self.holds));
+    }
+
+    /// The class of a connection from `client` to `server`.
+    pub fn classify(&self, client: SocketAddr, server: SocketAddr) -> ClassId {
+        self.rules.classify(client, server)
+    }
+
+    /// A class's name, as the rules give it.
+    pub fn class_name(&self, c: ClassId) -> &str {
+        self.rules.class_name(c)
+    }
+
+    /// A pageview of a client finished at `now` with this response time.
+    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) {
+        if let Some(w) = self.windows.0.get_mut(class.index()) {
+            w.push(now, rt_s);
+        }
+        if let Some(all) = self.windows.0.last_mut() {
+            all.push(now, rt_s);
+        }
+        if let Some(c) = self.class_counters.get_mut(class.index()) {
+            c.pageviews += 1;
+        }
+        self.refresh(now);
+    }
+
+    /// Expire old samples and advance the `FOR` tests.
+    pub fn refresh(&mut self, now: Timestamp) {
+        for w in &mut self.windows.0 {
+            w.expire(now, self.window);
+        }
+        self.rules.update_holds(&mut self.holds, since_epoch(now), &self.windows);
+        let sig = self.rules.syn_aggregate_signature(&self.windows, Some(&self.holds));
+        if sig != self.signature {
+            self.signature = sig;
+            self.generation += 1;
+        }
+    }
+
+    /// Changes whenever a class statistic test read at the SYN changes value: within one rule
+    /// set, an [`Admission`] holds only for the generation it was made in (the engine numbers
+    /// rule sets itself). Never 0.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The statistic of a class now (for status and metrics).
+    pub fn class_rt(&self, class: ClassId, stat: Stat) -> Option<f64> {
+        self.windows.0.get(class.index()).and_then(|w| w.stat(stat))
+    }
+
+    /// Pageviews in a class's window (as of the last refresh), for status.
+    pub fn class_samples(&self, class: ClassId) -> usize {
+        self.windows.0.get(class.index()).map_or(0, |w| w.samples.len())
+    }
+
+    /// `FILE:LINE:COL` of a rule, for logs and records (made once per rule set).
+    pub fn rule_label(&self, rule: RuleId) -> &str {
+        self.labels.get(rule.0 as usize).map_or("", String::as_str)
+    }
+
+    /// A rule's text in canonical form, on one line.
+    pub fn rule_text(&self, rule: RuleId) -> String {
+        rule_text(&self.rules, rule)
+    }
+
+    /// Whether a rule fired within the last `recent` (for status: "firing").
+    pub fn rule_firing(&self, rule: usize, now: Timestamp, recent: Duration) -> bool {
+        self.rule_counters.get(rule).and_then(|r| r.last_fired).is_some_and(|t| now.saturating_since(t) <= recent)
+    }
+
+    /// A client's class, looked up from text addresses (for records).
+    pub fn classify_ip(&self, client: IpAddr, server: SocketAddr) -> ClassId {
+        self.rules.classify(SocketAddr::new(client, 0), server)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    fn policy(text: &str) -> Policy {
+        Policy::new(rules::compile("test.rlm", text).unwrap_or_else(|d| panic!("{d}")), Duration::from_secs(10))
+    }
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn drop_syn_follows_the_class_mean_over_the_window() {
+        let mut p =
+            policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 3.0s THEN DROP SYN\n");
+        let (high, low) = (p.rules().class_id("HIGH").unwrap(), p.rules().class_id("LOW").unwrap());
+        let srv = sa("10.9.0.1:80");
+        assert_eq!(p.classify(sa("10.4.0.1:1000"), srv), high);
+        assert_eq!(p.classify(sa("10.5.0.1:1000"), srv), low);
+        // No HIGH pageview yet: RT.HIGH is unknown, the rule does not fire.
+        assert_eq!(p.at_syn(ts(0), sa("10.5.0.1:1000"), srv, low, Some(Duration::ZERO)), SynDecision::Pass);
+        p.on_pageview(ts(1_000), high, 5.0);
+        p.on_pageview(ts(2_000), high, 2.0);
+        assert!(matches!(p.at_syn(ts(2_500), sa("10.5.0.1:1001"), srv, low, None), SynDecision::Drop { limited: false, .. }));
+        // HIGH's own SYNs pass.
+        assert_eq!(p.at_syn(ts(2_500), sa("10.4.0.1:1001"), srv, high, None), SynDecision::Pass);
+        // The 5 s sample leaves the 10 s window: mean 2 s, LOW passes again.
+        assert_eq!(p.at_syn(ts(11_500), sa("10.5.0.1:1002"), srv, low, None), SynDecision::Pass);
+        assert_eq!(p.class_counters[low.index()].syns_dropped, 1);
+        assert_eq!(p.rule_counters[0].fired, 1);
+    }
+
+    #[test]
+    fn limit_syn_is_a_token_bucket_per_class() {
+        let mut p = policy("CLASS LOW IF IP.SRC == 10.5.*.*\nIF CLASS == LOW THEN LIMIT SYN 10/s BURST 2\n");
+        let low = p.rules().class_id("LOW").unwrap();
+        let srv = sa("10.9.0.1:80");
+        let mut passed = 0;
+        // 100 SYNs a second for 5 s: 2 from the burst, then 10 a second.
+        for i in 0..500u64 {
+            if p.at_syn(ts(i * 10), sa("10.5.0.1:2000"), srv, low, None) == SynDecision::Pass {
+                passed += 1;
+            }
+        }
+        assert!((50..=53).contains(&passed), "{passed}");
+        assert_eq!(p.class_counters[low.index()].syns_limited, 500 - passed);
+    }
+
+    #[test]
+    fn percentiles_and_hysteresis() {
+        let mut p = policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH.P95 > 4s FOR 2s THEN DROP SYN\n");
+        let high = p.rules().class_id("HIGH").unwrap();
+        let srv = sa("10.9.0.1:80");
+        for i in 0..19 {
+            p.on_pageview(ts(100 + i), high, 1.0);
+        }
+        p.on_pageview(ts(200), high, 9.0);
+        assert_eq!(p.class_rt(high, Stat::Percentile(95)), Some(1.0));
+        p.on_pageview(ts(300), high, 9.0);
+        assert_eq!(p.class_rt(high, Stat::Percentile(95)), Some(9.0));
+        // The raw comparison holds from 0.3 s; the rule sees it only 2 s later.
+        assert_eq!(p.at_syn(ts(1_000), sa("10.4.0.1:3000"), srv, high, None), SynDecision::Pass);
+        assert!(matches!(p.at_syn(ts(2_400), sa("10.4.0.1:3001"), srv, high, None), SynDecision::Drop { .. }));
+    }
+
+    #[test]
+    fn reload_keeps_class_statistics_by_name() {
+        let mut p = policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH > 3s THEN DROP SYN\n");
+        let high = p.rules().class_id("HIGH").unwrap();
+        p.on_pageview(ts(100), high, 5.0);
+        p.replace_rules(rules::compile("new.rlm", "CLASS LOW IF IP.SRC == 10.5.*.*\nCLASS HIGH IF IP.SRC == 10.4.*.*\n").unwrap());
+        let high2 = p.rules().class_id("HIGH").unwrap();
+        assert_ne!(high, high2);
+        assert_eq!(p.class_rt(high2, Stat::Mean), Some(5.0));
+        assert_eq!(p.class_counters[high2.index()].pageviews, 1);
+    }
+}
