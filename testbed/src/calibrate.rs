@@ -28,9 +28,11 @@ const DURATION_S: f64 = 25.0;
 /// Fewer pageviews than this cannot be a measurement.
 const MIN_PAGEVIEWS: u64 = 100;
 /// A scale this close to 1 is taken as 1: the calibration's own spread on the reference machine
-/// (six runs, 2026-11-25: 5.13 to 5.75 ms, within 7% of their mean) is not a difference of
-/// machines, and the lab's quotas were tuned there.
-const SAME_MACHINE: f64 = 0.10;
+/// is not a difference of machines, and the lab's quotas were tuned there. Eight runs there on
+/// 2026-11-25 gave 4.79 to 5.75 ms (13% under to 5% over the reference); with a band of 10%
+/// the 4.79 cut every quota by 13% and pushed syn-throttle's and think-gap's overload past what
+/// their rules hold (HIGH 1.88 and 1.89 s against a 1.5 s target).
+const SAME_MACHINE: f64 = 0.20;
 /// The scale is held within this range: past it the machine is not one the lab can scale to.
 const SCALE_RANGE: (f64, f64) = (0.2, 5.0);
 
@@ -118,7 +120,9 @@ mod tests {
         // Within the calibration's spread: the reference machine.
         let same = Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS * 1.07 / 1e3).unwrap();
         assert_eq!(same.scale, 1.0, "{same:?}");
-        assert!(Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS * 1.2 / 1e3).unwrap().scale > 1.19);
+        let low = Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS * 0.87 / 1e3).unwrap();
+        assert_eq!(low.scale, 1.0, "the spread measured on the reference machine: {low:?}");
+        assert!(Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS * 1.3 / 1e3).unwrap().scale > 1.29);
         let c = Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS / 2e3).unwrap();
         assert!((c.scale - 0.5).abs() < 1e-9, "{c:?}");
         let mut a = crate::experiments::arm("a", 240, 45.0, &[], false, 0.12);
