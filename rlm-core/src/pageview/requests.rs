@@ -142,9 +142,8 @@ impl Pageviews {
     fn start_pageview(&mut self, now: Timestamp, r: &RequestInfo<'_>, keys: &RequestKeys, rtt: Duration) -> u64 {
         // A navigation: a pageview of its own. It starts at the connection's first SYN if the
         // request went out right after the handshake, else at the request itself.
-        let fresh = r.depth == 1
-            && r.conn_first_syn.is_some()
-            && r.conn_established.is_some_and(|e| r.ts.saturating_since(e) <= self.cfg.preconnect_idle);
+        let fresh =
+            r.depth == 1 && r.conn_first_syn.is_some() && r.conn_established.is_some_and(|e| r.ts.saturating_since(e) <= self.cfg.preconnect_idle);
         let start = if fresh { r.conn_first_syn.expect("checked") } else { r.ts } - rtt / 2;
         // Previous pageviews of this client with nothing in flight are over.
         let idle: Vec<u64> = self

@@ -4,7 +4,8 @@
 use serde_json::{Map, Value};
 
 use super::{
-    arm, arm_in, class_mean, class_mean_steady, farm_busy, hold_tolerance, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, OVERLOADED_BUSY, WAN_80_2,
+    arm, arm_in, class_mean, class_mean_steady, farm_busy, hold_tolerance, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES,
+    OVERLOADED_BUSY, WAN_80_2,
 };
 use crate::arm::ArmSpec;
 
@@ -85,7 +86,10 @@ impl Experiment for SynThrottle {
         let tol = hold_tolerance(st);
         v.push((
             (steady - target).abs() <= tol * target,
-            format!("syn-throttle: HIGH mean {steady:.2} s after the ramp (whole run {th_high:.2} s) within {:.0}% of the target {target:.2} s", tol * 100.0),
+            format!(
+                "syn-throttle: HIGH mean {steady:.2} s after the ramp (whole run {th_high:.2} s) within {:.0}% of the target {target:.2} s",
+                tol * 100.0
+            ),
         ));
         v.push((th_low > un_low, format!("syn-throttle: LOW pays: mean {th_low:.2} s against {un_low:.2} s unmanaged")));
         rlm_clean(v, "syn-throttle", &a);

@@ -65,7 +65,10 @@ impl Experiment for ThinkGap {
         let tol = hold_tolerance(tg);
         v.push((
             high <= (1.0 + tol) * target,
-            format!("think-gap: HIGH mean {high:.2} s after the ramp (whole run {all_run:.2} s) at most {:.0}% above the target {target:.2} s", tol * 100.0),
+            format!(
+                "think-gap: HIGH mean {high:.2} s after the ramp (whole run {all_run:.2} s) at most {:.0}% above the target {target:.2} s",
+                tol * 100.0
+            ),
         ));
         rlm_clean(v, "think-gap", &a);
         // 004: the 95th percentile of both classes better than under fast-syn's rules alone.

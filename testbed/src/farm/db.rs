@@ -151,7 +151,7 @@ fn store_sql(scale: Scale) -> String {
     let (items, orders) = (scale.items, scale.orders);
     let authors = (items / 4).max(1);
     format!(
-            "create table author (a_id int primary key, a_fname text, a_lname text);
+        "create table author (a_id int primary key, a_fname text, a_lname text);
              create table item (i_id int primary key, i_title text, i_a_id int, i_pub_date date, i_subject text, i_cost numeric(8,2),
                                 i_related int[]);
              create table orders (o_id int primary key, o_date timestamp);
@@ -170,7 +170,7 @@ fn store_sql(scale: Scale) -> String {
              create index on item (i_subject, i_pub_date desc);
              create index on order_line (ol_o_id);
              analyze;"
-        )
+    )
 }
 
 /// Where the lab keeps its loaded stores between runs (`make clean` removes it).
