@@ -9,10 +9,16 @@
 //! - `embed_scanner_realistic`: the HTML scanner alone, per byte, on a ~80 KB news-style page
 //!   (mostly text in nested divs, anchors and spans with class attributes, inline scripts, a
 //!   style block, comments, 40 embeds).
+//!
+//! Instruction counts, for comparing two builds on a noisy host: with `RLM_BENCH_ITERS=N` the
+//! benchmarks named on the command line (substrings, as criterion's filter) run exactly `N`
+//! iterations once, outside criterion, so that `valgrind --tool=callgrind` counts fixed work:
+//! `(Ir(N) - Ir(0)) / N` is one iteration's instructions (docs/performance.md).
 
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 
 /// The allocator of the `rlm` binary, so that these figures are its figures.
 #[global_allocator]
@@ -22,6 +28,39 @@ use rlm_core::testkit::TcpConv;
 use rlm_core::{Config, Engine, Port, Timestamp};
 
 const CONNS: usize = 1_000;
+
+/// `RLM_BENCH_ITERS`: run each benchmark named on the command line this many iterations, once.
+fn fixed_iters() -> Option<u64> {
+    std::env::var("RLM_BENCH_ITERS").ok().map(|v| v.parse().expect("RLM_BENCH_ITERS: a number of iterations"))
+}
+
+/// A benchmark whose routine times `iters` iterations: under criterion, or with
+/// `RLM_BENCH_ITERS` exactly that many once when the command line names it.
+fn run(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut routine: impl FnMut(u64) -> Duration) {
+    match fixed_iters() {
+        Some(n) => {
+            let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+            if filters.iter().any(|f| name.contains(f.as_str())) {
+                let took = routine(n);
+                eprintln!("{name}: {n} iterations in {took:?}");
+            }
+        }
+        None => {
+            g.bench_function(name, |b| b.iter_custom(&mut routine));
+        }
+    }
+}
+
+/// [`run`] for a routine that times itself per iteration.
+fn run_each<T>(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut once: impl FnMut() -> T) {
+    run(g, name, |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            std::hint::black_box(once());
+        }
+        start.elapsed()
+    });
+}
 
 fn established_engine() -> (Engine, Vec<Vec<u8>>) {
     let mut e = Engine::new(Config::default());
@@ -276,40 +315,35 @@ fn bench(c: &mut Criterion) {
 
     let (mut engine, acks) = established_engine();
     g.throughput(Throughput::Elements(1));
-    g.bench_function("header_only_per_packet", |b| {
-        let mut t = 2_000_000_000u64;
-        let mut i = 0;
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                t += 100;
-                engine.handle(Timestamp(t), Port::Unknown, &acks[i]);
-                i = (i + 1) % acks.len();
-            }
-            start.elapsed()
-        })
+    let (mut t, mut i) = (2_000_000_000u64, 0);
+    run(&mut g, "header_only_per_packet", |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            t += 100;
+            engine.handle(Timestamp(t), Port::Unknown, &acks[i]);
+            i = (i + 1) % acks.len();
+        }
+        start.elapsed()
     });
 
     let frames = page_frames(200);
     g.throughput(Throughput::Elements(frames.len() as u64));
-    g.bench_function("http_pageviews_200_pages", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let mut e = Engine::new(Config::default());
-                let start = Instant::now();
-                let mut t = 1_000_000_000u64;
-                for f in &frames {
-                    t += 50_000;
-                    e.handle(Timestamp(t), Port::Unknown, f);
-                    while e.poll_event().is_some() {}
-                }
-                e.shutdown(Timestamp(t));
+    run(&mut g, "http_pageviews_200_pages", |iters| {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let mut e = Engine::new(Config::default());
+            let start = Instant::now();
+            let mut t = 1_000_000_000u64;
+            for f in &frames {
+                t += 50_000;
+                e.handle(Timestamp(t), Port::Unknown, f);
                 while e.poll_event().is_some() {}
-                total += start.elapsed();
             }
-            total
-        })
+            e.shutdown(Timestamp(t));
+            while e.poll_event().is_some() {}
+            total += start.elapsed();
+        }
+        total
     });
 
     // `rlm run`'s load in the throughput experiment: one client, a new connection per request
@@ -332,15 +366,13 @@ fn bench(c: &mut Criterion) {
         })
         .collect();
     g.throughput(Throughput::Elements(1));
-    g.bench_function("inline_connection_close_per_connection", |b| {
-        // As `rlm run` configures it.
-        let mut cfg = Config { decode_bodies: false, transaction_records: false, ..Config::default() };
-        cfg.pageview.max_events = 0;
-        let mut e = Engine::new(cfg);
-        e.enable_fastpath();
-        let mut t = 1_000_000_000_000u64;
-        let mut i = 0;
-        b.iter_custom(|iters| {
+    // As `rlm run` configures it.
+    let mut cfg = Config { decode_bodies: false, transaction_records: false, ..Config::default() };
+    cfg.pageview.max_events = 0;
+    let mut e = Engine::new(cfg);
+    e.enable_fastpath();
+    let (mut t, mut i) = (1_000_000_000_000u64, 0);
+    run(&mut g, "inline_connection_close_per_connection", |iters| {
             let start = Instant::now();
             for _ in 0..iters {
                 let frames = &conns[i % conns.len()];
@@ -360,20 +392,17 @@ fn bench(c: &mut Criterion) {
                 while e.poll_fastpath().is_some() {}
             }
             start.elapsed()
-        })
     });
 
     let html: Vec<u8> = (0..2000).flat_map(|i| format!("<p class=x>para {i}</p><img src=\"/i/{i}.gif\" width=10>").into_bytes()).collect();
     g.throughput(Throughput::Bytes(html.len() as u64));
-    g.bench_function("embed_scanner", |b| {
-        b.iter(|| {
-            let mut s = EmbedScanner::html();
-            let mut out = Vec::new();
-            for chunk in html.chunks(1448) {
-                s.feed(chunk, &mut out);
-            }
-            out.len()
-        })
+    run_each(&mut g, "embed_scanner", || {
+        let mut s = EmbedScanner::html();
+        let mut out = Vec::new();
+        for chunk in html.chunks(1448) {
+            s.feed(chunk, &mut out);
+        }
+        out.len()
     });
 
     let page = realistic_page();
@@ -385,15 +414,13 @@ fn bench(c: &mut Criterion) {
     };
     assert!((60_000..=100_000).contains(&page.len()) && (30..=50).contains(&embeds), "realistic page: {} bytes, {embeds} embeds", page.len());
     g.throughput(Throughput::Bytes(page.len() as u64));
-    g.bench_function("embed_scanner_realistic", |b| {
-        b.iter(|| {
-            let mut s = EmbedScanner::html();
-            let mut out = Vec::new();
-            for chunk in page.chunks(1448) {
-                s.feed(chunk, &mut out);
-            }
-            out.len()
-        })
+    run_each(&mut g, "embed_scanner_realistic", || {
+        let mut s = EmbedScanner::html();
+        let mut out = Vec::new();
+        for chunk in page.chunks(1448) {
+            s.feed(chunk, &mut out);
+        }
+        out.len()
     });
     g.finish();
 }

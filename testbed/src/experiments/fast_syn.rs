@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::syn_throttle::{throttle_rules, throttle_run, throttle_target_s};
-use super::{arm, arm_in, class_mean, injected, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
+use super::{arm, arm_in, class_mean, injected, num, on_heavy_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
 use crate::arm::ArmSpec;
 
 /// fast-syn's and think-gap's release of held SYNs, per second: about a third of the pageviews
@@ -18,21 +18,6 @@ pub fn fast_release_per_s(quick: bool) -> u32 {
     }
 }
 
-/// fast-syn's and think-gap's full-run farm for `browsers` at the heavy load: (CPU cores,
-/// connection slots); `None` quick, which keeps syn-throttle's farm. 004's heavy load (section 6.3, Figure 13) is bound by the farm's CPU: "No SYNs
-/// dropped at the server complex", and 200 clients alone keep its bottleneck 60% busy. The full
-/// run is that: a slot for every connection the browsers can open (two each: the front never
-/// refuses one; measured at most 714 open) and 0.17 core, so that a pageview's 2.6 ms of CPU
-/// saturates the farm (HIGH's 200 browsers alone would use about 40% of it). With the heavy
-/// load's 0.3 core and 375 slots (the quick run's 150 scaled) the full farm was bound by its
-/// slots instead: connections waited for one in the accept queue, fast retransmission only moved
-/// LOW's wait there, and LOW's mean came out 7 to 13% worse than under the throttle alone. The
-/// quick run keeps syn-throttle's farm (0.12 core, 150 slots for 240 browsers): a quick farm
-/// bound by its CPU (0.068 core, 480 slots) did not clear its ramp's backlog within the 60 s arms
-/// (LOW 6.7 and 7.0 s, HIGH over its target in both arms).
-pub fn fast_syn_farm(quick: bool, browsers: u32) -> Option<(f64, usize)> {
-    (!quick).then_some((0.17, 2 * browsers as usize))
-}
 
 /// The gap of fast-syn's and think-gap's FAST SYN + SYN/ACK (004 Figures 16 and 17).
 pub const FAST_SYN_GAP: &str = "500ms";
@@ -54,14 +39,9 @@ pub fn fast_rlm(name: &str, rules: String, quick: bool) -> ArmSpec {
     // within a second of HIGH coming back under its target (the moment 004 resumes LOW's fast
     // retransmissions), and held SYNs released at a third of the pageviews the farm serves (24
     // a second in the quick run) rather than rlm's default 20 a second.
-    // The farm: see `fast_syn_farm`.
+    // The farm: see `heavy_farm`.
     let release = fast_release_per_s(quick).to_string();
-    let fast_farm = fast_syn_farm(quick, heavy);
-    let mut a = with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, cores), rules, &["--class-window", "1", "--fast-release-per-s", &release]);
-    if let Some((cpu, slots)) = fast_farm {
-        (a.farm.cpu_cores, a.farm.max_clients) = (Some(cpu), slots);
-    }
-    a
+    on_heavy_farm(with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, cores), rules, &["--class-window", "1", "--fast-release-per-s", &release]), quick)
 }
 
 pub struct FastSyn;

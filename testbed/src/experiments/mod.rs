@@ -114,13 +114,42 @@ pub const OVERLOADED_BUSY: f64 = 0.8;
 pub fn scale(quick: bool) -> (u32, u32, f64, f64) {
     // Measured when the lab was built: a pageview cost the farm about 9 ms of CPU, so N browsers
     // thinking 7 s asked for N / 7 × 9 ms of CPU per second. The full fast-syn runs of
-    // 2026-11-24 measured 2.6 to 3.5 ms (`fast_syn_farm`): the heavy load's 0.3 core is no longer
+    // 2026-11-24 measured 2.6 to 3.5 ms (`heavy_farm`): the heavy load's 0.3 core is no longer
     // an overload by CPU alone.
     if quick {
         (60, 240, 45.0, 0.12)
     } else {
         (150, 600, 300.0, 0.3)
     }
+}
+
+/// The full run's farm for `browsers` at the heavy load (syn-throttle, syn-police, fast-syn and
+/// think-gap): (CPU cores, connection slots); `None` quick, which keeps the quick farm (0.12
+/// core, 150 slots). 004's heavy load (section 6.3, Figure 13) is bound by the farm's CPU: "No SYNs
+/// dropped at the server complex", and 200 clients alone keep its bottleneck 60% busy. The full
+/// run is that: a slot for every connection the browsers can open (two each: the front never
+/// refuses one; measured at most 714 open) and 0.17 core, so that a pageview's 2.6 ms of CPU
+/// saturates the farm (HIGH's 200 browsers alone would use about 40% of it). With the heavy
+/// load's 0.3 core and 375 slots (the quick run's 150 scaled) the full farm was bound by its
+/// slots instead: connections waited for one in the accept queue, fast retransmission only moved
+/// LOW's wait there, and LOW's mean came out 7 to 13% worse than under the throttle alone. The
+/// quick run keeps syn-throttle's farm (0.12 core, 150 slots for 240 browsers): a quick farm
+/// bound by its CPU (0.068 core, 480 slots) did not clear its ramp's backlog within the 60 s arms
+/// (LOW 6.7 and 7.0 s, HIGH over its target in both arms).
+/// The full runs of syn-throttle and syn-police of 2026-11-25 kept the quick farm's 150 slots for
+/// their 600 browsers: the farm was 49% busy, 37,797 connection attempts fell in its listen
+/// queue, its own time per request stayed under 1 ms and unmanaged HIGH took 14 s, bound by
+/// slots, not the CPU 004's heavy load is bound by ("regime not reached" in both).
+pub fn heavy_farm(quick: bool, browsers: u32) -> Option<(f64, usize)> {
+    (!quick).then_some((0.17, 2 * browsers as usize))
+}
+
+/// `a` on [`heavy_farm`] (unchanged in a quick run).
+pub fn on_heavy_farm(mut a: ArmSpec, quick: bool) -> ArmSpec {
+    if let Some((cpu, slots)) = heavy_farm(quick, a.clients()) {
+        (a.farm.cpu_cores, a.farm.max_clients) = (Some(cpu), slots);
+    }
+    a
 }
 
 /// The classes of 004 section 6.3, declared and measured, nothing acted on.

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use super::{
-    arm, arm_in, class_mean, farm_busy, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, OVERLOADED_BUSY, WAN_80_2,
+    arm, arm_in, class_mean, farm_busy, num, on_heavy_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, OVERLOADED_BUSY, WAN_80_2,
 };
 use crate::arm::ArmSpec;
 
@@ -46,7 +46,8 @@ impl Experiment for SynPolice {
         un.syn_capture = true;
         let mut lim = with_rlm(arm("limit", heavy, pdur, &WAN_80_2, false, cores), police_rules(rate, burst), &[]);
         lim.syn_capture = true;
-        vec![un, lim]
+        // The full run's farm is bound by its CPU, as 004's heavy load (see `heavy_farm`).
+        vec![on_heavy_farm(un, quick), on_heavy_farm(lim, quick)]
     }
 
     fn params(&self, quick: bool) -> Map<String, Value> {

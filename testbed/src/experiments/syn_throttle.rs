@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::{
-    arm, arm_in, class_mean, class_mean_steady, farm_busy, hold_tolerance, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES,
+    arm, arm_in, class_mean, class_mean_steady, farm_busy, hold_tolerance, on_heavy_farm, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES,
     OVERLOADED_BUSY, WAN_80_2,
 };
 use crate::arm::ArmSpec;
@@ -55,7 +55,11 @@ impl Experiment for SynThrottle {
         let target = throttle_target_s(quick);
         let (tdur, window) = throttle_run(quick);
         let heavy_rlm = |name: &str, rules: String| with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, cores), rules, &["--class-window", window]);
-        vec![arm("unmanaged", heavy, tdur, &WAN_80_2, false, cores), heavy_rlm("syn-throttle", throttle_rules(target))]
+        // The full run's farm is bound by its CPU, as 004's heavy load (see `heavy_farm`).
+        [arm("unmanaged", heavy, tdur, &WAN_80_2, false, cores), heavy_rlm("syn-throttle", throttle_rules(target))]
+            .into_iter()
+            .map(|a| on_heavy_farm(a, quick))
+            .collect()
     }
 
     fn params(&self, quick: bool) -> Map<String, Value> {
@@ -123,6 +127,17 @@ mod tests {
         let v = check(&result(0.9, 1.0));
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(!v[0].0 && v[0].1.starts_with("syn-throttle: regime not reached: unmanaged, the farm 19% busy"), "{v:?}");
+    }
+
+    #[test]
+    fn full_arms_on_the_cpu_bound_farm() {
+        use crate::experiments::syn_police::SynPolice;
+        for a in SynThrottle.arms(false).iter().chain(SynPolice.arms(false).iter()) {
+            assert_eq!((a.clients(), a.farm.max_clients, a.farm.cpu_cores), (600, 1200, Some(0.17)), "{}", a.name);
+        }
+        for a in SynThrottle.arms(true).iter().chain(SynPolice.arms(true).iter()) {
+            assert_eq!((a.clients(), a.farm.max_clients, a.farm.cpu_cores), (240, 150, Some(0.12)), "{}", a.name);
+        }
     }
 
     #[test]
