@@ -45,7 +45,7 @@ test: unit lab-quick
 unit: deps
 	$(CARGO) test --workspace --locked
 
-# Each quick experiment takes at most about 4.5 minutes (fast-synack; the others 3); the check holds
+# Each quick experiment takes at most about 3 minutes (fast-synack, syn-police); the check holds
 # them to the papers' shapes.
 # The farm's speed is measured once (rlm-lab calibrate, about 35 s) and every experiment's CPU
 # quota scaled by it, so that the overloads do not depend on this machine's speed.

@@ -373,25 +373,25 @@ fn bench(c: &mut Criterion) {
     e.enable_fastpath();
     let (mut t, mut i) = (1_000_000_000_000u64, 0);
     run(&mut g, "inline_connection_close_per_connection", |iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                let frames = &conns[i % conns.len()];
-                i += 1;
-                for (k, f) in frames.iter().enumerate() {
-                    t += 5_000;
-                    if k == 0 {
-                        e.handle_decided(Timestamp(t), Port::Client, rlm_core::wire::LinkType::Ethernet, f, rlm_core::policy::SynDecision::Pass);
-                    } else {
-                        e.handle(Timestamp(t), Port::Unknown, f);
-                    }
+        let start = Instant::now();
+        for _ in 0..iters {
+            let frames = &conns[i % conns.len()];
+            i += 1;
+            for (k, f) in frames.iter().enumerate() {
+                t += 5_000;
+                if k == 0 {
+                    e.handle_decided(Timestamp(t), Port::Client, rlm_core::wire::LinkType::Ethernet, f, rlm_core::policy::SynDecision::Pass);
+                } else {
+                    e.handle(Timestamp(t), Port::Unknown, f);
                 }
-                if e.poll_timeout().is_some_and(|d| d.0 <= t) {
-                    e.handle_timeout(Timestamp(t));
-                }
-                while e.poll_event().is_some() {}
-                while e.poll_fastpath().is_some() {}
             }
-            start.elapsed()
+            if e.poll_timeout().is_some_and(|d| d.0 <= t) {
+                e.handle_timeout(Timestamp(t));
+            }
+            while e.poll_event().is_some() {}
+            while e.poll_fastpath().is_some() {}
+        }
+        start.elapsed()
     });
 
     let html: Vec<u8> = (0..2000).flat_map(|i| format!("<p class=x>para {i}</p><img src=\"/i/{i}.gif\" width=10>").into_bytes()).collect();

@@ -18,7 +18,6 @@ pub fn fast_release_per_s(quick: bool) -> u32 {
     }
 }
 
-
 /// The gap of fast-syn's and think-gap's FAST SYN + SYN/ACK (004 Figures 16 and 17).
 pub const FAST_SYN_GAP: &str = "500ms";
 

@@ -3,7 +3,8 @@
 use serde_json::{Map, Value};
 
 use super::{
-    arm, arm_in, class_mean, farm_busy, num, on_heavy_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, OVERLOADED_BUSY, WAN_80_2,
+    arm, arm_in, class_mean, farm_busy, num, on_heavy_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, OVERLOADED_BUSY,
+    WAN_80_2,
 };
 use crate::arm::ArmSpec;
 

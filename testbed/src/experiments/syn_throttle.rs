@@ -4,8 +4,8 @@
 use serde_json::{Map, Value};
 
 use super::{
-    arm, arm_in, class_mean, class_mean_steady, farm_busy, hold_tolerance, on_heavy_farm, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES,
-    OVERLOADED_BUSY, WAN_80_2,
+    arm, arm_in, class_mean, class_mean_steady, farm_busy, hold_tolerance, num, on_heavy_farm, rlm_clean, scale, with_rlm, Checks, Experiment,
+    Results, CLASS_RULES, OVERLOADED_BUSY, WAN_80_2,
 };
 use crate::arm::ArmSpec;
 
