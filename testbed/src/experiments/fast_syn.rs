@@ -4,7 +4,9 @@
 use serde_json::{Map, Value};
 
 use super::syn_throttle::{throttle_rules, throttle_run, throttle_target_s};
-use super::{arm, arm_in, class_mean, injected, num, on_heavy_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
+use super::{
+    arm, arm_in, class_mean, fast_syn_farm, injected, num, on_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2,
+};
 use crate::arm::ArmSpec;
 
 /// fast-syn's and think-gap's release of held SYNs, per second: about a third of the pageviews
@@ -38,9 +40,10 @@ pub fn fast_rlm(name: &str, rules: String, quick: bool) -> ArmSpec {
     // within a second of HIGH coming back under its target (the moment 004 resumes LOW's fast
     // retransmissions), and held SYNs released at a third of the pageviews the farm serves (24
     // a second in the quick run) rather than rlm's default 20 a second.
-    // The farm: see `heavy_farm`.
+    // The farm: see `fast_syn_farm`.
     let release = fast_release_per_s(quick).to_string();
-    on_heavy_farm(with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, cores), rules, &["--class-window", "1", "--fast-release-per-s", &release]), quick)
+    let a = with_rlm(arm(name, heavy, tdur, &WAN_80_2, false, cores), rules, &["--class-window", "1", "--fast-release-per-s", &release]);
+    on_farm(a, fast_syn_farm(quick, heavy))
 }
 
 pub struct FastSyn;
@@ -139,7 +142,7 @@ mod tests {
         throttle.rlm.as_mut().unwrap().extra_args = ["--class-window", "1", "--fast-release-per-s", "8"].map(String::from).to_vec();
         assert_eq!(serde_json::to_value(&fs[0]).unwrap(), serde_json::to_value(&throttle).unwrap());
         let ff = FastSyn.arms(false);
-        assert_eq!((ff[1].clients(), ff[1].farm.max_clients, ff[1].farm.cpu_cores), (600, 1200, Some(0.17)));
+        assert_eq!((ff[1].clients(), ff[1].farm.max_clients, ff[1].farm.cpu_cores), (600, 1200, Some(0.28)));
         assert_eq!(serde_json::to_value(&ff[0].farm).unwrap(), serde_json::to_value(&ff[1].farm).unwrap());
         assert_eq!(ff[1].rlm.as_ref().unwrap().extra_args, ["--class-window", "1", "--fast-release-per-s", "20"]);
         let fast = format!(

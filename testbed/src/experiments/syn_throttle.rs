@@ -133,7 +133,7 @@ mod tests {
     fn full_arms_on_the_cpu_bound_farm() {
         use crate::experiments::syn_police::SynPolice;
         for a in SynThrottle.arms(false).iter().chain(SynPolice.arms(false).iter()) {
-            assert_eq!((a.clients(), a.farm.max_clients, a.farm.cpu_cores), (600, 1200, Some(0.17)), "{}", a.name);
+            assert_eq!((a.clients(), a.farm.max_clients, a.farm.cpu_cores), (600, 1200, Some(0.25)), "{}", a.name);
         }
         for a in SynThrottle.arms(true).iter().chain(SynPolice.arms(true).iter()) {
             assert_eq!((a.clients(), a.farm.max_clients, a.farm.cpu_cores), (240, 150, Some(0.12)), "{}", a.name);
