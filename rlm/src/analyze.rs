@@ -8,17 +8,18 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
-use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::capture::{self, Source};
+use crate::records::{check_outputs, Dest, Protected, RecordOut};
 use rlm_core::engine::{Config, Engine, Event, Stats};
+
+pub use crate::records::UsageError;
 
 /// Options of one analysis.
 pub struct AnalyzeOptions {
@@ -85,19 +86,6 @@ pub struct WhatIf {
 
 /// Bounded memory: clients and connections are counted exactly up to this many per rule.
 const MAX_DISTINCT: usize = 100_000;
-
-/// A command line that cannot be run as given (exit status 2): an output that would overwrite
-/// the capture or another output.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
 
 /// Response-time statistics of a set of pageviews.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -470,139 +458,6 @@ impl Summary {
     }
 }
 
-/// The identity of a file, for telling whether two paths are the same file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum FileId {
-    /// An existing file: (device, inode); hard links and symlinks to it compare equal.
-    Inode(u64, u64),
-    /// A file still to be created: its canonical directory and name.
-    ToBe(PathBuf),
-}
-
-fn id_of_meta(m: &std::fs::Metadata) -> FileId {
-    FileId::Inode(m.dev(), m.ino())
-}
-
-/// The identity of `path` without opening or creating anything.
-fn file_id(path: &Path) -> FileId {
-    if let Ok(m) = std::fs::metadata(path) {
-        return id_of_meta(&m);
-    }
-    // Not there yet: a dangling symlink creates its target, so follow it.
-    let mut p = path.to_path_buf();
-    for _ in 0..40 {
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&p) {
-                Ok(t) => p = p.parent().map(|d| d.join(&t)).unwrap_or(t),
-                Err(_) => break,
-            },
-            _ => break,
-        }
-    }
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    match (std::fs::canonicalize(dir), p.file_name()) {
-        (Ok(d), Some(name)) => FileId::ToBe(d.join(name)),
-        _ => FileId::ToBe(std::path::absolute(&p).unwrap_or(p)),
-    }
-}
-
-/// The identity of an open standard stream, when it is a file.
-fn fd_id(fd: std::os::fd::BorrowedFd<'_>) -> Option<FileId> {
-    let owned = fd.try_clone_to_owned().ok()?;
-    File::from(owned).metadata().ok().map(|m| id_of_meta(&m))
-}
-
-/// Where one output goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Dest {
-    Stdout,
-    File(PathBuf),
-}
-
-/// Refuse outputs that would overwrite the capture or each other, before anything is opened.
-/// Returns each output's destination (an output naming standard output's own file is stdout).
-fn check_outputs(capture: &Source, outputs: &[(&'static str, &Option<PathBuf>)]) -> Result<Vec<Option<Dest>>, UsageError> {
-    let null = std::fs::metadata("/dev/null").ok().map(|m| id_of_meta(&m));
-    let stdout = fd_id(std::io::stdout().as_fd());
-    let capture_id = match capture {
-        Source::Stdin => fd_id(std::io::stdin().as_fd()),
-        Source::File(p) => std::fs::metadata(p).ok().map(|m| id_of_meta(&m)),
-    }
-    .filter(|id| Some(id) != null.as_ref());
-    let mut seen: Vec<(&'static str, String, Option<FileId>, bool)> = Vec::new();
-    let mut dests = Vec::new();
-    for (flag, path) in outputs {
-        let Some(path) = path else {
-            dests.push(None);
-            continue;
-        };
-        let shown = path.display().to_string();
-        let (id, on_stdout) = if path.as_os_str() == "-" {
-            (stdout.clone(), true)
-        } else {
-            let id = file_id(path);
-            let on_stdout = stdout.as_ref() == Some(&id) && Some(&id) != null.as_ref();
-            (Some(id), on_stdout)
-        };
-        // Writing twice to /dev/null harms nobody.
-        let id = id.filter(|id| Some(id) != null.as_ref());
-        if let (Some(id), Some(cap)) = (&id, &capture_id) {
-            if id == cap {
-                let what = if shown == capture.to_string() { String::new() } else { format!(" ({capture}, the same file)") };
-                return Err(UsageError(format!("{flag} {shown} is the input capture{what}; refusing to overwrite it")));
-            }
-        }
-        for (other_flag, other_shown, other_id, other_stdout) in &seen {
-            if on_stdout && *other_stdout {
-                return Err(UsageError(format!(
-                    "{other_flag} {other_shown} and {flag} {shown} both go to standard output; only one output may be `-`"
-                )));
-            }
-            if id.is_some() && id == *other_id {
-                return Err(UsageError(format!("{other_flag} {other_shown} and {flag} {shown} are the same file; give each output its own")));
-            }
-        }
-        seen.push((flag, shown, id, on_stdout));
-        dests.push(Some(if on_stdout { Dest::Stdout } else { Dest::File(path.to_path_buf()) }));
-    }
-    Ok(dests)
-}
-
-/// A JSON-lines output: records are serialized into one reused buffer, then written in one call.
-struct JsonOut {
-    name: String,
-    w: Box<dyn Write>,
-    line: Vec<u8>,
-}
-
-impl JsonOut {
-    fn create(dest: &Option<Dest>) -> Result<Option<JsonOut>> {
-        Ok(match dest {
-            None => None,
-            Some(Dest::Stdout) => Some(JsonOut {
-                name: "standard output".into(),
-                w: Box::new(BufWriter::with_capacity(256 << 10, std::io::stdout().lock())),
-                line: Vec::with_capacity(4096),
-            }),
-            Some(Dest::File(p)) => {
-                let f = File::create(p).with_context(|| format!("cannot write {}", p.display()))?;
-                Some(JsonOut { name: p.display().to_string(), w: Box::new(BufWriter::with_capacity(256 << 10, f)), line: Vec::with_capacity(4096) })
-            }
-        })
-    }
-
-    fn write<T: Serialize>(&mut self, v: &T) -> Result<()> {
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, v)?;
-        self.line.push(b'\n');
-        self.w.write_all(&self.line).with_context(|| format!("cannot write {}", self.name))
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        self.w.flush().with_context(|| format!("cannot write {}", self.name))
-    }
-}
-
 /// What an analysis produced.
 pub struct Report {
     pub summary: Summary,
@@ -614,8 +469,12 @@ pub struct Report {
 /// a [`UsageError`] (refused before anything was opened) or a failure to read or write.
 pub fn run(opts: AnalyzeOptions) -> Result<Report> {
     let source = Source::from_arg(&opts.capture);
+    let capture_input = match &source {
+        Source::File(p) => Protected::file("the input capture", p),
+        Source::Stdin => Protected::stdin("the input capture"),
+    };
     let dests = check_outputs(
-        &source,
+        &[capture_input],
         &[
             ("--transactions", &opts.transactions),
             ("--pageviews", &opts.pageviews),
@@ -626,13 +485,13 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
     let summary_to_stderr = dests.iter().flatten().any(|d| *d == Dest::Stdout);
     // The capture is opened (and recognised) before any output is created.
     let mut reader = capture::open(&source)?;
-    let mut tx_out = JsonOut::create(&dests[0])?;
-    let mut pv_out = JsonOut::create(&dests[1])?;
+    let mut tx_out = dests[0].as_ref().map(RecordOut::create).transpose()?;
+    let mut pv_out = dests[1].as_ref().map(RecordOut::create).transpose()?;
     if let Some(Dest::File(p)) = &dests[2] {
         // Created now, so an unwritable path fails before the work, not after.
         File::create(p).with_context(|| format!("cannot write {}", p.display()))?;
     }
-    let mut dec_out = JsonOut::create(&dests[3])?;
+    let mut dec_out = dests[3].as_ref().map(RecordOut::create).transpose()?;
     let mut engine = Engine::new(opts.config);
     let mut what_if = opts.rules.as_ref().map(|r| WhatIf {
         rules_file: r.file_name().to_string(),
@@ -728,7 +587,7 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
         b.finish_and_clear();
     }
     // What was written is flushed whatever happened.
-    let flushed = [tx_out.as_mut().map(JsonOut::flush), pv_out.as_mut().map(JsonOut::flush), dec_out.as_mut().map(JsonOut::flush)];
+    let flushed = [tx_out.as_mut().map(RecordOut::flush), pv_out.as_mut().map(RecordOut::flush), dec_out.as_mut().map(RecordOut::flush)];
     let replayed = replayed?;
     for f in flushed.into_iter().flatten() {
         f?;
@@ -742,11 +601,8 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
         summary.what_if = Some(w);
     }
     if let Some(dest) = &dests[2] {
-        let mut out = JsonOut::create(&Some(dest.clone()))?.ok_or_else(|| anyhow!("summary output"))?;
-        out.line.clear();
-        serde_json::to_writer_pretty(&mut out.line, &summary)?;
-        out.line.push(b'\n');
-        out.w.write_all(&out.line).with_context(|| format!("cannot write {}", out.name))?;
+        let mut out = RecordOut::create(dest)?;
+        out.write_pretty(&summary)?;
         out.flush()?;
     }
     Ok(Report { summary, summary_to_stderr })
@@ -801,24 +657,5 @@ mod tests {
             assert!(moved <= 2 * near, "n {n}: {moved} moved, {near} near a boundary");
         }
         assert_eq!(RtStream::default().stats(), RtStats::default());
-    }
-
-    #[test]
-    fn same_file_is_recognised_through_links_and_path_variants() {
-        let d = std::env::temp_dir().join(format!("rlm-analyze-ids-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let f = d.join("a.jsonl");
-        std::fs::write(&f, b"x").unwrap();
-        std::os::unix::fs::symlink(&f, d.join("link")).unwrap();
-        std::fs::hard_link(&f, d.join("hard")).unwrap();
-        let id = file_id(&f);
-        assert_eq!(file_id(&d.join("link")), id);
-        assert_eq!(file_id(&d.join("hard")), id);
-        assert_eq!(file_id(&d.join(".").join("a.jsonl")), id);
-        // Files still to be created compare by canonical directory and name; a dangling link by its target.
-        std::os::unix::fs::symlink(d.join("later"), d.join("dangling")).unwrap();
-        assert_eq!(file_id(&d.join("dangling")), file_id(&d.join("later")));
-        assert_ne!(file_id(&d.join("later")), file_id(&d.join("other")));
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -27,6 +27,7 @@ pub mod inject;
 pub mod metrics;
 pub mod netfilter;
 pub mod nfqueue;
+pub mod records;
 pub mod shaper;
 pub mod tap;
 
