@@ -172,10 +172,8 @@ impl RecordWriter {
             keep: opts.keep,
             dirty_since: None,
         };
-        let thread = std::thread::Builder::new()
-            .name("rlm-records".into())
-            .spawn(move || worker.run())
-            .context("cannot start the record writer thread")?;
+        let thread =
+            std::thread::Builder::new().name("rlm-records".into()).spawn(move || worker.run()).context("cannot start the record writer thread")?;
         Ok(RecordWriter { queue, enabled, shared, thread, close_timeout: opts.close_timeout })
     }
 
