@@ -277,10 +277,11 @@ impl RecordOut {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn temp_dir(name: &str) -> PathBuf {
+    /// A fresh, empty directory for test `name` of this process (the record writers' tests too).
+    pub(crate) fn temp_dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("rlm-records-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();

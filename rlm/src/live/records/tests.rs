@@ -11,11 +11,15 @@ use rlm_core::Timestamp;
 
 use super::*;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rlm-live-records-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+use crate::records::tests::temp_dir;
+
+/// A writer of decisions only, to `dec.jsonl` in a fresh directory for test `name`: (the
+/// directory, the file, the writer).
+fn decisions_writer(name: &str, opts: WriterOptions) -> (PathBuf, PathBuf, RecordWriter) {
+    let d = temp_dir(&format!("live-{name}"));
+    let f = d.join("dec.jsonl");
+    let outputs = RecordOutputs { decisions: Some(Dest::File(f.clone())), ..RecordOutputs::default() };
+    (d, f, RecordWriter::spawn(outputs, opts).unwrap())
 }
 
 /// Decision `i`: its rule is `rules.rlm:{i}:1`.
@@ -119,7 +123,7 @@ fn all_to(d: &Path) -> RecordOutputs {
 
 #[test]
 fn every_record_is_one_line_byte_equal_to_record_outs() {
-    let d = temp_dir("equal");
+    let d = temp_dir("live-equal");
     let base = engine_records();
     let events: Vec<Event> = (0..300).map(|i| if i % 3 == 2 { decision(i) } else { base[i % base.len()].clone() }).collect();
     let w = RecordWriter::spawn(all_to(&d), WriterOptions::default()).unwrap();
@@ -177,10 +181,7 @@ fn a_blocked_output_costs_records_never_a_wait() {
 
 #[test]
 fn a_reopen_after_a_rename_puts_each_record_in_exactly_one_file() {
-    let d = temp_dir("reopen");
-    let f = d.join("dec.jsonl");
-    let outputs = RecordOutputs { decisions: Some(Dest::File(f.clone())), ..RecordOutputs::default() };
-    let w = RecordWriter::spawn(outputs, WriterOptions::default()).unwrap();
+    let (d, f, w) = decisions_writer("reopen", WriterOptions::default());
     (0..500).for_each(|i| w.send(decision(i)));
     std::fs::rename(&f, d.join("dec.jsonl.1")).unwrap();
     w.request_reopen();
@@ -196,11 +197,8 @@ fn a_reopen_after_a_rename_puts_each_record_in_exactly_one_file() {
 
 #[test]
 fn rotation_at_max_bytes_keeps_at_most_keep_files() {
-    let d = temp_dir("rotate");
-    let f = d.join("dec.jsonl");
     let (max, keep) = (2_000u64, 3);
-    let outputs = RecordOutputs { decisions: Some(Dest::File(f.clone())), ..RecordOutputs::default() };
-    let w = RecordWriter::spawn(outputs, WriterOptions { max_bytes: Some(max), keep, ..WriterOptions::default() }).unwrap();
+    let (d, f, w) = decisions_writer("rotate", WriterOptions { max_bytes: Some(max), keep, ..WriterOptions::default() });
     (0..200).for_each(|i| w.send(decision(i)));
     let c = w.close();
     assert_eq!((c.decisions_written, c.decisions_dropped, c.reopen_errors), (200, 0, 0));
@@ -244,10 +242,7 @@ fn close_with_a_stuck_output_returns_in_time_and_counts_the_rest_as_dropped() {
 
 #[test]
 fn records_reach_the_file_within_a_second_without_a_close() {
-    let d = temp_dir("idle");
-    let f = d.join("dec.jsonl");
-    let outputs = RecordOutputs { decisions: Some(Dest::File(f.clone())), ..RecordOutputs::default() };
-    let w = RecordWriter::spawn(outputs, WriterOptions::default()).unwrap();
+    let (d, f, w) = decisions_writer("idle", WriterOptions::default());
     w.send(decision(7));
     let t = Instant::now();
     while std::fs::metadata(&f).unwrap().len() == 0 && t.elapsed() < Duration::from_secs(3) {
