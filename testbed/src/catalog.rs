@@ -198,7 +198,8 @@ mod tests {
         let root = std::env::temp_dir().join(format!("rlm-lab-check-fast-{}", std::process::id()));
         let (none, no_class) = (json!({}), json!({}));
         let synack = |slow_frac: f64, pages: u64| {
-            json!({"experiment": "fast-synack", "synack_gaps": ["3s", "1s", "500ms", "10ms"], "arms": [
+            json!({"experiment": "fast-synack", "synack_gaps": ["3s", "1s", "500ms", "10ms"],
+                   "fidelity": {"truth_pageviews": 2300, "matched": 2290}, "arms": [
                 arm_json("gap-3s", 2300, 0.05, no_class.clone(), none.clone()),
                 arm_json("gap-500ms", pages, slow_frac, no_class.clone(), json!({"fast_synacks_sent": 60.0})),
                 arm_json("gap-10ms", 2310, 0.025, no_class.clone(), json!({"fast_synacks_sent": 900.0})),
@@ -225,6 +226,7 @@ mod tests {
         assert!(has(&ok, "fast-synack: gap-500ms cuts the share of pageviews past 3 s by 40%"), "{ok:#?}");
         assert!(has(&ok, "fast-synack: gap-500ms completed 2250 pages against gap-3s's 2300"), "{ok:#?}");
         assert!(has(&ok, "fast-synack/gap-3s: rlm resent no SYN/ACK"), "{ok:#?}");
+        assert!(has(&ok, "fast-synack/gap-3s (rlm inline, nothing acted on): 2290 of 2300 truth pageviews matched in its capture"), "{ok:#?}");
         assert!(has(&ok, "fast-synack/gap-10ms: rlm resent 900 SYN/ACKs"), "{ok:#?}");
         assert!(has(&ok, "fast-syn: LOW's pageviews with a failed connection fall by 95%: 2 against 40"), "{ok:#?}");
         assert!(has(&ok, "fast-syn: LOW's mean better: 3.50 s against 4.50 s"), "{ok:#?}");
@@ -257,9 +259,13 @@ mod tests {
         // A quick run (three gaps) guards the mechanism at a 20% cut.
         let mut quick = synack(0.04, 2300);
         quick["synack_gaps"] = json!(["3s", "500ms", "10ms"]);
-        write_result(&root, "fast-synack", quick);
-        let (ok, _, _) = fast_lines(&root);
+        quick["fidelity"]["matched"] = json!(2100);
+        write_result(&root, "fast-synack", quick.clone());
+        let (ok, bad, _) = fast_lines(&root);
         assert!(has(&ok, "by 20%: 4.00% (92 of 2300) against gap-3s's 5.00% (115 of 2300) (at least 20% in a quick run"), "{ok:#?}");
+        assert!(has(&bad, "fast-synack/gap-3s (rlm inline, nothing acted on): 2100 of 2300 truth pageviews matched"), "{bad:#?}");
+        quick["fidelity"]["matched"] = json!(2290);
+        write_result(&root, "fast-synack", quick);
         // LOW 7% worse: within a quick run's guard, not the full run's target; HIGH 12% worse fails both.
         write_result(&root, "fast-syn", fast_syn(40, 1.60, 4.8, true));
         let (ok, bad, _) = fast_lines(&root);

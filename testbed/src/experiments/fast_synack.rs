@@ -1,10 +1,12 @@
 //! fast-synack: 004 Table 1, rlm resending the server's SYN/ACK every gap until the client's ACK
 //! comes, at the light load over the 80 ms / 2% WAN.
 
+use anyhow::Result;
 use serde_json::{Map, Value};
 
 use super::{arm, arm_in, injected, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
-use crate::arm::ArmSpec;
+use crate::arm::{ArmResult, ArmSpec};
+use crate::report::Fidelity;
 
 /// fast-synack's browsers and run per arm. The effect (004 Table 1) is on the share of pageviews
 /// past 3 s, 4 to 6.5% at light load here (baseline-wan quick: 17 and 27 of 417): a quick run
@@ -65,7 +67,11 @@ impl Experiment for FastSynack {
         // The farm's CPU scaled with the browsers: the same light load, about 60% busy.
         let fcores = cores * f64::from(clients) / f64::from(light);
         let fast_arm = |g: &str| {
-            let mut a = with_rlm(arm(&format!("gap-{g}"), clients, fdur, &WAN_80_2, false, fcores), fast_synack_rules(g), &[]);
+            // gap-3s (rlm inline, nothing acted on) also captures the server's port, and the
+            // capture replayed through the engine must match the clients' pageviews: rlm inline
+            // is transparent when it acts on nothing (baseline-wan's managed arm checks the
+            // same in make lab).
+            let mut a = with_rlm(arm(&format!("gap-{g}"), clients, fdur, &WAN_80_2, g == "3s", fcores), fast_synack_rules(g), &[]);
             // Connection slots for every browser's two connections and their keep-alive: as
             // in 004's light runs, the farm drops no SYN, so what passes 3 s is the WAN's
             // doing. (With the default 150 slots, 200 browsers filled them: pages waited in
@@ -81,6 +87,10 @@ impl Experiment for FastSynack {
         let mut m = Map::new();
         m.insert("synack_gaps".into(), fast_synack_gaps(quick).into());
         m
+    }
+
+    fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<Fidelity>> {
+        arms.iter().find(|a| a.capture.is_some()).map(super::fidelity::fidelity).transpose()
     }
 
     /// 004 Table 1: rlm resends the SYN/ACK every gap until the client's ACK comes, so a SYN/ACK
@@ -122,6 +132,12 @@ impl Experiment for FastSynack {
                  run-to-run noise)"
             ),
         ));
+        let f = &fs["fidelity"];
+        let (truth, matched) = (num(&f["truth_pageviews"]), num(&f["matched"]));
+        v.push((
+            truth > 0.0 && matched / truth >= 0.95,
+            format!("fast-synack/gap-3s (rlm inline, nothing acted on): {matched} of {truth} truth pageviews matched in its capture (at least 95%)"),
+        ));
         for a in fs["arms"].as_array().into_iter().flatten() {
             let name = a["name"].as_str().unwrap_or("?");
             let sent = injected(a, "fast_synacks_sent");
@@ -153,6 +169,7 @@ mod tests {
         let full = FastSynack.arms(false);
         assert_eq!(names(&full), ["gap-3s", "gap-1s", "gap-500ms", "gap-10ms"]);
         assert_eq!(rules(&quick[0]), CLASS_RULES);
+        assert_eq!(quick.iter().chain(full.iter()).filter(|s| s.capture).map(|s| s.name.as_str()).collect::<Vec<_>>(), ["gap-3s", "gap-3s"]);
         assert_eq!(rules(&quick[1]), format!("{CLASS_RULES}IF IP.SRC == *.*.*.* THEN\n  FAST SYN/ACK GAP 500ms\n"));
         let wan = BaselineWan.arms(true);
         let per_core = |s: &ArmSpec| f64::from(s.clients()) / s.farm.cpu_cores.unwrap();
