@@ -4,9 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::syn_throttle::{throttle_rules, throttle_run, throttle_target_s};
-use super::{
-    arm, fast_syn_farm, injected, num, on_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2,
-};
+use super::{arm, fast_syn_farm, injected, num, on_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
 use crate::arm::ArmSpec;
 
 /// fast-syn's and think-gap's release of held SYNs, per second: about a third of the pageviews
