@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use rlm::live::records::RecordOutputs;
 use rlm::live::{self, RunConfig};
 
 /// `rlm run`'s flags; each overrides the same key of `--config`.
@@ -82,6 +83,28 @@ pub struct RunArgs {
     /// Log JSON lines instead of text.
     #[arg(long)]
     pub log_json: bool,
+    /// Write one JSON line per finished transaction to this file (`-`: standard output): the
+    /// records `rlm analyze --transactions` writes.
+    #[arg(long, value_name = "FILE")]
+    pub transactions: Option<PathBuf>,
+    /// Write one JSON line per finished pageview to this file (`-`: standard output).
+    #[arg(long, value_name = "FILE")]
+    pub pageviews: Option<PathBuf>,
+    /// Write one JSON line per decision a rule took (a SYN dropped) to this file (`-`: standard
+    /// output).
+    #[arg(long, value_name = "FILE")]
+    pub decisions: Option<PathBuf>,
+    /// Rotate a record file once it passes this many bytes (0: never; SIGHUP reopens the files
+    /// after logrotate either way).
+    #[arg(long, value_name = "BYTES")]
+    pub records_max_bytes: Option<u64>,
+    /// Rotated record files kept (FILE.1 the newest; default 5).
+    #[arg(long, value_name = "N")]
+    pub records_keep: Option<usize>,
+    /// Records waiting to be written; past it records are dropped and counted, packets never
+    /// wait (default 16384).
+    #[arg(long, value_name = "N")]
+    pub records_queue: Option<usize>,
     /// SRPT on the client port's egress: off, fair (shaped, one FIFO) or srpt.
     #[arg(long, value_enum, value_name = "MODE")]
     pub srpt: Option<rlm::live::config::SrptRunMode>,
@@ -177,6 +200,24 @@ impl RunArgs {
             c.fast_release_per_s = v;
         }
         c.log_json |= self.log_json;
+        if self.transactions.is_some() {
+            c.transactions = self.transactions;
+        }
+        if self.pageviews.is_some() {
+            c.pageviews = self.pageviews;
+        }
+        if self.decisions.is_some() {
+            c.decisions = self.decisions;
+        }
+        if let Some(v) = self.records_max_bytes {
+            c.records_max_bytes = v;
+        }
+        if let Some(v) = self.records_keep {
+            c.records_keep = v;
+        }
+        if let Some(v) = self.records_queue {
+            c.records_queue = v;
+        }
         if let Some(v) = self.srpt {
             c.srpt.mode = v;
         }
@@ -204,6 +245,16 @@ impl RunArgs {
         c.srpt.keep_state_on_exit |= self.srpt_keep_state;
         Ok(c)
     }
+
+    /// The settings and where the records go. The outputs are checked here, before anything is
+    /// opened or installed and without privileges: one that would overwrite the rule file, the
+    /// configuration file or another output is a usage error.
+    fn into_settings(self) -> anyhow::Result<(RunConfig, RecordOutputs)> {
+        let config_file = self.config.clone();
+        let c = self.into_config()?;
+        let outputs = c.record_outputs(config_file.as_deref())?;
+        Ok((c, outputs))
+    }
 }
 
 /// `0x800000` or `8388608`.
@@ -220,8 +271,8 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
-    let cfg = match args.into_config() {
-        Ok(c) => c,
+    let (cfg, outputs) = match args.into_settings() {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("rlm: {}", one_line(&e));
             return ExitCode::from(2);
@@ -233,7 +284,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     }
-    match live::run(cfg) {
+    match live::run(cfg, outputs) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rlm: {}", one_line(&e));
@@ -262,5 +313,93 @@ pub fn status(addr: SocketAddr) -> ExitCode {
             eprintln!("rlm: no rlm answering on {addr}: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+
+    use super::*;
+
+    /// `rlm run`'s flags alone.
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> RunArgs {
+        Cmd::try_parse_from(std::iter::once("rlm-run").chain(args.iter().copied())).unwrap().run
+    }
+
+    /// A fresh directory of test `name`'s own.
+    fn temp_dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rlm-run-args-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn record_flags_override_the_config_file_key_by_key() {
+        let d = temp_dir("override");
+        let toml = d.join("rlm.toml");
+        let keys = [
+            "transactions = \"/var/log/rlm/tx.jsonl\"",
+            "pageviews = \"/var/log/rlm/pv.jsonl\"",
+            "records_max_bytes = 1000",
+            "records_keep = 2",
+            "records_queue = 64",
+        ];
+        std::fs::write(&toml, keys.join("\n")).unwrap();
+        let config = toml.to_str().unwrap();
+        // Without flags: the file's.
+        let c = parse(&["--config", config]).into_config().unwrap();
+        assert_eq!(
+            (c.transactions.as_deref(), c.pageviews.as_deref(), c.decisions.as_deref()),
+            (Some(Path::new("/var/log/rlm/tx.jsonl")), Some(Path::new("/var/log/rlm/pv.jsonl")), None)
+        );
+        assert_eq!((c.records_max_bytes, c.records_keep, c.records_queue), (1000, 2, 64));
+        // Each flag wins over its key; the keys no flag names stay the file's.
+        let flags = "--pageviews /tmp/pv.jsonl --decisions - --records-max-bytes 0 --records-keep 7 --records-queue 128";
+        let args: Vec<&str> = ["--config", config].into_iter().chain(flags.split_whitespace()).collect();
+        let c = parse(&args).into_config().unwrap();
+        assert_eq!(
+            (c.transactions.as_deref(), c.pageviews.as_deref(), c.decisions.as_deref()),
+            (Some(Path::new("/var/log/rlm/tx.jsonl")), Some(Path::new("/tmp/pv.jsonl")), Some(Path::new("-")))
+        );
+        assert_eq!((c.records_max_bytes, c.records_keep, c.records_queue), (0, 7, 128));
+        // No file: the defaults.
+        let c = parse(&[]).into_config().unwrap();
+        assert_eq!((c.transactions, c.pageviews, c.decisions), (None, None, None));
+        assert_eq!((c.records_max_bytes, c.records_keep, c.records_queue), (0, 5, 16_384));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn outputs_from_flags_and_file_together_are_checked_before_anything_is_opened() {
+        let d = temp_dir("check");
+        let (toml, pv) = (d.join("rlm.toml"), d.join("pv.jsonl"));
+        std::fs::write(&toml, format!("pageviews = {:?}\n", pv.to_str().unwrap())).unwrap();
+        let (config, pv_arg) = (toml.to_str().unwrap(), pv.to_str().unwrap());
+        // A flag naming the file's output for another kind.
+        let e = parse(&["--config", config, "--transactions", pv_arg]).into_settings().unwrap_err();
+        assert!(e.is::<rlm::records::UsageError>(), "{e:#}");
+        assert!(format!("{e:#}").contains("are the same file"), "{e:#}");
+        // The flag that overrides the key lifts the collision.
+        let other = d.join("other.jsonl");
+        let (_, outputs) = parse(&["--config", config, "--transactions", pv_arg, "--pageviews", other.to_str().unwrap()]).into_settings().unwrap();
+        assert_eq!(outputs.transactions, Some(rlm::records::Dest::File(pv.clone())));
+        assert_eq!(outputs.pageviews, Some(rlm::records::Dest::File(other.clone())));
+        // The configuration file is an input.
+        let e = parse(&["--config", config, "--decisions", config]).into_settings().unwrap_err();
+        assert!(format!("{e:#}").contains("is the configuration file; refusing to overwrite it"), "{e:#}");
+        let e = parse(&["--pageviews", "-", "--decisions", "-"]).into_settings().unwrap_err();
+        assert!(format!("{e:#}").contains("only one output may be `-`"), "{e:#}");
+        assert!(!pv.exists() && !other.exists(), "nothing is created");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

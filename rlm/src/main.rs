@@ -29,9 +29,12 @@ enum Command {
     /// Sit inline on a bridge: queue the clients' SYNs, measure pageviews from a tap, enforce the rule file.
     ///
     /// Installs its netfilter rules (removed on SIGINT/SIGTERM; bypassed if rlm dies), serves
-    /// Prometheus /metrics and /status on localhost, and reloads the rule file on SIGHUP.
+    /// Prometheus /metrics and /status on localhost, and writes --transactions, --pageviews and
+    /// --decisions as JSON lines (the records of `rlm analyze`). SIGHUP reopens those files
+    /// (after logrotate) and reloads the rule file if it changed.
     /// Exit status: 0 stopped by a signal; 1 failed (before installing anything if the bridge,
-    /// the rule file or the privileges are wrong); 2 a usage error.
+    /// the rule file or the privileges are wrong); 2 a usage error (outputs are refused, before
+    /// anything is opened, when one is the rule file, the configuration or another output).
     Run(commands::RunArgs),
     /// Check rule files: print a summary of each, or its errors (FILE:LINE:COL, the line, a caret).
     ///

@@ -1,4 +1,5 @@
-//! `rlm analyze` as an operator runs it.
+//! `rlm analyze` as an operator runs it, and `rlm run`'s refusals of its record outputs, which
+//! come before anything is opened and need no privileges.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -540,4 +541,38 @@ fn what_if_replays_a_rule_file_over_a_capture() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("r.rlm:1:7"));
     assert!(!sum.exists());
+}
+
+#[test]
+fn run_refuses_record_outputs_that_collide_before_touching_anything() {
+    let d = tmpdir("run-outputs");
+    let rules = d.join("rules.rlm");
+    std::fs::write(&rules, "CLASS C IF IP.SRC == 10.0.0.0/8\n").unwrap();
+    let config = d.join("rlm.toml");
+    std::fs::write(&config, "bridge = \"br0\"\nclient_port = \"eth0\"\nserver_port = \"eth1\"\npageviews = \"pv.jsonl\"\n").unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = rlm();
+        cmd.current_dir(&d).args(["run", "--bridge", "br-none", "--client-port", "none-c", "--server-port", "none-s"]).args(args);
+        cmd.output().unwrap()
+    };
+    let cases: [(&[&str], &str); 5] = [
+        (&["--pageviews", "x.jsonl", "--transactions", "./x.jsonl"], "--transactions ./x.jsonl and --pageviews x.jsonl are the same file"),
+        (&["--pageviews", "-", "--decisions", "-"], "only one output may be `-`"),
+        (&["--rules", "rules.rlm", "--decisions", "rules.rlm"], "--decisions rules.rlm is the rule file; refusing to overwrite it"),
+        (&["--config", "rlm.toml", "--transactions", "rlm.toml"], "--transactions rlm.toml is the configuration file; refusing to overwrite it"),
+        // The configuration file's output and a flag's.
+        (&["--config", "rlm.toml", "--decisions", "pv.jsonl"], "--pageviews pv.jsonl and --decisions pv.jsonl are the same file"),
+    ];
+    for (args, why) in cases {
+        let out = run(args);
+        let err = refused(&out);
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+    assert!(!d.join("x.jsonl").exists() && !d.join("pv.jsonl").exists(), "nothing was created");
+    assert_eq!(std::fs::read_to_string(&rules).unwrap(), "CLASS C IF IP.SRC == 10.0.0.0/8\n");
+    assert!(std::fs::read_to_string(&config).unwrap().starts_with("bridge = "));
+    // Accepted outputs go on to the next check: here the bridge that is not there (exit 1).
+    let out = run(&["--pageviews", "x.jsonl", "--transactions", "y.jsonl"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!d.join("x.jsonl").exists(), "outputs are created only once rlm is set up");
 }

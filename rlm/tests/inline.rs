@@ -2,9 +2,10 @@
 //! bridge, server) built here. Needs root (CI runs as root).
 //!
 //! - A SIGHUP reload under load loses no packet: connections open back to back through the
-//!   bridge while the rule file is reloaded ten times, and none fails or waits for a SYN
-//!   retransmission (which a lost SYN would cost: 1 s); a connection opened before the reloads
-//!   keeps working after them, and rlm's counters are not reset.
+//!   bridge while the rule file is changed and reloaded ten times, and none fails or waits for a
+//!   SYN retransmission (which a lost SYN would cost: 1 s); a connection opened before the
+//!   reloads keeps working after them, and rlm's counters are not reset. A SIGHUP with the file
+//!   unchanged (logrotate's) leaves the rules in force as they are.
 //! - Bad input on the wire does not crash the daemon: malformed frames sent into the bridge are
 //!   counted by reason, and rlm still answers and still forwards.
 //! - A bad rule file, a missing port: one line on stderr, non-zero exit, nothing installed.
@@ -187,9 +188,10 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
         (ok, slow, failed)
     });
     let pid = child.0.as_ref().expect("running").id() as i32;
-    for _ in 0..10 {
+    for i in 0..10 {
         std::thread::sleep(Duration::from_millis(400));
-        std::fs::write(&rules, text).unwrap();
+        // A comment more each time: rlm puts a rule file in force again only when it changed.
+        std::fs::write(&rules, format!("{text}# reload {i}\n")).unwrap();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(pid, libc::SIGHUP) };
     }
@@ -281,7 +283,12 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
     .unwrap();
     assert!(after.is_ok(), "the bridge still forwards: {after:?}");
 
+    // SIGHUP with the rule file as it was loaded: nothing is put in force again.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(300));
     let log = stop(child);
-    assert!(log.contains("SIGHUP: new rules in force"), "{log}");
+    assert_eq!(log.matches("SIGHUP: new rules in force").count(), 10, "{log}");
+    assert!(log.contains("SIGHUP: the rule file is unchanged"), "{log}");
     assert_eq!(leftover_rules(), 0, "rlm removed its chain");
 }

@@ -123,16 +123,22 @@ impl Capture {
         Capture(child, file)
     }
 
-    /// Stop it and read it with tshark, checksums verified: one row per packet with
-    /// (stream, syn, ack, raw sequence number, TCP checksum good, IP checksum good).
-    fn finish(mut self) -> Vec<(u32, bool, bool, u64, bool, bool)> {
+    /// Stop it; the capture file.
+    fn stop(mut self) -> std::path::PathBuf {
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill(2) on our child's pid.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
         let _ = self.0.wait();
+        self.1
+    }
+
+    /// Stop it and read it with tshark, checksums verified: one row per packet with
+    /// (stream, syn, ack, raw sequence number, TCP checksum good, IP checksum good).
+    fn finish(self) -> Vec<(u32, bool, bool, u64, bool, bool)> {
+        let file = self.stop();
         let out = std::process::Command::new("tshark")
             .args(["-n", "-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE", "-r"])
-            .arg(&self.1)
+            .arg(&file)
             .args(["-T", "fields", "-e", "tcp.stream", "-e", "tcp.flags.syn", "-e", "tcp.flags.ack", "-e", "tcp.seq_raw"])
             .args(["-e", "tcp.checksum.status", "-e", "ip.checksum.status"])
             .output()
@@ -190,6 +196,132 @@ fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     for r in fetch_from_clients(&info, vec![info.clients.high[0].clone()]) {
         r.expect("a page after rlm stopped");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The records of a JSON-lines file, each parsed.
+fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {l:?}", path.display()))).collect()
+}
+
+/// Each distinct set of top-level keys among `records`.
+fn key_sets(records: &[serde_json::Value]) -> std::collections::BTreeSet<std::collections::BTreeSet<String>> {
+    records.iter().map(|r| r.as_object().expect("a JSON object").keys().cloned().collect::<std::collections::BTreeSet<String>>()).collect()
+}
+
+/// rlm's exit line `records: transactions written=N dropped=M, pageviews written=N dropped=M,
+/// decisions written=N dropped=M`: (kind, written, dropped) in that order.
+fn records_exit_line(log: &str) -> Vec<(String, u64, u64)> {
+    let line = log.lines().rev().find(|l| l.contains("records: transactions written=")).unwrap_or_else(|| panic!("no records line at exit:\n{log}"));
+    let counts = &line[line.find("records: ").expect("found above") + "records: ".len()..];
+    let number = |field: &str| -> u64 {
+        let digits: String = field.split_once('=').expect("name=value").1.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().expect("a count")
+    };
+    counts
+        .split(", ")
+        .map(|part| {
+            let f: Vec<&str> = part.split_whitespace().collect();
+            assert!(f.len() == 3 && f[1].starts_with("written=") && f[2].starts_with("dropped="), "{line}");
+            (f[0].to_string(), number(f[1]), number(f[2]))
+        })
+        .collect()
+}
+
+/// `rlm run --transactions --pageviews --decisions` writes the records of `rlm analyze` (the
+/// same keys as `rlm analyze` over a capture of the same traffic) and survives logrotate: the
+/// files renamed halfway and SIGHUP, every pageview is in the renamed file or the new one
+/// exactly once, as many as rlm says it wrote at exit, none lost; the rule file, unchanged, is
+/// not put in force again.
+#[test]
+fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
+    let (_plan, _guard, info) = lab("r", 2);
+    let dir = std::env::temp_dir().join(format!("rlm-records-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (tx, pv, dec) = (dir.join("tx.jsonl"), dir.join("pv.jsonl"), dir.join("dec.jsonl"));
+    let rotated = |p: &std::path::Path| std::path::PathBuf::from(format!("{}.1", p.display()));
+    let mut extra_args = Vec::new();
+    for (flag, p) in [("--transactions", &tx), ("--pageviews", &pv), ("--decisions", &dec)] {
+        extra_args.extend([flag.to_string(), p.display().to_string()]);
+    }
+    let capture = Capture::start(&info.namespaces.servers, "srv0", dir.join("server.pcap"));
+    let arm = RlmArm { rules: CLASSES.into(), extra_args };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    let srcs: Vec<String> = info.clients.high.iter().chain(info.clients.low.iter()).cycle().take(300).cloned().collect();
+    for r in fetch_from_clients(&info, srcs[..150].to_vec()) {
+        r.expect("a page through rlm");
+    }
+    // The first half's pageviews end (past their quiet period) and are written.
+    std::thread::sleep(Duration::from_secs(6));
+    // logrotate: rename, then SIGHUP.
+    std::fs::rename(&pv, rotated(&pv)).unwrap();
+    std::fs::rename(&tx, rotated(&tx)).unwrap();
+    // SAFETY: kill(2) on rlm's pid (`ip netns exec` execs it), still our unreaped child.
+    unsafe { libc::kill(rlm.pid as i32, libc::SIGHUP) };
+    for r in fetch_from_clients(&info, srcs[150..].to_vec()) {
+        r.expect("a page through rlm after the SIGHUP");
+    }
+    let out = rlm.stop().expect("stop");
+    let server_pcap = capture.stop();
+    assert_eq!(out.exit_code, Some(0), "rlm exits 0 on SIGTERM; log {}", out.log.display());
+    let log = std::fs::read_to_string(&out.log).unwrap();
+    assert!(log.contains("SIGHUP: reopening the record files"), "{log}");
+    assert!(log.contains("SIGHUP: the rule file is unchanged"), "{log}");
+    assert!(!log.contains("SIGHUP: new rules in force"), "{log}");
+
+    // What rlm says it wrote at exit is what the files hold, and nothing was lost.
+    let counts = records_exit_line(&log);
+    println!("records at exit: {counts:?}");
+    let kinds: Vec<&str> = counts.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(kinds, ["transactions", "pageviews", "decisions"]);
+    assert!(counts.iter().all(|c| c.2 == 0), "records dropped: {counts:?}");
+    let (live_tx_old, live_tx_new) = (json_lines(&rotated(&tx)), json_lines(&tx));
+    let (live_pv_old, live_pv_new) = (json_lines(&rotated(&pv)), json_lines(&pv));
+    assert!(!live_tx_old.is_empty() && !live_tx_new.is_empty(), "transactions on both sides of the rotation");
+    assert!(!live_pv_old.is_empty() && !live_pv_new.is_empty(), "pageviews on both sides of the rotation");
+    assert_eq!((live_tx_old.len() + live_tx_new.len()) as u64, counts[0].1);
+    assert_eq!(counts[0].1, 300, "one transaction per page");
+    assert_eq!((live_pv_old.len() + live_pv_new.len()) as u64, counts[1].1);
+    assert!(json_lines(&dec).is_empty() && counts[2].1 == 0, "no rule acts, no decision");
+    // Every pageview exactly once: pageview ids count from 1 in the order they began, and every
+    // pageview opened is reported (at the latest by the shutdown at SIGTERM).
+    let mut ids: Vec<u64> = live_pv_old.iter().chain(&live_pv_new).map(|p| p["id"].as_u64().expect("an id")).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=counts[1].1).collect::<Vec<u64>>(), "pageview ids across the renamed and the new file");
+
+    // /status and /metrics, saved just before SIGTERM, count them too.
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
+    println!("status records: {}", status["records"]);
+    assert_eq!(status["records"]["transactions"]["written"], 300);
+    assert_eq!(status["records"]["pageviews"]["dropped"], 0);
+    assert_eq!(status["records"]["reopen_errors"], 0);
+    let metrics = std::fs::read_to_string(out.metrics.as_ref().expect("metrics")).unwrap();
+    let written = testbed::inline::prom::by_label(&testbed::inline::prom::parse(&metrics), "rlm_records_written", "kind");
+    assert_eq!(written.get("transactions").copied(), Some(300.0), "{written:?}");
+
+    // The schema: the keys of every live record are those of `rlm analyze` over a capture of the
+    // same traffic.
+    let (off_tx, off_pv) = (dir.join("offline-tx.jsonl"), dir.join("offline-pv.jsonl"));
+    let analyzed = std::process::Command::new(testbed::inline::rlm_binary().unwrap())
+        .args(["analyze", "--quiet", "--server-port", "80", "--transactions"])
+        .arg(&off_tx)
+        .arg("--pageviews")
+        .arg(&off_pv)
+        .arg(&server_pcap)
+        .output()
+        .expect("rlm analyze");
+    assert!(analyzed.status.success(), "rlm analyze: {}", String::from_utf8_lossy(&analyzed.stderr));
+    let (offline_tx, offline_pv) = (json_lines(&off_tx), json_lines(&off_pv));
+    println!("offline: {} transactions, {} pageviews; live: 300 transactions, {} pageviews", offline_tx.len(), offline_pv.len(), counts[1].1);
+    assert_eq!(offline_tx.len(), 300, "the capture holds every page");
+    let live_tx: Vec<serde_json::Value> = live_tx_old.into_iter().chain(live_tx_new).collect();
+    let live_pv: Vec<serde_json::Value> = live_pv_old.into_iter().chain(live_pv_new).collect();
+    assert_eq!(key_sets(&offline_tx).len(), 1, "every offline transaction has the same keys");
+    assert_eq!(key_sets(&live_tx), key_sets(&offline_tx), "live transactions have rlm analyze's keys");
+    assert_eq!(key_sets(&offline_pv).len(), 1, "every offline pageview has the same keys");
+    assert_eq!(key_sets(&live_pv), key_sets(&offline_pv), "live pageviews have rlm analyze's keys");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
+use super::records::{RecordOutputs, WriterOptions};
+use crate::records::{check_outputs, Protected, UsageError};
+
 /// Everything `rlm run` needs. Field names are the TOML keys (see `rlm.sample.toml`).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -58,6 +61,20 @@ pub struct RunConfig {
     pub adapt: bool,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
+    /// Write one JSON line per finished transaction, pageview, or decision a rule took, to this
+    /// file (`-`: standard output, for one of them at most): the records `rlm analyze` writes.
+    /// Transactions cost the engine their building, pageviews their event graph; neither is
+    /// made without its output.
+    pub transactions: Option<PathBuf>,
+    pub pageviews: Option<PathBuf>,
+    pub decisions: Option<PathBuf>,
+    /// Rotate a record file (`F` to `F.1`, ..., up to `F.records_keep`) once it passes this many
+    /// bytes; 0: never (logrotate and SIGHUP work either way).
+    pub records_max_bytes: u64,
+    /// Rotated record files kept.
+    pub records_keep: usize,
+    /// Records waiting for the writer; records past it are dropped, counted, and no packet waits.
+    pub records_queue: usize,
     /// SRPT on the outbound link (the `[srpt]` table).
     pub srpt: SrptConfig,
 }
@@ -225,6 +242,12 @@ impl Default for RunConfig {
             fast_release_per_s: 20.0,
             adapt: true,
             log_json: false,
+            transactions: None,
+            pageviews: None,
+            decisions: None,
+            records_max_bytes: 0,
+            records_keep: 5,
+            records_queue: 16_384,
             srpt: SrptConfig::default(),
         }
     }
@@ -270,13 +293,53 @@ impl RunConfig {
         if !(64..=262_144).contains(&self.tap_snaplen) {
             bail!("tap_snaplen must be between 64 and 262144 bytes");
         }
+        // The queue is allocated whole, a few hundred bytes a record; rotation renames every
+        // kept file.
+        if !(1..=MAX_RECORDS_QUEUE).contains(&self.records_queue) {
+            bail!("records_queue must be between 1 and {MAX_RECORDS_QUEUE}");
+        }
+        if self.records_keep > MAX_RECORDS_KEEP {
+            bail!("records_keep must be at most {MAX_RECORDS_KEEP}");
+        }
         self.srpt.validate(self.observer)
     }
+
+    /// Where the records go, refused before anything is opened when an output is the rule file,
+    /// the configuration file (`config_file`, when one was read) or another output, or when two
+    /// outputs are `-`: a usage error, like the same refusals of `rlm analyze`.
+    pub fn record_outputs(&self, config_file: Option<&Path>) -> Result<RecordOutputs, UsageError> {
+        let mut inputs = Vec::new();
+        if let Some(p) = &self.rules {
+            inputs.push(Protected::file("the rule file", p));
+        }
+        if let Some(p) = config_file {
+            inputs.push(Protected::file("the configuration file", p));
+        }
+        let outputs = [("--transactions", &self.transactions), ("--pageviews", &self.pageviews), ("--decisions", &self.decisions)];
+        let mut dests = check_outputs(&inputs, &outputs)?.into_iter();
+        Ok(RecordOutputs { transactions: dests.next().flatten(), pageviews: dests.next().flatten(), decisions: dests.next().flatten() })
+    }
+
+    /// How the record writer queues and rotates.
+    pub fn writer_options(&self) -> WriterOptions {
+        WriterOptions {
+            capacity: self.records_queue,
+            max_bytes: (self.records_max_bytes > 0).then_some(self.records_max_bytes),
+            keep: self.records_keep,
+            ..WriterOptions::default()
+        }
+    }
 }
+
+/// The most records the writer's queue may hold.
+const MAX_RECORDS_QUEUE: usize = 1 << 20;
+/// The most rotated record files kept.
+const MAX_RECORDS_KEEP: usize = 1000;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::Dest;
 
     #[test]
     fn sample_config_parses_and_unknown_keys_are_refused() {
@@ -320,5 +383,74 @@ mod tests {
         let t: RunConfig = toml::from_str("[srpt]\nmode = \"fair\"\nlink_bps = 1000000\n").unwrap();
         assert_eq!((t.srpt.mode, t.srpt.cutoffs.len()), (SrptRunMode::Fair, 5));
         assert!(toml::from_str::<RunConfig>("[srpt]\nmode = \"lifo\"\n").is_err());
+    }
+
+    #[test]
+    fn record_keys_parse_and_give_the_writers_options() {
+        let t: RunConfig = toml::from_str(
+            "pageviews = \"/var/log/rlm/pv.jsonl\"\ndecisions = \"-\"\nrecords_max_bytes = 1000000\nrecords_keep = 3\nrecords_queue = 64\n",
+        )
+        .unwrap();
+        assert_eq!(t.transactions, None);
+        assert_eq!((t.pageviews.as_deref(), t.decisions.as_deref()), (Some(Path::new("/var/log/rlm/pv.jsonl")), Some(Path::new("-"))));
+        assert_eq!(t.writer_options(), WriterOptions { capacity: 64, max_bytes: Some(1_000_000), keep: 3, ..WriterOptions::default() });
+        // 0 bytes: never rotated; the defaults are the writer's.
+        let d = RunConfig::default();
+        assert_eq!(d.writer_options(), WriterOptions::default());
+        let mut d = RunConfig { bridge: "br0".into(), client_port: "a".into(), server_port: "b".into(), ..RunConfig::default() };
+        d.records_queue = 0;
+        assert!(d.validate().unwrap_err().to_string().contains("records_queue"));
+        d.records_queue = 16;
+        d.records_keep = 100_000;
+        assert!(d.validate().unwrap_err().to_string().contains("records_keep"));
+    }
+
+    #[test]
+    fn sample_config_documents_the_record_keys() {
+        let keys = ["transactions", "pageviews", "decisions", "records_max_bytes", "records_keep", "records_queue"];
+        // Its commented examples, taken in.
+        let sample: Vec<&str> = include_str!("../../../rlm.sample.toml")
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(example) if keys.iter().any(|k| example.starts_with(&format!("{k} = "))) => example,
+                _ => l,
+            })
+            .collect();
+        let c: RunConfig = toml::from_str(&sample.join("\n")).unwrap();
+        assert_eq!(c.pageviews.as_deref(), Some(Path::new("/var/log/rlm/pageviews.jsonl")));
+        assert!(c.transactions.is_some() && c.decisions.is_some());
+        let d = RunConfig::default();
+        assert_eq!((c.records_max_bytes, c.records_keep, c.records_queue), (d.records_max_bytes, d.records_keep, d.records_queue));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn record_outputs_may_not_be_an_input_or_each_other() {
+        let d = std::env::temp_dir().join(format!("rlm-run-config-outputs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let (rules, config, pv, dec) = (d.join("rules.rlm"), d.join("rlm.toml"), d.join("pv.jsonl"), d.join("dec.jsonl"));
+        std::fs::write(&rules, "").unwrap();
+        std::fs::write(&config, "").unwrap();
+        let c = RunConfig { rules: Some(rules.clone()), pageviews: Some(pv.clone()), decisions: Some(dec.clone()), ..RunConfig::default() };
+        let outputs = c.record_outputs(Some(config.as_path())).unwrap();
+        assert_eq!(outputs, RecordOutputs { transactions: None, pageviews: Some(Dest::File(pv.clone())), decisions: Some(Dest::File(dec.clone())) });
+        // Two outputs that are one file, however it is spelled: a usage error.
+        let same = RunConfig { transactions: Some(d.join(".").join("pv.jsonl")), ..c.clone() };
+        let e = same.record_outputs(Some(config.as_path())).unwrap_err();
+        assert!(e.0.starts_with("--transactions ") && e.0.ends_with("are the same file; give each output its own"), "{e}");
+        // Standard output for two of them.
+        let dashes = RunConfig { transactions: Some("-".into()), pageviews: None, decisions: Some("-".into()), ..c.clone() };
+        let e = dashes.record_outputs(None).unwrap_err();
+        assert!(e.0.contains("only one output may be `-`"), "{e}");
+        // The rule file and the configuration file are inputs.
+        let e = RunConfig { decisions: Some(rules.clone()), ..c.clone() }.record_outputs(Some(config.as_path())).unwrap_err();
+        assert!(e.0.contains("is the rule file; refusing to overwrite it"), "{e}");
+        let e = RunConfig { pageviews: Some(config.clone()), ..c.clone() }.record_outputs(Some(config.as_path())).unwrap_err();
+        assert!(e.0.contains("is the configuration file; refusing to overwrite it"), "{e}");
+        // Refused before anything is opened.
+        assert!(!pv.exists() && !dec.exists());
+        assert_eq!(std::fs::read(&rules).unwrap(), b"");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -55,6 +55,12 @@ pub struct CounterLabel {
     pub counter: &'static str,
 }
 
+/// A kind of record: transactions, pageviews or decisions.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
 fn rt_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.05, 1.5, 16))
 }
@@ -78,6 +84,8 @@ pub struct Metrics {
     pub open_pageviews: Gauge,
     pub loop_lag: Histogram,
     pub srpt_band_packets: Family<BandLabel, Counter>,
+    pub records_written: Family<KindLabel, Counter>,
+    pub records_dropped: Family<KindLabel, Counter>,
 }
 
 impl Metrics {
@@ -99,6 +107,8 @@ impl Metrics {
             open_pageviews: Gauge::default(),
             loop_lag: Histogram::new(exponential_buckets(1e-5, 2.0, 18)),
             srpt_band_packets: Family::default(),
+            records_written: Family::default(),
+            records_dropped: Family::default(),
         };
         registry.register("rlm_frames", "Frames handed to the engine, by source (queue, tap, fastpath)", m.frames.clone());
         registry.register("rlm_verdicts", "Verdicts on queued packets", m.verdicts.clone());
@@ -128,6 +138,16 @@ impl Metrics {
             "rlm_srpt_band_packets",
             "Packets the SRPT classifier put in each band of the client port (0: control)",
             m.srpt_band_packets.clone(),
+        );
+        registry.register(
+            "rlm_records_written",
+            "Records written to --transactions, --pageviews and --decisions, by kind",
+            m.records_written.clone(),
+        );
+        registry.register(
+            "rlm_records_dropped",
+            "Records lost, by kind: the writer's queue was full (a slow disk or pipe) or the write failed",
+            m.records_dropped.clone(),
         );
         m
     }

@@ -21,6 +21,12 @@
 //! Everything that can fail is opened and checked before any rule is installed; once installed,
 //! the rules are removed on every exit path but SIGKILL, and then `--queue-bypass` keeps the
 //! bridge forwarding and the eBPF programs go with the process that holds their links.
+//!
+//! The engine's records (`--transactions`, `--pageviews`, `--decisions`) go to a writer thread
+//! ([`records::RecordWriter`]) that the loop never waits on. SIGHUP reopens its files (after
+//! logrotate renamed them) and puts the rule file in force again only if it changed; at
+//! SIGINT/SIGTERM the engine closes its open pageviews and their records are written before
+//! the rules are removed.
 
 pub mod config;
 pub mod inject;
@@ -31,6 +37,7 @@ pub mod records;
 pub mod shaper;
 pub mod tap;
 
+use std::hash::{Hash, Hasher};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -44,9 +51,12 @@ use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
 
 pub use config::{Observer, RunConfig, SrptRunMode};
+use records::{RecordCounts, RecordOutputs, RecordWriter};
 use rlm_core::engine::{Config, Engine, Event, FastpathUpdate, Port, SynMode, Verdict};
 use rlm_core::policy::{Admission, SynDecision};
 use rlm_core::wire::LinkType;
+
+use crate::records::Dest;
 
 /// The longest the ring buffer waits to be drained (the kernel wakes rlm only when it fills).
 const RING_DRAIN: Duration = Duration::from_millis(5);
@@ -142,8 +152,39 @@ pub fn load_rules(path: &std::path::Path) -> Result<rules::RuleSet> {
     rules::check_file(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// A digest of what the rule set at `path` is read from: the rule file's bytes and those of the
+/// mapping files it names (`REWRITE EMBEDS ... USING`), found as [`rules::check_file`] finds
+/// them; None when the rule file cannot be read. SIGHUP compares it with the digest taken when
+/// the rules in force were loaded. It is taken before loading, so that a change made while the
+/// rules load shows at the next SIGHUP instead of being taken for what was loaded.
+fn rules_digest(path: &std::path::Path) -> Option<u64> {
+    let bytes = std::fs::read(path).ok()?;
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
+    let compiled = std::str::from_utf8(&bytes).ok().and_then(|src| rules::compile(&path.display().to_string(), src).ok());
+    if let Some(r) = compiled {
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        for i in 0..r.embeds_count() {
+            if let Some(name) = r.embeds(rules::EmbedsId(i as u32)).mapping.as_deref() {
+                std::fs::read(dir.join(name)).ok().hash(&mut h);
+            }
+        }
+    }
+    Some(h.finish())
+}
+
+/// How the log names where a kind of record goes.
+fn shown(dest: &Option<Dest>) -> String {
+    match dest {
+        None => "off".into(),
+        Some(Dest::Stdout) => "standard output".into(),
+        Some(Dest::File(p)) => p.display().to_string(),
+    }
+}
+
 /// Run until SIGINT or SIGTERM. Errors before anything is installed leave nothing behind.
-pub fn run(cfg: RunConfig) -> Result<()> {
+/// `outputs` are the record outputs, checked by [`RunConfig::record_outputs`].
+pub fn run(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     cfg.validate()?;
     netfilter::check_bridge(&cfg.bridge, &cfg.client_port, &cfg.server_port)?;
     if let Some(p) = &cfg.rules {
@@ -152,10 +193,10 @@ pub fn run(cfg: RunConfig) -> Result<()> {
     check_privileges()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, run_inline(cfg))
+    local.block_on(&rt, run_inline(cfg, outputs))
 }
 
-async fn run_inline(cfg: RunConfig) -> Result<()> {
+async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let client_ifindex = ifindex(&cfg.client_port)?;
     let server_ifindex = ifindex(&cfg.server_port)?;
     let mut registry = prometheus_client::registry::Registry::default();
@@ -216,6 +257,18 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
         true => Some(inject::Injector::open(client_ifindex, server_ifindex)?),
         false => None,
     };
+    // The record outputs too (an unwritable path fails before anything is installed), and
+    // before the capabilities are dropped: a log directory may be writable by root only.
+    // Without any output there is no writer thread.
+    let records = if outputs == RecordOutputs::default() {
+        None
+    } else {
+        info!(
+            transactions = %shown(&outputs.transactions), pageviews = %shown(&outputs.pageviews), decisions = %shown(&outputs.decisions),
+            "records: writing JSON lines"
+        );
+        Some(RecordWriter::spawn(outputs, cfg.writer_options())?)
+    };
     // The shaper goes first: if it cannot be set up, nothing else is installed yet.
     let shaper = match cfg.srpt.mode {
         SrptRunMode::Off => None,
@@ -254,8 +307,10 @@ async fn run_inline(cfg: RunConfig) -> Result<()> {
     );
     let result = match drop_capabilities() {
         Ok(()) => {
-            let mut lp = Loop::new(&cfg, nfq, source, injector, metrics, status, client_ifindex, server_ifindex);
-            lp.run().await
+            let mut lp = Loop::new(&cfg, nfq, source, injector, records, metrics, status, client_ifindex, server_ifindex);
+            let result = lp.run().await;
+            lp.finish();
+            result
         }
         Err(e) => Err(e),
     };
@@ -287,6 +342,8 @@ struct Loop {
     source: Source,
     /// Sends the engine's frames (FAST SYN, FAST SYN/ACK, DELAY FIRST SYN); None: `inject = false`.
     injector: Option<inject::Injector>,
+    /// Writes the engine's records; None: no record output.
+    records: Option<RecordWriter>,
     metrics: metrics::Metrics,
     status: metrics::Status,
     client_ifindex: u32,
@@ -294,6 +351,8 @@ struct Loop {
     started: Instant,
     bridge: String,
     rules_path: Option<std::path::PathBuf>,
+    /// [`rules_digest`] of the rules in force when they were loaded; None: none loaded.
+    rules_digest: Option<u64>,
     /// `[srpt] mode` as the status shows it, and the bands it reports.
     srpt_mode: SrptRunMode,
     srpt_bands: usize,
@@ -306,6 +365,7 @@ impl Loop {
         nfq: nfqueue::Nfq,
         source: Source,
         injector: Option<inject::Injector>,
+        records: Option<RecordWriter>,
         metrics: metrics::Metrics,
         status: metrics::Status,
         client_ifindex: u32,
@@ -314,7 +374,8 @@ impl Loop {
         let mut ecfg = Config {
             server_ports: cfg.server_ports.clone(),
             decode_bodies: false,
-            transaction_records: false,
+            // Building transaction records costs the engine: only for their output.
+            transaction_records: cfg.transactions.is_some(),
             class_window: Duration::from_secs_f64(cfg.class_window_s),
             inject: injector.is_some(),
             // Rewriting needs the servers' segments in the queue, which only the eBPF fast path
@@ -331,8 +392,11 @@ impl Loop {
             ..Config::default()
         };
         ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
-        // Only the response time and class of a pageview are used here: no event graph.
-        ecfg.pageview.max_events = 0;
+        // A pageview's event graph is only written in its record; without the pageview output
+        // only its response time and class are used, and the graph would cost memory for nothing.
+        if cfg.pageviews.is_none() {
+            ecfg.pageview.max_events = 0;
+        }
         let mut engine = Engine::new(ecfg);
         if matches!(source, Source::Fast(_)) {
             engine.enable_fastpath();
@@ -341,11 +405,14 @@ impl Loop {
                 engine.enable_srpt();
             }
         }
+        let mut digest = None;
         if let Some(p) = &cfg.rules {
+            let read = rules_digest(p);
             match load_rules(p) {
                 Ok(r) => {
                     info!(rules = %p.display(), summary = %rules::summary(&r).replace('\n', ";"), "rules in force");
                     engine.set_rules(Some(r));
+                    digest = read;
                 }
                 Err(e) => warn!("{e:#}"),
             }
@@ -355,6 +422,7 @@ impl Loop {
             nfq,
             source,
             injector,
+            records,
             metrics,
             status,
             client_ifindex,
@@ -362,6 +430,7 @@ impl Loop {
             started: Instant::now(),
             bridge: cfg.bridge.clone(),
             rules_path: cfg.rules.clone(),
+            rules_digest: digest,
             srpt_mode: cfg.srpt.mode,
             srpt_bands: cfg.srpt.leaves() as usize,
         }
@@ -389,7 +458,7 @@ impl Loop {
                 biased;
                 _ = int.recv() => { info!("SIGINT: stopping"); break; }
                 _ = term.recv() => { info!("SIGTERM: stopping"); break; }
-                _ = hup.recv() => self.reload(),
+                _ = hup.recv() => self.hangup(),
                 g = nfq_fd.readable() => {
                     let mut g = g?;
                     if fast {
@@ -431,6 +500,27 @@ impl Loop {
             }
         }
         Ok(())
+    }
+
+    /// At exit, whatever ended the loop: hand the engine what the source still holds, close
+    /// every connection and pageview (each client's last pageview is otherwise lost), write
+    /// their records and close the outputs (bounded: [`RecordWriter::close`]), and log what was
+    /// written and lost. Nothing more goes to the fast path's maps: the programs go with the
+    /// process, and pinned SRPT state keeps its flows for the next rlm.
+    fn finish(&mut self) {
+        let batch = match self.source {
+            Source::Fast(_) => RING_BATCH,
+            Source::Tap(_) => BATCH,
+        };
+        while self.drain_source() == batch {}
+        self.engine.shutdown(now_ts());
+        self.drain_events();
+        let counts = self.records.take().map_or_else(RecordCounts::default, RecordWriter::close);
+        let [t, p, d] = counts.by_kind();
+        info!(
+            "records: transactions written={} dropped={}, pageviews written={} dropped={}, decisions written={} dropped={}",
+            t.1, t.2, p.1, p.2, d.1, d.2
+        );
     }
 
     /// Verdict every queued packet that is waiting (up to a batch); returns how many.
@@ -608,11 +698,14 @@ impl Loop {
         n
     }
 
+    /// The engine's events: finished pageviews' response times and the rules' decisions into
+    /// the metrics, and every record to the writer, which never waits (a record it has no room
+    /// for is counted as dropped).
     fn drain_events(&mut self) {
         while let Some(ev) = self.engine.poll_event() {
-            match ev {
+            match &ev {
                 Event::Pageview(p) if !p.incomplete => {
-                    let class = p.class.unwrap_or_else(|| "ALL".into());
+                    let class = p.class.clone().unwrap_or_else(|| "ALL".into());
                     self.metrics.pageview_rt.get_or_create(&metrics::ClassLabel { class }).observe(p.rt_s);
                 }
                 Event::Decision(d) => {
@@ -621,21 +714,43 @@ impl Loop {
                 }
                 _ => {}
             }
+            if let Some(w) = &self.records {
+                w.send(ev);
+            }
         }
     }
 
-    /// SIGHUP: read the rule file again; put it in force if it checks, else keep the old one.
-    /// Flows, pageviews and class statistics carry over, and no packet waits: the loop is the
-    /// only reader of the queue, so packets queued meanwhile are handled right after.
+    /// SIGHUP, which logrotate sends after renaming the record files: reopen them, and put the
+    /// rule file in force again if it changed.
+    fn hangup(&mut self) {
+        if let Some(w) = &self.records {
+            w.request_reopen();
+            info!("SIGHUP: reopening the record files");
+        }
+        self.reload();
+    }
+
+    /// Read the rule file again; put it in force if it changed since the rules in force were
+    /// loaded and it checks, else keep the rules in force. An unchanged file leaves them
+    /// untouched: rules put in force anew, even the same ones, start with full LIMIT SYN
+    /// buckets and no FOR holds, which a nightly logrotate must not cause. Flows, pageviews and
+    /// class statistics carry over either way, and no packet waits: the loop is the only reader
+    /// of the queue, so packets queued meanwhile are handled right after.
     fn reload(&mut self) {
         let Some(path) = self.rules_path.clone() else {
             info!("SIGHUP: no rule file given; nothing to reload");
             return;
         };
+        let digest = rules_digest(&path);
+        if digest.is_some() && digest == self.rules_digest {
+            info!(rules = %path.display(), "SIGHUP: the rule file is unchanged; the rules in force are kept as they are");
+            return;
+        }
         match load_rules(&path) {
             Ok(r) => {
                 info!(rules = %path.display(), summary = %rules::summary(&r).replace('\n', ";"), "SIGHUP: new rules in force");
                 self.engine.set_rules(Some(r));
+                self.rules_digest = digest;
             }
             Err(e) => warn!("SIGHUP: {} rejected, the old rules stay in force: {}", path.display(), format!("{e:#}").replace('\n', " | ")),
         }
@@ -755,6 +870,15 @@ impl Loop {
             },
             None => serde_json::Value::Null,
         };
+        let counts = self.records.as_ref().map_or_else(RecordCounts::default, RecordWriter::counts);
+        let mut records = serde_json::Map::new();
+        for (kind, written, dropped) in counts.by_kind() {
+            let l = metrics::KindLabel { kind };
+            self.metrics.records_written.get_or_create(&l).inner().store(written, std::sync::atomic::Ordering::Relaxed);
+            self.metrics.records_dropped.get_or_create(&l).inner().store(dropped, std::sync::atomic::Ordering::Relaxed);
+            records.insert(kind.to_string(), serde_json::json!({ "written": written, "dropped": dropped }));
+        }
+        records.insert("reopen_errors".to_string(), counts.reopen_errors.into());
         let st = self.engine.stats();
         let (sent, failed) = self.injector.as_ref().map_or((0, 0), |i| (i.counters.sent, i.counters.failed));
         let injector = match self.injector {
@@ -787,6 +911,7 @@ impl Loop {
             "rules": rules_state,
             "tables": sizes,
             "stats": self.engine.stats(),
+            "records": serde_json::Value::Object(records),
         });
         if let Ok(mut s) = self.status.lock() {
             *s = v;
