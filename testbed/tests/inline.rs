@@ -316,6 +316,8 @@ fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
     let (offline_tx, offline_pv) = (json_lines(&off_tx), json_lines(&off_pv));
     println!("offline: {} transactions, {} pageviews; live: 300 transactions, {} pageviews", offline_tx.len(), offline_pv.len(), counts[1].1);
     assert_eq!(offline_tx.len(), 300, "the capture holds every page");
+    // Every pageview the capture shows, rlm wrote live: those still open at SIGTERM too.
+    assert_eq!(counts[1].1, offline_pv.len() as u64, "live pageviews against rlm analyze's over the capture");
     let live_tx: Vec<serde_json::Value> = live_tx_old.into_iter().chain(live_tx_new).collect();
     let live_pv: Vec<serde_json::Value> = live_pv_old.into_iter().chain(live_pv_new).collect();
     assert_eq!(key_sets(&offline_tx).len(), 1, "every offline transaction has the same keys");
