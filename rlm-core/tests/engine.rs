@@ -554,6 +554,62 @@ fn drop_syn_keeps_the_dropped_syn_in_the_pageview_and_a_reload_keeps_the_flow() 
     assert_eq!(r.engine.stats().syns_dropped, 1);
 }
 
+/// A page of one transaction from `client` that the client sees take `rt_ms`: its SYN at `t`,
+/// the handshake's RTT, and its last response byte `rt_ms - RTT` after the SYN (half an RTT is
+/// added at each end on the client's clock).
+fn page_taking(r: &mut Run, client: &str, t: u64, rt_ms: u64) {
+    let mut c = TcpConv::new(&format!("{client}:40001"), "10.9.0.1:80");
+    handshake(r, &mut c, t);
+    r.feed(t + RTT_MS, c.client_data(&get("/page", "")));
+    r.feed_all(t + rt_ms - RTT_MS, c.server_data(&html_response("<p>no embeds</p>")));
+}
+
+#[test]
+fn a_decision_names_the_class_aggregate_that_fired_its_rule_and_the_pageviews_behind_it_are_found_by_window_ts() {
+    let mut r = Run::with(Config { class_window: Duration::from_secs(10), ..Config::default() });
+    r.engine.set_rules(Some(rules(
+        "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 1.5s THEN DROP SYN\n",
+    )));
+    // A HIGH pageview that leaves the 10 s window before the decision, then two that are in it.
+    page_taking(&mut r, "10.4.0.3", 0, 1_000);
+    page_taking(&mut r, "10.4.0.1", 10_000, 5_000);
+    page_taking(&mut r, "10.4.0.2", 13_000, 2_000);
+    r.advance(22_000);
+    assert_eq!(r.pv.len(), 3, "all three ended");
+    assert!(r.pv.iter().all(|p| p.class.as_deref() == Some("HIGH") && p.window_ts.is_some()), "{:?}", r.pv);
+    let low = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    r.feed(22_000, low.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    assert_eq!(r.decisions.len(), 1);
+    let d = &r.decisions[0];
+    assert_eq!(d.aggregates.len(), 1, "{:?}", d.aggregates);
+    let a = &d.aggregates[0];
+    assert_eq!((a.name.as_str(), a.stat.as_str(), a.cmp, a.limit_s, a.window_s, a.held_s), ("RT.HIGH", "MEAN", ">", 1.5, 10.0, None));
+    assert!(a.value_s.is_some_and(|v| approx(v, 3.5, 1e-9)), "the window mean of 5 s and 2 s: {a:?}");
+    assert_eq!(a.pageviews, 2);
+    // The pageviews that made the rule fire: HIGH's, entered into the window within window_s
+    // before the decision.
+    let ts = d.ts.secs();
+    let mut behind: Vec<(&str, f64)> =
+        r.pv.iter()
+            .filter(|p| p.class.as_deref() == Some("HIGH") && p.window_ts.is_some_and(|w| w.secs() >= ts - a.window_s && w.secs() <= ts))
+            .map(|p| (p.client.as_str(), p.rt_s))
+            .collect();
+    behind.sort_by(|x, y| x.0.cmp(y.0));
+    assert_eq!(behind.len(), 2, "{behind:?}");
+    assert!(behind[0].0 == "10.4.0.1" && approx(behind[0].1, 5.0, 1e-9), "{behind:?}");
+    assert!(behind[1].0 == "10.4.0.2" && approx(behind[1].1, 2.0, 1e-9), "{behind:?}");
+    // A HIGH pageview cut off by the shutdown (the images its page lists not fetched yet) enters
+    // no window.
+    let mut c = TcpConv::new("10.4.0.4:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 23_000);
+    r.feed(23_000 + RTT_MS, c.client_data(&get("/index.html", "Accept: text/html\r\n")));
+    r.feed_all(23_100, c.server_data(&html_response(PAGE)));
+    r.finish(25_000);
+    let cut = r.pv.iter().find(|p| p.client == "10.4.0.4").expect("the cut pageview");
+    assert!(cut.incomplete && cut.class.as_deref() == Some("HIGH") && cut.window_ts.is_none(), "{cut:?}");
+}
+
 #[test]
 fn limit_syn_admits_the_configured_rate() {
     let mut r = Run::new();

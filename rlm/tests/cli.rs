@@ -118,10 +118,14 @@ fn writes_json_lines_with_the_documented_fields() {
         "t_server_s",
         "t_transfer_s",
         "events",
+        "class",
+        "window_ts",
         "incomplete",
     ] {
         assert!(p.get(f).is_some(), "pageview lacks {f}: {p}");
     }
+    // Without a rule file a pageview enters no class window.
+    assert_eq!((&p["class"], &p["window_ts"]), (&serde_json::Value::Null, &serde_json::Value::Null));
     assert_eq!(p["id"], t["pageview"]);
 }
 
@@ -534,6 +538,10 @@ fn what_if_replays_a_rule_file_over_a_capture() {
     let decisions = json_lines(&std::fs::read_to_string(&dec).unwrap());
     assert_eq!(decisions.len(), 1);
     assert_eq!((decisions[0]["action"].as_str(), decisions[0]["class"].as_str()), (Some("DROP SYN"), Some("C")));
+    let mut keys: Vec<&str> = decisions[0].as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["action", "aggregates", "class", "client", "retransmission", "rule", "server", "ts"]);
+    assert_eq!(decisions[0]["aggregates"], serde_json::json!([]), "CLASS == C names no class aggregate");
     // A bad rule file: its diagnostics, exit 2, nothing written.
     std::fs::write(&rules, "IF RT.NOPE > 1s THEN DROP SYN\n").unwrap();
     let _ = std::fs::remove_file(&sum);

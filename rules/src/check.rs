@@ -344,23 +344,8 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
     if !ck.errors.is_empty() {
         return Err(ck.errors);
     }
-    let mut aggregates = Vec::new();
-    fn collect(e: &Expr, held: &[HeldTest], out: &mut Vec<(Scope, ast::Stat)>) {
-        match e {
-            Expr::And(xs) | Expr::Or(xs) => xs.iter().for_each(|x| collect(x, held, out)),
-            Expr::Not(x) => collect(x, held, out),
-            Expr::Test(eval::Test::Agg { scope, stat, .. }) => out.push((*scope, *stat)),
-            Expr::Test(eval::Test::Held(i)) => out.push((held[*i as usize].scope, held[*i as usize].stat)),
-            Expr::Test(_) => {}
-        }
-    }
-    for r in &rules {
-        collect(&r.cond, &held, &mut aggregates);
-    }
-    aggregates.sort();
-    aggregates.dedup();
     let class_names = ck.classes.into_iter().map(|(n, _)| n).collect();
-    Ok(RuleSet {
+    let mut set = RuleSet {
         file_name: file_name.to_string(),
         ast: file,
         rule_items,
@@ -371,6 +356,12 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
         embeds,
         buckets,
         held,
-        aggregates,
-    })
+        aggregates: Vec::new(),
+    };
+    let mut aggregates: Vec<(Scope, ast::Stat)> =
+        (0..set.rule_count()).flat_map(|i| set.aggregate_tests(RuleId(i as u32))).map(|t| (t.scope, t.stat)).collect();
+    aggregates.sort();
+    aggregates.dedup();
+    set.aggregates = aggregates;
+    Ok(set)
 }

@@ -195,6 +195,22 @@ pub struct HeldTest {
     pub hold: Duration,
 }
 
+/// A class-aggregate test of a rule's condition (`RT.HIGH > 1.5s`, `RT.ALL.P95 >= 3s FOR 10s`),
+/// as [`RuleSet::aggregate_tests`] gives it: what a decision names as having made its rule fire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AggregateTest {
+    /// `RT.` and the class as declared (`RT.HIGH`, the name pageview records give the class), or
+    /// `RT.ALL`; the statistic is `stat`.
+    pub name: String,
+    pub scope: Scope,
+    pub stat: Stat,
+    pub cmp: Cmp,
+    pub limit: Duration,
+    /// A `FOR` test's index in [`RuleSet::held_tests`] and [`Holds`]; `None` without `FOR` (or
+    /// with `FOR 0s`, which holds nothing back).
+    pub held: Option<usize>,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct HoldState {
     /// The value rules see.
@@ -216,6 +232,12 @@ impl Holds {
     pub fn value(&self, i: usize) -> bool {
         self.states.get(i).is_some_and(|s| s.value)
     }
+
+    /// How long held test `i`'s comparison has held, at every update, by `now` (the clock of
+    /// [`RuleSet::update_holds`]); `None` while it does not hold.
+    pub fn held_for(&self, i: usize, now: Duration) -> Option<Duration> {
+        self.states.get(i).filter(|s| s.seen && s.raw).map(|s| now.saturating_sub(s.since))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -224,6 +246,24 @@ pub(crate) enum Expr {
     Or(Box<[Expr]>),
     Not(Box<Expr>),
     Test(Test),
+}
+
+impl Expr {
+    /// Visit the condition's class-aggregate tests (`Agg`, `Held`) in file order: the one walk
+    /// behind [`RuleSet::aggregate_tests`] (and so [`RuleSet::aggregates_used`]) and
+    /// [`RuleSet::syn_aggregate_signature`].
+    pub(crate) fn for_each_aggregate(&self, f: &mut impl FnMut(&Test)) {
+        match self {
+            Expr::And(xs) | Expr::Or(xs) => {
+                for x in xs.iter() {
+                    x.for_each_aggregate(f);
+                }
+            }
+            Expr::Not(x) => x.for_each_aggregate(f),
+            Expr::Test(t @ (Test::Agg { .. } | Test::Held(_))) => f(t),
+            Expr::Test(_) => {}
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -357,6 +397,34 @@ impl RuleSet {
         &self.aggregates
     }
 
+    /// The class-aggregate tests of a rule's condition, in file order (through `AND`, `OR` and
+    /// `NOT`), `FOR` tests among them: what a decision record reads (empty for a rule that names
+    /// none, or an unknown rule).
+    pub fn aggregate_tests(&self, rule: RuleId) -> Vec<AggregateTest> {
+        let mut out = Vec::new();
+        if let Some(r) = self.rules.get(rule.0 as usize) {
+            r.cond.for_each_aggregate(&mut |t: &Test| out.extend(self.aggregate_test(t)));
+        }
+        out
+    }
+
+    /// A class-aggregate test of a compiled condition, its `FOR` resolved; `None` for any other test.
+    fn aggregate_test(&self, t: &Test) -> Option<AggregateTest> {
+        let (scope, stat, cmp, limit, held) = match t {
+            Test::Agg { scope, stat, cmp, limit } => (*scope, *stat, *cmp, *limit, None),
+            Test::Held(i) => {
+                let h = self.held.get(*i as usize)?;
+                (h.scope, h.stat, h.cmp, h.limit, Some(*i as usize))
+            }
+            _ => return None,
+        };
+        let name = match scope {
+            Scope::All => "RT.ALL".to_string(),
+            Scope::Class(c) => format!("RT.{}", self.class_name(c)),
+        };
+        Some(AggregateTest { name, scope, stat, cmp, limit, held })
+    }
+
     /// Fresh debounce state: every `FOR` test false.
     pub fn new_holds(&self) -> Holds {
         Holds { states: vec![HoldState::default(); self.held.len()] }
@@ -408,28 +476,20 @@ impl RuleSet {
     /// false or unknown, `FOR` tests as debounced): while it stays the same, so does the SYN
     /// decision for a given client and server when [`RuleSet::syn_decided_by_addresses`].
     pub fn syn_aggregate_signature(&self, aggregates: &dyn Aggregates, holds: Option<&Holds>) -> u64 {
-        fn walk(e: &Expr, f: &Facts<'_>, sig: &mut u64) {
-            match e {
-                Expr::And(xs) | Expr::Or(xs) => xs.iter().for_each(|x| walk(x, f, sig)),
-                Expr::Not(x) => walk(x, f, sig),
-                Expr::Test(t @ (Test::Agg { .. } | Test::Held(_))) => {
-                    let v: u64 = match test(t, f) {
-                        None => 1,
-                        Some(false) => 2,
-                        Some(true) => 3,
-                    };
-                    // FNV-1a over the tests' values, in rule order.
-                    *sig = (*sig ^ v).wrapping_mul(0x0100_0000_01b3);
-                }
-                Expr::Test(_) => {}
-            }
-        }
         let any: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 0));
         let mut facts = Facts::new(any, any, self.default_class(), aggregates);
         facts.holds = holds;
-        let mut sig = 0xcbf2_9ce4_8422_2325;
+        let mut sig: u64 = 0xcbf2_9ce4_8422_2325;
         for &i in &self.by_node[Node::Syn.index()] {
-            walk(&self.rules[i as usize].cond, &facts, &mut sig);
+            self.rules[i as usize].cond.for_each_aggregate(&mut |t: &Test| {
+                let v: u64 = match test(t, &facts) {
+                    None => 1,
+                    Some(false) => 2,
+                    Some(true) => 3,
+                };
+                // FNV-1a over the tests' values, in rule order.
+                sig = (sig ^ v).wrapping_mul(0x0100_0000_01b3);
+            });
         }
         sig
     }

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rules::{compile, Aggregates, ClassId, Effect, EmbedSelect, Facts, Firing, NoAggregates, Node, Per, Rate, RuleId, RuleSet, Scope, Stat};
+use rules::{
+    compile, AggregateTest, Aggregates, ClassId, Cmp, Effect, EmbedSelect, Facts, Firing, NoAggregates, Node, Per, Rate, RuleId, RuleSet, Scope, Stat,
+};
 
 fn set(src: &str) -> RuleSet {
     compile("t.rlm", src).unwrap_or_else(|e| panic!("{e}"))
@@ -274,10 +276,12 @@ fn hysteresis() {
     // A short dip below resets the count.
     rs.update_holds(&mut holds, s(9.0), &at(4000));
     rs.update_holds(&mut holds, s(9.5), &at(1000));
+    assert_eq!(holds.held_for(0, s(9.5)), None, "the comparison does not hold");
     rs.update_holds(&mut holds, s(10.5), &at(4000));
     assert!(!drops(&holds, &at(4000)));
     rs.update_holds(&mut holds, s(12.5), &at(4000));
     assert!(drops(&holds, &at(4000)));
+    assert_eq!(holds.held_for(0, s(12.5)), Some(s(2.0)), "held since the dip ended at 10.5 s");
     // Without holds the held test is unknown; the unheld one needs none.
     let high_slow = at(4000);
     let f = Facts::new(client, sa(SERVER), ClassId(1), &high_slow);
@@ -286,6 +290,29 @@ fn hysteresis() {
     let mut other = set("CLASS H IF IP.SRC == 1.1.1.1\nIF RT.H > 1s FOR 1s THEN DROP SYN\nIF RT.H > 1s FOR 1s THEN DROP SYN\n").new_holds();
     rs.update_holds(&mut other, s(0.0), &at(4000));
     assert!(!other.value(0));
+}
+
+#[test]
+fn a_rules_aggregate_tests_come_in_file_order_through_and_or_not_and_for() {
+    let rs = set("CLASS HIGH IF IP.SRC == 10.4.*.*\n\
+         IF CLASS != HIGH AND (RT.high.mean > 1.5s OR NOT RT.ALL.P95 <= 4s) AND RT.HIGH.P90 >= 2s FOR 10s THEN DROP SYN\n\
+         IF IP.SRC == 10.5.*.* THEN DROP SYN\n");
+    let high = Scope::Class(ClassId(0));
+    let ms = Duration::from_millis;
+    let t = |name: &str, scope, stat, cmp, limit, held| AggregateTest { name: name.to_string(), scope, stat, cmp, limit, held };
+    assert_eq!(
+        rs.aggregate_tests(RuleId(0)),
+        [
+            t("RT.HIGH", high, Stat::Mean, Cmp::Gt, ms(1_500), None),
+            t("RT.ALL", Scope::All, Stat::Percentile(95), Cmp::Le, ms(4_000), None),
+            t("RT.HIGH", high, Stat::Percentile(90), Cmp::Ge, ms(2_000), Some(0)),
+        ],
+        "named as the class is declared, the FOR test pointing at its hold"
+    );
+    assert_eq!(rs.held_tests()[0].hold, ms(10_000));
+    assert_eq!(rs.aggregate_tests(RuleId(1)), [], "an address rule names no aggregate");
+    assert_eq!(rs.aggregate_tests(RuleId(2)), [], "no such rule");
+    assert_eq!(rs.aggregates_used(), [(Scope::All, Stat::Percentile(95)), (high, Stat::Mean), (high, Stat::Percentile(90))]);
 }
 
 #[test]

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::http::Txn;
+use crate::policy::AggregateReading;
 use crate::time::Timestamp;
 use crate::wire::Endpoint;
 
@@ -138,6 +139,9 @@ pub struct DecisionRecord {
     pub server: String,
     /// The SYN was a retransmission by the client.
     pub retransmission: bool,
+    /// The class-aggregate tests of the rule's condition, in the rule's order, read at the
+    /// decision: what made it fire (empty for a rule that names none).
+    pub aggregates: Vec<AggregateReading>,
 }
 
 impl TransactionRecord {

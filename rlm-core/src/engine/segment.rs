@@ -7,7 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::adaptation::AdaptStep;
-use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TransactionRecord, WELL_KNOWN_HTTP_PORTS};
+use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TransactionRecord, UnixMicros, WELL_KNOWN_HTTP_PORTS};
 use crate::analyzer::Analyzer;
 use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote};
 use crate::http::HttpOptions;
@@ -353,7 +353,8 @@ impl Engine {
         self.collect_pageviews();
     }
 
-    /// Pageviews that ended: classed, into the class statistics, reported.
+    /// Pageviews that ended: classed, into the class statistics (stamped with when, so that a
+    /// decision's pageviews can be found), reported.
     pub(super) fn collect_pageviews(&mut self) {
         for mut pv in self.pageviews.take_done() {
             self.stats.pageviews += 1;
@@ -365,6 +366,7 @@ impl Engine {
                     pv.class = Some(policy.class_name(class).to_string());
                     if !pv.incomplete {
                         policy.on_pageview(self.last_now, class, pv.rt_s);
+                        pv.window_ts = Some(UnixMicros::of(self.last_now));
                     }
                 }
             }

@@ -144,6 +144,7 @@ impl Engine {
                 client: client.to_string(),
                 server: server.to_string(),
                 retransmission,
+                aggregates: policy.readings(now, rule),
             }));
         }
         // A SYN that came for a verdict: tell the kernel what to do with the next ones, under the

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::open::{OpenPv, PvConn, PvTxn};
 use super::PageviewConfig;
+use crate::engine::UnixMicros;
 use crate::time::Timestamp;
 
 /// A node of the pageview's event graph (004 Figure 3).
@@ -71,13 +72,19 @@ pub struct PageviewRecord {
     pub server: Option<String>,
     /// The service class of its client, when a rule file is in force.
     pub class: Option<String>,
+    /// When it entered its class's window of response times (and `RT.ALL`'s), in Unix seconds to
+    /// the microsecond like a decision's `ts`: the pageviews behind a decision's aggregate are
+    /// those of its class with `window_ts` in `[ts - window_s, ts]`. `None` when it entered none
+    /// (no rule file in force, or incomplete).
+    pub window_ts: Option<UnixMicros>,
     /// Cut off by the end of the capture (or a shutdown) with something still in flight:
     /// a transaction unanswered, a handshake pending or listed objects not yet fetched.
     /// Its `rt_s` is a lower bound; summaries leave it out of the response-time statistics.
     pub incomplete: bool,
 }
 
-/// The record of a finished pageview (`incomplete` and `class` are the caller's to set).
+/// The record of a finished pageview (`incomplete`, `class` and `window_ts` are the caller's to
+/// set).
 pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
     let end = client_end(p);
     let events = event_graph(p, cfg.max_events);
@@ -103,6 +110,7 @@ pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
         events,
         server: p.server.clone(),
         class: None,
+        window_ts: None,
         incomplete: false,
     }
 }

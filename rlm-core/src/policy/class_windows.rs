@@ -70,12 +70,18 @@ impl Window {
 /// Per-class windows; index = class id, the last one all pageviews.
 pub(super) struct ClassWindows(pub(super) Vec<Window>);
 
+impl ClassWindows {
+    /// The window a scope reads: its class's, or all pageviews' for `RT.ALL`.
+    pub(super) fn get(&self, scope: Scope) -> Option<&Window> {
+        match scope {
+            Scope::All => self.0.last(),
+            Scope::Class(c) => self.0.get(c.index()),
+        }
+    }
+}
+
 impl Aggregates for ClassWindows {
     fn rt(&self, scope: Scope, stat: Stat) -> Option<Duration> {
-        let w = match scope {
-            Scope::All => self.0.last()?,
-            Scope::Class(c) => self.0.get(c.index())?,
-        };
-        w.stat(stat).map(|s| Duration::from_secs_f64(s.clamp(0.0, 1e9)))
+        self.get(scope)?.stat(stat).map(|s| Duration::from_secs_f64(s.clamp(0.0, 1e9)))
     }
 }

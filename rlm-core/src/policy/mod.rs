@@ -65,6 +65,32 @@ pub struct RuleCounters {
     pub last_fired: Option<Timestamp>,
 }
 
+/// A class-aggregate test of the rule that made a decision, read at the decision: a decision
+/// record's `aggregates` ([`Policy::readings`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AggregateReading {
+    /// `RT.` and the class as declared (`RT.HIGH`, as the pageview records' `class` names it), or
+    /// `RT.ALL`.
+    pub name: String,
+    /// The statistic as the rule language writes it: `MEAN`, `P95`.
+    pub stat: String,
+    /// The statistic over the window at the decision, in seconds; `None` when the window holds
+    /// no pageview (the test is unknown).
+    pub value_s: Option<f64>,
+    /// The comparison: `>`, `>=`, `<`, `<=`, `==`, `!=`.
+    pub cmp: &'static str,
+    /// The limit it is compared with, in seconds.
+    pub limit_s: f64,
+    /// Pageviews in the window at the decision: the class's (every class's for `RT.ALL`) whose
+    /// `window_ts` lies in `[ts - window_s, ts]`.
+    pub pageviews: u64,
+    /// The window's length, in seconds.
+    pub window_s: f64,
+    /// For a `FOR` test, how long its comparison had held (0 when it did not hold); `None`
+    /// without `FOR`.
+    pub held_s: Option<f64>,
+}
+
 /// `FILE:LINE:COL` of a rule, for logs and records.
 pub fn rule_label(rules: &RuleSet, rule: RuleId) -> String {
     match rules.rule_position(rule) {
@@ -214,6 +240,29 @@ impl Policy {
         self.windows.0.get(class.index()).map_or(0, |w| w.samples.len())
     }
 
+    /// The class-aggregate tests of `rule`, in file order, read with the windows and `FOR` states
+    /// as of the last refresh (the SYN node refreshes at `now` before it decides): what made the
+    /// rule fire, for its decision record. Empty for a rule that names no aggregate.
+    pub fn readings(&self, now: Timestamp, rule: RuleId) -> Vec<AggregateReading> {
+        self.rules
+            .aggregate_tests(rule)
+            .into_iter()
+            .map(|t| {
+                let w = self.windows.get(t.scope);
+                AggregateReading {
+                    stat: t.stat.to_string(),
+                    value_s: w.and_then(|w| w.stat(t.stat)),
+                    cmp: t.cmp.as_str(),
+                    limit_s: t.limit.as_secs_f64(),
+                    pageviews: w.map_or(0, |w| w.samples.len() as u64),
+                    window_s: self.window.as_secs_f64(),
+                    held_s: t.held.map(|i| self.holds.held_for(i, since_epoch(now)).map_or(0.0, |d| d.as_secs_f64())),
+                    name: t.name,
+                }
+            })
+            .collect()
+    }
+
     /// `FILE:LINE:COL` of a rule, for logs and records (made once per rule set).
     pub fn rule_label(&self, rule: RuleId) -> &str {
         self.labels.get(rule.0 as usize).map_or("", String::as_str)
@@ -261,9 +310,23 @@ mod tests {
         assert_eq!(p.classify(sa("10.5.0.1:1000"), srv), low);
         // No HIGH pageview yet: RT.HIGH is unknown, the rule does not fire.
         assert_eq!(p.at_syn(ts(0), sa("10.5.0.1:1000"), srv, low, Some(Duration::ZERO)), SynDecision::Pass);
+        let empty = p.readings(ts(0), RuleId(0));
+        assert_eq!((empty.len(), empty[0].value_s, empty[0].pageviews), (1, None, 0));
         p.on_pageview(ts(1_000), high, 5.0);
         p.on_pageview(ts(2_000), high, 2.0);
         assert!(matches!(p.at_syn(ts(2_500), sa("10.5.0.1:1001"), srv, low, None), SynDecision::Drop { limited: false, .. }));
+        // What made it fire: the mean of the two HIGH pageviews in the window.
+        let mean = AggregateReading {
+            name: "RT.HIGH".to_string(),
+            stat: "MEAN".to_string(),
+            value_s: Some(3.5),
+            cmp: ">",
+            limit_s: 3.0,
+            pageviews: 2,
+            window_s: 10.0,
+            held_s: None,
+        };
+        assert_eq!(p.readings(ts(2_500), RuleId(0)), [mean]);
         // HIGH's own SYNs pass.
         assert_eq!(p.at_syn(ts(2_500), sa("10.4.0.1:1001"), srv, high, None), SynDecision::Pass);
         // The 5 s sample leaves the 10 s window: mean 2 s, LOW passes again.
@@ -286,6 +349,7 @@ mod tests {
         }
         assert!((50..=53).contains(&passed), "{passed}");
         assert_eq!(p.class_counters[low.index()].syns_limited, 500 - passed);
+        assert!(p.readings(ts(5_000), RuleId(0)).is_empty(), "the rule names no class aggregate");
     }
 
     #[test]
@@ -303,6 +367,10 @@ mod tests {
         // The raw comparison holds from 0.3 s; the rule sees it only 2 s later.
         assert_eq!(p.at_syn(ts(1_000), sa("10.4.0.1:3000"), srv, high, None), SynDecision::Pass);
         assert!(matches!(p.at_syn(ts(2_400), sa("10.4.0.1:3001"), srv, high, None), SynDecision::Drop { .. }));
+        // Its decision says how long the comparison had held: since 0.3 s.
+        let r = p.readings(ts(2_400), RuleId(0));
+        assert_eq!((r.len(), r[0].name.as_str(), r[0].stat.as_str(), r[0].value_s, r[0].pageviews), (1, "RT.HIGH", "P95", Some(9.0), 21));
+        assert!(r[0].held_s.is_some_and(|h| (h - 2.1).abs() < 1e-9), "{r:?}");
     }
 
     #[test]
