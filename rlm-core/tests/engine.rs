@@ -570,10 +570,11 @@ fn a_decision_names_the_class_aggregate_that_fired_its_rule_and_the_pageviews_be
     r.engine.set_rules(Some(rules(
         "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 1.5s THEN DROP SYN\n",
     )));
-    // A HIGH pageview that leaves the 10 s window before the decision, then two that are in it.
+    // A HIGH pageview that leaves the 10 s window before the decision, then two that are in it
+    // (fed in time order: the engine's clock never goes back).
     page_taking(&mut r, "10.4.0.3", 0, 1_000);
     page_taking(&mut r, "10.4.0.1", 10_000, 5_000);
-    page_taking(&mut r, "10.4.0.2", 13_000, 2_000);
+    page_taking(&mut r, "10.4.0.2", 16_000, 2_000);
     r.advance(22_000);
     assert_eq!(r.pv.len(), 3, "all three ended");
     assert!(r.pv.iter().all(|p| p.class.as_deref() == Some("HIGH") && p.window_ts.is_some()), "{:?}", r.pv);
