@@ -512,7 +512,10 @@ impl Loop {
             Source::Fast(_) => RING_BATCH,
             Source::Tap(_) => BATCH,
         };
-        while self.drain_source() == batch {}
+        // What the source held at the signal, not what keeps coming under load: at most a
+        // second of it.
+        let until = Instant::now() + Duration::from_secs(1);
+        while self.drain_source() == batch && Instant::now() < until {}
         self.engine.shutdown(now_ts());
         self.drain_events();
         let counts = self.records.take().map_or_else(RecordCounts::default, RecordWriter::close);
