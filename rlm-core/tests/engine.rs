@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use rlm_core::pageview::Acts;
 use rlm_core::testkit::TcpConv;
 use rlm_core::{Config, Engine, Event, PageviewRecord, Port, Timestamp, TransactionRecord};
 
@@ -551,7 +552,33 @@ fn drop_syn_keeps_the_dropped_syn_in_the_pageview_and_a_reload_keeps_the_flow() 
     assert!(pv.rt_s > 3.2 && pv.rt_s < 3.5, "{}", pv.rt_s);
     assert_eq!(pv.syn_retransmissions, 1);
     assert_eq!(pv.class.as_deref(), Some("LOW"));
+    // And it says why: rlm dropped that SYN (counted when the connection's request joined it).
+    assert_eq!(pv.actions, Acts { syns_dropped: 1, ..Acts::default() });
     assert_eq!(r.engine.stats().syns_dropped, 1);
+    assert_eq!(r.engine.table_sizes().pending_acts, 0);
+}
+
+#[test]
+fn acts_on_the_connections_of_a_spoofed_drop_syn_flood_stay_bounded_and_go_with_their_connections() {
+    let mut r = Run::with(Config { max_connections: 1_000, ..Config::default() });
+    r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN DROP SYN\n")));
+    // 5,000 SYNs from spoofed sources in 5 s, each dropped: five times what the table holds.
+    for i in 0..5_000u64 {
+        let c = TcpConv::new(&format!("10.{}.{}.{}:{}", 100 + i / 65_536, (i >> 8) & 255, i & 255, 1024 + i), "10.9.0.1:80");
+        r.feed(i, c.syn());
+        if i % 100 == 0 {
+            let s = r.engine.table_sizes();
+            assert!(s.pending_acts <= s.connections, "{s:?}");
+        }
+    }
+    assert!(r.engine.stats().connections_evicted >= 4_000);
+    // The connections left fail at the connect timeout: each a failed pageview that carries its
+    // dropped SYN; nothing stays behind.
+    r.advance(30_000);
+    assert_eq!(r.engine.table_sizes().pending_acts, 0);
+    let failed: Vec<&PageviewRecord> = r.pv.iter().filter(|p| p.failed_connections == 1).collect();
+    assert!(failed.len() >= 900, "{}", failed.len());
+    assert!(failed.iter().all(|p| p.actions == Acts { syns_dropped: 1, ..Acts::default() }), "{:?}", failed[0]);
 }
 
 /// A page of one transaction from `client` that the client sees take `rt_ms`: its SYN at `t`,
@@ -822,6 +849,38 @@ fn fast_syn_retransmits_every_gap_absorbs_the_clients_own_and_stops_at_the_synac
 }
 
 #[test]
+fn a_fast_syn_pageview_counts_the_copies_sent_and_the_syns_absorbed_and_each_connection_is_one_decision() {
+    let mut r = fast_run("IF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\n");
+    let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    r.feed(0, c.syn());
+    // rlm's copies at 0.5 s and 1 s; the client's own at 1 s is absorbed; copies at 1.5 s and 2 s.
+    r.advance(1_000);
+    r.feed(1_000, c.syn());
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    r.advance(2_000);
+    assert_eq!(transmits(&mut r).len(), 4);
+    r.feed(2_100, c.synack());
+    r.feed(2_100 + RTT_MS, c.ack());
+    r.feed(2_200, c.client_data(&get("/page", "")));
+    r.feed_all(2_300, c.server_data(&html_response("<p>no embeds</p>")));
+    // Another client's SYN is kept too, but answered before a copy is due.
+    page_taking(&mut r, "10.5.0.8", 3_000, 500);
+    assert!(transmits(&mut r).is_empty());
+    r.finish(10_000);
+    assert_eq!(r.pv.len(), 2);
+    let pv = r.pv.iter().find(|p| p.client == "10.5.0.7").expect("the first client's pageview");
+    assert_eq!(pv.actions, Acts { syns_resent: 4, syns_absorbed: 1, ..Acts::default() });
+    let quick = r.pv.iter().find(|p| p.client == "10.5.0.8").expect("the second client's pageview");
+    assert_eq!(quick.actions, Acts::default());
+    // One decision per connection whose SYN rlm kept, however many copies it sent.
+    let acted: Vec<(&str, &str)> = r.decisions.iter().map(|d| (d.action, d.client.as_str())).collect();
+    assert_eq!(acted, [("FAST SYN", "10.5.0.7:40001"), ("FAST SYN", "10.5.0.8:40001")]);
+    let d = &r.decisions[0];
+    assert_eq!((d.rule.as_str(), d.server.as_str(), d.retransmission, d.target.as_deref()), ("test.rlm:1:1", "10.9.0.1:80", false, None));
+    assert!(d.aggregates.is_empty());
+}
+
+#[test]
 fn halt_fast_syn_holds_a_throttled_class_back_and_resumes_when_the_rule_clears() {
     let throttle = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN\n  DROP SYN\n  HALT FAST SYN\n";
     let mut r = fast_run(throttle);
@@ -859,11 +918,15 @@ fn fast_synack_resends_the_synack_to_the_client_until_its_ack() {
     let t = transmits(&mut r);
     assert_eq!(t.len(), 2, "{t:?}");
     assert!(t.iter().all(|t| t.port == Port::Client && t.frame[..] == synack[..]));
-    // The client's ACK ends it.
+    // The client's ACK ends it; its page follows.
     r.feed(1_100, c.ack());
+    r.feed(1_150, c.client_data(&get("/page", "")));
+    r.feed_all(1_200, c.server_data(&html_response("<p>no embeds</p>")));
     r.advance(5_000);
     assert!(transmits(&mut r).is_empty());
     assert_eq!(r.engine.stats().fast_synacks_sent, 2);
+    assert_eq!(r.pv.len(), 1);
+    assert_eq!(r.pv[0].actions, Acts { synacks_resent: 2, ..Acts::default() });
     // A handshake that completes within the gap sends nothing.
     let mut d = TcpConv::new("10.5.0.8:40002", "10.9.0.1:80");
     r.feed(6_000, d.syn());
@@ -871,6 +934,9 @@ fn fast_synack_resends_the_synack_to_the_client_until_its_ack() {
     r.feed(6_100, d.ack());
     r.advance(9_000);
     assert!(transmits(&mut r).is_empty());
+    // One decision per SYN/ACK kept, whether copies went or not.
+    let acted: Vec<(&str, &str, &str)> = r.decisions.iter().map(|d| (d.action, d.rule.as_str(), d.client.as_str())).collect();
+    assert_eq!(acted, [("FAST SYN/ACK", "test.rlm:1:1", "10.5.0.7:40001"), ("FAST SYN/ACK", "test.rlm:1:1", "10.5.0.8:40002")]);
 }
 
 #[test]
@@ -894,14 +960,29 @@ fn delay_first_syn_holds_the_pageviews_first_syn_then_fast_retransmits_it() {
     assert_eq!(transmits(&mut r).len(), 1);
     r.feed(3_700, c.synack());
     r.feed(3_700 + RTT_MS, c.ack());
+    r.feed(3_800, c.client_data(&get("/page", "")));
+    r.feed_all(3_900, c.server_data(&html_response("<p>no embeds</p>")));
     r.advance(8_000);
     assert!(transmits(&mut r).is_empty());
     let s = r.engine.stats();
     assert_eq!((s.syns_delayed, s.fast_syns_sent, s.fast_syns_absorbed), (1, 2, 1));
+    assert_eq!(r.pv.len(), 1);
+    assert_eq!(r.pv[0].actions, Acts { syns_delayed: 1, syns_absorbed: 1, syns_resent: 2, ..Acts::default() });
     // HIGH is not delayed.
     let h = TcpConv::new("10.4.0.7:40001", "10.9.0.1:80");
     r.feed(9_000, h.syn());
     assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    // A decision for each rule that kept a SYN, once per connection.
+    let acted: Vec<(&str, &str, &str)> = r.decisions.iter().map(|d| (d.action, d.rule.as_str(), d.client.as_str())).collect();
+    assert_eq!(
+        acted,
+        [
+            ("DELAY FIRST SYN", "test.rlm:4:1", "10.5.0.7:40001"),
+            ("FAST SYN", "test.rlm:3:1", "10.5.0.7:40001"),
+            ("FAST SYN", "test.rlm:3:1", "10.4.0.7:40001")
+        ]
+    );
+    assert!(r.decisions.iter().all(|d| d.class == if d.client.starts_with("10.4.") { "HIGH" } else { "LOW" }), "{:?}", r.decisions);
 }
 
 #[test]
@@ -953,9 +1034,12 @@ fn a_spoofed_syn_flood_is_not_amplified_and_leaves_memory_bounded() {
             let s = r.engine.table_sizes();
             peak.connections = peak.connections.max(s.connections);
             peak.timers = peak.timers.max(s.timers);
+            assert!(s.pending_acts <= s.connections, "{s:?}");
         }
     }
     r.advance(60_000);
+    // What rlm sent for the flood's connections went with them (into the failed pageviews they make).
+    assert_eq!(r.engine.table_sizes().pending_acts, 0);
     injected += transmits(&mut r).len();
     let s = r.engine.stats();
     // Nothing earned (no handshake completed): at most the class's initial burst, 5% of the flood.
@@ -1214,6 +1298,11 @@ fn rewrite_embeds_rewrites_the_chosen_image_requests_in_place_and_every_resend()
     assert_eq!(r.pv.len(), 1);
     assert_eq!(r.pv[0].objects, 3, "{:?}", r.pv[0].object_uris);
     assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 0);
+    // One decision per rewritten request (not per resend), naming what the client asked for.
+    assert_eq!(r.pv[0].actions, Acts { embeds_rewritten: 2, ..Acts::default() });
+    let acted: Vec<(&str, Option<&str>)> = r.decisions.iter().map(|d| (d.action, d.target.as_deref())).collect();
+    assert_eq!(acted, [("REWRITE EMBEDS", Some("/img/b.gif")), ("REWRITE EMBEDS", Some("/img/c.gif"))]);
+    assert!(r.decisions.iter().all(|d| d.rule.ends_with("rules.rlm:1:1") && d.client == "10.5.0.7:40001" && !d.retransmission), "{:?}", r.decisions);
 }
 
 #[test]
@@ -1341,6 +1430,31 @@ fn remove_embeds_blanks_the_chosen_references_in_every_copy_and_the_pageview_doe
     assert_eq!(r.pv[0].objects, 1, "{:?}", r.pv[0].object_uris);
     assert!(r.pv[0].rt_s < 1.0, "{}", r.pv[0].rt_s);
     assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 0);
+}
+
+#[test]
+fn a_blanked_reference_is_one_decision_and_one_act_of_its_pageview_which_ends_a_linger_after_the_rest() {
+    let (mut r, mut c) = asking_for_a_page(adapt_run("IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AT 2\n"));
+    for f in c.server_data(&html_response(PAGE)) {
+        assert!(forward(&mut r, 100, f).is_some());
+    }
+    assert_eq!(r.engine.stats().embeds_removed, 1);
+    let acted: Vec<(&str, &str, &str, &str, Option<&str>)> =
+        r.decisions.iter().map(|d| (d.action, d.rule.as_str(), d.client.as_str(), d.server.as_str(), d.target.as_deref())).collect();
+    assert_eq!(acted, [("REMOVE EMBEDS", "test.rlm:1:1", "10.5.0.7:40001", "10.9.0.1:80", Some("img/b.gif"))]);
+    // The browser fetches the two images left; the pageview waits for nothing more and ends a
+    // linger (1.5 s) after the last, not a quiet period (5 s).
+    r.feed(180, c.client_data(&get("/img/a.gif", "Referer: http://shop/index.html\r\n")));
+    r.feed_all(185, c.server_data(&gif_response(500)));
+    r.feed(190, c.client_data(&get("/img/c.gif", "Referer: http://shop/index.html\r\n")));
+    r.feed_all(200, c.server_data(&gif_response(300)));
+    r.feed(280, c.client_ack());
+    r.advance(2_000);
+    assert_eq!(r.pv.len(), 1, "ended by its linger");
+    let p = &r.pv[0];
+    assert_eq!((p.objects, p.expected_objects), (2, 2), "{:?}", p.object_uris);
+    assert_eq!(p.actions, Acts { embeds_blanked: 1, ..Acts::default() });
+    assert_eq!(r.decisions.len(), 1);
 }
 
 #[test]

@@ -530,7 +530,9 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
                 }
             }
             Event::Decision(d) => {
-                if let Some(r) = what_if.as_mut().and_then(|w| w.rules.iter_mut().find(|r| r.rule == d.rule)) {
+                // The what-if counts the SYNs its rules drop (the actions that send or rewrite
+                // frames are not carried out over a capture).
+                if let Some(r) = what_if.as_mut().filter(|_| d.drops_syn()).and_then(|w| w.rules.iter_mut().find(|r| r.rule == d.rule)) {
                     if d.action == "LIMIT SYN" {
                         r.syns_limited += 1;
                     } else {

@@ -90,8 +90,9 @@ pub struct RunArgs {
     /// Write one JSON line per finished pageview to this file (`-`: standard output).
     #[arg(long, value_name = "FILE")]
     pub pageviews: Option<PathBuf>,
-    /// Write one JSON line per decision a rule took (a SYN dropped) to this file (`-`: standard
-    /// output).
+    /// Write one JSON line per decision a rule took (a SYN dropped; once per connection a SYN or
+    /// SYN/ACK kept to resend; once per reference a reference blanked or a request rewritten) to
+    /// this file (`-`: standard output).
     #[arg(long, value_name = "FILE")]
     pub decisions: Option<PathBuf>,
     /// Rotate a record file once it passes this many bytes (0: never; SIGHUP reopens the files

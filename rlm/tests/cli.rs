@@ -120,12 +120,22 @@ fn writes_json_lines_with_the_documented_fields() {
         "events",
         "class",
         "window_ts",
+        "actions",
         "incomplete",
     ] {
         assert!(p.get(f).is_some(), "pageview lacks {f}: {p}");
     }
-    // Without a rule file a pageview enters no class window.
+    // Without a rule file a pageview enters no class window, and rlm did nothing to it: every
+    // count of `actions` there, zero.
     assert_eq!((&p["class"], &p["window_ts"]), (&serde_json::Value::Null, &serde_json::Value::Null));
+    let acts = p["actions"].as_object().expect("actions is an object");
+    let mut names: Vec<&str> = acts.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["embeds_blanked", "embeds_rewritten", "synacks_resent", "syns_absorbed", "syns_delayed", "syns_dropped", "syns_limited", "syns_resent"]
+    );
+    assert!(acts.values().all(|v| *v == 0), "{p}");
     assert_eq!(p["id"], t["pageview"]);
 }
 
@@ -515,12 +525,14 @@ fn what_if_replays_a_rule_file_over_a_capture() {
     let d = tmpdir("whatif");
     let rules = d.join("r.rlm");
     std::fs::write(&rules, "CLASS C IF IP.SRC == 141.142.*.*\nIF CLASS == C THEN DROP SYN\nIF RT.C > 100s THEN DROP SYN\n").unwrap();
-    let (sum, dec) = (d.join("s.json"), d.join("dec.jsonl"));
+    let (sum, dec, pvs) = (d.join("s.json"), d.join("dec.jsonl"), d.join("pv.jsonl"));
     let out = rlm()
         .args(["analyze", "--quiet", "--rules"])
         .arg(&rules)
         .arg("--decisions")
         .arg(&dec)
+        .arg("--pageviews")
+        .arg(&pvs)
         .arg("--summary-json")
         .arg(&sum)
         .arg(trace("get.pcap"))
@@ -540,8 +552,13 @@ fn what_if_replays_a_rule_file_over_a_capture() {
     assert_eq!((decisions[0]["action"].as_str(), decisions[0]["class"].as_str()), (Some("DROP SYN"), Some("C")));
     let mut keys: Vec<&str> = decisions[0].as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["action", "aggregates", "class", "client", "retransmission", "rule", "server", "ts"]);
+    assert_eq!(keys, ["action", "aggregates", "class", "client", "retransmission", "rule", "server", "target", "ts"]);
     assert_eq!(decisions[0]["aggregates"], serde_json::json!([]), "CLASS == C names no class aggregate");
+    assert_eq!(decisions[0]["target"], serde_json::Value::Null, "a SYN is no reference");
+    // The pageview of the connection whose SYN was dropped counts the drop.
+    let pageviews = json_lines(&std::fs::read_to_string(&pvs).unwrap());
+    let dropped: u64 = pageviews.iter().map(|p| p["actions"]["syns_dropped"].as_u64().unwrap()).sum();
+    assert_eq!(dropped, 1, "{pageviews:?}");
     // A bad rule file: its diagnostics, exit 2, nothing written.
     std::fs::write(&rules, "IF RT.NOPE > 1s THEN DROP SYN\n").unwrap();
     let _ = std::fs::remove_file(&sum);

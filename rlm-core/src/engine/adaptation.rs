@@ -146,7 +146,8 @@ impl Engine {
 
     /// The request node at an embedded image's request head (completed by `seg`, a client's
     /// segment): whether a `REWRITE EMBEDS` takes it, and if so its target is rewritten in this
-    /// segment and in every resend of it (the connection's request record).
+    /// segment and in every resend of it (the connection's request record), and its rule's
+    /// decision recorded and counted for its pageview (once: resends are not requests again).
     pub(super) fn decide_rewrite(&mut self, now: Timestamp, id: ConnId, depth: u32, seg: &Segment<'_>) {
         let Some(c) = self.flows.get(id) else { return };
         // The fast path queues (and so lets rlm rewrite) IPv4 segments only.
@@ -160,7 +161,7 @@ impl Engine {
         let (Some(at), Some(policy)) = (self.standing(now, id, depth), self.policy.as_mut()) else { return };
         let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
         let class = policy.classify(cl, sv);
-        let Some((_rule, select, map)) = policy.at_request(now, cl, sv, class, &req.uri, req.host.as_deref(), at.elapsed) else { return };
+        let Some((rule, select, map)) = policy.at_request(now, cl, sv, class, &req.uri, req.host.as_deref(), at.elapsed) else { return };
         let a = &mut self.adapt;
         let take = match select {
             rules::EmbedSelect::Predicted { cmp, goal } => {
@@ -178,17 +179,29 @@ impl Engine {
             self.stats.rewrites_unmapped += 1;
             return;
         };
-        match rewrite::target_edit(seg.payload, seg.seq, request_seq, &req.method, &req.uri, &new) {
+        let rewritten = match rewrite::target_edit(seg.payload, seg.seq, request_seq, &req.method, &req.uri, &new) {
             Ok((seq, bytes)) => {
                 if a.conns.entry(id).or_default().requests.add_bytes(seq, &bytes) {
                     self.stats.embeds_rewritten += 1;
                     a.rewritten.insert((id, depth), new);
+                    Some(req.uri.clone())
                 } else {
                     self.stats.adapt_record_full += 1;
+                    None
                 }
             }
-            Err(rewrite::Missed::NotInSegment) => self.stats.rewrites_split += 1,
-            Err(rewrite::Missed::Unplaced) => self.stats.rewrites_unplaced += 1,
+            Err(rewrite::Missed::NotInSegment) => {
+                self.stats.rewrites_split += 1;
+                None
+            }
+            Err(rewrite::Missed::Unplaced) => {
+                self.stats.rewrites_unplaced += 1;
+                None
+            }
+        };
+        if let Some(target) = rewritten {
+            self.pageviews.on_txn_act(id, depth, |acts| acts.embeds_rewritten += 1);
+            self.record_decision(now, id, rule, "REWRITE EMBEDS", Some(target));
         }
     }
 
@@ -217,18 +230,22 @@ impl Engine {
     }
 
     /// A container's references, in document order, as the scanner finds them: those its
-    /// removal takes are blanked (kept in the connection's record) and no longer expected by the
-    /// pageview. A reference whose attributes began in a segment that went on already stays.
+    /// removal takes are blanked (kept in the connection's record), no longer expected by the
+    /// pageview, and each counted for it with a decision record of the removal's rule. A
+    /// reference whose attributes began in a segment that went on already stays.
     /// `window`: the server segment being handled, from the sequence number of its first byte
     /// new to the stream (blanks before it can no longer be written into a copy the client gets
     /// first) to the byte past its end; `None` when no segment is (a flush at a close).
     pub(super) fn remove_embeds(&mut self, now: Timestamp, id: ConnId, depth: u32, refs: &mut Vec<EmbedRef>, window: Option<(u32, u32)>) {
         let ahead = self.removal_standing(now, id, depth);
-        let Engine { adapt, stats, .. } = self;
+        let Engine { adapt, stats, .. } = &mut *self;
         let Adaptation { conns, predictor, sizes, .. } = adapt;
         let Some(a) = conns.get_mut(&id) else { return };
         let Some(i) = a.removals.iter().position(|r| r.depth == depth) else { return };
         let (removal, record, ahead_sent_to) = (&mut a.removals[i], &mut a.record, a.ahead_sent_to);
+        let rule = removal.rule;
+        // The references blanked, as the page writes them (their decision records come after).
+        let mut blanked = Vec::new();
         let at_or_after = |x: u32, y: u32| (x.wrapping_sub(y) as i32) >= 0;
         // A range can still be blanked on every copy: it lies in the bytes this segment brings,
         // or past it in data that waited behind a hole and did not go on (dropped, or sent back
@@ -268,8 +285,13 @@ impl Engine {
                 return true;
             }
             stats.embeds_removed += 1;
+            blanked.push(e.urls[0].clone());
             false
         });
+        for target in blanked {
+            self.pageviews.on_txn_act(id, depth, |acts| acts.embeds_blanked += 1);
+            self.record_decision(now, id, rule, "REMOVE EMBEDS", Some(target));
+        }
     }
 
     /// For a removal by `IF PREDICTED` of the container at `depth`: where its pageview stands.

@@ -35,13 +35,13 @@ use crate::actions::InjectBudget;
 use crate::adapt::patch::Edit;
 use crate::analyzer::Analyzer;
 use crate::flow::{CloseReason, ConnId, ConnState, FlowTable};
-use crate::pageview::{PageviewConfig, PageviewRecord, Pageviews};
+use crate::pageview::{Acts, PageviewConfig, PageviewRecord, Pageviews};
 use crate::policy::{Policy, SynDecision};
 use crate::time::Timestamp;
 use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed};
 use adaptation::Adaptation;
 use fastpath::{Fastpath, FastpathNeeds};
-use rules::RuleSet;
+use rules::{RuleId, RuleSet};
 use syn::{Keep, SynNode};
 
 pub use fastpath::{FastpathUpdate, SynMode};
@@ -142,7 +142,10 @@ pub enum Event {
     Transaction(TransactionRecord),
     /// A finished pageview.
     Pageview(PageviewRecord),
-    /// A SYN a rule dropped (`DROP SYN`, or `LIMIT SYN` with an empty bucket).
+    /// A rule acted: a SYN dropped (`DROP SYN`, or `LIMIT SYN` with an empty bucket), once per
+    /// connection a SYN or SYN/ACK kept to send (`FAST SYN`, `DELAY FIRST SYN`, `FAST SYN/ACK`),
+    /// once per reference a reference blanked or a request rewritten (`REMOVE EMBEDS`, `REWRITE
+    /// EMBEDS`).
     Decision(DecisionRecord),
 }
 
@@ -350,8 +353,27 @@ impl Engine {
 
     /// Sizes of every table the engine keeps, for bounds tests and metrics.
     pub fn table_sizes(&self) -> TableSizes {
-        let (open_pageviews, pageview_deadlines, client_rtts) = self.pageviews.table_sizes();
-        TableSizes { connections: self.flows.len(), timers: self.timers.len(), open_pageviews, pageview_deadlines, client_rtts }
+        let (open_pageviews, pageview_deadlines, client_rtts, pending_acts) = self.pageviews.table_sizes();
+        TableSizes { connections: self.flows.len(), timers: self.timers.len(), open_pageviews, pageview_deadlines, client_rtts, pending_acts }
+    }
+
+    /// Rule `rule` took `action` (as the rule language spells it) on connection `id`, on the
+    /// reference `target` if any: its decision record, with the connection's class read again.
+    fn record_decision(&mut self, now: Timestamp, id: ConnId, rule: RuleId, action: &'static str, target: Option<String>) {
+        let (Some(policy), Some(c)) = (self.policy.as_ref(), self.flows.get(id)) else { return };
+        let class = policy.classify(c.client.into(), c.server.into());
+        let record = DecisionRecord { target, ..DecisionRecord::of(policy, now, rule, action, class, c.client, c.server) };
+        self.events.push_back(Event::Decision(record));
+    }
+
+    /// rlm acted on connection `id`'s handshake (a SYN absorbed, delayed or resent, a SYN/ACK
+    /// resent): counted for the pageview the connection serves. Not on a connection already
+    /// closed: its acts went to a pageview, or were let go, at the close (so that they never
+    /// outlive it).
+    fn count_conn_act(&mut self, id: ConnId, act: impl FnOnce(&mut Acts)) {
+        if self.flows.get(id).is_some_and(|c| c.state != ConnState::Closed) {
+            self.pageviews.on_conn_act(id, act);
+        }
     }
 
     fn push_timer(&mut self, t: Timestamp, id: ConnId, kind: TimerKind) {

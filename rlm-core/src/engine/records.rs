@@ -1,13 +1,15 @@
 //! The Zeek-style records the engine reports: one per finished HTTP transaction (the fields of
-//! Zeek's http.log, [`TransactionRecord`]), one per decision a rule made on a packet
-//! ([`DecisionRecord`]); pageviews are [`crate::pageview::PageviewRecord`]s.
+//! Zeek's http.log, [`TransactionRecord`]), one per action a rule took ([`DecisionRecord`]);
+//! pageviews are [`crate::pageview::PageviewRecord`]s.
 
 use std::net::IpAddr;
 
 use serde::Serialize;
 
+use rules::{ClassId, RuleId};
+
 use crate::http::Txn;
-use crate::policy::AggregateReading;
+use crate::policy::{AggregateReading, Policy};
 use crate::time::Timestamp;
 use crate::wire::Endpoint;
 
@@ -122,26 +124,67 @@ pub fn conn_uid(client: Endpoint, server: Endpoint, first_seen: Timestamp) -> St
     out
 }
 
-/// A rule acted on a packet (or would have, when replaying a capture).
+/// A rule acted (or would have, when replaying a capture): on a client's SYN (`DROP SYN`, `LIMIT
+/// SYN`), on a connection's handshake once per connection (`FAST SYN`, `DELAY FIRST SYN`, `FAST
+/// SYN/ACK`: when rlm keeps the frame to send, not at each copy sent), or on an embedded
+/// reference once per reference (`REMOVE EMBEDS`, `REWRITE EMBEDS`).
 #[derive(Clone, Debug, Serialize)]
 pub struct DecisionRecord {
     /// When the rule acted, Unix seconds to the microsecond.
     pub ts: UnixMicros,
     /// `FILE:LINE:COL` of the rule.
     pub rule: String,
-    /// `DROP SYN`, or `LIMIT SYN` when the bucket was empty.
+    /// The action as the rule language spells it: `DROP SYN`, `LIMIT SYN` (its bucket was
+    /// empty), `FAST SYN`, `DELAY FIRST SYN`, `FAST SYN/ACK`, `REMOVE EMBEDS`, `REWRITE EMBEDS`.
     pub action: &'static str,
-    /// The class of the SYN's client.
+    /// The class of the connection's client.
     pub class: String,
-    /// The SYN's client, as `ip:port`.
+    /// The connection's client, as `ip:port`.
     pub client: String,
-    /// The server it was sent to, as `ip:port`.
+    /// Its server, as `ip:port`.
     pub server: String,
-    /// The SYN was a retransmission by the client.
+    /// The SYN acted on was a retransmission by the client (`DROP SYN`, `LIMIT SYN`; false for
+    /// the other actions, which take a connection's first SYN or SYN/ACK, or a reference).
     pub retransmission: bool,
+    /// The reference acted on: for `REMOVE EMBEDS` the blanked reference's URL as the page
+    /// writes it (an `<img>`'s `src` rather than its `srcset`), for `REWRITE EMBEDS` the request
+    /// target the client sent; `None` for the actions on SYNs and handshakes.
+    pub target: Option<String>,
     /// The class-aggregate tests of the rule's condition, in the rule's order, read at the
     /// decision: what made it fire (empty for a rule that names none).
     pub aggregates: Vec<AggregateReading>,
+}
+
+impl DecisionRecord {
+    /// The record of `rule` of `policy` taking `action` at `now` on a connection of `class` from
+    /// `client` to `server`: not on a retransmission nor on a reference (the caller sets those
+    /// where they apply).
+    pub(crate) fn of(
+        policy: &Policy,
+        now: Timestamp,
+        rule: RuleId,
+        action: &'static str,
+        class: ClassId,
+        client: Endpoint,
+        server: Endpoint,
+    ) -> DecisionRecord {
+        DecisionRecord {
+            ts: UnixMicros::of(now),
+            rule: policy.rule_label(rule).to_string(),
+            action,
+            class: policy.class_name(class).to_string(),
+            client: client.to_string(),
+            server: server.to_string(),
+            retransmission: false,
+            target: None,
+            aggregates: policy.readings(now, rule),
+        }
+    }
+
+    /// Whether the rule dropped a client's SYN (`DROP SYN`, `LIMIT SYN`).
+    pub fn drops_syn(&self) -> bool {
+        matches!(self.action, "DROP SYN" | "LIMIT SYN")
+    }
 }
 
 impl TransactionRecord {

@@ -15,6 +15,9 @@ pub struct TableSizes {
     pub pageview_deadlines: usize,
     /// Clients whose last RTT is remembered.
     pub client_rtts: usize,
+    /// Connections with acts of rlm (a SYN dropped, resent, ...) not yet counted on a pageview:
+    /// at most the connections tracked.
+    pub pending_acts: usize,
 }
 
 /// Counters, all monotonic.

@@ -7,13 +7,13 @@
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use super::{DecisionRecord, DropCause, Engine, Event, Port, TimerKind, Transmit, UnixMicros};
+use super::{DecisionRecord, DropCause, Engine, Event, Port, TimerKind, Transmit};
 use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs, Release};
 use crate::flow::{ConnId, ConnState};
 use crate::policy::{SynDecision, SynOutcome};
 use crate::time::Timestamp;
 use crate::wire::{Endpoint, LinkType};
-use rules::ClassId;
+use rules::{ClassId, RuleId};
 
 /// How often a held-back SYN without a `FAST SYN` gap is looked at again.
 const HELD_SYN_RECHECK: Duration = Duration::from_millis(500);
@@ -23,13 +23,15 @@ const MAX_KEPT_FRAME: usize = 256;
 /// How soon a released SYN that found no release token tries again.
 const RELEASE_RETRY: Duration = Duration::from_millis(50);
 
-/// A frame to keep once the frame being handled is through (asked by the SYN and SYN/ACK nodes).
+/// A frame to keep once the frame being handled is through (asked by the SYN and SYN/ACK nodes),
+/// with the rules that asked, for their decision records.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Keep {
-    /// A client's SYN: retransmit it every `gap`, first after `delay` if it is held back.
-    Syn { gap: Option<Duration>, delay: Option<Duration>, class: usize },
-    /// A server's SYN/ACK: retransmit it every `gap` until the client's ACK.
-    SynAck { gap: Duration, class: usize },
+    /// A client's SYN: retransmit it every `gap` (`FAST SYN`), first after `delay` if it is held
+    /// back (`DELAY FIRST SYN`).
+    Syn { gap: Option<(Duration, RuleId)>, delay: Option<(Duration, RuleId)>, class: usize },
+    /// A server's SYN/ACK: retransmit it every `gap` until the client's ACK (`FAST SYN/ACK`).
+    SynAck { gap: Duration, rule: RuleId, class: usize },
 }
 
 /// What the SYN node decided about the SYN being handled.
@@ -92,8 +94,9 @@ impl SynNode {
 
 impl Engine {
     /// The SYN node: the rules decide whether the client's SYN goes on. A dropped SYN stays in
-    /// the pageview's accounting: the client will retransmit it and wait. `decided`: what a
-    /// kernel fast path already decided for it.
+    /// the pageview's accounting: the client will retransmit it and wait (and the pageview the
+    /// connection serves counts it among its `actions`). `decided`: what a kernel fast path
+    /// already decided for it.
     pub(super) fn at_syn(
         &mut self,
         now: Timestamp,
@@ -112,6 +115,7 @@ impl Engine {
             // retransmission is absorbed, so that the server sees one SYN stream. It is not a
             // SYN of the class for the rules (no token, no counter).
             self.stats.fast_syns_absorbed += 1;
+            self.count_conn_act(id, |a| a.syns_absorbed += 1);
             step.drop = Some(DropCause::SynAbsorbed);
             return step;
         }
@@ -123,7 +127,7 @@ impl Engine {
         // DELAY FIRST SYN: a SYN that opens a pageview (its client has none open) is held back
         // and sent after the delay (004 Figure 17).
         let delay =
-            delay_first.filter(|d| !retransmission && rt.is_zero() && decision == SynDecision::Pass && *d < self.cfg.pageview.connect_timeout);
+            delay_first.filter(|(d, _)| !retransmission && rt.is_zero() && decision == SynDecision::Pass && *d < self.cfg.pageview.connect_timeout);
         if !retransmission && (fast_syn.is_some() || delay.is_some()) {
             // Keep this SYN's frame (once its handling is over) and send it after GAP (or the
             // delay) unless the server answers first.
@@ -136,16 +140,12 @@ impl Engine {
         if let SynDecision::Drop { rule, limited } = decision {
             step.drop = Some(DropCause::SynDropped);
             self.stats.syns_dropped += 1;
+            let action = if limited { "LIMIT SYN" } else { "DROP SYN" };
             self.events.push_back(Event::Decision(DecisionRecord {
-                ts: UnixMicros::of(now),
-                rule: policy.rule_label(rule).to_string(),
-                action: if limited { "LIMIT SYN" } else { "DROP SYN" },
-                class: policy.class_name(class).to_string(),
-                client: client.to_string(),
-                server: server.to_string(),
                 retransmission,
-                aggregates: policy.readings(now, rule),
+                ..DecisionRecord::of(policy, now, rule, action, class, client, server)
             }));
+            self.pageviews.on_conn_act(id, |a| if limited { a.syns_limited += 1 } else { a.syns_dropped += 1 });
         }
         // A SYN that came for a verdict: tell the kernel what to do with the next ones, under the
         // generation in force after this SYN's look at the class statistics.
@@ -197,15 +197,15 @@ impl Engine {
         let (Some(policy), Some(c)) = (self.policy.as_mut(), self.flows.get(id)) else { return None };
         let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
         let class = policy.classify(cl, sv);
-        policy.at_synack(now, cl, sv, class).map(|gap| Keep::SynAck { gap, class: class.index() })
+        policy.at_synack(now, cl, sv, class).map(|(gap, rule)| Keep::SynAck { gap, rule, class: class.index() })
     }
 
     /// Keep the frame just handled, as the SYN or SYN/ACK node asked, and arm its timer. False
     /// if it could not be kept (too many pending, or too long).
     pub(super) fn keep_frame(&mut self, now: Timestamp, id: ConnId, keep: Keep, link: LinkType, frame: &[u8]) -> bool {
         let (map, gap, delayed, class, kind) = match keep {
-            Keep::Syn { gap, delay, class } => (&mut self.syn.fast_syns, gap, delay.is_some(), class, TimerKind::FastSyn),
-            Keep::SynAck { gap, class } => (&mut self.syn.fast_synacks, Some(gap), false, class, TimerKind::FastSynAck),
+            Keep::Syn { gap, delay, class } => (&mut self.syn.fast_syns, gap.map(|(g, _)| g), delay.is_some(), class, TimerKind::FastSyn),
+            Keep::SynAck { gap, class, .. } => (&mut self.syn.fast_synacks, Some(gap), false, class, TimerKind::FastSynAck),
         };
         if (map.len() >= self.syn.budgets.config().max_pending && !map.contains_key(&id)) || frame.len() > MAX_KEPT_FRAME {
             self.stats.inject_denied += 1;
@@ -215,13 +215,34 @@ impl Engine {
             }
             return false;
         }
-        map.insert(id, Kept { gap, link, frame: frame.into(), sent: 0, delayed, held: false, client_sent: None, class });
+        let fresh = map.insert(id, Kept { gap, link, frame: frame.into(), sent: 0, delayed, held: false, client_sent: None, class }).is_none();
         let first = match keep {
-            Keep::Syn { delay: Some(d), .. } => d,
+            Keep::Syn { delay: Some((d, _)), .. } => d,
             _ => gap.unwrap_or(Duration::ZERO),
         };
         self.push_timer(now + first, id, kind);
+        if fresh {
+            self.on_kept(now, id, keep);
+        }
         true
+    }
+
+    /// A frame kept for the first time on connection `id`: the decision of each rule that asked
+    /// for it (once per connection, not at each copy sent), and a held-back first SYN counted for
+    /// the pageview the connection serves.
+    fn on_kept(&mut self, now: Timestamp, id: ConnId, keep: Keep) {
+        match keep {
+            Keep::Syn { gap, delay, .. } => {
+                if let Some((_, rule)) = delay {
+                    self.count_conn_act(id, |a| a.syns_delayed += 1);
+                    self.record_decision(now, id, rule, "DELAY FIRST SYN", None);
+                }
+                if let Some((_, rule)) = gap {
+                    self.record_decision(now, id, rule, "FAST SYN", None);
+                }
+            }
+            Keep::SynAck { rule, .. } => self.record_decision(now, id, rule, "FAST SYN/ACK", None),
+        }
     }
 
     /// Send a kept frame toward the server or the client if the budget allows; false if it did
@@ -243,6 +264,7 @@ impl Engine {
         kept.sent += 1;
         kept.delayed = false;
         self.transmits.push_back(Transmit { port: if to_server { Port::Server } else { Port::Client }, frame });
+        self.count_conn_act(id, |a| if to_server { a.syns_resent += 1 } else { a.synacks_resent += 1 });
         true
     }
 
@@ -265,7 +287,8 @@ impl Engine {
             self.syn.forget_syn(id);
             return;
         };
-        if out.fast_syn.is_none() && !delayed {
+        let gap = out.fast_syn.map(|(g, _)| g);
+        if gap.is_none() && !delayed {
             // The rule no longer applies (a new rule file): the client's own TCP takes over.
             self.syn.forget_syn(id);
             return;
@@ -273,7 +296,7 @@ impl Engine {
         let held = self.syn.fast_syns.get(&id).is_some_and(|k| k.held);
         if let Some(at) = self.syn.fast_syns.get(&id).and_then(|k| k.client_sent) {
             // The client's own copy went a moment ago: rlm's next goes a gap after it.
-            let next = at + out.fast_syn.unwrap_or(HELD_SYN_RECHECK);
+            let next = at + gap.unwrap_or(HELD_SYN_RECHECK);
             if !held && now < next {
                 self.push_timer(next, id, TimerKind::FastSyn);
                 return;
@@ -293,7 +316,7 @@ impl Engine {
                 return;
             }
             self.stats.fast_syns_sent += 1;
-            if out.fast_syn.is_none() {
+            if gap.is_none() {
                 // A held-back first SYN without FAST SYN: sent once; the client's TCP goes on.
                 self.syn.forget_syn(id);
                 return;
@@ -302,7 +325,7 @@ impl Engine {
             k.held = true;
             self.syn.release.forget(id);
         }
-        self.push_timer(now + out.fast_syn.unwrap_or(HELD_SYN_RECHECK), id, TimerKind::FastSyn);
+        self.push_timer(now + gap.unwrap_or(HELD_SYN_RECHECK), id, TimerKind::FastSyn);
     }
 
     /// A SYN/ACK's timer: send it again to the client unless its ACK came, it has given up or

@@ -80,9 +80,14 @@ impl Pageviews {
 
     /// A connection ended. `failed` is `(first SYN, when it failed, SYNs sent)` when its handshake
     /// never completed (it failed when the client's TCP gives up, on the appliance's clock) or
-    /// the server refused it.
+    /// the server refused it. What rlm did to it and no pageview counted yet goes to the
+    /// pageview it is in (or the failed pageview it makes), else nowhere.
     pub fn on_conn_closed(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, failed: Option<(Timestamp, Timestamp, u16)>) {
         let id = self.conn_pv.remove(&conn);
+        if let Some(id) = id {
+            self.settle_acts(conn, id);
+        }
+        let acts = self.pending_acts.remove(&conn).unwrap_or_default();
         match (id, failed) {
             (Some(id), Some((first_syn, at, syns))) => {
                 if let Some(p) = self.open.get_mut(&id) {
@@ -120,6 +125,7 @@ impl Pageviews {
                     pending: false,
                     rtt,
                 });
+                p.acts = acts;
                 self.finish(id);
             }
             (None, None) => {}

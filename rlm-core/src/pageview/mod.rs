@@ -40,7 +40,7 @@ use crate::time::Timestamp;
 use open::OpenPv;
 use record::build_record;
 
-pub use record::{EventNode, PageviewRecord};
+pub use record::{Acts, EventNode, PageviewRecord};
 pub use requests::RequestInfo;
 pub use urls::{request_url, simple_request_key, url_key};
 
@@ -90,6 +90,11 @@ pub struct Pageviews {
     conn_pv: AHashMap<ConnId, u64>,
     /// (connection, depth) → pageview of that transaction.
     txn_pv: AHashMap<(ConnId, u32), u64>,
+    /// What rlm did to connections' handshakes, kept until the connection joins a pageview: its
+    /// next request, or its failure. Sparse (connections rlm acted on), and left at each
+    /// connection's close, so bounded by the flow table; nothing of it in the connection's own
+    /// state, which has a budget.
+    pending_acts: AHashMap<ConnId, Acts>,
     /// Each client's last measured RTT and when it was learnt (bounded: see `learn_rtt`).
     client_rtt: AHashMap<IpAddr, (Duration, Timestamp)>,
     deadlines: BinaryHeap<Reverse<(Timestamp, u64, u32)>>,
@@ -108,6 +113,7 @@ impl Pageviews {
             by_client: AHashMap::new(),
             conn_pv: AHashMap::new(),
             txn_pv: AHashMap::new(),
+            pending_acts: AHashMap::new(),
             client_rtt: AHashMap::new(),
             deadlines: BinaryHeap::new(),
             deadlines_compacted: 0,
@@ -179,9 +185,34 @@ impl Pageviews {
         }
     }
 
-    /// Sizes of the pageview layer's tables (for bounds tests and metrics).
-    pub fn table_sizes(&self) -> (usize, usize, usize) {
-        (self.open.len(), self.deadlines.len(), self.client_rtt.len())
+    /// Sizes of the pageview layer's tables (for bounds tests and metrics): open pageviews, their
+    /// deadlines, remembered RTTs, connections with acts pending.
+    pub fn table_sizes(&self) -> (usize, usize, usize, usize) {
+        (self.open.len(), self.deadlines.len(), self.client_rtt.len(), self.pending_acts.len())
+    }
+
+    /// rlm acted on connection `conn`'s handshake (`DROP SYN`, `FAST SYN`, ...): kept until the
+    /// connection joins a pageview (its next request, or its failure), which counts it. A
+    /// connection is joined to its client's active pageview at its SYN only tentatively (its
+    /// request may start another), hence the wait.
+    pub fn on_conn_act(&mut self, conn: ConnId, act: impl FnOnce(&mut Acts)) {
+        act(self.pending_acts.entry(conn).or_default());
+    }
+
+    /// rlm acted on transaction `depth` of `conn` (`REMOVE EMBEDS` blanked one of its container's
+    /// references, `REWRITE EMBEDS` rewrote its request): counted on its pageview at once.
+    pub fn on_txn_act(&mut self, conn: ConnId, depth: u32, act: impl FnOnce(&mut Acts)) {
+        let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
+        if let Some(p) = self.open.get_mut(&id) {
+            act(&mut p.acts);
+        }
+    }
+
+    /// Connection `conn` joined pageview `id`: what rlm did to it so far counts there.
+    fn settle_acts(&mut self, conn: ConnId, id: u64) {
+        if let (Some(a), Some(p)) = (self.pending_acts.remove(&conn), self.open.get_mut(&id)) {
+            p.acts.add(&a);
+        }
     }
 
     /// Activity on a pageview: its quiet period starts again.
@@ -258,6 +289,7 @@ impl Pageviews {
                 in_flight: 0,
                 last_activity: now,
                 check_gen: 0,
+                acts: Acts::default(),
             },
         );
         if let Some(old) = overflow {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ahash::AHashMap;
 
+use super::record::Acts;
 use crate::flow::ConnId;
 use crate::http::EmbedKind;
 use crate::time::Timestamp;
@@ -77,6 +78,8 @@ pub(super) struct OpenPv {
     pub(super) last_activity: Timestamp,
     /// Generation of the finalisation check, to drop stale deadlines.
     pub(super) check_gen: u32,
+    /// What rlm did to it so far.
+    pub(super) acts: Acts,
 }
 
 impl OpenPv {

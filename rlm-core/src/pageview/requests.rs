@@ -111,6 +111,7 @@ impl Pageviews {
             None => self.start_pageview(now, r, &keys, rtt),
         };
         self.attach_conn(r.conn, id);
+        self.settle_acts(r.conn, id);
         self.add_txn(now, r, id, embed_of, rtt);
         id
     }

@@ -56,12 +56,13 @@ pub struct SynOutcome {
     pub decision: SynDecision,
     /// What a kernel fast path may do with the next SYNs of this client and server.
     pub admission: Option<Admission>,
-    /// `FAST SYN GAP g` holds: retransmit this SYN to the server every `g` until it answers.
-    pub fast_syn: Option<Duration>,
+    /// `FAST SYN GAP g` holds: retransmit this SYN to the server every `g` until it answers;
+    /// with the rule, for its decision record.
+    pub fast_syn: Option<(Duration, RuleId)>,
     /// `HALT FAST SYN` holds: no fast retransmission for this client now.
     pub halt_fast_syn: bool,
-    /// `DELAY FIRST SYN d` holds: if this SYN opens a pageview, hold it back `d`.
-    pub delay_first: Option<Duration>,
+    /// `DELAY FIRST SYN d` holds: if this SYN opens a pageview, hold it back `d`; with the rule.
+    pub delay_first: Option<(Duration, RuleId)>,
 }
 
 impl Policy {
@@ -90,8 +91,8 @@ impl Policy {
     }
 
     /// The SYN/ACK node (transitions 2 and 8 of 004 Figure 3): the gap of the `FAST SYN/ACK` in
-    /// force for this connection, if any.
-    pub fn at_synack(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId) -> Option<Duration> {
+    /// force for this connection, if any, with its rule.
+    pub fn at_synack(&mut self, now: Timestamp, client: SocketAddr, server: SocketAddr, class: ClassId) -> Option<(Duration, RuleId)> {
         self.refresh(now);
         let mut facts = Facts::new(client, server, class, &self.windows);
         facts.holds = Some(&self.holds);
@@ -105,7 +106,7 @@ impl Policy {
                 rc.last_fired = Some(now);
                 if let rules::Effect::FastSynAck { gap: g } = f.effect {
                     if self.inject_carried_out {
-                        gap.get_or_insert(g);
+                        gap.get_or_insert((g, f.rule));
                     } else {
                         rc.deferred += 1;
                     }
@@ -198,7 +199,7 @@ impl Policy {
                     rc.last_fired = Some(now);
                 }
             }
-            if self.syn_injection(f.effect, &mut outcome) {
+            if self.syn_injection(f, &mut outcome) {
                 continue;
             }
             if outcome.decision != SynDecision::Pass {
@@ -222,11 +223,12 @@ impl Policy {
     }
 
     /// A firing of an action at the SYN that sends frames (`FAST SYN`, `HALT FAST SYN`, `DELAY
-    /// FIRST SYN`) while the engine carries them out: noted in `outcome`. Whether it was one.
-    fn syn_injection(&self, effect: Effect, outcome: &mut SynOutcome) -> bool {
-        match effect {
+    /// FIRST SYN`) while the engine carries them out: noted in `outcome` (the first rule's). Whether
+    /// it was one.
+    fn syn_injection(&self, f: &Firing, outcome: &mut SynOutcome) -> bool {
+        match f.effect {
             Effect::FastSyn { gap } if self.inject_carried_out => {
-                outcome.fast_syn.get_or_insert(gap);
+                outcome.fast_syn.get_or_insert((gap, f.rule));
                 true
             }
             Effect::HaltFastSyn if self.inject_carried_out => {
@@ -234,7 +236,7 @@ impl Policy {
                 true
             }
             Effect::DelayFirstSyn { delay } if self.inject_carried_out => {
-                outcome.delay_first.get_or_insert(delay);
+                outcome.delay_first.get_or_insert((delay, f.rule));
                 true
             }
             _ => false,

@@ -712,8 +712,10 @@ impl Loop {
                     self.metrics.pageview_rt.get_or_create(&metrics::ClassLabel { class }).observe(p.rt_s);
                 }
                 Event::Decision(d) => {
-                    self.metrics.syn_drops.get_or_create(&metrics::ClassLabel { class: d.class.clone() }).inc();
-                    tracing::debug!(rule = %d.rule, action = d.action, class = %d.class, client = %d.client, "SYN dropped");
+                    if d.drops_syn() {
+                        self.metrics.syn_drops.get_or_create(&metrics::ClassLabel { class: d.class.clone() }).inc();
+                    }
+                    tracing::debug!(rule = %d.rule, action = d.action, class = %d.class, client = %d.client, reference = ?d.target, "rule acted");
                 }
                 _ => {}
             }

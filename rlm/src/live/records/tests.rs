@@ -32,6 +32,7 @@ fn decision(i: usize) -> Event {
         client: format!("10.4.0.1:{}", 40_000 + i % 20_000),
         server: "10.9.0.1:80".to_string(),
         retransmission: i.is_multiple_of(3),
+        target: None,
         aggregates: Vec::new(),
     })
 }
