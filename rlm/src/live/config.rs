@@ -426,9 +426,7 @@ mod tests {
 
     #[test]
     fn record_outputs_may_not_be_an_input_or_each_other() {
-        let d = std::env::temp_dir().join(format!("rlm-run-config-outputs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let d = crate::records::tests::temp_dir("run-config-outputs");
         let (rules, config, pv, dec) = (d.join("rules.rlm"), d.join("rlm.toml"), d.join("pv.jsonl"), d.join("dec.jsonl"));
         std::fs::write(&rules, "").unwrap();
         std::fs::write(&config, "").unwrap();

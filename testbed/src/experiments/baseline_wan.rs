@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde_json::Value;
 
-use super::{arm, arm_in, arm_mean, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
+use super::{arm, arm_in, arm_mean, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
 use crate::arm::{ArmResult, ArmSpec};
 use crate::report::Fidelity;
 
@@ -32,7 +32,7 @@ impl Experiment for BaselineWan {
 
     /// The managed arm's capture replayed through the engine.
     fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<Fidelity>> {
-        arms.iter().find(|a| a.capture.is_some()).map(super::fidelity::fidelity).transpose()
+        super::fidelity::of_captured_arm(arms)
     }
 
     /// Its mean against baseline-lan's (when that is checked too), its pageviews past 3 s, its
@@ -49,11 +49,6 @@ impl Experiment for BaselineWan {
         let gt3 = arm_mean(wan, "unmanaged", "gt3s_frac");
         v.push((gt3 >= 0.02, format!("baseline-wan: {:.1}% of pageviews past 3 s (SYN and SYN/ACK loss), at least 2%", gt3 * 100.0)));
         rlm_clean(v, "baseline-wan", &arm_in(wan, "managed"));
-        let f = &wan["fidelity"];
-        let (truth, matched) = (num(&f["truth_pageviews"]), num(&f["matched"]));
-        v.push((
-            truth > 0.0 && matched / truth >= 0.95,
-            format!("baseline-wan/managed (inline): {matched} of {truth} truth pageviews matched in its capture (at least 95%)"),
-        ));
+        v.push(super::fidelity::matched_check(&wan["fidelity"], "baseline-wan/managed (inline):", " in its capture"));
     }
 }

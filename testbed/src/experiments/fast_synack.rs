@@ -90,7 +90,7 @@ impl Experiment for FastSynack {
     }
 
     fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<Fidelity>> {
-        arms.iter().find(|a| a.capture.is_some()).map(super::fidelity::fidelity).transpose()
+        super::fidelity::of_captured_arm(arms)
     }
 
     /// 004 Table 1: rlm resends the SYN/ACK every gap until the client's ACK comes, so a SYN/ACK
@@ -132,12 +132,7 @@ impl Experiment for FastSynack {
                  run-to-run noise)"
             ),
         ));
-        let f = &fs["fidelity"];
-        let (truth, matched) = (num(&f["truth_pageviews"]), num(&f["matched"]));
-        v.push((
-            truth > 0.0 && matched / truth >= 0.95,
-            format!("fast-synack/gap-3s (rlm inline, nothing acted on): {matched} of {truth} truth pageviews matched in its capture (at least 95%)"),
-        ));
+        v.push(super::fidelity::matched_check(&fs["fidelity"], "fast-synack/gap-3s (rlm inline, nothing acted on):", " in its capture"));
         for a in fs["arms"].as_array().into_iter().flatten() {
             let name = a["name"].as_str().unwrap_or("?");
             let sent = injected(a, "fast_synacks_sent");

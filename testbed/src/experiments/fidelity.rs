@@ -25,19 +25,30 @@ impl Experiment for Fidelity {
     }
 
     fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<report::Fidelity>> {
-        arms.iter().find(|a| a.capture.is_some()).map(fidelity).transpose()
+        of_captured_arm(arms)
     }
 
     fn check(&self, fid: &Value, _all: &Results, c: &mut Checks) {
         let v = &mut c.v;
         let f = &fid["fidelity"];
-        let (truth, matched) = (num(&f["truth_pageviews"]), num(&f["matched"]));
-        v.push((truth > 0.0 && matched / truth >= 0.95, format!("fidelity: {matched} of {truth} truth pageviews matched (at least 95%)")));
+        v.push(matched_check(f, "fidelity:", ""));
         let med = num(&f["median_rel_err"]);
         v.push((med <= 0.05, format!("fidelity: median relative error {:.2}% (at most 5%)", med * 100.0)));
         let p90 = num(&f["p90_rel_err"]);
         v.push((p90 <= 0.10, format!("fidelity: p90 relative error {:.2}% (at most 10%)", p90 * 100.0)));
     }
+}
+
+/// The fidelity of the one arm of an experiment that captured its server port, if any.
+pub fn of_captured_arm(arms: &[ArmResult]) -> Result<Option<report::Fidelity>> {
+    arms.iter().find(|a| a.capture.is_some()).map(fidelity).transpose()
+}
+
+/// The check that at least 95% of the ground truth's pageviews were matched in a capture
+/// (`f`: a result's `fidelity`), its line starting with `who` and `where_` after "matched".
+pub fn matched_check(f: &Value, who: &str, where_: &str) -> (bool, String) {
+    let (truth, matched) = (num(&f["truth_pageviews"]), num(&f["matched"]));
+    (truth > 0.0 && matched / truth >= 0.95, format!("{who} {matched} of {truth} truth pageviews matched{where_} (at least 95%)"))
 }
 
 /// Replay an arm's capture through the engine and compare its pageviews with the ground truth.
