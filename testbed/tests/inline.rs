@@ -456,6 +456,12 @@ fn fast_syn_and_synack_frames_are_well_formed_and_make_one_connection_each() {
     assert!(status["stats"]["fast_syns_sent"].as_u64().unwrap_or(0) >= PAGES as u64);
     assert!(status["stats"]["fast_synacks_sent"].as_u64().unwrap_or(0) >= PAGES as u64);
     assert_eq!(status["injector"]["failed"].as_u64(), Some(0));
+    // The SYNs rlm queued are timed by the kernel's receive stamp, not when rlm read them.
+    let metrics = testbed::inline::prom::parse(&std::fs::read_to_string(out.metrics.as_ref().expect("metrics")).unwrap());
+    let value = |name: &str| metrics.iter().filter(|m| m.name == name).map(|m| m.value).sum::<f64>();
+    let (stamped, unstamped) = (value("rlm_queue_wait_seconds_count"), value("rlm_queue_unstamped_total"));
+    println!("queued packets stamped by the kernel {stamped}, unstamped {unstamped}");
+    assert!(stamped >= 1.0 && unstamped == 0.0, "queued packets: {stamped} with the kernel's stamp, {unstamped} without");
     // Every packet on both wires, injected ones included, has good IP and TCP checksums by
     // tshark's reckoning.
     for (side, rows) in [("server", &srv), ("client", &cli)] {

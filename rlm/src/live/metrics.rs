@@ -78,6 +78,8 @@ pub struct Metrics {
     pub fastpath: Family<CounterLabel, Gauge>,
     pub injected: Family<CounterLabel, Gauge>,
     pub verdict_latency: Histogram,
+    pub queue_wait: Histogram,
+    pub queue_unstamped: Counter,
     pub pageview_rt: Family<ClassLabel, Histogram, fn() -> Histogram>,
     pub rule_firing: Family<RuleLabel, Gauge>,
     pub connections: Gauge,
@@ -101,6 +103,8 @@ impl Metrics {
             fastpath: Family::default(),
             injected: Family::default(),
             verdict_latency: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
+            queue_wait: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
+            queue_unstamped: Counter::default(),
             pageview_rt: Family::new_with_constructor(rt_histogram as fn() -> Histogram),
             rule_firing: Family::default(),
             connections: Gauge::default(),
@@ -129,6 +133,16 @@ impl Metrics {
             m.injected.clone(),
         );
         registry.register("rlm_verdict_latency_seconds", "From a queued packet's arrival in rlm to its verdict", m.verdict_latency.clone());
+        registry.register(
+            "rlm_queue_wait_seconds",
+            "From a queued packet's arrival in the kernel (its receive stamp, which is its time for the engine) to rlm's reading it",
+            m.queue_wait.clone(),
+        );
+        registry.register(
+            "rlm_queue_unstamped",
+            "Queued packets without a plausible kernel receive stamp, timed when rlm read them",
+            m.queue_unstamped.clone(),
+        );
         registry.register("rlm_pageview_rt_seconds", "Response time of finished pageviews, by class", m.pageview_rt.clone());
         registry.register("rlm_rule_firing", "1 while a rule holds, by rule (file:line)", m.rule_firing.clone());
         registry.register("rlm_connections", "Connections tracked", m.connections.clone());

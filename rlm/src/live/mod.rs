@@ -114,6 +114,14 @@ fn now_ts() -> rlm_core::Timestamp {
     rlm_core::Timestamp(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0))
 }
 
+/// When a queued packet reached the kernel: its receive stamp (see `nfqueue::Nfq`), if it has one
+/// that is plausible (not after `now`, at most a second before).
+fn kernel_stamp(msg: &nfq::Message, now: rlm_core::Timestamp) -> Option<rlm_core::Timestamp> {
+    let t = msg.get_timestamp()?.duration_since(UNIX_EPOCH).ok()?;
+    let t = rlm_core::Timestamp(t.as_nanos() as u64);
+    (t <= now && now.as_nanos() - t.as_nanos() < 1_000_000_000).then_some(t)
+}
+
 fn ifindex(name: &str) -> Result<u32> {
     let p = format!("/sys/class/net/{name}/ifindex");
     std::fs::read_to_string(&p).with_context(|| format!("no such interface {name}"))?.trim().parse().context("bad ifindex")
@@ -479,6 +487,11 @@ impl Loop {
                 }
                 _ = tokio::time::sleep(wait) => {}
             }
+            // The clock is read before the last drain: every report stamped before `now` is
+            // handed to the engine before its timers run at `now`, so none arrives after the
+            // engine's clock passed it (the engine would move it forward to its own time, and a
+            // pageview's last byte would be late by the drain's wait, up to `RING_DRAIN`).
+            let now = now_ts();
             if fast {
                 // The kernel wakes rlm only when the ring fills up: drain it every turn.
                 while self.drain_source() == RING_BATCH {
@@ -487,7 +500,6 @@ impl Loop {
                     }
                 }
             }
-            let now = now_ts();
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
             }
@@ -541,7 +553,20 @@ impl Loop {
                 i if i == self.server_ifindex => Port::Server,
                 _ => Port::Unknown,
             };
-            let verdict = self.engine.handle_link(now_ts(), port, LinkType::RawIp, msg.get_payload());
+            // The packet's time is its arrival in the kernel: under load the queue's wait is not
+            // added to a SYN's time. Without a stamp, the time rlm read it.
+            let now = now_ts();
+            let at = match kernel_stamp(&msg, now) {
+                Some(t) => {
+                    self.metrics.queue_wait.observe((now.as_nanos() - t.as_nanos()) as f64 / 1e9);
+                    t
+                }
+                None => {
+                    self.metrics.queue_unstamped.inc();
+                    now
+                }
+            };
+            let verdict = self.engine.handle_link(at, port, LinkType::RawIp, msg.get_payload());
             // What the engine published for the kernel (a queued SYN's verdict for its client's
             // next SYNs, a new generation) reaches the maps before this packet goes on: the
             // client's next SYN, which can follow within a millisecond, is then decided in the

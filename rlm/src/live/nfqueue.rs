@@ -7,7 +7,7 @@
 //! /proc/self/fd.
 
 use std::collections::HashSet;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use anyhow::{bail, Context, Result};
 
@@ -55,6 +55,35 @@ pub struct Nfq {
     pub queue: nfq::Queue,
     pub fd: RawFd,
     pub queues: Vec<u16>,
+    /// Held open only so that the kernel stamps received packets (see [`receive_timestamps`]).
+    _stamps: Option<OwnedFd>,
+}
+
+/// A socket that asks for receive timestamps: while one exists, the kernel stamps every packet
+/// it receives with the wall clock (`net_enable_timestamp`), and NFQUEUE hands that stamp over
+/// with the packet, so a queued SYN's time is when it arrived, not when rlm read it. Without
+/// one, packets crossing the bridge carry no stamp. `None` (and the read time is used) if the
+/// socket cannot be made.
+fn receive_timestamps() -> Option<OwnedFd> {
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned at once.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let on: libc::c_int = 1;
+    // SAFETY: a valid descriptor, and a c_int option of its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    (r == 0).then_some(fd)
 }
 
 /// Open the queues `base..base+count`: copy whole packets (SYNs are small), backlog `max_len`
@@ -73,7 +102,7 @@ pub fn open(base: u16, count: u16, max_len: u32) -> Result<Nfq> {
         queue.set_copy_range(q, 0xffff)?;
     }
     queue.set_nonblocking(true);
-    Ok(Nfq { queue, fd, queues })
+    Ok(Nfq { queue, fd, queues, _stamps: receive_timestamps() })
 }
 
 impl Drop for Nfq {
