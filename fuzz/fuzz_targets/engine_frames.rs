@@ -1,11 +1,26 @@
 //! Arbitrary frame sequences through the engine: raw bytes, and TCP segments of a few
 //! connections with arbitrary flags, sequence offsets and payloads (HTTP-flavoured or not),
-//! interleaved with timer ticks. The engine must never panic or hang.
+//! interleaved with timer ticks; any of them may come cut (its first bytes, and a longer length
+//! on the wire, as the fast path reports a super-frame). The engine must never panic or hang.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use rlm_core::wire::LinkType;
 use rlm_core::{Config, Engine, Port, Timestamp};
+
+/// Hand `frame` over whole, or cut: its first `keep` bytes, `more` bytes longer on the wire.
+fn feed(e: &mut Engine, now: u64, port: Port, frame: &[u8], cut: Option<(u16, u16)>) {
+    match cut {
+        None => {
+            e.handle(Timestamp(now), port, frame);
+        }
+        Some((keep, more)) => {
+            let keep = (keep as usize).min(frame.len());
+            e.handle_cut(Timestamp(now), port, LinkType::Ethernet, &frame[..keep], frame.len() + more as usize);
+        }
+    }
+}
 
 const SNIPPETS: &[&[u8]] = &[
     b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
@@ -20,8 +35,8 @@ const SNIPPETS: &[&[u8]] = &[
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Raw { port: u8, bytes: Vec<u8> },
-    Segment { conn: u8, to_server: bool, seq_delta: i16, ack_delta: i16, flags: u8, snippet: u8, payload: Vec<u8> },
+    Raw { port: u8, bytes: Vec<u8>, cut: Option<(u16, u16)> },
+    Segment { conn: u8, to_server: bool, seq_delta: i16, ack_delta: i16, flags: u8, snippet: u8, payload: Vec<u8>, cut: Option<(u16, u16)> },
     Tick { ms: u16 },
 }
 
@@ -48,11 +63,11 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut seqs = [[1000u32; 2]; 8];
     for op in ops.iter().take(2000) {
         match op {
-            Op::Raw { port, bytes } => {
+            Op::Raw { port, bytes, cut } => {
                 let p = match port % 3 { 0 => Port::Client, 1 => Port::Server, _ => Port::Unknown };
-                e.handle(Timestamp(now), p, bytes);
+                feed(&mut e, now, p, bytes, *cut);
             }
-            Op::Segment { conn, to_server, seq_delta, ack_delta, flags, snippet, payload } => {
+            Op::Segment { conn, to_server, seq_delta, ack_delta, flags, snippet, payload, cut } => {
                 let c = (*conn % 8) as usize;
                 let dir = usize::from(!*to_server);
                 let mut data = Vec::new();
@@ -64,7 +79,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 let ack = seqs[c][1 - dir].wrapping_add(*ack_delta as i32 as u32);
                 let f = tcp_frame(*conn, *to_server, seq, ack, *flags, &data);
                 seqs[c][dir] = seq.wrapping_add(data.len() as u32 + u32::from(flags & 5 != 0));
-                e.handle(Timestamp(now), Port::Unknown, &f);
+                feed(&mut e, now, Port::Unknown, &f, *cut);
             }
             Op::Tick { ms } => {
                 now += *ms as u64 * 1_000_000;

@@ -55,6 +55,13 @@ impl StreamAnalyzer for Analyzer {
         }
     }
 
+    fn on_absent(&mut self, now: Timestamp, dir: Dir, seq: u32, len: u32, out: &mut Vec<HttpEvent>) {
+        match (self, dir) {
+            (Analyzer::Http(h), Dir::ToServer) => h.on_client_absent(len, out),
+            (Analyzer::Http(h), Dir::ToClient) => h.on_server_absent(now, seq, len, out),
+        }
+    }
+
     fn on_end(&mut self, now: Timestamp, dir: Dir, out: &mut Vec<HttpEvent>) {
         match (self, dir) {
             (Analyzer::Http(h), Dir::ToServer) => h.on_client_end(out),

@@ -8,7 +8,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use etherparse::err::packet::SliceError;
-use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use etherparse::{LaxNetSlice, LaxSlicedPacket, NetSlice, SlicedPacket, TcpSlice, TransportSlice};
 
 /// How a frame starts: the link types of the captures and ports we read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,8 +88,12 @@ pub struct Segment<'a> {
     pub flags: TcpFlags,
     /// The advertised receive window, as on the wire (not scaled).
     pub window: u16,
-    /// The TCP payload, a slice of the frame.
+    /// The TCP payload, a slice of the frame: all of it, or its first bytes when the frame
+    /// reached rlm cut ([`decode_cut`]).
     pub payload: &'a [u8],
+    /// The payload's length on the wire: `payload.len()`, or more for a cut frame (the rest
+    /// was carried at the same time, unseen).
+    pub payload_len: u32,
     /// Offset of the TCP payload in the frame (for in-place rewrites).
     pub payload_offset: usize,
     /// Offset of the TCP header in the frame (its checksum is 16 bytes in).
@@ -228,14 +232,23 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
     if fragmented {
         return Decoded::Ignored(Ignored::IpFragment);
     }
-    let tcp = match &sliced.transport {
-        Some(TransportSlice::Tcp(t)) => t,
-        _ => return Decoded::Ignored(Ignored::NotTcp),
-    };
+    let Some(TransportSlice::Tcp(tcp)) = &sliced.transport else { return Decoded::Ignored(Ignored::NotTcp) };
+    segment(frame, base, src_ip, dst_ip, tcp, None)
+}
+
+/// The segment of a decoded TCP header; `payload_end`: where the IP packet ends in `frame`'s
+/// coordinates when that is past the frame's end (a cut frame), else the payload is whole.
+fn segment<'a>(frame: &'a [u8], base: usize, src_ip: IpAddr, dst_ip: IpAddr, tcp: &TcpSlice<'a>, payload_end: Option<usize>) -> Decoded<'a> {
     let payload = tcp.payload();
     // The payload is a sub-slice of `frame` (or of frame[4..]); its offset lets actions rewrite in place.
     let payload_offset = base + (payload.as_ptr() as usize - frame[base..].as_ptr() as usize);
     let tcp_offset = base + (tcp.slice().as_ptr() as usize - frame[base..].as_ptr() as usize);
+    let payload_len = match payload_end {
+        Some(end) if end >= payload_offset + payload.len() => end - payload_offset,
+        Some(_) => return Decoded::Malformed(Malformed::Truncated),
+        None => payload.len(),
+    };
+    let Ok(payload_len) = u32::try_from(payload_len) else { return Decoded::Malformed(Malformed::Truncated) };
     Decoded::Tcp(Segment {
         src: Endpoint { ip: src_ip, port: tcp.source_port() },
         dst: Endpoint { ip: dst_ip, port: tcp.destination_port() },
@@ -244,9 +257,62 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
         flags: TcpFlags { syn: tcp.syn(), ack: tcp.ack(), fin: tcp.fin(), rst: tcp.rst() },
         window: tcp.window_size(),
         payload,
+        payload_len,
         payload_offset,
         tcp_offset,
     })
+}
+
+/// Decode a frame the wire carried `wire_len` bytes long of which only the first `frame.len()`
+/// reached rlm (a fast-path report cut at its copy limit, a GRO/GSO super-frame): its headers
+/// are read from what came, and its payload's length on the wire from the IP header (or from
+/// `wire_len` when the IP length is 0, as in a TSO or BIG TCP packet). A whole frame
+/// (`wire_len <= frame.len()`) is decoded as [`decode`] does, strictly. Ethernet and raw IP
+/// only (what the drivers cut); other link types are decoded strictly. Never panics.
+pub fn decode_cut(link: LinkType, frame: &[u8], wire_len: usize) -> Decoded<'_> {
+    if wire_len <= frame.len() {
+        return decode(link, frame);
+    }
+    let (sliced, base) = match link {
+        LinkType::Ethernet if is_llc_snap_ip(frame) => (LaxSlicedPacket::from_ip(&frame[22..]).ok(), 22),
+        LinkType::Ethernet => (LaxSlicedPacket::from_ethernet(frame).ok(), 0),
+        LinkType::RawIp => (LaxSlicedPacket::from_ip(frame).ok(), 0),
+        LinkType::LinuxSll | LinkType::Null => return decode(link, frame),
+    };
+    let Some(sliced) = sliced else { return Decoded::Malformed(Malformed::Truncated) };
+    // Where the IP packet starts in `frame`, and its length as its header declares it.
+    let offset = |header: &[u8]| base + (header.as_ptr() as usize - frame[base..].as_ptr() as usize);
+    let (src_ip, dst_ip, fragmented, ip_end) = match &sliced.net {
+        Some(LaxNetSlice::Ipv4(v4)) => {
+            let h = v4.header();
+            let end = (h.total_len() != 0).then(|| offset(h.slice()) + usize::from(h.total_len()));
+            (IpAddr::V4(h.source_addr()), IpAddr::V4(h.destination_addr()), v4.is_payload_fragmented(), end)
+        }
+        Some(LaxNetSlice::Ipv6(v6)) => {
+            let h = v6.header();
+            let end = (h.payload_length() != 0).then(|| offset(h.slice()) + h.slice().len() + usize::from(h.payload_length()));
+            (IpAddr::V6(h.source_addr()), IpAddr::V6(h.destination_addr()), v6.is_payload_fragmented(), end)
+        }
+        _ => match &sliced.stop_err {
+            Some((e, _)) => return Decoded::Malformed(classify(e)),
+            None => return Decoded::Ignored(Ignored::NotIp),
+        },
+    };
+    if fragmented {
+        return Decoded::Ignored(Ignored::IpFragment);
+    }
+    let Some(TransportSlice::Tcp(tcp)) = &sliced.transport else {
+        return match &sliced.stop_err {
+            Some((e, _)) => Decoded::Malformed(classify(e)),
+            None => Decoded::Ignored(Ignored::NotTcp),
+        };
+    };
+    // The packet cannot end past what the wire carried.
+    let end = ip_end.unwrap_or(wire_len);
+    if end > wire_len {
+        return Decoded::Malformed(Malformed::Truncated);
+    }
+    segment(frame, base, src_ip, dst_ip, tcp, Some(end))
 }
 
 #[cfg(test)]
@@ -324,5 +390,40 @@ mod tests {
         let Decoded::Tcp(s) = decode(LinkType::Null, &v) else { panic!() };
         assert_eq!(&v[s.payload_offset..], b"abc");
         assert!(matches!(decode(LinkType::Null, &v[..2]), Decoded::Malformed(Malformed::BadLinkHeader)));
+    }
+
+    #[test]
+    fn a_cut_frame_gives_its_headers_what_came_of_its_payload_and_its_length_on_the_wire() {
+        let body = vec![b'x'; 3000];
+        let f = tcp_frame(&body);
+        let Decoded::Tcp(whole) = decode(LinkType::Ethernet, &f) else { panic!("whole") };
+        assert_eq!(whole.payload_len, 3000);
+        let Decoded::Tcp(s) = decode_cut(LinkType::Ethernet, &f[..1000], f.len()) else { panic!("cut") };
+        assert_eq!((s.src, s.dst, s.seq, s.ack), (whole.src, whole.dst, whole.seq, whole.ack));
+        assert_eq!(s.payload, &f[whole.payload_offset..1000]);
+        assert_eq!(s.payload_len, 3000);
+        // Strict decoding still calls it truncated, and so does a cut one whose IP header
+        // claims more than the wire carried.
+        assert!(matches!(decode(LinkType::Ethernet, &f[..1000]), Decoded::Malformed(Malformed::Truncated)));
+        assert!(matches!(decode_cut(LinkType::Ethernet, &f[..1000], f.len() - 1), Decoded::Malformed(Malformed::Truncated)));
+        // Cut inside the TCP header: nothing to measure.
+        assert!(matches!(decode_cut(LinkType::Ethernet, &f[..whole.tcp_offset + 10], f.len()), Decoded::Malformed(Malformed::Truncated)));
+        // An IP length of 0 (TSO, BIG TCP): the wire's length says where it ends.
+        let mut tso = f.clone();
+        tso[18 + 2..18 + 4].copy_from_slice(&[0, 0]);
+        let Decoded::Tcp(s) = decode_cut(LinkType::Ethernet, &tso[..1000], tso.len() + 500) else { panic!("tso") };
+        assert_eq!(s.payload_len, 3500);
+        // A whole frame decodes as strictly as ever.
+        let Decoded::Tcp(s) = decode_cut(LinkType::Ethernet, &f, f.len()) else { panic!("whole") };
+        assert_eq!(s.payload_len as usize, s.payload.len());
+    }
+
+    #[test]
+    fn cut_ipv6_frames_take_their_length_from_the_payload_length() {
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv6([1; 16], [2; 16], 64).tcp(40000, 80, 1, 1000);
+        let mut f = Vec::new();
+        b.write(&mut f, &[b'y'; 4000]).unwrap();
+        let Decoded::Tcp(s) = decode_cut(LinkType::Ethernet, &f[..2048], f.len()) else { panic!("cut") };
+        assert_eq!((s.payload.len(), s.payload_len), (2048 - 14 - 40 - 20, 4000));
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use rlm_core::pageview::Acts;
 use rlm_core::testkit::TcpConv;
+use rlm_core::wire::LinkType;
 use rlm_core::{Config, Engine, Event, PageviewRecord, Port, Timestamp, TransactionRecord};
 
 /// Appliance-side time base (seconds), so client-side estimates never go below zero.
@@ -1945,4 +1946,105 @@ fn srpt_publishes_each_response_size_in_sequence_space_and_the_flow_end() {
     off.feed_all(4, c.server_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
     off.feed(5, c.server_fin());
     assert!(sizes(&mut off).is_empty());
+}
+
+/// How the fast path reports a frame: its first `snap` bytes, and its length on the wire.
+fn feed_cut(r: &mut Run, ms: u64, frame: &[u8], snap: usize) {
+    r.advance(ms);
+    r.verdict = Some(r.engine.handle_cut(at(ms), Port::Unknown, LinkType::Ethernet, &frame[..snap.min(frame.len())], frame.len()));
+    r.drain();
+}
+
+/// A page (its container names two images) and a 200,000-byte object on a second connection,
+/// the server's data in 64 KB super-frames (GSO/GRO); `snap`: what rlm gets of each (None: all).
+fn super_frame_page(snap: Option<usize>) -> Run {
+    let mut r = Run::new();
+    let mut c1 = TcpConv::new("10.4.0.9:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c1, 0);
+    r.feed(80, c1.client_data(&get("/index.html", "")));
+    let body = format!("<html><body>{}<img src=\"/img/a.gif\"><img src=\"/big.bin\"></body></html>", "<p>filler</p>".repeat(400));
+    let mut t = 100;
+    for f in c1.server_data_in(&html_response(&body), 65_000) {
+        match snap {
+            Some(s) => feed_cut(&mut r, t, &f, s),
+            None => r.feed(t, f),
+        }
+        t += 5;
+    }
+    r.feed(200, c1.client_data(&get("/img/a.gif", "Referer: http://shop/index.html\r\n")));
+    r.feed_all(220, c1.server_data(&gif_response(300)));
+    let mut c2 = TcpConv::new("10.4.0.9:40002", "10.9.0.1:80");
+    handshake(&mut r, &mut c2, 200);
+    r.feed(300, c2.client_data(&get("/big.bin", "Referer: http://shop/index.html\r\n")));
+    let mut t = 320;
+    for f in c2.server_data_in(&gif_response(200_000), 65_000) {
+        match snap {
+            Some(s) => feed_cut(&mut r, t, &f, s),
+            None => r.feed(t, f),
+        }
+        t += 30;
+    }
+    r.feed(t + 40, c2.client_ack());
+    r.finish(10_000);
+    r
+}
+
+/// Frames cut at 2 KiB (the fast path's copy of a GSO/GRO super-frame) are measured as the
+/// whole frames are: each payload counted by its length on the wire, at its time; nothing is
+/// counted truncated or lost, and the pageview is the same.
+#[test]
+fn super_frames_cut_at_2k_are_measured_as_whole_ones() {
+    let whole = super_frame_page(None);
+    let cut = super_frame_page(Some(2048));
+    let st = cut.engine.stats();
+    assert_eq!(st.malformed.get("truncated").copied().unwrap_or(0), 0);
+    assert_eq!(st.gap_bytes, 0);
+    assert!(st.cut_frames >= 5, "{} cut frames", st.cut_frames);
+    assert!(st.absent_bytes > 190_000, "{} bytes absent", st.absent_bytes);
+    assert_eq!(whole.engine.stats().cut_frames, 0);
+    assert_eq!(cut.tx.len(), 3);
+    for (w, c) in whole.tx.iter().zip(&cut.tx) {
+        assert_eq!(json(w), json(c), "a transaction differs");
+    }
+    let big = cut.tx.iter().find(|t| t.uri.as_deref() == Some("/big.bin")).expect("the big object");
+    assert_eq!(big.response_body_len, 200_000);
+    assert!(big.anomalies.is_empty(), "{:?}", big.anomalies);
+    assert_eq!((whole.pv.len(), cut.pv.len()), (1, 1));
+    // The same pageview, but for the container's references: they lie past its first 2 KiB,
+    // unseen, so none is expected (the list is not trusted, and the objects join by Referer).
+    let mut seen = cut.pv[0].clone();
+    assert_eq!((seen.expected_objects, whole.pv[0].expected_objects), (0, 2));
+    seen.expected_objects = 2;
+    assert_eq!(json(&whole.pv[0]), json(&seen), "the pageview differs");
+    assert_eq!(cut.pv[0].objects, 2);
+}
+
+/// References in a container's unseen bytes are not listed: its list is no longer trusted, and
+/// an object it does not name, asked for without a Referer, still joins the pageview.
+#[test]
+fn a_container_cut_short_is_no_longer_trusted_to_list_its_objects() {
+    let mut r = Run::new();
+    let mut c1 = TcpConv::new("10.4.0.10:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c1, 0);
+    r.feed(80, c1.client_data(&get("/index.html", "Accept: text/html\r\n")));
+    // Two super-frames: the head is read before the body ends (the list is trusted then).
+    let body = format!("<html><body><img src=\"/img/a.gif\">{}<img src=\"/img/late.gif\"></body></html>", "<p>filler</p>".repeat(6000));
+    for f in c1.server_data_in(&html_response(&body), 65_000) {
+        feed_cut(&mut r, 100, &f, 1024);
+    }
+    r.feed(180, c1.client_data(&get("/img/a.gif", "Referer: http://shop/index.html\r\n")));
+    r.feed_all(190, c1.server_data(&gif_response(300)));
+    // No Referer (a privacy setting): only a list not trusted lets it join.
+    r.feed(200, c1.client_data(&get("/img/late.gif", "Sec-Fetch-Dest: image\r\n")));
+    r.feed_all(210, c1.server_data(&gif_response(300)));
+    r.feed(250, c1.client_ack());
+    r.finish(10_000);
+    assert_eq!(r.pv.len(), 1, "{:?}", r.pv.iter().map(|p| (&p.container, p.objects)).collect::<Vec<_>>());
+    assert_eq!(r.pv[0].objects, 2, "late.gif, named in the unseen bytes, joined its page");
+    assert_eq!(r.pv[0].expected_objects, 1, "only a.gif was seen in the container");
+}
+
+/// A record as JSON, to compare records whole.
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap()
 }

@@ -139,6 +139,57 @@ proptest! {
         prop_assert!(out.iter().all(|e| !matches!(e, HttpEvent::Done(t) if !t.anomalies.is_empty())));
     }
 
+    /// Cut frames: each server segment seen only up to a point, the rest handed on as absent
+    /// (counted, not seen), anywhere but in a response head. Every transaction comes out as from
+    /// whole segments: the same lengths, statuses and positions, and no anomaly.
+    #[test]
+    fn absent_bytes_frame_bodies_as_seen_ones_do(
+        lens in prop::collection::vec(0usize..5000, 1..6),
+        scuts in prop::collection::vec(any::<usize>(), 0..20),
+        keeps in prop::collection::vec(any::<u16>(), 20..21),
+    ) {
+        let bodies: Vec<(Body, Body)> = lens.iter().map(|&n| (Body::Length(0), Body::Length(n))).collect();
+        let (client, server, expect, offsets) = conversation(&bodies);
+        // Each response head's bytes: from its status line to its body (or the next response).
+        let heads: Vec<(usize, usize)> = offsets.iter().enumerate().map(|(i, &(_, r, b))| {
+            (r, b.unwrap_or_else(|| offsets.get(i + 1).map_or(server.len(), |o| o.1)))
+        }).collect();
+        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true });
+        let mut out = Vec::new();
+        feed_http(&mut h, false, &client, &[], Timestamp(1), &mut out);
+        let (mut seq, mut at, mut absent) = (SEQ_BASE, 0usize, 0u64);
+        for (i, seg) in split(&server, &scuts).into_iter().enumerate() {
+            let end = at + seg.len();
+            // What is seen of it: a random share, and at least every head byte in it.
+            let mut keep = seg.len() * usize::from(keeps[i % keeps.len()]) / usize::from(u16::MAX);
+            for &(hs, he) in &heads {
+                if hs < end && he > at {
+                    keep = keep.max(he.min(end) - at);
+                }
+            }
+            h.on_server_data(Timestamp(2), seq, &seg[..keep], &mut out);
+            let rest = (seg.len() - keep) as u32;
+            if rest > 0 {
+                h.on_server_absent(Timestamp(2), seq.wrapping_add(keep as u32), rest, &mut out);
+                absent += u64::from(rest);
+            }
+            seq = seq.wrapping_add(seg.len() as u32);
+            at = end;
+        }
+        let done: Vec<(u64, u64, u16)> = out.iter().filter_map(|e| match e {
+            HttpEvent::Done(t) => Some((t.request_body_len, t.response_body_len, t.response.as_ref().map(|r| r.status).unwrap_or(0))),
+            _ => None,
+        }).collect();
+        prop_assert_eq!(&done, &expect, "{} bytes absent", absent);
+        let body_seqs: Vec<Option<u32>> = out.iter().filter_map(|e| match e {
+            HttpEvent::Done(t) => Some(t.response_body_seq),
+            _ => None,
+        }).collect();
+        let expected: Vec<Option<u32>> = offsets.iter().map(|&(_, _, b)| b.map(|o| SEQ_BASE.wrapping_add(o as u32))).collect();
+        prop_assert_eq!(body_seqs, expected);
+        prop_assert!(out.iter().all(|e| !matches!(e, HttpEvent::Done(t) if !t.anomalies.is_empty())));
+    }
+
     #[test]
     fn http_parser_survives_arbitrary_bytes(
         client in prop::collection::vec(any::<u8>(), 0..600),

@@ -508,6 +508,58 @@ fn rss_kib(pid: u32) -> u64 {
     s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap()
 }
 
+/// With the offloads every real box keeps on (TSO/GSO at the farm, GRO/GSO on the appliance's
+/// ports), rlm's fast path sees super-frames up to 64 KB and copies 2 KiB of each: rlm measures
+/// them by their length on the wire. 200 fetches of a 200,000-byte object through `rlm run`:
+/// every one a transaction with its whole body counted, no frame counted truncated.
+#[test]
+fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
+    const BODY: usize = 200_000;
+    let response = {
+        let mut r =
+            format!("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {BODY}\r\nConnection: close\r\n\r\n").into_bytes();
+        r.extend(std::iter::repeat_n(b'x', BODY - 6));
+        r.extend_from_slice(b"hello\n");
+        r
+    };
+    let (_plan, _guard, info, _) = lab_serving("g", 1, Some(Arc::new(move |_: &str| response.clone())));
+    for (ns, dev) in [(&info.namespaces.appliance, "app-c"), (&info.namespaces.appliance, "app-s"), (&info.namespaces.servers, "srv0")] {
+        in_ns(ns, &["ethtool", "-K", dev, "tso", "on", "gso", "on", "gro", "on"]);
+    }
+    let dir = std::env::temp_dir().join(format!("rlm-offloads-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tx = dir.join("tx.jsonl");
+    let arm = RlmArm { rules: CLASSES.into(), extra_args: vec!["--transactions".into(), tx.display().to_string()] };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    const FETCHES: usize = 200;
+    let srcs: Vec<String> = info.clients.high.iter().cycle().take(FETCHES).cloned().collect();
+    for r in fetch_from_clients(&info, srcs) {
+        r.expect("the object through rlm");
+    }
+    let out = rlm.stop().expect("stop");
+    assert_eq!(out.exit_code, Some(0), "log {}", out.log.display());
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
+    let st = &status["stats"];
+    println!(
+        "cut frames {}, absent bytes {}, truncated {}, transactions {}",
+        st["cut_frames"], st["absent_bytes"], st["malformed"]["truncated"], st["transactions"]
+    );
+    // The regime: the offloads did make frames longer than the fast path copies.
+    assert!(st["cut_frames"].as_u64().unwrap_or(0) > 0, "no super-frames: are the offloads on? {st}");
+    assert_eq!(st["malformed"]["truncated"].as_u64(), Some(0), "{st}");
+    assert_eq!(st["gap_bytes"].as_u64(), Some(0), "{st}");
+    assert_eq!(st["transactions"].as_u64(), Some(FETCHES as u64), "{st}");
+    let records = json_lines(&tx);
+    assert_eq!(records.len(), FETCHES);
+    for r in &records {
+        assert_eq!(r["response_body_len"].as_u64(), Some(BODY as u64), "{r}");
+        assert_eq!(r["status_code"].as_u64(), Some(200), "{r}");
+        assert!(r["anomalies"].as_array().is_some_and(|a| a.is_empty()), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A SYN flood from 20,000 spoofed sources (inside the lab) while `FAST SYN + SYN/ACK` holds for
 /// every client: none of them completes a handshake, so none earns its class a budget, and rlm
 /// sends at most the class's burst (here 200) in all: no amplification. Its memory stays

@@ -298,7 +298,7 @@ impl Engine {
     /// [`FastpathUpdate::SynVerdict`]: accounted as [`Engine::handle_link`] would, without deciding
     /// again.
     pub fn handle_decided(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8], decision: SynDecision) {
-        self.handle_frame(now, port, link, frame, Some(decision));
+        self.handle_frame(now, port, link, frame, frame.len(), Some(decision));
     }
 
     /// Put a rule set in force (or none). Flows, pageviews and class statistics carry over: a
@@ -399,7 +399,24 @@ impl Engine {
 
     /// A frame of the given link type arrived on `port` at `now`.
     pub fn handle_link(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8]) -> Verdict {
-        self.handle_frame(now, port, link, frame, None)
+        self.handle_frame(now, port, link, frame, frame.len(), None)
+    }
+
+    /// A frame the wire carried `wire_len` bytes long, of which only the first `frame.len()`
+    /// reached rlm (a fast path's report cut at its copy limit, a GRO/GSO super-frame): its
+    /// headers are read from what came ([`wire::decode_cut`]) and the payload that did not
+    /// come is counted by its length, at this time, so that transactions and pageviews are
+    /// measured as from the whole frame; references in the unseen part of a container are not
+    /// listed (its list is then not trusted). The frame itself went on: this is measurement
+    /// only, and the verdict is always to accept. A whole frame (`wire_len <= frame.len()`) is
+    /// [`Engine::handle_link`]'s.
+    pub fn handle_cut(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8], wire_len: usize) -> Verdict {
+        if wire_len <= frame.len() {
+            return self.handle_link(now, port, link, frame);
+        }
+        self.stats.cut_frames += 1;
+        self.handle_frame(now, port, link, frame, wire_len, None);
+        Verdict::Accept
     }
 
     /// Time never runs backwards for the engine, whatever the capture says.
@@ -408,11 +425,11 @@ impl Engine {
         self.last_now
     }
 
-    fn handle_frame(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8], decided: Option<SynDecision>) -> Verdict {
+    fn handle_frame(&mut self, now: Timestamp, port: Port, link: LinkType, frame: &[u8], wire_len: usize, decided: Option<SynDecision>) -> Verdict {
         self.stats.frames += 1;
-        self.stats.bytes += frame.len() as u64;
+        self.stats.bytes += wire_len.max(frame.len()) as u64;
         let now = self.advance(now);
-        let verdict = match wire::decode(link, frame) {
+        let verdict = match wire::decode_cut(link, frame, wire_len) {
             Decoded::Tcp(seg) => {
                 self.stats.tcp_segments += 1;
                 if self.syn.injecting && seg.flags.syn {

@@ -31,18 +31,22 @@ impl Engine {
         // A server segment: from the sequence number of its first byte new to the stream to the
         // byte past its end (where content adaptation can still blank a reference).
         let window = match (dir, c.s2c.next_seq()) {
-            (Dir::ToClient, Some(from)) => Some((from, seg.seq.wrapping_add(seg.payload.len() as u32))),
+            (Dir::ToClient, Some(from)) => Some((from, seg.seq.wrapping_add(seg.payload_len))),
             _ => None,
         };
         let fate = c.on_segment(now, seg, &mut notes, &mut app_events);
         self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
         self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
+        self.stats.absent_bytes += u64::from(seg.payload_len) - seg.payload.len() as u64;
         let close = self.on_notes(now, id, &notes, decided, &mut out);
         let rewrite_due = self.process_http(now, id, &mut app_events, window);
         for depth in rewrite_due {
             self.decide_rewrite(now, id, depth, seg);
         }
-        if (self.adapt.removing || self.adapt.rewriting) && self.cfg.adapt {
+        // A cut frame is only measured (its verdict is not rlm's to give): adaptation, which
+        // edits whole frames, does not see it.
+        let whole = seg.payload.len() == seg.payload_len as usize;
+        if (self.adapt.removing || self.adapt.rewriting) && self.cfg.adapt && whole {
             match self.adapt_segment(id, dir, fate, seg) {
                 AdaptStep::Pass => {}
                 AdaptStep::Drop => out.drop = Some(DropCause::AheadOfHole),
@@ -77,7 +81,7 @@ impl Engine {
         if id.is_some() {
             return id;
         }
-        if !(f.syn || !seg.payload.is_empty()) || f.rst {
+        if !(f.syn || seg.payload_len > 0) || f.rst {
             self.stats.untracked_segments += 1;
             return None;
         }
@@ -231,6 +235,7 @@ impl Engine {
                     }
                     self.pageviews.on_embeds(now, id, depth, &refs)
                 }
+                HttpEvent::BodyUnseen { depth } => self.pageviews.on_body_unseen(id, depth),
                 HttpEvent::Done(txn) => {
                     self.adapt.txn_done(id, txn.depth);
                     self.txn_done(now, id, txn)

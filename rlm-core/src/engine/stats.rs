@@ -114,6 +114,11 @@ pub struct Stats {
     pub retransmitted_segments: u64,
     /// Bytes declared never to be seen (capture loss), in either direction.
     pub gap_bytes: u64,
+    /// Frames that reached rlm cut ([`crate::Engine::handle_cut`]).
+    pub cut_frames: u64,
+    /// Payload bytes of cut frames (retransmissions included) that the wire carried and rlm
+    /// did not get: counted by length and timed, not seen.
+    pub absent_bytes: u64,
     /// HTTP transactions finished.
     pub transactions: u64,
     /// Of them, with at least one anomaly.

@@ -217,7 +217,7 @@ impl<A: StreamAnalyzer> Conn<A> {
         if self.on_handshake(now, seg, dir, notes) {
             return SegFate::Empty;
         }
-        if !seg.payload.is_empty() && matches!(self.state, ConnState::SynSent | ConnState::SynReceived) {
+        if seg.payload_len > 0 && matches!(self.state, ConnState::SynSent | ConnState::SynReceived) {
             // Data before we saw the handshake finish: the ACK was not captured.
             self.establish(now, false);
             notes.push(FlowNote::Established);
@@ -287,7 +287,7 @@ impl<A: StreamAnalyzer> Conn<A> {
         if seg.flags.ack {
             other.on_peer_ack(now, seg.ack, &mut |c| sink(c, opposite(dir)));
         }
-        let fate = this.accept(now, seg.seq, seg.payload, &mut |c| sink(c, dir));
+        let fate = this.accept(now, seg.seq, seg.payload, seg.payload_len, &mut |c| sink(c, dir));
         if server_retransmitted {
             notes.push(FlowNote::ServerRetransmission);
         }
@@ -302,7 +302,7 @@ impl<A: StreamAnalyzer> Conn<A> {
             Dir::ToClient => &mut self.s2c,
         };
         if !this.fin_seen {
-            let fin_seq = seg.seq.wrapping_add(seg.payload.len() as u32);
+            let fin_seq = seg.seq.wrapping_add(seg.payload_len);
             if !this.started {
                 this.start_at(fin_seq);
             }
@@ -361,6 +361,7 @@ fn deliver<A: StreamAnalyzer>(a: &mut A, now: Timestamp, c: Chunk<'_>, dir: Dir,
     match c {
         Chunk::Data { seq, data } => a.on_data(now, dir, seq, data, out),
         Chunk::Gap(n) => a.on_gap(now, dir, n, out),
+        Chunk::Absent { seq, len } => a.on_absent(now, dir, seq, len, out),
         Chunk::Retransmitted => {}
     }
 }

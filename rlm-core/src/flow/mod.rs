@@ -41,6 +41,9 @@ pub trait StreamAnalyzer {
     fn on_data(&mut self, now: Timestamp, dir: Dir, seq: u32, data: &[u8], out: &mut Vec<Self::Event>);
     /// `len` bytes of `dir` that will never be seen (a capture gap, or acknowledged past a hole).
     fn on_gap(&mut self, now: Timestamp, dir: Dir, len: u64, out: &mut Vec<Self::Event>);
+    /// `len` bytes of `dir` in order from sequence number `seq`, carried now but not seen (the
+    /// end of a cut frame): unlike a gap, nothing was lost on the wire, and they are timed.
+    fn on_absent(&mut self, now: Timestamp, dir: Dir, seq: u32, len: u32, out: &mut Vec<Self::Event>);
     /// `dir` ended (its FIN, in order).
     fn on_end(&mut self, now: Timestamp, dir: Dir, out: &mut Vec<Self::Event>);
     /// The connection ended; `cut_off`: by the end of the capture or a shutdown, not the peers.

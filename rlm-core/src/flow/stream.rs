@@ -22,7 +22,7 @@ pub struct HalfStream {
     /// Next sequence number expected in order.
     pub(super) next: u32,
     pub(super) fin_seen: bool,
-    /// Payload bytes delivered in order (excluding gaps).
+    /// Payload bytes carried in order, seen or absent (excluding gaps).
     pub bytes: u64,
     /// Bytes declared missing.
     pub gap_bytes: u64,
@@ -37,8 +37,8 @@ pub struct HalfStream {
 
 #[derive(Debug, Default)]
 struct OooBuf {
-    /// (seq, data), sorted by seq.
-    segs: Vec<(u32, Vec<u8>)>,
+    /// (seq, the bytes seen, the length on the wire), sorted by seq.
+    segs: Vec<(u32, Vec<u8>, u32)>,
     bytes: usize,
 }
 
@@ -55,6 +55,14 @@ pub enum Chunk<'a> {
     /// This many bytes will never be seen: a hole declared a gap (the out-of-order buffer
     /// overflowed, or the receiver acknowledged past it, or the connection closed with it open).
     Gap(u64),
+    /// Bytes in order that the wire carried now but rlm did not get (the end of a cut frame):
+    /// their place and length are known, their content is not.
+    Absent {
+        /// Sequence number of the first.
+        seq: u32,
+        /// How many.
+        len: u32,
+    },
     /// A segment carrying only bytes already delivered: the sender retransmitted them because
     /// the receiver did not get them (lost past the appliance).
     Retransmitted,
@@ -89,9 +97,11 @@ impl HalfStream {
         self.started.then_some(self.next)
     }
 
-    /// Take a segment's payload; call `sink` with what is now in order.
-    pub(super) fn accept(&mut self, now: Timestamp, seq: u32, payload: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) -> SegFate {
-        if payload.is_empty() {
+    /// Take a segment's payload, `len` bytes on the wire of which `payload` (its first bytes)
+    /// was seen; call `sink` with what is now in order.
+    pub(super) fn accept(&mut self, now: Timestamp, seq: u32, payload: &[u8], len: u32, sink: &mut dyn FnMut(Chunk<'_>)) -> SegFate {
+        debug_assert!(payload.len() <= len as usize);
+        if len == 0 {
             return SegFate::Empty;
         }
         if !self.started {
@@ -99,11 +109,11 @@ impl HalfStream {
         }
         let ahead = seq.wrapping_sub(self.next);
         if ahead == 0 || seq_lt(seq, self.next) {
-            let skip = self.next.wrapping_sub(seq) as usize;
-            if skip >= payload.len() {
+            let skip = self.next.wrapping_sub(seq);
+            if skip >= len {
                 self.retransmits += 1;
                 // Resent bytes the receiver had acknowledged are spurious: it had them already.
-                let end = seq.wrapping_add(payload.len() as u32);
+                let end = seq.wrapping_add(len);
                 if self.acked.is_none_or(|a| seq_lt(a, end)) {
                     sink(Chunk::Retransmitted);
                 }
@@ -112,7 +122,7 @@ impl HalfStream {
             if skip > 0 {
                 self.retransmits += 1;
             }
-            self.deliver(now, &payload[skip..], sink);
+            self.deliver_from(now, payload, len, skip, sink);
             self.flush_ooo(now, sink);
             if skip > 0 {
                 SegFate::Partial
@@ -127,9 +137,9 @@ impl HalfStream {
                 let to = if seq_lt(seq, first) { seq } else { first };
                 self.gap_to(to, sink);
                 self.flush_ooo(now, sink);
-                return self.accept(now, seq, payload, sink);
+                return self.accept(now, seq, payload, len, sink);
             }
-            match ooo.segs.binary_search_by(|(s, _)| {
+            match ooo.segs.binary_search_by(|(s, _, _)| {
                 if seq_lt(*s, seq) {
                     std::cmp::Ordering::Less
                 } else if *s == seq {
@@ -139,16 +149,18 @@ impl HalfStream {
                 }
             }) {
                 Ok(i) => {
-                    if ooo.segs[i].1.len() < payload.len() {
-                        ooo.bytes += payload.len() - ooo.segs[i].1.len();
-                        ooo.segs[i].1 = payload.to_vec();
+                    let held = &mut ooo.segs[i];
+                    // The longer copy stays, or the one with more seen.
+                    if (held.2, held.1.len()) < (len, payload.len()) {
+                        ooo.bytes = ooo.bytes - held.1.len() + payload.len();
+                        *held = (seq, payload.to_vec(), len);
                     } else {
                         self.retransmits += 1;
                     }
                 }
                 Err(i) => {
                     ooo.bytes += payload.len();
-                    ooo.segs.insert(i, (seq, payload.to_vec()));
+                    ooo.segs.insert(i, (seq, payload.to_vec(), len));
                 }
             }
             SegFate::Ahead
@@ -158,12 +170,24 @@ impl HalfStream {
         }
     }
 
-    fn deliver(&mut self, now: Timestamp, data: &[u8], sink: &mut dyn FnMut(Chunk<'_>)) {
-        let seq = self.next;
-        self.next = self.next.wrapping_add(data.len() as u32);
-        self.bytes += data.len() as u64;
+    /// Deliver a segment's bytes from `skip` on (the stream is at `seq + skip`): the seen ones
+    /// as data, then the rest of its `len` as absent.
+    fn deliver_from(&mut self, now: Timestamp, seen: &[u8], len: u32, skip: u32, sink: &mut dyn FnMut(Chunk<'_>)) {
+        if (skip as usize) < seen.len() {
+            let data = &seen[skip as usize..];
+            let seq = self.next;
+            self.next = self.next.wrapping_add(data.len() as u32);
+            self.bytes += data.len() as u64;
+            sink(Chunk::Data { seq, data });
+        }
+        let from = skip.max(seen.len() as u32);
+        if from < len {
+            let (seq, n) = (self.next, len - from);
+            self.next = self.next.wrapping_add(n);
+            self.bytes += u64::from(n);
+            sink(Chunk::Absent { seq, len: n });
+        }
         self.last_data = Some(now);
-        sink(Chunk::Data { seq, data });
     }
 
     fn gap_to(&mut self, to: u32, sink: &mut dyn FnMut(Chunk<'_>)) {
@@ -178,18 +202,18 @@ impl HalfStream {
     fn flush_ooo(&mut self, now: Timestamp, sink: &mut dyn FnMut(Chunk<'_>)) {
         loop {
             let Some(ooo) = self.ooo.as_mut() else { return };
-            let Some((seq, _)) = ooo.segs.first() else {
+            let Some((seq, _, _)) = ooo.segs.first() else {
                 self.ooo = None;
                 return;
             };
             if seq_lt(self.next, *seq) {
                 return;
             }
-            let (seq, data) = ooo.segs.remove(0);
+            let (seq, data, len) = ooo.segs.remove(0);
             ooo.bytes -= data.len();
-            let skip = self.next.wrapping_sub(seq) as usize;
-            if skip < data.len() {
-                self.deliver(now, &data[skip..], sink);
+            let skip = self.next.wrapping_sub(seq);
+            if skip < len {
+                self.deliver_from(now, &data, len, skip, sink);
             }
         }
     }
@@ -247,7 +271,7 @@ mod tests {
         let mut fates = Vec::new();
         let mut at = h.next_seq();
         for (seq, p) in segs {
-            fates.push(h.accept(Timestamp::ZERO, *seq, p, &mut |c| match c {
+            fates.push(h.accept(Timestamp::ZERO, *seq, p, p.len() as u32, &mut |c| match c {
                 Chunk::Data { seq, data: b } => {
                     assert_eq!(at.unwrap_or(seq), seq, "a piece starts where the stream was");
                     at = Some(seq.wrapping_add(b.len() as u32));
@@ -257,6 +281,7 @@ mod tests {
                     gaps += n;
                     at = at.map(|a| a.wrapping_add(n as u32));
                 }
+                Chunk::Absent { .. } => unreachable!("whole segments only"),
                 Chunk::Retransmitted => {}
             }));
         }
@@ -302,6 +327,7 @@ mod tests {
         h.on_peer_ack(Timestamp::ZERO, 12, &mut |c| match c {
             Chunk::Data { data, .. } => out.push(format!("d{}", data.len())),
             Chunk::Gap(n) => out.push(format!("g{n}")),
+            Chunk::Absent { len, .. } => out.push(format!("a{len}")),
             Chunk::Retransmitted => out.push("r".into()),
         });
         assert_eq!(out, vec!["g8", "d2"]);
@@ -320,5 +346,38 @@ mod tests {
         let (d, g) = collect(&mut h, &segs);
         assert_eq!(g, 1000);
         assert_eq!(d.len(), (MAX_OOO_SEGMENTS + 2) * 1000);
+    }
+
+    /// What a stream hands on, written as "dN" (N bytes seen), "aN" (absent), "gN" (gap).
+    fn pieces(h: &mut HalfStream, segs: &[(u32, &[u8], u32)]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (seq, seen, len) in segs {
+            h.accept(Timestamp::ZERO, *seq, seen, *len, &mut |c| match c {
+                Chunk::Data { data, .. } => out.push(format!("d{}", data.len())),
+                Chunk::Absent { len, .. } => out.push(format!("a{len}")),
+                Chunk::Gap(n) => out.push(format!("g{n}")),
+                Chunk::Retransmitted => out.push("r".into()),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn cut_segments_hand_on_their_unseen_bytes_as_absent_in_order() {
+        let mut h = HalfStream::default();
+        h.start_at(0);
+        // In order: 4 seen of 10, then a whole one.
+        assert_eq!(pieces(&mut h, &[(0, b"abcd", 10), (10, b"xy", 2)]), ["d4", "a6", "d2"]);
+        assert_eq!((h.next, h.bytes, h.gap_bytes), (12, 12, 0));
+        // Out of order: the cut segment waits for the hole, then goes on whole.
+        assert_eq!(pieces(&mut h, &[(20, b"ab", 30), (12, b"12345678", 8)]), ["d8", "d2", "a28"]);
+        assert_eq!(h.next, 50);
+        // A retransmission overlapping absent bytes repeats nothing; one that reaches past
+        // them hands on only what is new (seen first, then absent).
+        assert_eq!(pieces(&mut h, &[(40, b"0123456789", 10)]), ["r"]);
+        assert_eq!(pieces(&mut h, &[(45, b"0123456789", 20)]), ["d5", "a10"]);
+        assert_eq!(pieces(&mut h, &[(70, b"ab", 5)]).len(), 0, "ahead of the stream: held");
+        assert_eq!(pieces(&mut h, &[(65, b"", 5)]), ["a5", "d2", "a3"]);
+        assert_eq!((h.next, h.bytes, h.gap_bytes), (75, 75, 0));
     }
 }

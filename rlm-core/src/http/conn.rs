@@ -47,6 +47,12 @@ pub enum HttpEvent {
         /// The references found, in document order.
         refs: Vec<EmbedRef>,
     },
+    /// Bytes of a scanned response body went by unseen (a cut frame): references in them are
+    /// not in its list, which is therefore incomplete.
+    BodyUnseen {
+        /// The transaction's position on its connection ([`Txn::depth`]).
+        depth: u32,
+    },
     /// A transaction finished (both sides complete, or the connection ended).
     Done(Box<Txn>),
 }

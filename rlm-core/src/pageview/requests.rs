@@ -228,6 +228,17 @@ impl Pageviews {
         self.touch(id, now);
     }
 
+    /// Part of a response body went by unseen (a cut frame): if it is a container's, its list
+    /// of references is incomplete, and requests it does not name may still belong to it.
+    pub fn on_body_unseen(&mut self, conn: ConnId, depth: u32) {
+        let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
+        let Some(p) = self.open.get_mut(&id) else { return };
+        let ci = p.conn_index(conn);
+        if p.txns.iter().any(|t| Some(t.conn as usize) == ci && t.depth == depth && t.container) {
+            p.list_reliable = false;
+        }
+    }
+
     /// Embedded references found in a response body: the container's, or a stylesheet's / frame's.
     pub fn on_embeds(&mut self, now: Timestamp, conn: ConnId, depth: u32, refs: &[EmbedRef]) {
         let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };

@@ -619,7 +619,9 @@ impl Loop {
             match ev.kind {
                 EventKind::Observed => {
                     observed += 1;
-                    self.engine.handle_link(ts, Port::Unknown, LinkType::Ethernet, ev.frame);
+                    // A frame longer than the report's copy (a GRO/GSO super-frame, a body
+                    // segment) is measured by its length on the wire.
+                    self.engine.handle_cut(ts, Port::Unknown, LinkType::Ethernet, ev.frame, ev.wire_len as usize);
                 }
                 EventKind::SynPassed => {
                     syns += 1;
@@ -718,7 +720,8 @@ impl Loop {
             if p.data.get(12..14) == Some(&[0x86, 0xdd][..]) && tap::is_queued_syn(p.data, false) {
                 continue;
             }
-            self.engine.handle_link(ts, Port::Unknown, LinkType::Ethernet, p.data);
+            // Cut at the snap length: measured by its length on the wire.
+            self.engine.handle_cut(ts, Port::Unknown, LinkType::Ethernet, p.data, p.header.len as usize);
         }
         if n > 0 {
             self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "tap" }).inc_by(n as u64);

@@ -159,6 +159,38 @@ impl HttpConn {
         }
     }
 
+    /// `len` bytes of the client's stream, carried now but not seen (the end of a cut frame):
+    /// body bytes are counted by length; what would hold framing cannot be read, and the stream
+    /// looks for the next request, without flagging a gap (nothing was lost).
+    pub fn on_client_absent(&mut self, len: u32, out: &mut Vec<HttpEvent>) {
+        let mut left = u64::from(len);
+        while left > 0 {
+            match &mut self.req {
+                Stream::Length(rem) => {
+                    let take = left.min(*rem);
+                    *rem -= take;
+                    let done = *rem == 0;
+                    self.add_request_gap(take);
+                    left -= take;
+                    if done {
+                        self.request_done(out);
+                    }
+                }
+                Stream::Chunked(dec) if dec.data_remaining().is_some_and(|r| left <= r) => {
+                    dec.skip_data(left);
+                    self.add_request_gap(left);
+                    left = 0;
+                }
+                Stream::Tunnel | Stream::UntilClose | Stream::Resync => left = 0,
+                Stream::Head | Stream::Chunked(_) => {
+                    self.req_buf.clear();
+                    self.req = Stream::Resync;
+                    left = 0;
+                }
+            }
+        }
+    }
+
     /// A request head, whose first byte has sequence number `seq`.
     fn request_head(&mut self, head: Vec<u8>, seq: u32, out: &mut Vec<HttpEvent>) {
         match head::parse_request(&head) {

@@ -159,6 +159,57 @@ impl HttpConn {
         }
     }
 
+    /// `len` bytes of the server's stream from `seq`, carried now but not seen (the end of a
+    /// cut frame): body bytes are counted by length and timed, as if read; the scanner and the
+    /// decoder skip them ([`HttpEvent::BodyUnseen`] when a container's references may lie in
+    /// them). What would hold framing (a head, a chunk's size line) cannot be read: the stream
+    /// looks for the next head, as after a gap, without flagging one (nothing was lost).
+    pub fn on_server_absent(&mut self, now: Timestamp, mut seq: u32, len: u32, out: &mut Vec<HttpEvent>) {
+        let mut left = u64::from(len);
+        while left > 0 {
+            match &mut self.resp {
+                Stream::Length(rem) => {
+                    let take = left.min(*rem);
+                    *rem -= take;
+                    let done = *rem == 0;
+                    self.unseen_response_body(now, seq, take, out);
+                    seq = seq.wrapping_add(take as u32);
+                    left -= take;
+                    if done {
+                        self.response_done(now, out);
+                    }
+                }
+                Stream::Chunked(dec) if dec.data_remaining().is_some_and(|r| left <= r) => {
+                    dec.skip_data(left);
+                    self.unseen_response_body(now, seq, left, out);
+                    left = 0;
+                }
+                Stream::UntilClose => {
+                    self.unseen_response_body(now, seq, left, out);
+                    left = 0;
+                }
+                Stream::Tunnel | Stream::Resync => left = 0,
+                Stream::Head | Stream::Chunked(_) => {
+                    self.resp_buf.clear();
+                    self.resp = Stream::Resync;
+                    left = 0;
+                }
+            }
+        }
+    }
+
+    /// Body bytes carried but not seen, from `seq`: counted and timed.
+    fn unseen_response_body(&mut self, now: Timestamp, seq: u32, n: u64, out: &mut Vec<HttpEvent>) {
+        self.count_response_body(n);
+        if let Some(t) = self.pending.get_mut(self.resp_idx) {
+            t.response_body_seq.get_or_insert(seq);
+            t.response_last_ts = Some(now);
+            if t.scanner.is_some() {
+                out.push(HttpEvent::BodyUnseen { depth: t.depth });
+            }
+        }
+    }
+
     /// The transaction the server is answering now; an orphan is created when there is none.
     fn current_response_txn(&mut self, ts: Timestamp) -> &mut Txn {
         if self.resp_idx >= self.pending.len() {
