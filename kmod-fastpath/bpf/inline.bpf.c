@@ -27,8 +27,12 @@
 // counters' slots), the servers' ports map and the packet parsing are in common.h.
 #include "common.h"
 
-// Frames are reported whole up to SNAP_MAX bytes, cut there.
+// Frames are reported whole up to SNAP_MAX bytes, cut there; a frame that may hold an HTTP
+// head (the clients' data, a server segment starting with "HTTP/") up to HEAD_SNAP bytes, so
+// that a head, and a container's first bytes, are seen whole in a GRO/GSO super-frame. The
+// engine counts what is cut by its length on the wire (the record's wire_len).
 #define SNAP_MAX 2048
+#define HEAD_SNAP 16384
 #define RING_BYTES (16 << 20)
 
 struct {
@@ -135,15 +139,16 @@ static __always_inline void submit(void *e, __u64 size)
         return;                                                                                   \
     } while (0)
 
-// Copy the frame (cut at SNAP_MAX) into the ring buffer for the engine, in the smallest record
-// that holds it, so that the ring (and the reader's cache) carries little more than the frames.
-static __always_inline void report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule)
+// Copy the frame (cut at `snap`: SNAP_MAX or HEAD_SNAP) into the ring buffer for the engine, in
+// the smallest record that holds it, so that the ring (and the reader's cache) carries little
+// more than the frames.
+static __always_inline void report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule, __u32 snap)
 {
     __u32 len = skb->len;
     if (len == 0)
         return;
-    if (len > SNAP_MAX)
-        len = SNAP_MAX;
+    if (len > snap)
+        len = snap;
     if (len <= 128)
         REPORT_IN(128);
     if (len <= 256)
@@ -152,7 +157,31 @@ static __always_inline void report(struct __sk_buff *skb, __u16 kind, __u16 flag
         REPORT_IN(512);
     if (len <= 1024)
         REPORT_IN(1024);
-    REPORT_IN(SNAP_MAX);
+    if (len <= SNAP_MAX)
+        REPORT_IN(SNAP_MAX);
+    if (len <= 4096)
+        REPORT_IN(4096);
+    if (len <= 8192)
+        REPORT_IN(8192);
+    REPORT_IN(HEAD_SNAP);
+}
+
+// How much of an observed frame to copy: HEAD_SNAP when it may hold an HTTP head (the clients'
+// data; a server segment whose payload starts with "HTTP/"), else SNAP_MAX. Only frames longer
+// than SNAP_MAX are looked at.
+static __always_inline __u32 snap_of(struct __sk_buff *skb, struct tcphdr *tcp, int to_server, __u32 payload)
+{
+    if (skb->len <= SNAP_MAX || payload == 0)
+        return SNAP_MAX;
+    if (to_server)
+        return HEAD_SNAP;
+    if (payload < 5)
+        return SNAP_MAX;
+    __u32 at = (__u32)((void *)tcp - (void *)(long)skb->data) + tcp->doff * 4;
+    char head[5];
+    if (bpf_skb_load_bytes(skb, at, head, sizeof(head)) < 0)
+        return SNAP_MAX;
+    return head[0] == 'H' && head[1] == 'T' && head[2] == 'T' && head[3] == 'P' && head[4] == '/' ? HEAD_SNAP : SNAP_MAX;
 }
 
 // Take a token from a LIMIT SYN bucket; 1 if there was one.
@@ -213,7 +242,7 @@ int syn_admit(struct __sk_buff *skb)
         return TC_ACT_OK;
     if (cfg->mode == MODE_PASS_ALL) {
         count(C_SYN_PASSED);
-        report(skb, KIND_SYN_PASSED, 0, 0);
+        report(skb, KIND_SYN_PASSED, 0, 0, SNAP_MAX);
         return TC_ACT_OK;
     }
     if (cfg->mode == MODE_VERDICTS && p.v4) {
@@ -223,11 +252,11 @@ int syn_admit(struct __sk_buff *skb)
             __u32 rule = v->rule;
             if (v->action == ACTION_PASS || (v->action == ACTION_LIMIT && take_token(v->bucket))) {
                 count(C_SYN_PASSED);
-                report(skb, KIND_SYN_PASSED, 0, 0);
+                report(skb, KIND_SYN_PASSED, 0, 0, SNAP_MAX);
                 return TC_ACT_OK;
             }
             count(C_SYN_DROPPED);
-            report(skb, KIND_SYN_DROPPED, v->action == ACTION_LIMIT ? FLAG_LIMITED : 0, rule);
+            report(skb, KIND_SYN_DROPPED, v->action == ACTION_LIMIT ? FLAG_LIMITED : 0, rule, SNAP_MAX);
             return TC_ACT_SHOT;
         }
     }
@@ -285,7 +314,7 @@ int observe(struct __sk_buff *skb)
         }
     }
     count(C_OBSERVED);
-    report(skb, KIND_OBSERVED, 0, 0);
+    report(skb, KIND_OBSERVED, 0, 0, snap_of(skb, tcp, to_server, p.payload));
     return TC_ACT_OK;
 }
 

@@ -62,12 +62,17 @@ fn serve(srv_ns: &str, respond: Responder) -> Arc<std::sync::atomic::AtomicUsize
 
 /// One page on a new connection from `src` (so that its SYN and SYN/ACK cross rlm's queue).
 fn fetch(src: &str, timeout: Duration) -> std::io::Result<()> {
+    fetch_target(src, "/", timeout)
+}
+
+/// [`fetch`] of `target`; the answer must end with "hello\n".
+fn fetch_target(src: &str, target: &str, timeout: Duration) -> std::io::Result<()> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
     s.bind(&format!("{src}:0").parse::<SocketAddr>().unwrap().into())?;
     s.connect_timeout(&format!("{FARM_ADDR}:80").parse::<SocketAddr>().unwrap().into(), timeout)?;
     let mut s: TcpStream = s.into();
     s.set_read_timeout(Some(timeout))?;
-    s.write_all(b"GET / HTTP/1.1\r\nHost: farm\r\n\r\n")?;
+    s.write_all(format!("GET {target} HTTP/1.1\r\nHost: farm\r\nAccept: text/html\r\n\r\n").as_bytes())?;
     let mut body = Vec::new();
     s.read_to_end(&mut body)?;
     if !body.ends_with(b"hello\n") {
@@ -509,9 +514,10 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// With the offloads every real box keeps on (TSO/GSO at the farm, GRO/GSO on the appliance's
-/// ports), rlm's fast path sees super-frames up to 64 KB and copies 2 KiB of each: rlm measures
-/// them by their length on the wire. 200 fetches of a 200,000-byte object through `rlm run`:
-/// every one a transaction with its whole body counted, no frame counted truncated.
+/// ports), rlm's fast path sees super-frames up to 64 KB and copies 2 KiB of each (16 KiB of
+/// one that starts a response): rlm measures them by their length on the wire. 200 fetches of
+/// a 200,000-byte object through `rlm run`: every one a transaction with its whole body
+/// counted, no frame counted truncated; and a 9 KB page's 40 image references all listed.
 #[test]
 fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
     const BODY: usize = 200_000;
@@ -522,21 +528,46 @@ fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
         r.extend_from_slice(b"hello\n");
         r
     };
-    let (_plan, _guard, info, _) = lab_serving("g", 1, Some(Arc::new(move |_: &str| response.clone())));
+    let imgs: String = (1..=40)
+        .map(|i| {
+            format!(
+                "<p>item {i} of the catalogue, with a few words about it</p><img src=\"/img/item-{i:03}.gif\" alt=\"item {i}\">\n{}\n",
+                " ".repeat(120)
+            )
+        })
+        .collect();
+    let page = format!("<html><body>\n{imgs}</body></html>\nhello\n");
+    // Longer than four 2 KiB copies, and within the first flight's super-frame (about 10 KB here).
+    assert!(page.len() > 8_200 && page.len() < 9_500, "{} bytes of HTML", page.len());
+    let page =
+        format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}", page.len()).into_bytes();
+    let respond = move |target: &str| if target == "/page.html" { page.clone() } else { response.clone() };
+    let (_plan, _guard, info, _) = lab_serving("g", 1, Some(Arc::new(respond)));
     for (ns, dev) in [(&info.namespaces.appliance, "app-c"), (&info.namespaces.appliance, "app-s"), (&info.namespaces.servers, "srv0")] {
         in_ns(ns, &["ethtool", "-K", dev, "tso", "on", "gso", "on", "gro", "on"]);
     }
     let dir = std::env::temp_dir().join(format!("rlm-offloads-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let tx = dir.join("tx.jsonl");
-    let arm = RlmArm { rules: CLASSES.into(), extra_args: vec!["--transactions".into(), tx.display().to_string()] };
+    let (tx, pv) = (dir.join("tx.jsonl"), dir.join("pv.jsonl"));
+    let extra_args = vec!["--transactions".into(), tx.display().to_string(), "--pageviews".into(), pv.display().to_string()];
+    let arm = RlmArm { rules: CLASSES.into(), extra_args };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     const FETCHES: usize = 200;
+    const PAGES: usize = 5;
     let srcs: Vec<String> = info.clients.high.iter().cycle().take(FETCHES).cloned().collect();
     for r in fetch_from_clients(&info, srcs) {
         r.expect("the object through rlm");
     }
+    let (ns, src) = (info.namespaces.clients.clone(), info.clients.low[0].clone());
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        for _ in 0..PAGES {
+            fetch_target(&src, "/page.html", Duration::from_secs(3)).expect("the page through rlm");
+        }
+    })
+    .join()
+    .unwrap();
     let out = rlm.stop().expect("stop");
     assert_eq!(out.exit_code, Some(0), "log {}", out.log.display());
     let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
@@ -549,14 +580,18 @@ fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
     assert!(st["cut_frames"].as_u64().unwrap_or(0) > 0, "no super-frames: are the offloads on? {st}");
     assert_eq!(st["malformed"]["truncated"].as_u64(), Some(0), "{st}");
     assert_eq!(st["gap_bytes"].as_u64(), Some(0), "{st}");
-    assert_eq!(st["transactions"].as_u64(), Some(FETCHES as u64), "{st}");
+    assert_eq!(st["transactions"].as_u64(), Some((FETCHES + PAGES) as u64), "{st}");
     let records = json_lines(&tx);
-    assert_eq!(records.len(), FETCHES);
-    for r in &records {
+    assert_eq!(records.len(), FETCHES + PAGES);
+    for r in records.iter().filter(|r| r["uri"] == "/") {
         assert_eq!(r["response_body_len"].as_u64(), Some(BODY as u64), "{r}");
         assert_eq!(r["status_code"].as_u64(), Some(200), "{r}");
         assert!(r["anomalies"].as_array().is_some_and(|a| a.is_empty()), "{r}");
     }
+    // The page came in one super-frame: its first 16 KiB, all of it, were read.
+    let pages: Vec<u64> =
+        json_lines(&pv).iter().filter(|p| p["container"] == "/page.html").map(|p| p["expected_objects"].as_u64().unwrap_or(0)).collect();
+    assert_eq!(pages, vec![40; PAGES], "image references listed per page");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
