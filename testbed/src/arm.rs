@@ -17,6 +17,7 @@ pub use crate::inline::RlmArm;
 use crate::inline::RlmOutcome;
 pub use crate::stats::PvStats;
 use crate::stats::Summary;
+use crate::topology::Offloads;
 
 /// One arm of an experiment.
 #[derive(Clone, Debug, Serialize)]
@@ -44,6 +45,9 @@ pub struct ArmSpec {
     /// Capture SYNs and SYN/ACKs on the farm's own interface (what the appliance let through),
     /// counted per class into `server_syns`.
     pub syn_capture: bool,
+    /// Which of the lab's ports keep their offloads: none, but in an arm that measures with them
+    /// on.
+    pub offloads: Offloads,
 }
 
 /// The open-loop load of an arm: Poisson arrivals at a load of a shaped uplink.

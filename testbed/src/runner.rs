@@ -182,7 +182,9 @@ fn start_capture(
 ) -> std::thread::JoinHandle<Result<u64>> {
     std::thread::spawn(move || {
         crate::netns::enter(&ns)?;
-        let mut cap = pcap::Capture::from_device(dev)?.immediate_mode(true).snaplen(65535).buffer_size(64 << 20).open()?.setnonblock()?;
+        // A port with its offloads on carries super-frames of 64 KiB and their headers: the snap
+        // length keeps them whole.
+        let mut cap = pcap::Capture::from_device(dev)?.immediate_mode(true).snaplen(262_144).buffer_size(64 << 20).open()?.setnonblock()?;
         cap.filter(&filter, true)?;
         let mut file = cap.savefile(&path)?;
         let mut n = 0u64;
@@ -210,8 +212,13 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
     std::fs::create_dir_all(dir)?;
     let lab = lab_binary()?;
     let t0 = std::time::Instant::now();
-    let plan =
-        Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients, more_clients: arm.more_clients.clone() };
+    let plan = Plan {
+        prefix: prefix.to_string(),
+        high_clients: arm.high_clients,
+        low_clients: arm.low_clients,
+        more_clients: arm.more_clients.clone(),
+        offloads: arm.offloads,
+    };
     let info = plan.up()?;
     let result = (|| -> Result<ArmResult> {
         if let Some(ol) = &arm.openloop {

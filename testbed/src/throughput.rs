@@ -246,7 +246,7 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
 /// first of the two alternating from round to round.
 pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpec) -> Result<Vec<ArmResult>> {
     std::fs::create_dir_all(out)?;
-    let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1, more_clients: Vec::new() };
+    let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1, ..Plan::default() };
     plan.up()?;
     let result = (|| -> Result<Vec<ArmResult>> {
         // The WAN hop forwards plainly: no bridge netfilter, no rule.

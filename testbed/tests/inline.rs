@@ -91,7 +91,7 @@ fn lab_serving(
     clients: u32,
     respond: Option<Responder>,
 ) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
-    let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients, more_clients: Vec::new() };
+    let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients, ..Plan::default() };
     let guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let accepted = match respond {

@@ -20,6 +20,7 @@ use crate::arm::{ArmResult, ArmSpec, OpenLoopArm, RlmArm};
 use crate::farm::FarmConfig;
 use crate::report::Fidelity;
 use crate::runner::run_arm;
+use crate::topology::Offloads;
 
 pub mod baseline_lan;
 pub mod baseline_wan;
@@ -217,6 +218,7 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
         openloop: None,
         rlm: None,
         syn_capture: false,
+        offloads: Offloads::Off,
     }
 }
 
