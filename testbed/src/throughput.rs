@@ -154,7 +154,7 @@ fn sample(plan: &Plan, round: usize, with_rlm: bool, sample_s: u32, dir: &Path) 
     let sdir = dir.join(format!("round-{round}"));
     std::fs::create_dir_all(&sdir)?;
     let rlm = if with_rlm {
-        Some(Inline::start(&plan.ns("app"), &RlmArm { rules: RULES.into(), extra_args: vec![] }, &sdir, Duration::from_secs(10))?)
+        Some(Inline::start(&plan.ns("app"), &RlmArm { rules: RULES.into(), records: false, ..RlmArm::default() }, &sdir, Duration::from_secs(10))?)
     } else {
         None
     };
@@ -308,7 +308,7 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpe
         with.conn_ratio = (plain.conn_per_s > 0.0).then(|| with.conn_per_s / plain.conn_per_s);
         let mut rspec = spec.clone();
         rspec.name = "rlm".into();
-        rspec.rlm = Some(RlmArm { rules: RULES.into(), extra_args: vec![] });
+        rspec.rlm = Some(RlmArm { rules: RULES.into(), records: false, ..RlmArm::default() });
         let mut pspec = spec.clone();
         pspec.name = "plain-bridge".into();
         Ok(vec![result("plain-bridge", &pspec, plain, &out.join("plain-bridge")), result("rlm", &rspec, with, &out.join("rlm"))])

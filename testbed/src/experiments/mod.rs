@@ -222,9 +222,9 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
     }
 }
 
-/// The arm with rlm inline, with these rules and arguments.
+/// The arm with rlm inline, with these rules (empty: none) and arguments, writing its records.
 pub fn with_rlm(mut a: ArmSpec, rules: String, extra_args: &[&str]) -> ArmSpec {
-    a.rlm = Some(RlmArm { rules, extra_args: extra_args.iter().map(|s| s.to_string()).collect() });
+    a.rlm = Some(RlmArm { rules, extra_args: extra_args.iter().map(|s| s.to_string()).collect(), ..RlmArm::default() });
     a
 }
 
