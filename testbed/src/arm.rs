@@ -15,6 +15,7 @@ use crate::farm::sampler::ServerView;
 use crate::farm::{FarmConfig, FarmUsage};
 pub use crate::inline::RlmArm;
 use crate::inline::RlmOutcome;
+use crate::report::{Fidelity, LiveFidelity};
 pub use crate::stats::PvStats;
 use crate::stats::Summary;
 use crate::topology::Offloads;
@@ -118,6 +119,11 @@ pub struct ArmResult {
     /// Pageviews by the time they started (buckets of a sixth of the run, at least 10 s), per
     /// class: how a rule's effect builds up and holds.
     pub timeline: Vec<TimeBucket>,
+    /// The arm's capture of the server-side port replayed through the engine, against the
+    /// ground truth; null without a capture.
+    pub capture_fidelity: Option<Fidelity>,
+    /// rlm's live pageview records against the ground truth; null without rlm's records.
+    pub live_fidelity: Option<LiveFidelity>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -13,6 +13,7 @@ use sim_clients::tcp_profile::ProfileCgroup;
 use sim_clients::wan::Group;
 
 use crate::arm::{classes_of, pv_stats, read_truth, timeline, ArmResult, ArmSpec, ClassSyns, FrontSummary, OpenLoopArm, PageviewSummary, ServerSyns};
+use crate::experiments::fidelity;
 use crate::farm::sampler::Sampler;
 use crate::farm::site::PageType;
 use crate::farm::{Farm, FarmConfig, FRONT_PORT};
@@ -315,6 +316,15 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         );
         let (generator, bottleneck) = generator_stats(dir);
         let by_class = classes_of(&pvs).into_iter().map(|c| (c.clone(), pv_stats(pvs.iter().filter(|p| p.class == c)))).collect();
+        let capture_fidelity = capture.as_deref().map(|c| fidelity::of_capture(c, &pvs, arm.profile.connect_timeout())).transpose()?;
+        let live_fidelity = rlm.as_ref().and_then(|r| r.records.as_ref()).and_then(|r| match fidelity::of_live(&r.pageviews, &pvs) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                // The arm's other figures stand; its checks say the live figure is missing.
+                eprintln!("rlm-lab: arm {}: no live fidelity: {e:#}", arm.name);
+                None
+            }
+        });
         Ok(ArmResult {
             name: arm.name.clone(),
             config: arm.clone(),
@@ -333,6 +343,8 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             throughput: None,
             farm_tcp,
             timeline: timeline(&pvs, arm.duration_s),
+            capture_fidelity,
+            live_fidelity,
         })
     })();
     plan.down()?;
@@ -413,6 +425,8 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         throughput: None,
         farm_tcp: None,
         timeline: Vec::new(),
+        capture_fidelity: None,
+        live_fidelity: None,
     })
 }
 

@@ -239,6 +239,8 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
         throughput: Some(t),
         farm_tcp: None,
         timeline: Vec::new(),
+        capture_fidelity: None,
+        live_fidelity: None,
     }
 }
 

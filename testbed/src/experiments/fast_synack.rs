@@ -90,7 +90,7 @@ impl Experiment for FastSynack {
     }
 
     fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<Fidelity>> {
-        super::fidelity::of_captured_arm(arms)
+        Ok(super::fidelity::of_captured_arm(arms))
     }
 
     /// 004 Table 1: rlm resends the SYN/ACK every gap until the client's ACK comes, so a SYN/ACK

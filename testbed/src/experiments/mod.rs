@@ -420,6 +420,8 @@ pub(crate) mod testing {
                 throughput: None,
                 farm_tcp: None,
                 timeline: timeline(&pvs, spec.duration_s),
+                capture_fidelity: None,
+                live_fidelity: None,
             });
         }
         (arms, note)
