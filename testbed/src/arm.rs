@@ -47,7 +47,7 @@ pub struct ArmSpec {
     /// counted per class into `server_syns`.
     pub syn_capture: bool,
     /// Which of the lab's ports keep their offloads: none, but in an arm that measures with them
-    /// on.
+    /// on (fidelity's live-offloads).
     pub offloads: Offloads,
 }
 

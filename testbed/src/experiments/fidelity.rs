@@ -11,10 +11,18 @@ use anyhow::Result;
 use serde_json::Value;
 use sim_clients::browser::GroundTruth;
 
-use super::{arm, num, scale, Checks, Experiment, Results, WAN_80_2};
+use super::{arm, arm_in, live_fidelity_check, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, WAN_80_2};
 use crate::arm::{ArmResult, ArmSpec};
 use crate::live::{read_pageviews, LivePageview};
 use crate::report;
+use crate::topology::Offloads;
+
+/// The arms with rlm inline whose live pageviews are judged: offloads off (as the lab has them)
+/// and on at the appliance and the farm (as real boxes have them).
+pub const LIVE_ARMS: [&str; 2] = ["live", "live-offloads"];
+
+/// The share of the truth's pageviews rlm's live pageviews must match in the live arms.
+pub const LIVE_MIN_MATCHED: f64 = 0.98;
 
 pub struct Fidelity;
 
@@ -24,26 +32,52 @@ impl Experiment for Fidelity {
     }
 
     fn note(&self) -> &'static str {
-        "The appliance's passive measurement against the browsers' ground truth, over the 004 Figure 12 WAN."
+        "The appliance's passive measurement against the browsers' ground truth, over the 004 Figure 12 WAN. \
+        Offline: the server-side port is captured and the capture replayed through the engine (arm wan, no rlm, \
+        in the full run). Live: rlm runs inline without rules and writes its pageview records (arm live, the \
+        lab's offloads off; arm live-offloads, TSO, GSO and GRO on at the appliance's ports and the farm's); \
+        their ports are captured too, so that the offline figure over the same traffic shows which error is \
+        the live path's own."
     }
 
+    /// Quick: the two live arms (the first one's capture gives the offline figure). Full: wan,
+    /// then the live arms.
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let (light, _, dur, cores) = scale(quick);
-        vec![arm("wan", light, dur, &WAN_80_2, true, cores)]
+        let live = |name: &str, offloads: Offloads| {
+            let mut a = with_rlm(arm(name, light, dur, &WAN_80_2, true, cores), String::new(), &[]);
+            a.offloads = offloads;
+            a
+        };
+        let offline = (!quick).then(|| arm("wan", light, dur, &WAN_80_2, true, cores));
+        offline.into_iter().chain([live(LIVE_ARMS[0], Offloads::Off), live(LIVE_ARMS[1], Offloads::Appliance)]).collect()
     }
 
     fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<report::Fidelity>> {
         Ok(of_captured_arm(arms))
     }
 
+    /// Offline: at least 95% of the truth's pageviews matched, median error at most 5%, p90 at
+    /// most 10%. Live, in each live arm: at least 98% matched, median at most 1%, p90 at most
+    /// 3% (issue 23), and rlm ran and stopped cleanly.
     fn check(&self, fid: &Value, _all: &Results, c: &mut Checks) {
         let v = &mut c.v;
         let f = &fid["fidelity"];
-        v.push(matched_check(f, "fidelity:", ""));
+        let who = format!("fidelity (offline, {}'s capture):", captured_arm_name(fid));
+        v.push(matched_check(f, &who, ""));
         let med = num(&f["median_rel_err"]);
-        v.push((med <= 0.05, format!("fidelity: median relative error {:.2}% (at most 5%)", med * 100.0)));
+        v.push((med <= 0.05, format!("{who} median relative error {:.2}% (at most 5%)", med * 100.0)));
         let p90 = num(&f["p90_rel_err"]);
-        v.push((p90 <= 0.10, format!("fidelity: p90 relative error {:.2}% (at most 10%)", p90 * 100.0)));
+        v.push((p90 <= 0.10, format!("{who} p90 relative error {:.2}% (at most 10%)", p90 * 100.0)));
+        for name in LIVE_ARMS {
+            let a = arm_in(fid, name);
+            if a.is_null() {
+                v.push((false, format!("fidelity/{name}: no such arm in the result")));
+                continue;
+            }
+            live_fidelity_check(v, "fidelity", &a, LIVE_MIN_MATCHED);
+            rlm_clean(v, "fidelity", &a);
+        }
     }
 }
 
@@ -51,6 +85,11 @@ impl Experiment for Fidelity {
 /// capture replayed through the engine (`arms[].capture_fidelity`, computed after the arm ran).
 pub fn of_captured_arm(arms: &[ArmResult]) -> Option<report::Fidelity> {
     arms.iter().find(|a| a.capture.is_some()).and_then(|a| a.capture_fidelity.clone())
+}
+
+/// The name of the arm whose capture gives a result's top-level `fidelity` ([`of_captured_arm`]).
+fn captured_arm_name(r: &Value) -> &str {
+    r["arms"].as_array().into_iter().flatten().find(|a| !a["capture"].is_null()).and_then(|a| a["name"].as_str()).unwrap_or("?")
 }
 
 /// The check that at least 95% of the ground truth's pageviews were matched in a capture
@@ -168,7 +207,10 @@ fn figures(truth_pageviews: usize, mut errs: Vec<f64>) -> report::Fidelity {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::experiments::testing::synthetic_arms;
 
     fn truth(client: &str, url: &str, start_ts: f64, rt_s: f64) -> GroundTruth {
         GroundTruth {
@@ -232,5 +274,114 @@ mod tests {
         // Nothing acted on: the subset is empty, its errors 0.
         let none = compare(&twice, &[]);
         assert_eq!((none.all.truth_pageviews, none.all.matched, none.acted.truth_pageviews, none.seen), (2, 0, 0, 0));
+    }
+
+    #[test]
+    fn live_arms_quick_and_full() {
+        let names = |quick: bool| Fidelity.arms(quick).iter().map(|a| a.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(true), ["live", "live-offloads"]);
+        assert_eq!(names(false), ["wan", "live", "live-offloads"]);
+        for a in Fidelity.arms(false) {
+            // Every arm captures; the live arms run rlm without rules, writing its records.
+            assert!(a.capture, "{}", a.name);
+            assert_eq!(a.offloads == Offloads::Appliance, a.name == "live-offloads", "{}", a.name);
+            match &a.rlm {
+                Some(r) => assert!(r.rules.is_empty() && r.records && a.name != "wan", "{}", a.name),
+                None => assert_eq!(a.name, "wan"),
+            }
+        }
+        // The quick run's arms last as long as its one arm did.
+        assert!(Fidelity.arms(true).iter().all(|a| a.duration_s == scale(true).2));
+    }
+
+    /// A fidelity result: the offline figure over `wan`'s capture, and the live arms' figures.
+    fn result(matched: u64, live_matched: u64, live_median: f64) -> Value {
+        let live = |name: &str| {
+            json!({"name": name, "capture": format!("/lab/{name}.pcap"),
+                "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "rules_left": [], "reports_lost": 0.0,
+                    "records": {"counts": {"transactions": {"written": 2000, "dropped": 0}, "pageviews": {"written": 420, "dropped": 0},
+                        "decisions": {"written": 0, "dropped": 0}}}},
+                "live_fidelity": {"all": {"truth_pageviews": 413, "matched": live_matched, "median_rel_err": live_median, "p90_rel_err": 0.02},
+                    "acted": {"truth_pageviews": 0, "matched": 0, "median_rel_err": 0.0, "p90_rel_err": 0.0}, "seen": 420, "seen_acted": 0}})
+        };
+        json!({"experiment": "fidelity", "quick": false,
+            "fidelity": {"truth_pageviews": 413, "matched": matched, "median_rel_err": 0.012, "p90_rel_err": 0.04},
+            "arms": [{"name": "wan", "capture": "/lab/wan.pcap", "rlm": null}, live("live"), live("live-offloads")]})
+    }
+
+    fn check(r: &Value) -> Vec<(bool, String)> {
+        let mut c = Checks::default();
+        Fidelity.check(r, &Results::new(), &mut c);
+        c.v
+    }
+
+    #[test]
+    fn checks_offline_and_each_live_arm() {
+        let v = check(&result(410, 409, 0.004));
+        assert!(v.iter().all(|l| l.0), "{v:#?}");
+        let has = |v: &[(bool, String)], ok: bool, s: &str| v.iter().any(|l| l.0 == ok && l.1.contains(s));
+        assert!(has(&v, true, "fidelity (offline, wan's capture): 410 of 413 truth pageviews matched (at least 95%)"), "{v:#?}");
+        assert!(
+            has(
+                &v,
+                true,
+                "fidelity/live-offloads: rlm's live pageviews matched 409 of 413 truth pageviews (99.0%, at least 98%), median error 0.40% \
+                 (at most 1%), p90 2.00% (at most 3%); rlm acted on 0 of its 420 live pageviews, 0 of them matched: no error to show (not judged)"
+            ),
+            "{v:#?}"
+        );
+        assert!(has(&v, true, "fidelity/live: rlm's records counted at exit: transactions 2000 written, 0 dropped"), "{v:#?}");
+        assert!(has(&v, true, "fidelity/live: rlm inline exited 0 on SIGTERM"), "{v:#?}");
+        // 97% matched live, or a 1.5% median: both live arms fail; the offline figure alone
+        // at 94% fails its own line.
+        let v = check(&result(410, 400, 0.004));
+        assert_eq!(v.iter().filter(|l| !l.0).count(), 2, "{v:#?}");
+        assert!(has(&v, false, "fidelity/live: rlm's live pageviews matched 400 of 413 truth pageviews (96.9%, at least 98%)"), "{v:#?}");
+        let v = check(&result(410, 409, 0.015));
+        assert!(
+            has(
+                &v,
+                false,
+                "fidelity/live-offloads: rlm's live pageviews matched 409 of 413 truth pageviews (99.0%, at least 98%), median error 1.50%"
+            ),
+            "{v:#?}"
+        );
+        let v = check(&result(390, 409, 0.004));
+        assert_eq!(
+            v.iter().filter(|l| !l.0).map(|l| l.1.as_str()).collect::<Vec<_>>(),
+            ["fidelity (offline, wan's capture): 390 of 413 truth pageviews matched (at least 95%)"]
+        );
+        // A live arm without its figure, its pageview lines short of what rlm wrote, or rlm
+        // killed before its count: each fails.
+        let mut r = result(410, 409, 0.004);
+        r["arms"][1]["live_fidelity"] = Value::Null;
+        r["arms"][2]["live_fidelity"]["seen"] = json!(419);
+        let v = check(&r);
+        assert!(has(&v, false, "fidelity/live: no live fidelity"), "{v:#?}");
+        assert!(
+            has(&v, false, "fidelity/live-offloads: rlm's records counted at exit: transactions 2000 written, 0 dropped, pageviews 420 written"),
+            "{v:#?}"
+        );
+        r["arms"][2]["rlm"]["records"]["counts"] = Value::Null;
+        assert!(has(&check(&r), false, "fidelity/live-offloads: rlm's records: no count at exit in its log"));
+        // An old result with the offline arm only: the live arms are missing.
+        r["arms"] = json!([r["arms"][0].clone()]);
+        let v = check(&r);
+        assert!(has(&v, false, "fidelity/live: no such arm in the result") && has(&v, false, "fidelity/live-offloads: no such arm"), "{v:#?}");
+    }
+
+    #[test]
+    fn report_shows_live_and_offline_figures_side_by_side() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-fidelity-{}", std::process::id()));
+        let (mut arms, note) = synthetic_arms(&dir, &Fidelity);
+        let fig = |truth_pageviews, matched, median_rel_err, p90_rel_err| report::Fidelity { truth_pageviews, matched, median_rel_err, p90_rel_err };
+        arms[0].capture_fidelity = Some(fig(40, 39, 0.012, 0.04));
+        arms[0].live_fidelity = Some(report::LiveFidelity { all: fig(40, 40, 0.004, 0.02), acted: fig(2, 2, 0.006, 0.01), seen: 41, seen_acted: 2 });
+        arms[1].live_fidelity = Some(report::LiveFidelity { all: fig(40, 38, 0.005, 0.025), acted: fig(0, 0, 0.0, 0.0), seen: 40, seen_acted: 0 });
+        let md = report::write(&dir, "fidelity", true, &arms, of_captured_arm(&arms).as_ref(), note, &Fidelity.params(true)).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(md.contains("## Live fidelity"), "{md}");
+        assert!(md.contains("| live | 40 | 40 (100.0%) | 0.40% | 2.00% | 2 of 41 | 2 | 0.60% | 1.00% | 39 (97.5%) | 1.20% | 4.00% |"), "{md}");
+        assert!(md.contains("| live-offloads | 40 | 38 (95.0%) | 0.50% | 2.50% | 0 of 40 | 0 | - | - | - | - | - |"), "{md}");
     }
 }
