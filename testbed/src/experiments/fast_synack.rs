@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde_json::{Map, Value};
 
-use super::{arm, arm_in, injected, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
+use super::{arm, arm_in, injected, live_fidelity_note, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
 use crate::arm::{ArmResult, ArmSpec};
 use crate::report::Fidelity;
 
@@ -143,6 +143,7 @@ impl Experiment for FastSynack {
                 v.push((sent > 0.0, format!("fast-synack/{name}: rlm resent {sent} SYN/ACKs to the clients")));
             }
             rlm_clean(v, "fast-synack", a);
+            live_fidelity_note(&mut c.notes, "fast-synack", a);
         }
     }
 }

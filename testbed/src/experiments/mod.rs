@@ -369,6 +369,14 @@ pub fn live_fidelity_check(v: &mut Vec<(bool, String)>, exp: &str, a: &Value, mi
     v.push(live_fidelity_line(exp, a, Some(min_matched)));
 }
 
+/// The same figures as a note, for an arm that ran rlm with its records (nothing for the
+/// others): where rlm acts on many pageviews and the live figures are shown, not judged.
+pub fn live_fidelity_note(notes: &mut Vec<String>, exp: &str, a: &Value) {
+    if a["rlm"]["records"].is_object() {
+        notes.push(live_fidelity_line(exp, a, None).1);
+    }
+}
+
 /// The live fidelity's line of an arm, and whether it passes `min_matched` and the error bounds
 /// (always, with none).
 fn live_fidelity_line(exp: &str, a: &Value, min_matched: Option<f64>) -> (bool, String) {
