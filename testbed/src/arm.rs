@@ -15,8 +15,10 @@ use crate::farm::sampler::ServerView;
 use crate::farm::{FarmConfig, FarmUsage};
 pub use crate::inline::RlmArm;
 use crate::inline::RlmOutcome;
+use crate::report::{Fidelity, LiveFidelity};
 pub use crate::stats::PvStats;
 use crate::stats::Summary;
+use crate::topology::Offloads;
 
 /// One arm of an experiment.
 #[derive(Clone, Debug, Serialize)]
@@ -44,6 +46,9 @@ pub struct ArmSpec {
     /// Capture SYNs and SYN/ACKs on the farm's own interface (what the appliance let through),
     /// counted per class into `server_syns`.
     pub syn_capture: bool,
+    /// Which of the lab's ports keep their offloads: none, but in an arm that measures with them
+    /// on (fidelity's live-offloads).
+    pub offloads: Offloads,
 }
 
 /// The open-loop load of an arm: Poisson arrivals at a load of a shaped uplink.
@@ -114,6 +119,11 @@ pub struct ArmResult {
     /// Pageviews by the time they started (buckets of a sixth of the run, at least 10 s), per
     /// class: how a rule's effect builds up and holds.
     pub timeline: Vec<TimeBucket>,
+    /// The arm's capture of the server-side port replayed through the engine, against the
+    /// ground truth; null without a capture.
+    pub capture_fidelity: Option<Fidelity>,
+    /// rlm's live pageview records against the ground truth; null without rlm's records.
+    pub live_fidelity: Option<LiveFidelity>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -2,10 +2,11 @@
 //!
 //! [`Inline::start`] writes the arm's rule file, starts
 //! `ip netns exec {p}-app rlm run --bridge br0 --client-port app-c --server-port app-s --rules FILE
-//! --metrics 127.0.0.1:PORT [extra]` with its log in the arm's directory and waits until `GET
-//! /status` answers; [`Inline::stop`] saves `/status` and `/metrics`, sends SIGTERM, and checks
-//! that rlm exited 0 and left no netfilter rule behind. What rlm reports (its SYN drops, its
-//! verdict latency) is recorded next to the lab's own measurements, never instead of them.
+//! --metrics 127.0.0.1:PORT --transactions ... --pageviews ... --decisions ... [extra]` with its
+//! log and its records in the arm's directory and waits until `GET /status` answers;
+//! [`Inline::stop`] saves `/status` and `/metrics`, sends SIGTERM, and checks that rlm exited 0
+//! and left no netfilter rule behind. What rlm reports (its SYN drops, its verdict latency, its
+//! live pageviews) is recorded next to the lab's own measurements, never instead of them.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -17,13 +18,27 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-/// The appliance in an arm: its rule file and any extra `rlm run` flags.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+use crate::live::RecordCount;
+
+/// The appliance in an arm: its rule file, its records and any extra `rlm run` flags.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RlmArm {
-    /// The rule file's text (004 section 6's language), written to the arm's directory.
+    /// The rule file's text (004 section 6's language), written to the arm's directory; empty:
+    /// rlm runs without rules (it measures, classifies nothing and acts on nothing).
     pub rules: String,
     /// More `rlm run` flags, e.g. `--class-window 10`.
     pub extra_args: Vec<String>,
+    /// rlm writes its transaction, pageview and decision records into the arm's directory
+    /// ([`RlmRecords`]), which the lab reads back for the live fidelity. On unless an arm
+    /// measures rlm's cost without them.
+    pub records: bool,
+}
+
+impl Default for RlmArm {
+    fn default() -> Self {
+        RlmArm { rules: String::new(), extra_args: Vec::new(), records: true }
+    }
 }
 
 /// The lab's `REWRITE EMBEDS` mapping (`testbed/maps/ims.map`: every image to its small
@@ -105,9 +120,31 @@ pub struct RlmOutcome {
     pub cpu_s: f64,
     pub wall_s: f64,
     pub log: PathBuf,
-    pub rules: PathBuf,
+    /// The rule file; None when rlm ran without rules.
+    pub rules: Option<PathBuf>,
     pub status: Option<PathBuf>,
     pub metrics: Option<PathBuf>,
+    /// rlm's records of the arm; None when they were off.
+    pub records: Option<RlmRecords>,
+}
+
+/// Where rlm wrote its records in an arm, and how many it said it wrote and dropped.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RlmRecords {
+    pub transactions: PathBuf,
+    pub pageviews: PathBuf,
+    pub decisions: PathBuf,
+    /// rlm's count at exit by kind ([`crate::live::exit_counts`]); None when its log has none
+    /// (it was killed), and then the records lost are not known.
+    pub counts: Option<BTreeMap<String, RecordCount>>,
+}
+
+impl RlmRecords {
+    /// The record files of an arm's directory.
+    pub fn in_dir(dir: &Path) -> RlmRecords {
+        let file = |kind: &str| dir.join(format!("rlm-{kind}.jsonl"));
+        RlmRecords { transactions: file("transactions"), pageviews: file("pageviews"), decisions: file("decisions"), counts: None }
+    }
 }
 
 /// The counters of rlm's /status `stats` about the frames it sends or holds back (004 section
@@ -159,7 +196,8 @@ pub struct Inline {
     addr: SocketAddr,
     dir: PathBuf,
     log: PathBuf,
-    rules: PathBuf,
+    rules: Option<PathBuf>,
+    records: Option<RlmRecords>,
     started: Instant,
     rules_installed: bool,
 }
@@ -233,22 +271,29 @@ fn cpu_seconds(pid: u32) -> f64 {
 
 impl Inline {
     /// Start rlm in namespace `ns` (the lab's appliance namespace) with the arm's rules; files
-    /// go to `dir` (rules.rlm, the lab's mapping ims.map beside it, rlm.log). Fails, with the end of rlm's log, if rlm exits or
-    /// `/status` does not answer within `ready_timeout`.
+    /// go to `dir` (rules.rlm, the lab's mapping ims.map beside it, rlm.log, the records
+    /// rlm-{transactions,pageviews,decisions}.jsonl). Fails, with the end of rlm's log, if rlm
+    /// exits or `/status` does not answer within `ready_timeout`.
     pub fn start(ns: &str, arm: &RlmArm, dir: &Path, ready_timeout: Duration) -> Result<Inline> {
         std::fs::create_dir_all(dir)?;
         let rlm = rlm_binary()?;
-        let rules = dir.join("rules.rlm");
-        std::fs::write(&rules, &arm.rules)?;
+        let rules = (!arm.rules.is_empty()).then(|| dir.join("rules.rlm"));
+        if let Some(r) = &rules {
+            std::fs::write(r, &arm.rules)?;
+        }
         std::fs::write(dir.join("ims.map"), IMS_MAP)?;
+        let records = arm.records.then(|| RlmRecords::in_dir(dir));
         let log = dir.join("rlm.log");
         let addr: SocketAddr = ([127, 0, 0, 1], METRICS_PORT).into();
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns])
-            .arg(&rlm)
-            .args(["run", "--bridge", BRIDGE, "--client-port", CLIENT_PORT, "--server-port", SERVER_PORT, "--rules"])
-            .arg(&rules)
-            .args(["--metrics", &addr.to_string()])
+        cmd.args(["netns", "exec", ns]).arg(&rlm).args(["run", "--bridge", BRIDGE, "--client-port", CLIENT_PORT, "--server-port", SERVER_PORT]);
+        if let Some(r) = &rules {
+            cmd.arg("--rules").arg(r);
+        }
+        if let Some(r) = &records {
+            cmd.arg("--transactions").arg(&r.transactions).arg("--pageviews").arg(&r.pageviews).arg("--decisions").arg(&r.decisions);
+        }
+        cmd.args(["--metrics", &addr.to_string()])
             .args(&arm.extra_args)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log)?)
@@ -264,6 +309,7 @@ impl Inline {
             dir: dir.to_path_buf(),
             log,
             rules,
+            records,
             started: Instant::now(),
             rules_installed: false,
         };
@@ -313,7 +359,7 @@ impl Inline {
     }
 
     /// Save /status and /metrics into the directory, SIGTERM rlm, wait for it (10 s, then
-    /// SIGKILL) and check what it left.
+    /// SIGKILL), check what it left and read what it said of its records at exit.
     pub fn stop(mut self) -> Result<RlmOutcome> {
         let mut out = RlmOutcome { log: self.log.clone(), rules: self.rules.clone(), rules_installed: self.rules_installed, ..RlmOutcome::default() };
         let mut metrics_text = String::new();
@@ -371,6 +417,10 @@ impl Inline {
         }
         out.rules_left = rlm_rules(&self.ns);
         out.clean_exit = out.exit_code == Some(0) && out.rules_left.is_empty();
+        out.records = self.records.take().map(|mut r| {
+            r.counts = std::fs::read_to_string(&self.log).ok().and_then(|log| crate::live::exit_counts(&log));
+            r
+        });
         if !out.clean_exit {
             eprintln!(
                 "rlm-lab: rlm did not stop cleanly (exit {:?}, rules left {:?}); its log ({}):\n{}",

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod experiments;
 pub mod farm;
 pub mod inline;
+pub mod live;
 pub mod netns;
 pub mod report;
 pub mod runner;

@@ -272,12 +272,76 @@ fn num(v: &serde_json::Value) -> f64 {
 }
 
 /// The fidelity block of result.json: the appliance's passive measurement against the truth.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Fidelity {
     pub truth_pageviews: usize,
     pub matched: usize,
     pub median_rel_err: f64,
     pub p90_rel_err: f64,
+}
+
+/// An arm's live fidelity (`arms[].live_fidelity`): rlm's live pageview records against the
+/// truth, all of them and those rlm acted on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LiveFidelity {
+    pub all: Fidelity,
+    /// The truth's pageviews matched with a live pageview rlm acted on (a SYN dropped, limited
+    /// or delayed, a reference blanked or rewritten). Its truth pageviews are those matched: the
+    /// truth does not say what rlm did, so `seen_acted` is what to set `matched` against.
+    pub acted: Fidelity,
+    /// rlm's live pageviews read, and those it acted on.
+    pub seen: usize,
+    pub seen_acted: usize,
+}
+
+/// A figure's share of `of` as a percentage, or "-" when there is nothing to share.
+fn share(n: usize, of: usize) -> String {
+    if of > 0 {
+        format!("{:.1}%", n as f64 / of as f64 * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+/// The live fidelity of the arms that ran rlm with its records: for all the truth's pageviews and
+/// for those rlm acted on, and, for an arm that also captured its server port, the offline figure
+/// over the same traffic (the live path's own error is the difference).
+fn live_fidelity_table(arms: &[ArmResult]) -> String {
+    let live: Vec<&ArmResult> = arms.iter().filter(|a| a.live_fidelity.is_some()).collect();
+    if live.is_empty() {
+        return String::new();
+    }
+    let pct = |x: f64| format!("{:.2}%", x * 100.0);
+    // A subset's errors, "-" without a match.
+    let errs = |f: &Fidelity| if f.matched > 0 { (pct(f.median_rel_err), pct(f.p90_rel_err)) } else { ("-".into(), "-".into()) };
+    let mut md = String::from(
+        "\n## Live fidelity\n\nrlm's live pageview records against the browsers' ground truth; acted on: the live pageviews rlm \
+         dropped, limited or delayed a SYN of, or blanked or rewrote a reference of, and the truth's pageviews matched with them; \
+         offline: the same arm's capture of the server-side port replayed through the engine.\n\n\
+         | arm | truth pageviews | matched | median error | p90 error | acted on | acted matched | acted median | acted p90 | offline matched | offline median | offline p90 |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for a in live {
+        let f = a.live_fidelity.as_ref().expect("filtered");
+        let (med, p90) = errs(&f.all);
+        let (acted_med, acted_p90) = errs(&f.acted);
+        let offline = a.capture_fidelity.as_ref().map_or(["-".to_string(), "-".into(), "-".into()], |c| {
+            let (m, p) = errs(c);
+            [format!("{} ({})", c.matched, share(c.matched, c.truth_pageviews)), m, p]
+        });
+        md.push_str(&format!(
+            "| {} | {} | {} ({}) | {med} | {p90} | {} of {} | {} | {acted_med} | {acted_p90} | {} |\n",
+            a.name,
+            f.all.truth_pageviews,
+            f.all.matched,
+            share(f.all.matched, f.all.truth_pageviews),
+            f.seen_acted,
+            f.seen,
+            f.acted.matched,
+            offline.join(" | ")
+        ));
+    }
+    md
 }
 
 #[derive(Serialize)]
@@ -469,6 +533,7 @@ pub fn write(
             }
         }
     }
+    md.push_str(&live_fidelity_table(arms));
     if let Some(f) = fidelity {
         md.push_str(&format!(
             "\n## Fidelity\n\nThe appliance's passive measurement (`rlm analyze` over a capture of its server-side port) against the browsers' ground truth: {} of {} truth pageviews matched ({:.1}%), median relative error {:.1}%, 90th percentile {:.1}%.\n",

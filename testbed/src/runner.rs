@@ -13,6 +13,7 @@ use sim_clients::tcp_profile::ProfileCgroup;
 use sim_clients::wan::Group;
 
 use crate::arm::{classes_of, pv_stats, read_truth, timeline, ArmResult, ArmSpec, ClassSyns, FrontSummary, OpenLoopArm, PageviewSummary, ServerSyns};
+use crate::experiments::fidelity;
 use crate::farm::sampler::Sampler;
 use crate::farm::site::PageType;
 use crate::farm::{Farm, FarmConfig, FRONT_PORT};
@@ -182,7 +183,9 @@ fn start_capture(
 ) -> std::thread::JoinHandle<Result<u64>> {
     std::thread::spawn(move || {
         crate::netns::enter(&ns)?;
-        let mut cap = pcap::Capture::from_device(dev)?.immediate_mode(true).snaplen(65535).buffer_size(64 << 20).open()?.setnonblock()?;
+        // A port with its offloads on carries super-frames of 64 KiB and their headers: the snap
+        // length keeps them whole.
+        let mut cap = pcap::Capture::from_device(dev)?.immediate_mode(true).snaplen(262_144).buffer_size(64 << 20).open()?.setnonblock()?;
         cap.filter(&filter, true)?;
         let mut file = cap.savefile(&path)?;
         let mut n = 0u64;
@@ -210,8 +213,13 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
     std::fs::create_dir_all(dir)?;
     let lab = lab_binary()?;
     let t0 = std::time::Instant::now();
-    let plan =
-        Plan { prefix: prefix.to_string(), high_clients: arm.high_clients, low_clients: arm.low_clients, more_clients: arm.more_clients.clone() };
+    let plan = Plan {
+        prefix: prefix.to_string(),
+        high_clients: arm.high_clients,
+        low_clients: arm.low_clients,
+        more_clients: arm.more_clients.clone(),
+        offloads: arm.offloads,
+    };
     let info = plan.up()?;
     let result = (|| -> Result<ArmResult> {
         if let Some(ol) = &arm.openloop {
@@ -308,6 +316,15 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         );
         let (generator, bottleneck) = generator_stats(dir);
         let by_class = classes_of(&pvs).into_iter().map(|c| (c.clone(), pv_stats(pvs.iter().filter(|p| p.class == c)))).collect();
+        let capture_fidelity = capture.as_deref().map(|c| fidelity::of_capture(c, &pvs, arm.profile.connect_timeout())).transpose()?;
+        let live_fidelity = rlm.as_ref().and_then(|r| r.records.as_ref()).and_then(|r| match fidelity::of_live(&r.pageviews, &pvs) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                // The arm's other figures stand; its checks say the live figure is missing.
+                eprintln!("rlm-lab: arm {}: no live fidelity: {e:#}", arm.name);
+                None
+            }
+        });
         Ok(ArmResult {
             name: arm.name.clone(),
             config: arm.clone(),
@@ -326,6 +343,8 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             throughput: None,
             farm_tcp,
             timeline: timeline(&pvs, arm.duration_s),
+            capture_fidelity,
+            live_fidelity,
         })
     })();
     plan.down()?;
@@ -406,6 +425,8 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         throughput: None,
         farm_tcp: None,
         timeline: Vec::new(),
+        capture_fidelity: None,
+        live_fidelity: None,
     })
 }
 

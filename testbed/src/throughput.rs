@@ -154,7 +154,7 @@ fn sample(plan: &Plan, round: usize, with_rlm: bool, sample_s: u32, dir: &Path) 
     let sdir = dir.join(format!("round-{round}"));
     std::fs::create_dir_all(&sdir)?;
     let rlm = if with_rlm {
-        Some(Inline::start(&plan.ns("app"), &RlmArm { rules: RULES.into(), extra_args: vec![] }, &sdir, Duration::from_secs(10))?)
+        Some(Inline::start(&plan.ns("app"), &RlmArm { rules: RULES.into(), records: false, ..RlmArm::default() }, &sdir, Duration::from_secs(10))?)
     } else {
         None
     };
@@ -239,6 +239,8 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
         throughput: Some(t),
         farm_tcp: None,
         timeline: Vec::new(),
+        capture_fidelity: None,
+        live_fidelity: None,
     }
 }
 
@@ -246,7 +248,7 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
 /// first of the two alternating from round to round.
 pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpec) -> Result<Vec<ArmResult>> {
     std::fs::create_dir_all(out)?;
-    let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1, more_clients: Vec::new() };
+    let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1, ..Plan::default() };
     plan.up()?;
     let result = (|| -> Result<Vec<ArmResult>> {
         // The WAN hop forwards plainly: no bridge netfilter, no rule.
@@ -308,7 +310,7 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpe
         with.conn_ratio = (plain.conn_per_s > 0.0).then(|| with.conn_per_s / plain.conn_per_s);
         let mut rspec = spec.clone();
         rspec.name = "rlm".into();
-        rspec.rlm = Some(RlmArm { rules: RULES.into(), extra_args: vec![] });
+        rspec.rlm = Some(RlmArm { rules: RULES.into(), records: false, ..RlmArm::default() });
         let mut pspec = spec.clone();
         pspec.name = "plain-bridge".into();
         Ok(vec![result("plain-bridge", &pspec, plain, &out.join("plain-bridge")), result("rlm", &rspec, with, &out.join("rlm"))])

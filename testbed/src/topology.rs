@@ -10,12 +10,35 @@
 //! Every address sits in 10.0.0.0/8 on the one segment, so the bridges forward at layer 2 and
 //! neither the WAN hop nor the appliance is visible at layer 3. Offloads (TSO, GSO, GRO) are off
 //! on every port so that each packet on the wire is one MTU-sized segment: loss and delay apply
-//! per packet, and captures show what a real wire would.
+//! per packet, and captures show what a real wire would. A plan may keep them on where a real
+//! appliance has them ([`Offloads::Appliance`]).
 
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+
+/// Which of the lab's ports keep their offloads (TSO, GSO, GRO).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Offloads {
+    /// Off on every port: one MTU-sized segment per packet everywhere.
+    #[default]
+    Off,
+    /// On at the appliance's bridge ports (`app-c`, `app-s`) and the farm's `srv0`, as a real
+    /// appliance and a real server have them: rlm's fast path then sees the farm's TSO
+    /// super-frames and the bridge's GRO aggregates. The WAN's and the clients' ports stay off,
+    /// so that the WAN emulator's loss and delay still apply per packet. Turned on explicitly
+    /// rather than left at the veth's defaults, which keep GRO off.
+    Appliance,
+}
+
+impl Offloads {
+    /// Whether port `dev` has its offloads on.
+    pub fn on_at(self, dev: &str) -> bool {
+        self == Offloads::Appliance && matches!(dev, "app-c" | "app-s" | "srv0")
+    }
+}
 
 /// Address plan and names of one lab instance.
 #[derive(Clone, Debug)]
@@ -27,11 +50,13 @@ pub struct Plan {
     pub low_clients: u32,
     /// Browsers of further groups, on 10.6/16, 10.7/16, ... in order.
     pub more_clients: Vec<u32>,
+    /// Which ports keep TSO, GSO and GRO.
+    pub offloads: Offloads,
 }
 
 impl Default for Plan {
     fn default() -> Self {
-        Plan { prefix: "rlm".into(), high_clients: 64, low_clients: 128, more_clients: Vec::new() }
+        Plan { prefix: "rlm".into(), high_clients: 64, low_clients: 128, more_clients: Vec::new(), offloads: Offloads::Off }
     }
 }
 
@@ -183,7 +208,7 @@ impl Plan {
         ip(&srv, &format!("addr add {FARM_ADDR}/{MASK} dev srv0"))?;
         for (ns, dev) in [(&cli, "cli0"), (&wan, "wan-c"), (&wan, "wan-a"), (&app, "app-c"), (&app, "app-s"), (&srv, "srv0")] {
             ip(ns, &format!("link set {dev} up"))?;
-            offloads_off(ns, dev)?;
+            set_offloads(ns, dev, self.offloads.on_at(dev))?;
         }
         let info = self.info();
         self.wait_ready(&info)?;
@@ -352,8 +377,10 @@ fn parse_qdisc_counts(out: &str) -> (u64, u64) {
     (pkts, after("(dropped").unwrap_or(0))
 }
 
-fn offloads_off(ns: &str, dev: &str) -> Result<()> {
-    in_ns(ns, "ethtool", &["-K", dev, "tso", "off", "gso", "off", "gro", "off"]).map(|_| ())
+/// TSO, GSO and GRO of `dev` on or off.
+fn set_offloads(ns: &str, dev: &str, on: bool) -> Result<()> {
+    let v = if on { "on" } else { "off" };
+    in_ns(ns, "ethtool", &["-K", dev, "tso", v, "gso", v, "gro", v]).map(|_| ())
 }
 
 #[cfg(test)]
@@ -374,8 +401,16 @@ mod tests {
     }
 
     #[test]
+    fn offloads_on_only_at_the_appliance_and_the_farm() {
+        let ports = ["cli0", "wan-c", "wan-a", "app-c", "app-s", "srv0"];
+        assert!(ports.iter().all(|p| !Offloads::Off.on_at(p)));
+        let on: Vec<&str> = ports.into_iter().filter(|p| Offloads::Appliance.on_at(p)).collect();
+        assert_eq!(on, ["app-c", "app-s", "srv0"]);
+    }
+
+    #[test]
     fn client_addresses_are_unique_and_in_their_subnets() {
-        let p = Plan { prefix: "x".into(), high_clients: 600, low_clients: 3, more_clients: vec![2] };
+        let p = Plan { prefix: "x".into(), high_clients: 600, low_clients: 3, more_clients: vec![2], offloads: Offloads::Off };
         let i = p.info();
         let mut all: Vec<&String> = i.clients.all().collect();
         assert_eq!(i.clients.group(2), ["10.6.0.1", "10.6.0.2"]);

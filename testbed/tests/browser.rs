@@ -13,7 +13,7 @@ use testbed::topology::{in_ns, Plan, FARM_ADDR};
 
 #[test]
 fn second_connection_failure_as_in_figure_5() {
-    let plan = Plan { prefix: format!("rlmb{}", std::process::id()), high_clients: 1, low_clients: 0, more_clients: Vec::new() };
+    let plan = Plan { prefix: format!("rlmb{}", std::process::id()), high_clients: 1, low_clients: 0, ..Plan::default() };
     let _guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let lab = std::path::Path::new(env!("CARGO_BIN_EXE_rlm-lab"));

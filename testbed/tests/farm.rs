@@ -44,7 +44,7 @@ fn connect(src: &str, timeout: Duration) -> std::io::Result<TcpStream> {
 
 #[test]
 fn pages_images_and_real_syn_drops_when_full() {
-    let plan = Plan { prefix: format!("rlmf{}", std::process::id()), high_clients: 8, low_clients: 0, more_clients: Vec::new() };
+    let plan = Plan { prefix: format!("rlmf{}", std::process::id()), high_clients: 8, low_clients: 0, ..Plan::default() };
     let _guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let cfg = FarmConfig { max_clients: 2, backlog: 1, workers: 2, items: 1000, orders: 3000, ..FarmConfig::default() };

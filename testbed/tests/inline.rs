@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use testbed::inline::{rlm_rules, Inline, RlmArm};
+use testbed::inline::{rlm_rules, Inline, RlmArm, RlmRecords};
 use testbed::netns;
 use testbed::topology::{Info, Plan, FARM_ADDR};
 
@@ -96,7 +96,7 @@ fn lab_serving(
     clients: u32,
     respond: Option<Responder>,
 ) -> (Plan, testbed::topology::DownOnDrop, Info, Arc<std::sync::atomic::AtomicUsize>) {
-    let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients, more_clients: Vec::new() };
+    let plan = Plan { prefix: format!("rlm{tag}{}", std::process::id()), high_clients: clients, low_clients: clients, ..Plan::default() };
     let guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let accepted = match respond {
@@ -174,7 +174,7 @@ fn fetch_from_clients(info: &Info, srcs: Vec<String>) -> Vec<std::io::Result<()>
 fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     let (_plan, _guard, info) = lab("i", 2);
     let dir = std::env::temp_dir().join(format!("rlm-inline-{}", std::process::id()));
-    let arm = RlmArm { rules: CLASSES.into(), extra_args: vec![] };
+    let arm = RlmArm { rules: CLASSES.into(), ..RlmArm::default() };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts and answers /status");
     assert!(!rlm_rules(&info.namespaces.appliance).is_empty(), "rlm's queue rules are installed while it runs");
     assert_eq!(std::fs::read_to_string(dir.join("rules.rlm")).unwrap(), CLASSES);
@@ -215,25 +215,6 @@ fn key_sets(records: &[serde_json::Value]) -> std::collections::BTreeSet<std::co
     records.iter().map(|r| r.as_object().expect("a JSON object").keys().cloned().collect::<std::collections::BTreeSet<String>>()).collect()
 }
 
-/// rlm's exit line `records: transactions written=N dropped=M, pageviews written=N dropped=M,
-/// decisions written=N dropped=M`: (kind, written, dropped) in that order.
-fn records_exit_line(log: &str) -> Vec<(String, u64, u64)> {
-    let line = log.lines().rev().find(|l| l.contains("records: transactions written=")).unwrap_or_else(|| panic!("no records line at exit:\n{log}"));
-    let counts = &line[line.find("records: ").expect("found above") + "records: ".len()..];
-    let number = |field: &str| -> u64 {
-        let digits: String = field.split_once('=').expect("name=value").1.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse().expect("a count")
-    };
-    counts
-        .split(", ")
-        .map(|part| {
-            let f: Vec<&str> = part.split_whitespace().collect();
-            assert!(f.len() == 3 && f[1].starts_with("written=") && f[2].starts_with("dropped="), "{line}");
-            (f[0].to_string(), number(f[1]), number(f[2]))
-        })
-        .collect()
-}
-
 /// `rlm run --transactions --pageviews --decisions` writes the records of `rlm analyze` (the
 /// same keys as `rlm analyze` over a capture of the same traffic) and survives logrotate: the
 /// files renamed halfway and SIGHUP, every pageview is in the renamed file or the new one
@@ -245,14 +226,12 @@ fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
     let dir = std::env::temp_dir().join(format!("rlm-records-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (tx, pv, dec) = (dir.join("tx.jsonl"), dir.join("pv.jsonl"), dir.join("dec.jsonl"));
+    // The lab's records: `Inline` passes the three flags with the files in the arm's directory.
+    let files = RlmRecords::in_dir(&dir);
+    let (tx, pv, dec) = (files.transactions, files.pageviews, files.decisions);
     let rotated = |p: &std::path::Path| std::path::PathBuf::from(format!("{}.1", p.display()));
-    let mut extra_args = Vec::new();
-    for (flag, p) in [("--transactions", &tx), ("--pageviews", &pv), ("--decisions", &dec)] {
-        extra_args.extend([flag.to_string(), p.display().to_string()]);
-    }
     let capture = Capture::start(&info.namespaces.servers, "srv0", dir.join("server.pcap"));
-    let arm = RlmArm { rules: CLASSES.into(), extra_args };
+    let arm = RlmArm { rules: CLASSES.into(), ..RlmArm::default() };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     let srcs: Vec<String> = info.clients.high.iter().chain(info.clients.low.iter()).cycle().take(300).cloned().collect();
     for r in fetch_from_clients(&info, srcs[..150].to_vec()) {
@@ -276,25 +255,26 @@ fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
     assert!(log.contains("SIGHUP: the rule file is unchanged"), "{log}");
     assert!(!log.contains("SIGHUP: new rules in force"), "{log}");
 
-    // What rlm says it wrote at exit is what the files hold, and nothing was lost.
-    let counts = records_exit_line(&log);
+    // What rlm says it wrote at exit (its log's line, as the lab reads it) is what the files
+    // hold, and nothing was lost.
+    let counts = out.records.as_ref().and_then(|r| r.counts.clone()).unwrap_or_else(|| panic!("no records line at exit:\n{log}"));
     println!("records at exit: {counts:?}");
-    let kinds: Vec<&str> = counts.iter().map(|c| c.0.as_str()).collect();
-    assert_eq!(kinds, ["transactions", "pageviews", "decisions"]);
-    assert!(counts.iter().all(|c| c.2 == 0), "records dropped: {counts:?}");
+    assert_eq!(counts.keys().map(String::as_str).collect::<Vec<_>>(), ["decisions", "pageviews", "transactions"]);
+    assert!(counts.values().all(|c| c.dropped == 0), "records dropped: {counts:?}");
+    let at_exit = |kind: &str| counts[kind].written;
     let (live_tx_old, live_tx_new) = (json_lines(&rotated(&tx)), json_lines(&tx));
     let (live_pv_old, live_pv_new) = (json_lines(&rotated(&pv)), json_lines(&pv));
     assert!(!live_tx_old.is_empty() && !live_tx_new.is_empty(), "transactions on both sides of the rotation");
     assert!(!live_pv_old.is_empty() && !live_pv_new.is_empty(), "pageviews on both sides of the rotation");
-    assert_eq!((live_tx_old.len() + live_tx_new.len()) as u64, counts[0].1);
-    assert_eq!(counts[0].1, 300, "one transaction per page");
-    assert_eq!((live_pv_old.len() + live_pv_new.len()) as u64, counts[1].1);
-    assert!(json_lines(&dec).is_empty() && counts[2].1 == 0, "no rule acts, no decision");
+    assert_eq!((live_tx_old.len() + live_tx_new.len()) as u64, at_exit("transactions"));
+    assert_eq!(at_exit("transactions"), 300, "one transaction per page");
+    assert_eq!((live_pv_old.len() + live_pv_new.len()) as u64, at_exit("pageviews"));
+    assert!(json_lines(&dec).is_empty() && at_exit("decisions") == 0, "no rule acts, no decision");
     // Every pageview exactly once: pageview ids count from 1 in the order they began, and every
     // pageview opened is reported (at the latest by the shutdown at SIGTERM).
     let mut ids: Vec<u64> = live_pv_old.iter().chain(&live_pv_new).map(|p| p["id"].as_u64().expect("an id")).collect();
     ids.sort_unstable();
-    assert_eq!(ids, (1..=counts[1].1).collect::<Vec<u64>>(), "pageview ids across the renamed and the new file");
+    assert_eq!(ids, (1..=at_exit("pageviews")).collect::<Vec<u64>>(), "pageview ids across the renamed and the new file");
 
     // /status and /metrics, saved just before SIGTERM, count them too.
     let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
@@ -319,10 +299,15 @@ fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
         .expect("rlm analyze");
     assert!(analyzed.status.success(), "rlm analyze: {}", String::from_utf8_lossy(&analyzed.stderr));
     let (offline_tx, offline_pv) = (json_lines(&off_tx), json_lines(&off_pv));
-    println!("offline: {} transactions, {} pageviews; live: 300 transactions, {} pageviews", offline_tx.len(), offline_pv.len(), counts[1].1);
+    println!(
+        "offline: {} transactions, {} pageviews; live: 300 transactions, {} pageviews",
+        offline_tx.len(),
+        offline_pv.len(),
+        at_exit("pageviews")
+    );
     assert_eq!(offline_tx.len(), 300, "the capture holds every page");
     // Every pageview the capture shows, rlm wrote live: those still open at SIGTERM too.
-    assert_eq!(counts[1].1, offline_pv.len() as u64, "live pageviews against rlm analyze's over the capture");
+    assert_eq!(at_exit("pageviews"), offline_pv.len() as u64, "live pageviews against rlm analyze's over the capture");
     let live_tx: Vec<serde_json::Value> = live_tx_old.into_iter().chain(live_tx_new).collect();
     let live_pv: Vec<serde_json::Value> = live_pv_old.into_iter().chain(live_pv_new).collect();
     assert_eq!(key_sets(&offline_tx).len(), 1, "every offline transaction has the same keys");
@@ -351,7 +336,7 @@ fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
 fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     let (_plan, _guard, info) = lab("k", 4);
     let dir = std::env::temp_dir().join(format!("rlm-kill-{}", std::process::id()));
-    let arm = RlmArm { rules: QUEUE_EVERY_SYN.into(), extra_args: vec![] };
+    let arm = RlmArm { rules: QUEUE_EVERY_SYN.into(), ..RlmArm::default() };
     let mut rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
 
     // Eight loops fetching a page on a new connection each, as fast as they can.
@@ -414,7 +399,7 @@ fn fast_syn_and_synack_frames_are_well_formed_and_make_one_connection_each() {
     let dir = std::env::temp_dir().join(format!("rlm-fast-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let rules = format!("{CLASSES}IF IP.SRC == *.*.*.* THEN\n  FAST SYN + SYN/ACK GAP 300ms\n");
-    let arm = RlmArm { rules, extra_args: vec![] };
+    let arm = RlmArm { rules, ..RlmArm::default() };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     let src = info.clients.high[0].clone();
     // The endpoints compute their checksums themselves, so that tshark can judge every packet.
@@ -604,7 +589,7 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
     let (_plan, _guard, info, _accepted) = lab_counting("s", 1);
     let dir = std::env::temp_dir().join(format!("rlm-flood-{}", std::process::id()));
     let rules = format!("{CLASSES}IF IP.SRC == *.*.*.* THEN\n  FAST SYN + SYN/ACK GAP 100ms\n");
-    let arm = RlmArm { rules, extra_args: vec!["--inject-burst".into(), "200".into()] };
+    let arm = RlmArm { rules, extra_args: vec!["--inject-burst".into(), "200".into()], ..RlmArm::default() };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     let src = info.clients.high[0].clone();
     fetch_from_clients(&info, vec![src.clone()]).pop().unwrap().expect("a first page");
@@ -691,7 +676,7 @@ fn remove_embeds_blanks_references_in_the_container_and_keeps_checksums_good() {
     let (_plan, _guard, info, _) = lab_serving("a", 1, Some(Arc::new(move |_: &str| body.clone())));
     let dir = std::env::temp_dir().join(format!("rlm-adapt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n"), extra_args: vec![] };
+    let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == *.*.*.* THEN REMOVE EMBEDS AFTER 1\n"), ..RlmArm::default() };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     // The endpoints compute their checksums themselves, so that tshark can judge every packet.
     in_ns(&info.namespaces.servers, &["ethtool", "-K", "srv0", "tx", "off"]);
@@ -781,7 +766,7 @@ fn chromium_loads_pages_with_references_removed_or_rewritten_and_fetches_exactly
         ("REWRITE EMBEDS AFTER 5 USING \"ims.map\"", [img("img", &[1, 2, 3, 4, 5]), img("ims", &[6, 7, 8])].concat(), "embeds_rewritten", 3),
     ];
     for (rule, want, stat, count) in cases {
-        let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == *.*.*.* THEN {rule}\n"), extra_args: vec![] };
+        let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == *.*.*.* THEN {rule}\n"), ..RlmArm::default() };
         let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
         log.lock().unwrap().clear();
         let profile = dir.join("profile");

@@ -84,7 +84,7 @@ fn assert_backoff(got: &[f64], gaps: &[f64]) {
 
 #[test]
 fn xp_and_linux_syn_timeouts() {
-    let plan = Plan { prefix: format!("rlms{}", std::process::id()), high_clients: 2, low_clients: 0, more_clients: Vec::new() };
+    let plan = Plan { prefix: format!("rlms{}", std::process::id()), high_clients: 2, low_clients: 0, ..Plan::default() };
     let _guard = Guard(plan.clone());
     let info = plan.up().expect("up");
     // Every SYN to ports 81 and 82 is dropped at the farm, as a full server would.

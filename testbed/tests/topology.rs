@@ -7,7 +7,7 @@ use testbed::topology::{exists, in_ns, ip, pids, Plan, FARM_ADDR};
 
 #[test]
 fn up_traffic_idempotent_and_down_after_a_crash() {
-    let plan = Plan { prefix: format!("rlmt{}", std::process::id()), high_clients: 3, low_clients: 2, more_clients: Vec::new() };
+    let plan = Plan { prefix: format!("rlmt{}", std::process::id()), high_clients: 3, low_clients: 2, ..Plan::default() };
     let _guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     assert!(plan.is_up());

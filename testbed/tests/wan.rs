@@ -25,7 +25,7 @@ fn parse_ping(out: &str) -> (f64, f64) {
 
 #[test]
 fn configured_rtt_and_loss_are_what_ping_measures() {
-    let plan = Plan { prefix: format!("rlmw{}", std::process::id()), high_clients: 1, low_clients: 1, more_clients: Vec::new() };
+    let plan = Plan { prefix: format!("rlmw{}", std::process::id()), high_clients: 1, low_clients: 1, ..Plan::default() };
     let _guard = testbed::topology::DownOnDrop(plan.clone());
     let info = plan.up().expect("up");
     let groups = vec!["10.4.0.0/16=80ms,2%".parse().unwrap(), "10.5.0.0/16=160ms".parse().unwrap()];

@@ -128,7 +128,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up { json, high, low } => {
-            let plan = Plan { prefix: cli.prefix, high_clients: high, low_clients: low, more_clients: Vec::new() };
+            let plan = Plan { prefix: cli.prefix, high_clients: high, low_clients: low, ..Plan::default() };
             plan.up().and_then(|info| {
                 if json {
                     println!("{}", serde_json::to_string_pretty(&info)?);

@@ -32,7 +32,7 @@ impl Experiment for BaselineWan {
 
     /// The managed arm's capture replayed through the engine.
     fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<Fidelity>> {
-        super::fidelity::of_captured_arm(arms)
+        Ok(super::fidelity::of_captured_arm(arms))
     }
 
     /// Its mean against baseline-lan's (when that is checked too), its pageviews past 3 s, its

@@ -4,7 +4,9 @@
 use serde_json::{Map, Value};
 
 use super::syn_throttle::{throttle_rules, throttle_run, throttle_target_s};
-use super::{arm, fast_syn_farm, injected, num, on_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
+use super::{
+    arm, fast_syn_farm, injected, live_fidelity_note, num, on_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2,
+};
 use crate::arm::ArmSpec;
 
 /// fast-syn's and think-gap's release of held SYNs, per second: about a third of the pageviews
@@ -92,6 +94,10 @@ impl Experiment for FastSyn {
     /// dropped connects are resent by rlm when the rule lets go instead of failing at 21 s.
     fn check(&self, fs: &Value, _all: &Results, c: &mut Checks) {
         let (st, fa) = (rounds_of(fs, "syn-throttle"), rounds_of(fs, "fast-syn"));
+        // rlm measured live whether or not its rule was provoked: shown in any case.
+        for a in st.iter().chain(&fa) {
+            live_fidelity_note(&mut c.notes, "fast-syn", a);
+        }
         let low_failed = |a: &Value| num(&a["pageviews"]["by_class"]["LOW"]["failed"]);
         let (st_failed, fa_failed) = (pooled_sum(&st, low_failed), pooled_sum(&fa, low_failed));
         let drops = pooled_sum(&st, |a| num(&a["rlm"]["syn_drops"]["LOW"]));

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde_json::{Map, Value};
 
-use super::{arm, arm_in, injected, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
+use super::{arm, arm_in, injected, live_fidelity_note, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
 use crate::arm::{ArmResult, ArmSpec};
 use crate::report::Fidelity;
 
@@ -90,7 +90,7 @@ impl Experiment for FastSynack {
     }
 
     fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<Fidelity>> {
-        super::fidelity::of_captured_arm(arms)
+        Ok(super::fidelity::of_captured_arm(arms))
     }
 
     /// 004 Table 1: rlm resends the SYN/ACK every gap until the client's ACK comes, so a SYN/ACK
@@ -143,6 +143,7 @@ impl Experiment for FastSynack {
                 v.push((sent > 0.0, format!("fast-synack/{name}: rlm resent {sent} SYN/ACKs to the clients")));
             }
             rlm_clean(v, "fast-synack", a);
+            live_fidelity_note(&mut c.notes, "fast-synack", a);
         }
     }
 }

@@ -1,12 +1,28 @@
-//! fidelity: the appliance's passive measurement, a capture replayed through the engine, against
-//! the browsers' ground truth. The only file of the lab that uses the engine (`rlm_core`).
+//! fidelity: the appliance's passive measurement against the browsers' ground truth, two ways:
+//! offline (a capture of its server port replayed through the engine) and live (the pageview
+//! records `rlm run` writes inline). The lab's matching of both with the ground truth is here; it
+//! is the only file of the lab that uses the engine (`rlm_core`), for the offline replay.
 
-use anyhow::{bail, Result};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
 use serde_json::Value;
+use sim_clients::browser::GroundTruth;
 
-use super::{arm, num, scale, Checks, Experiment, Results, WAN_80_2};
-use crate::arm::{read_truth, ArmResult, ArmSpec};
+use super::{arm, arm_in, live_fidelity_check, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, WAN_80_2};
+use crate::arm::{ArmResult, ArmSpec};
+use crate::live::{read_pageviews, LivePageview};
 use crate::report;
+use crate::topology::Offloads;
+
+/// The arms with rlm inline whose live pageviews are judged: offloads off (as the lab has them)
+/// and on at the appliance and the farm (as real boxes have them).
+pub const LIVE_ARMS: [&str; 2] = ["live", "live-offloads"];
+
+/// The share of the truth's pageviews rlm's live pageviews must match in the live arms.
+pub const LIVE_MIN_MATCHED: f64 = 0.98;
 
 pub struct Fidelity;
 
@@ -16,32 +32,64 @@ impl Experiment for Fidelity {
     }
 
     fn note(&self) -> &'static str {
-        "The appliance's passive measurement against the browsers' ground truth, over the 004 Figure 12 WAN."
+        "The appliance's passive measurement against the browsers' ground truth, over the 004 Figure 12 WAN. \
+        Offline: the server-side port is captured and the capture replayed through the engine (arm wan, no rlm, \
+        in the full run). Live: rlm runs inline without rules and writes its pageview records (arm live, the \
+        lab's offloads off; arm live-offloads, TSO, GSO and GRO on at the appliance's ports and the farm's); \
+        their ports are captured too, so that the offline figure over the same traffic shows which error is \
+        the live path's own."
     }
 
+    /// Quick: the two live arms (the first one's capture gives the offline figure). Full: wan,
+    /// then the live arms.
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let (light, _, dur, cores) = scale(quick);
-        vec![arm("wan", light, dur, &WAN_80_2, true, cores)]
+        let live = |name: &str, offloads: Offloads| {
+            let mut a = with_rlm(arm(name, light, dur, &WAN_80_2, true, cores), String::new(), &[]);
+            a.offloads = offloads;
+            a
+        };
+        let offline = (!quick).then(|| arm("wan", light, dur, &WAN_80_2, true, cores));
+        offline.into_iter().chain([live(LIVE_ARMS[0], Offloads::Off), live(LIVE_ARMS[1], Offloads::Appliance)]).collect()
     }
 
     fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<report::Fidelity>> {
-        of_captured_arm(arms)
+        Ok(of_captured_arm(arms))
     }
 
+    /// Offline: at least 95% of the truth's pageviews matched, median error at most 5%, p90 at
+    /// most 10%. Live, in each live arm: at least 98% matched, median at most 1%, p90 at most
+    /// 3% (issue 23), and rlm ran and stopped cleanly.
     fn check(&self, fid: &Value, _all: &Results, c: &mut Checks) {
         let v = &mut c.v;
         let f = &fid["fidelity"];
-        v.push(matched_check(f, "fidelity:", ""));
+        let who = format!("fidelity (offline, {}'s capture):", captured_arm_name(fid));
+        v.push(matched_check(f, &who, ""));
         let med = num(&f["median_rel_err"]);
-        v.push((med <= 0.05, format!("fidelity: median relative error {:.2}% (at most 5%)", med * 100.0)));
+        v.push((med <= 0.05, format!("{who} median relative error {:.2}% (at most 5%)", med * 100.0)));
         let p90 = num(&f["p90_rel_err"]);
-        v.push((p90 <= 0.10, format!("fidelity: p90 relative error {:.2}% (at most 10%)", p90 * 100.0)));
+        v.push((p90 <= 0.10, format!("{who} p90 relative error {:.2}% (at most 10%)", p90 * 100.0)));
+        for name in LIVE_ARMS {
+            let a = arm_in(fid, name);
+            if a.is_null() {
+                v.push((false, format!("fidelity/{name}: no such arm in the result")));
+                continue;
+            }
+            live_fidelity_check(v, "fidelity", &a, LIVE_MIN_MATCHED);
+            rlm_clean(v, "fidelity", &a);
+        }
     }
 }
 
-/// The fidelity of the one arm of an experiment that captured its server port, if any.
-pub fn of_captured_arm(arms: &[ArmResult]) -> Result<Option<report::Fidelity>> {
-    arms.iter().find(|a| a.capture.is_some()).map(fidelity).transpose()
+/// The fidelity of the first arm of an experiment that captured its server port, if any: its
+/// capture replayed through the engine (`arms[].capture_fidelity`, computed after the arm ran).
+pub fn of_captured_arm(arms: &[ArmResult]) -> Option<report::Fidelity> {
+    arms.iter().find(|a| a.capture.is_some()).and_then(|a| a.capture_fidelity.clone())
+}
+
+/// The name of the arm whose capture gives a result's top-level `fidelity` ([`of_captured_arm`]).
+fn captured_arm_name(r: &Value) -> &str {
+    r["arms"].as_array().into_iter().flatten().find(|a| !a["capture"].is_null()).and_then(|a| a["name"].as_str()).unwrap_or("?")
 }
 
 /// The check that at least 95% of the ground truth's pageviews were matched in a capture
@@ -51,12 +99,37 @@ pub fn matched_check(f: &Value, who: &str, where_: &str) -> (bool, String) {
     (truth > 0.0 && matched / truth >= 0.95, format!("{who} {matched} of {truth} truth pageviews matched{where_} (at least 95%)"))
 }
 
-/// Replay an arm's capture through the engine and compare its pageviews with the ground truth.
-pub fn fidelity(a: &ArmResult) -> Result<report::Fidelity> {
-    let Some(cap) = &a.capture else { bail!("arm {} has no capture", a.name) };
-    let truth = read_truth(&a.ground_truth)?;
+/// A pageview as the appliance measured it, live ([`LivePageview`]) or from a capture replayed
+/// through the engine: what is matched with the ground truth.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seen {
+    pub client: String,
+    pub container: Option<String>,
+    /// Unix seconds.
+    pub start_ts: f64,
+    pub rt_s: f64,
+    /// rlm acted on it ([`LivePageview::acted`]). Never in a capture replayed: no rule runs.
+    pub acted: bool,
+}
+
+impl From<LivePageview> for Seen {
+    fn from(p: LivePageview) -> Seen {
+        let acted = p.acted();
+        Seen { client: p.client, container: p.container, start_ts: p.start_ts, rt_s: p.rt_s, acted }
+    }
+}
+
+impl From<rlm_core::PageviewRecord> for Seen {
+    fn from(p: rlm_core::PageviewRecord) -> Seen {
+        Seen { client: p.client, container: p.container, start_ts: p.start_ts, rt_s: p.rt_s, acted: false }
+    }
+}
+
+/// Replay a capture of the server port through the engine and compare its pageviews with the
+/// ground truth (the clients' connect timeout as theirs).
+pub fn of_capture(cap: &Path, truth: &[GroundTruth], connect_timeout: Duration) -> Result<report::Fidelity> {
     let mut cfg = rlm_core::Config { server_ports: vec![crate::farm::FRONT_PORT], ..rlm_core::Config::default() };
-    cfg.pageview.connect_timeout = a.config.profile.connect_timeout();
+    cfg.pageview.connect_timeout = connect_timeout;
     let mut engine = rlm_core::Engine::new(cfg);
     let mut seen = Vec::new();
     rlm::capture::replay(
@@ -64,38 +137,251 @@ pub fn fidelity(a: &ArmResult) -> Result<report::Fidelity> {
         &mut engine,
         &mut |ev| {
             if let rlm_core::Event::Pageview(p) = ev {
-                seen.push(p);
+                seen.push(Seen::from(p));
             }
             Ok(())
         },
         None,
     )?;
-    Ok(compare(&truth, &seen))
+    Ok(compare(truth, &seen).all)
 }
 
-/// Match each truth pageview with the engine's pageview of the same client and container that
-/// started nearest to it (within 2 s), and take the relative errors of the matched RTs.
-pub fn compare(truth: &[sim_clients::browser::GroundTruth], seen: &[rlm_core::PageviewRecord]) -> report::Fidelity {
+/// rlm's live pageviews (its `--pageviews` file) against the ground truth.
+pub fn of_live(pageviews: &Path, truth: &[GroundTruth]) -> Result<report::LiveFidelity> {
+    let seen: Vec<Seen> = read_pageviews(pageviews)?.into_iter().map(Seen::from).collect();
+    Ok(compare(truth, &seen))
+}
+
+/// How far apart a truth pageview and the appliance's may start and still be matched (s).
+const MATCH_WINDOW_S: f64 = 2.0;
+
+/// Match each truth pageview (those that did not fail) with the unused pageview of `seen` of the
+/// same client and container that started nearest to it, within 2 s, and take the relative
+/// errors of the matched response times: over all of them, and over those matched with a
+/// pageview rlm acted on. A pageview of `seen` is matched once at most.
+pub fn compare(truth: &[GroundTruth], seen: &[Seen]) -> report::LiveFidelity {
+    let mut by_page: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (i, s) in seen.iter().enumerate() {
+        if let Some(c) = &s.container {
+            by_page.entry((s.client.as_str(), c.as_str())).or_default().push(i);
+        }
+    }
     let mut used = vec![false; seen.len()];
-    let mut errs = Vec::new();
-    for t in truth.iter().filter(|t| !t.failed) {
-        let best = seen
+    let (mut errs, mut acted_errs) = (Vec::new(), Vec::new());
+    let truth: Vec<&GroundTruth> = truth.iter().filter(|t| !t.failed).collect();
+    for t in &truth {
+        let Some(candidates) = by_page.get(&(t.client.as_str(), t.url.as_str())) else { continue };
+        let best = candidates
             .iter()
-            .enumerate()
-            .filter(|(i, s)| !used[*i] && s.client == t.client && s.container.as_deref() == Some(t.url.as_str()))
-            .map(|(i, s)| (i, (s.start_ts - t.start_ts).abs()))
-            .filter(|(_, d)| *d < 2.0)
+            .filter(|&&i| !used[i])
+            .map(|&i| (i, (seen[i].start_ts - t.start_ts).abs()))
+            .filter(|(_, d)| *d < MATCH_WINDOW_S)
             .min_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((i, _)) = best {
             used[i] = true;
-            errs.push(((seen[i].rt_s - t.rt_s) / t.rt_s.max(1e-3)).abs());
+            let err = ((seen[i].rt_s - t.rt_s) / t.rt_s.max(1e-3)).abs();
+            errs.push(err);
+            if seen[i].acted {
+                acted_errs.push(err);
+            }
         }
     }
+    report::LiveFidelity {
+        all: figures(truth.len(), errs),
+        acted: figures(acted_errs.len(), acted_errs),
+        seen: seen.len(),
+        seen_acted: seen.iter().filter(|s| s.acted).count(),
+    }
+}
+
+/// The fidelity figures of `truth_pageviews` of which these relative errors were matched.
+fn figures(truth_pageviews: usize, mut errs: Vec<f64>) -> report::Fidelity {
     errs.sort_by(f64::total_cmp);
     report::Fidelity {
-        truth_pageviews: truth.iter().filter(|t| !t.failed).count(),
+        truth_pageviews,
         matched: errs.len(),
         median_rel_err: crate::stats::percentile_sorted(&errs, 50.0),
         p90_rel_err: crate::stats::percentile_sorted(&errs, 90.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::experiments::testing::synthetic_arms;
+
+    fn truth(client: &str, url: &str, start_ts: f64, rt_s: f64) -> GroundTruth {
+        GroundTruth {
+            client: client.into(),
+            class: "HIGH".into(),
+            url: url.into(),
+            start_ts,
+            end_ts: start_ts + rt_s,
+            rt_s,
+            objects_fetched: 3,
+            objects_expected: 3,
+            syn_retransmissions: 0,
+            failed_connections: 0,
+            failed: false,
+        }
+    }
+
+    fn seen(client: &str, url: &str, start_ts: f64, rt_s: f64, acted: bool) -> Seen {
+        Seen { client: client.into(), container: Some(url.into()), start_ts, rt_s, acted }
+    }
+
+    #[test]
+    fn compare_matches_each_seen_pageview_once_within_2_s() {
+        let mut failed = truth("10.4.0.1", "/home", 50.0, 21.0);
+        failed.failed = true;
+        let truth = [
+            truth("10.4.0.1", "/home", 100.0, 1.0),
+            // The same page again 0.5 s later: the seen pageview nearest to the first is used,
+            // and this one takes the other.
+            truth("10.4.0.1", "/home", 100.5, 2.0),
+            // Its only candidate started 2 s away: unmatched.
+            truth("10.4.0.2", "/home", 200.0, 1.0),
+            // rlm dropped its first SYN: 3 s more, in both measurements.
+            truth("10.5.0.1", "/item", 300.0, 4.0),
+            // Another client's page, or another page of the client: never matched with these.
+            truth("10.5.0.2", "/item", 400.0, 1.0),
+            failed,
+        ];
+        let seen = [
+            seen("10.4.0.1", "/home", 100.45, 1.98, false),
+            seen("10.4.0.1", "/home", 100.02, 1.01, false),
+            seen("10.4.0.2", "/home", 202.0, 1.0, false),
+            seen("10.5.0.1", "/item", 300.001, 4.2, true),
+            seen("10.5.0.1", "/item", 400.0, 1.0, false),
+            seen("10.5.0.2", "/other", 400.0, 1.0, false),
+            Seen { container: None, ..seen("10.5.0.2", "/item", 400.0, 1.0, true) },
+        ];
+        let f = compare(&truth, &seen);
+        // Five truth pageviews that did not fail; 1%, 1%, and 5% matched.
+        assert_eq!((f.all.truth_pageviews, f.all.matched), (5, 3));
+        assert!((f.all.median_rel_err - 0.01).abs() < 1e-9, "{f:?}");
+        assert!((f.all.p90_rel_err - 0.05).abs() < 1e-9, "{f:?}");
+        // Acted on: the dropped SYN's pageview alone, its truth the one matched with it.
+        assert_eq!((f.seen, f.seen_acted), (7, 2));
+        assert_eq!((f.acted.truth_pageviews, f.acted.matched), (1, 1));
+        assert!((f.acted.median_rel_err - 0.05).abs() < 1e-9, "{f:?}");
+        // A seen pageview is used once: the same truth pageview twice finds one match.
+        let twice = [truth[0].clone(), truth[0].clone()];
+        let one = [seen[1].clone()];
+        assert_eq!(compare(&twice, &one).all.matched, 1);
+        // Nothing acted on: the subset is empty, its errors 0.
+        let none = compare(&twice, &[]);
+        assert_eq!((none.all.truth_pageviews, none.all.matched, none.acted.truth_pageviews, none.seen), (2, 0, 0, 0));
+    }
+
+    #[test]
+    fn live_arms_quick_and_full() {
+        let names = |quick: bool| Fidelity.arms(quick).iter().map(|a| a.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(true), ["live", "live-offloads"]);
+        assert_eq!(names(false), ["wan", "live", "live-offloads"]);
+        for a in Fidelity.arms(false) {
+            // Every arm captures; the live arms run rlm without rules, writing its records.
+            assert!(a.capture, "{}", a.name);
+            assert_eq!(a.offloads == Offloads::Appliance, a.name == "live-offloads", "{}", a.name);
+            match &a.rlm {
+                Some(r) => assert!(r.rules.is_empty() && r.records && a.name != "wan", "{}", a.name),
+                None => assert_eq!(a.name, "wan"),
+            }
+        }
+        // The quick run's arms last as long as its one arm did.
+        assert!(Fidelity.arms(true).iter().all(|a| a.duration_s == scale(true).2));
+    }
+
+    /// A fidelity result: the offline figure over `wan`'s capture, and the live arms' figures.
+    fn result(matched: u64, live_matched: u64, live_median: f64) -> Value {
+        let live = |name: &str| {
+            json!({"name": name, "capture": format!("/lab/{name}.pcap"),
+                "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "rules_left": [], "reports_lost": 0.0,
+                    "records": {"counts": {"transactions": {"written": 2000, "dropped": 0}, "pageviews": {"written": 420, "dropped": 0},
+                        "decisions": {"written": 0, "dropped": 0}}}},
+                "live_fidelity": {"all": {"truth_pageviews": 413, "matched": live_matched, "median_rel_err": live_median, "p90_rel_err": 0.02},
+                    "acted": {"truth_pageviews": 0, "matched": 0, "median_rel_err": 0.0, "p90_rel_err": 0.0}, "seen": 420, "seen_acted": 0}})
+        };
+        json!({"experiment": "fidelity", "quick": false,
+            "fidelity": {"truth_pageviews": 413, "matched": matched, "median_rel_err": 0.012, "p90_rel_err": 0.04},
+            "arms": [{"name": "wan", "capture": "/lab/wan.pcap", "rlm": null}, live("live"), live("live-offloads")]})
+    }
+
+    fn check(r: &Value) -> Vec<(bool, String)> {
+        let mut c = Checks::default();
+        Fidelity.check(r, &Results::new(), &mut c);
+        c.v
+    }
+
+    #[test]
+    fn checks_offline_and_each_live_arm() {
+        let v = check(&result(410, 409, 0.004));
+        assert!(v.iter().all(|l| l.0), "{v:#?}");
+        let has = |v: &[(bool, String)], ok: bool, s: &str| v.iter().any(|l| l.0 == ok && l.1.contains(s));
+        assert!(has(&v, true, "fidelity (offline, wan's capture): 410 of 413 truth pageviews matched (at least 95%)"), "{v:#?}");
+        assert!(
+            has(
+                &v,
+                true,
+                "fidelity/live-offloads: rlm's live pageviews matched 409 of 413 truth pageviews (99.0%, at least 98%), median error 0.40% \
+                 (at most 1%), p90 2.00% (at most 3%); rlm acted on 0 of its 420 live pageviews, 0 of them matched: no error to show (not judged)"
+            ),
+            "{v:#?}"
+        );
+        assert!(has(&v, true, "fidelity/live: rlm's records counted at exit: transactions 2000 written, 0 dropped"), "{v:#?}");
+        assert!(has(&v, true, "fidelity/live: rlm inline exited 0 on SIGTERM"), "{v:#?}");
+        // 97% matched live, or a 1.5% median: both live arms fail; the offline figure alone
+        // at 94% fails its own line.
+        let v = check(&result(410, 400, 0.004));
+        assert_eq!(v.iter().filter(|l| !l.0).count(), 2, "{v:#?}");
+        assert!(has(&v, false, "fidelity/live: rlm's live pageviews matched 400 of 413 truth pageviews (96.9%, at least 98%)"), "{v:#?}");
+        let v = check(&result(410, 409, 0.015));
+        assert!(
+            has(
+                &v,
+                false,
+                "fidelity/live-offloads: rlm's live pageviews matched 409 of 413 truth pageviews (99.0%, at least 98%), median error 1.50%"
+            ),
+            "{v:#?}"
+        );
+        let v = check(&result(390, 409, 0.004));
+        assert_eq!(
+            v.iter().filter(|l| !l.0).map(|l| l.1.as_str()).collect::<Vec<_>>(),
+            ["fidelity (offline, wan's capture): 390 of 413 truth pageviews matched (at least 95%)"]
+        );
+        // A live arm without its figure, its pageview lines short of what rlm wrote, or rlm
+        // killed before its count: each fails.
+        let mut r = result(410, 409, 0.004);
+        r["arms"][1]["live_fidelity"] = Value::Null;
+        r["arms"][2]["live_fidelity"]["seen"] = json!(419);
+        let v = check(&r);
+        assert!(has(&v, false, "fidelity/live: no live fidelity"), "{v:#?}");
+        assert!(
+            has(&v, false, "fidelity/live-offloads: rlm's records counted at exit: transactions 2000 written, 0 dropped, pageviews 420 written"),
+            "{v:#?}"
+        );
+        r["arms"][2]["rlm"]["records"]["counts"] = Value::Null;
+        assert!(has(&check(&r), false, "fidelity/live-offloads: rlm's records: no count at exit in its log"));
+        // An old result with the offline arm only: the live arms are missing.
+        r["arms"] = json!([r["arms"][0].clone()]);
+        let v = check(&r);
+        assert!(has(&v, false, "fidelity/live: no such arm in the result") && has(&v, false, "fidelity/live-offloads: no such arm"), "{v:#?}");
+    }
+
+    #[test]
+    fn report_shows_live_and_offline_figures_side_by_side() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-fidelity-{}", std::process::id()));
+        let (mut arms, note) = synthetic_arms(&dir, &Fidelity);
+        let fig = |truth_pageviews, matched, median_rel_err, p90_rel_err| report::Fidelity { truth_pageviews, matched, median_rel_err, p90_rel_err };
+        arms[0].capture_fidelity = Some(fig(40, 39, 0.012, 0.04));
+        arms[0].live_fidelity = Some(report::LiveFidelity { all: fig(40, 40, 0.004, 0.02), acted: fig(2, 2, 0.006, 0.01), seen: 41, seen_acted: 2 });
+        arms[1].live_fidelity = Some(report::LiveFidelity { all: fig(40, 38, 0.005, 0.025), acted: fig(0, 0, 0.0, 0.0), seen: 40, seen_acted: 0 });
+        let md = report::write(&dir, "fidelity", true, &arms, of_captured_arm(&arms).as_ref(), note, &Fidelity.params(true)).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(md.contains("## Live fidelity"), "{md}");
+        assert!(md.contains("| live | 40 | 40 (100.0%) | 0.40% | 2.00% | 2 of 41 | 2 | 0.60% | 1.00% | 39 (97.5%) | 1.20% | 4.00% |"), "{md}");
+        assert!(md.contains("| live-offloads | 40 | 38 (95.0%) | 0.50% | 2.50% | 0 of 40 | 0 | - | - | - | - | - |"), "{md}");
     }
 }

@@ -20,6 +20,7 @@ use crate::arm::{ArmResult, ArmSpec, OpenLoopArm, RlmArm};
 use crate::farm::FarmConfig;
 use crate::report::Fidelity;
 use crate::runner::run_arm;
+use crate::topology::Offloads;
 
 pub mod baseline_lan;
 pub mod baseline_wan;
@@ -217,12 +218,13 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
         openloop: None,
         rlm: None,
         syn_capture: false,
+        offloads: Offloads::Off,
     }
 }
 
-/// The arm with rlm inline, with these rules and arguments.
+/// The arm with rlm inline, with these rules (empty: none) and arguments, writing its records.
 pub fn with_rlm(mut a: ArmSpec, rules: String, extra_args: &[&str]) -> ArmSpec {
-    a.rlm = Some(RlmArm { rules, extra_args: extra_args.iter().map(|s| s.to_string()).collect() });
+    a.rlm = Some(RlmArm { rules, extra_args: extra_args.iter().map(|s| s.to_string()).collect(), ..RlmArm::default() });
     a
 }
 
@@ -329,6 +331,97 @@ pub fn rlm_clean(v: &mut Vec<(bool, String)>, exp: &str, a: &Value) {
     v.push((r["clean_exit"].as_bool() == Some(true) && r["rules_installed"].as_bool() == Some(true), what));
     let lost = r["reports_lost"].as_f64().unwrap_or(f64::NAN);
     v.push((lost == 0.0, format!("{exp}/{}: rlm kept up: {lost} packet reports lost", a["name"].as_str().unwrap_or("?"))));
+    if r["records"].is_object() {
+        v.push(records_counted(exp, a));
+    }
+}
+
+/// Every record rlm lost is counted: its exit line gave what it wrote and dropped of each kind,
+/// and the pageview lines the lab read back (`live_fidelity.seen`, when read) are those it
+/// wrote. Records dropped under load are no failure; records lost uncounted are.
+fn records_counted(exp: &str, a: &Value) -> (bool, String) {
+    let name = a["name"].as_str().unwrap_or("?");
+    let counts = &a["rlm"]["records"]["counts"];
+    if !counts.is_object() {
+        return (false, format!("{exp}/{name}: rlm's records: no count at exit in its log (the records lost are not known)"));
+    }
+    let kinds = ["transactions", "pageviews", "decisions"];
+    let shown: Vec<String> = kinds.iter().map(|k| format!("{k} {} written, {} dropped", counts[k]["written"], counts[k]["dropped"])).collect();
+    let all_counted = kinds.iter().all(|k| counts[k]["written"].is_u64() && counts[k]["dropped"].is_u64());
+    let read = &a["live_fidelity"]["seen"];
+    let (read_back, what) = match read.as_u64() {
+        Some(n) => (Some(n) == counts["pageviews"]["written"].as_u64(), format!("; {n} pageview lines read back")),
+        None => (true, String::new()),
+    };
+    (all_counted && read_back, format!("{exp}/{name}: rlm's records counted at exit: {}{what}", shown.join(", ")))
+}
+
+/// The live fidelity's bounds on the relative error of rlm's live response times against the
+/// browsers' own (issue 23): the median's and the 90th percentile's.
+pub const LIVE_MEDIAN_MAX: f64 = 0.01;
+pub const LIVE_P90_MAX: f64 = 0.03;
+
+/// rlm's live pageviews against the browsers' ground truth in an arm that ran rlm with its
+/// records (`arms[].live_fidelity`), judged: at least `min_matched` of the truth's pageviews
+/// matched, median relative error at most 1%, p90 at most 3%. The pageviews rlm acted on are
+/// shown in the same line, not judged.
+pub fn live_fidelity_check(v: &mut Vec<(bool, String)>, exp: &str, a: &Value, min_matched: f64) {
+    v.push(live_fidelity_line(exp, a, Some(min_matched)));
+}
+
+/// The same figures as a note, for an arm that ran rlm with its records (nothing for the
+/// others): where rlm acts on many pageviews and the live figures are shown, not judged.
+pub fn live_fidelity_note(notes: &mut Vec<String>, exp: &str, a: &Value) {
+    if a["rlm"]["records"].is_object() {
+        notes.push(live_fidelity_line(exp, a, None).1);
+    }
+}
+
+/// The live fidelity's line of an arm, and whether it passes `min_matched` and the error bounds
+/// (always, with none).
+fn live_fidelity_line(exp: &str, a: &Value, min_matched: Option<f64>) -> (bool, String) {
+    let name = a["name"].as_str().unwrap_or("?");
+    let f = &a["live_fidelity"];
+    if f.is_null() {
+        return (min_matched.is_none(), format!("{exp}/{name}: no live fidelity (rlm's live pageviews were not read)"));
+    }
+    let pct = |x: f64| format!("{:.2}%", x * 100.0);
+    let all = &f["all"];
+    let (truth, matched, med, p90) = (num(&all["truth_pageviews"]), num(&all["matched"]), num(&all["median_rel_err"]), num(&all["p90_rel_err"]));
+    let acted = &f["acted"];
+    let acted_matched = num(&acted["matched"]);
+    let acted_errs = if acted_matched > 0.0 {
+        format!("median error {}, p90 {}", pct(num(&acted["median_rel_err"])), pct(num(&acted["p90_rel_err"])))
+    } else {
+        "no error to show".into()
+    };
+    let acted_text = format!("rlm acted on {} of its {} live pageviews, {acted_matched} of them matched: {acted_errs}", f["seen_acted"], f["seen"]);
+    let share = matched / truth;
+    match min_matched {
+        Some(min) => (
+            truth > 0.0 && share >= min && med <= LIVE_MEDIAN_MAX && p90 <= LIVE_P90_MAX,
+            format!(
+                "{exp}/{name}: rlm's live pageviews matched {matched} of {truth} truth pageviews ({:.1}%, at least {:.0}%), median error {} \
+                 (at most {:.0}%), p90 {} (at most {:.0}%); {acted_text} (not judged)",
+                share * 100.0,
+                min * 100.0,
+                pct(med),
+                LIVE_MEDIAN_MAX * 100.0,
+                pct(p90),
+                LIVE_P90_MAX * 100.0
+            ),
+        ),
+        None => (
+            true,
+            format!(
+                "{exp}/{name}: rlm's live pageviews matched {matched} of {truth} truth pageviews ({:.1}%), median error {}, p90 {}; {acted_text} \
+                 (not judged)",
+                share * 100.0,
+                pct(med),
+                pct(p90)
+            ),
+        ),
+    }
 }
 
 /// An open-loop arm completed at least `share` of its requests (more than `min` of them), and
@@ -418,6 +511,8 @@ pub(crate) mod testing {
                 throughput: None,
                 farm_tcp: None,
                 timeline: timeline(&pvs, spec.duration_s),
+                capture_fidelity: None,
+                live_fidelity: None,
             });
         }
         (arms, note)

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{arm, class_mean, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results};
+use super::{arm, class_mean, live_fidelity_note, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results};
 use crate::arm::ArmSpec;
 
 /// 004 section 6.4's client groups: (class, WAN path), on 10.4/16, 10.5/16 and 10.6/16.
@@ -156,6 +156,9 @@ impl Experiment for RemoveEmbeds {
 
     fn check(&self, re: &Value, _all: &Results, c: &mut Checks) {
         check_embeds(re, "remove-embeds", "embeds_removed", "blanked {} references", 0.5, &mut c.v);
+        for a in re["arms"].as_array().into_iter().flatten() {
+            live_fidelity_note(&mut c.notes, "remove-embeds", a);
+        }
     }
 }
 
