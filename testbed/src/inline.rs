@@ -105,6 +105,10 @@ pub struct RlmOutcome {
     /// The engine's counts at the end (from /status): HTTP transactions and pageviews measured.
     pub transactions: Option<u64>,
     pub pageviews: Option<u64>,
+    /// Frames rlm got cut (longer on the wire than the fast path copies: offloads on) and
+    /// frames it counted truncated (from /status).
+    pub cut_frames: Option<u64>,
+    pub truncated: Option<u64>,
     /// Frames rlm sent or held back itself (from /status, see [`injection_counters`]): fast
     /// SYN and SYN/ACK retransmissions, client SYNs absorbed, first SYNs delayed, frames the
     /// injection budget refused, and the injector's own counts. A counter rlm did not report is
@@ -371,6 +375,8 @@ impl Inline {
             out.status = Some(p);
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
                 out.transactions = v["stats"]["transactions"].as_u64();
+                out.cut_frames = v["stats"]["cut_frames"].as_u64();
+                out.truncated = v["stats"]["malformed"]["truncated"].as_u64();
                 out.pageviews = v["stats"]["pageviews"].as_u64();
                 out.injected = injection_counters(&v);
                 out.adapted = stats_of(&v, &ADAPT_STATS);

@@ -536,7 +536,7 @@ fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
     std::fs::create_dir_all(&dir).unwrap();
     let (tx, pv) = (dir.join("tx.jsonl"), dir.join("pv.jsonl"));
     let extra_args = vec!["--transactions".into(), tx.display().to_string(), "--pageviews".into(), pv.display().to_string()];
-    let arm = RlmArm { rules: CLASSES.into(), extra_args };
+    let arm = RlmArm { rules: CLASSES.into(), extra_args, records: false };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     const FETCHES: usize = 200;
     const PAGES: usize = 5;

@@ -77,6 +77,12 @@ impl Experiment for Fidelity {
             }
             live_fidelity_check(v, "fidelity", &a, LIVE_MIN_MATCHED);
             rlm_clean(v, "fidelity", &a);
+            let (cut, truncated) = (num(&a["rlm"]["cut_frames"]), num(&a["rlm"]["truncated"]));
+            v.push((truncated == 0.0, format!("fidelity/{name}: rlm counted {truncated} frames truncated (none)")));
+            if name == LIVE_ARMS[1] {
+                // The regime: with the offloads on, frames came longer than the fast path copies.
+                v.push((cut > 0.0, format!("fidelity/{name}: rlm got {cut} frames cut (offloads on: at least one)")));
+            }
         }
     }
 }
@@ -299,6 +305,7 @@ mod tests {
         let live = |name: &str| {
             json!({"name": name, "capture": format!("/lab/{name}.pcap"),
                 "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "rules_left": [], "reports_lost": 0.0,
+                    "cut_frames": if name == "live-offloads" { 6504 } else { 0 }, "truncated": 0,
                     "records": {"counts": {"transactions": {"written": 2000, "dropped": 0}, "pageviews": {"written": 420, "dropped": 0},
                         "decisions": {"written": 0, "dropped": 0}}}},
                 "live_fidelity": {"all": {"truth_pageviews": 413, "matched": live_matched, "median_rel_err": live_median, "p90_rel_err": 0.02},
@@ -351,6 +358,13 @@ mod tests {
             v.iter().filter(|l| !l.0).map(|l| l.1.as_str()).collect::<Vec<_>>(),
             ["fidelity (offline, wan's capture): 390 of 413 truth pageviews matched (at least 95%)"]
         );
+        // Offloads that did not make one frame longer than the copy, or a frame truncated.
+        let mut r = result(410, 409, 0.004);
+        r["arms"][2]["rlm"]["cut_frames"] = json!(0);
+        r["arms"][1]["rlm"]["truncated"] = json!(3);
+        let v = check(&r);
+        assert!(has(&v, false, "fidelity/live-offloads: rlm got 0 frames cut (offloads on: at least one)"), "{v:#?}");
+        assert!(has(&v, false, "fidelity/live: rlm counted 3 frames truncated (none)"), "{v:#?}");
         // A live arm without its figure, its pageview lines short of what rlm wrote, or rlm
         // killed before its count: each fails.
         let mut r = result(410, 409, 0.004);
