@@ -789,7 +789,108 @@ fn chromium_loads_pages_with_references_removed_or_rewritten_and_fetches_exactly
         assert_eq!(got, want, "{rule}: the farm served exactly the images left, or their variants");
         let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_rlm.status.as_ref().expect("status")).unwrap()).unwrap();
         assert_eq!(status["stats"][stat].as_u64(), Some(count), "{rule}: {}", status["stats"]);
+        // rlm's live pageview of the page says what it did to it.
+        let records = out_rlm.records.as_ref().expect("rlm's records");
+        let pages: Vec<serde_json::Value> = json_lines(&records.pageviews).into_iter().filter(|p| p["container"] == "/").collect();
+        let acted = if stat == "embeds_removed" { "embeds_blanked" } else { "embeds_rewritten" };
+        assert_eq!(pages.len(), 1, "{rule}: one live pageview of the page: {pages:?}");
+        assert_eq!(pages[0]["actions"][acted].as_u64(), Some(count), "{rule}: {}", pages[0]);
         std::fs::remove_dir_all(&profile).ok();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Chromium, cold, over an 80 ms WAN and a 10 Mbit/s link toward it, loads a page of eight
+/// 20-40 KB images through `rlm run`; the page writes its own Navigation and Resource Timing
+/// into the DOM at `load`. Each load's time by the browser's clock (its first connect to the
+/// last byte of the last object) is matched by one of rlm's live pageview records within
+/// max(5%, 30 ms).
+#[test]
+fn chromium_load_times_match_rlms_live_pageviews() {
+    if std::process::Command::new("chromium").arg("--version").output().is_err() {
+        panic!("chromium is missing (make deps installs it)");
+    }
+    const LOADS: usize = 6;
+    let imgs: String = (1..=8).map(|i| format!("<img src=\"/img/{i}.gif\" width=\"10\" height=\"10\">\n")).collect();
+    let page = format!(
+        "<!DOCTYPE html>\n<html><head><title>t</title></head><body>\n{imgs}<pre id=\"timing\"></pre>\n<script>\n\
+         addEventListener('load', () => {{\n\
+           const n = performance.getEntriesByType('navigation')[0];\n\
+           const ends = performance.getEntriesByType('resource').map(r => r.responseEnd);\n\
+           document.getElementById('timing').textContent = JSON.stringify({{origin: performance.timeOrigin,\n\
+             connect: n.connectStart, nav_end: n.responseEnd, ends: ends}});\n\
+         }});\n</script></body></html>\n"
+    );
+    let respond: Responder = Arc::new(move |target: &str| {
+        let (ctype, body) = match target {
+            "/" => ("text/html", page.clone().into_bytes()),
+            t if t.starts_with("/img/") => {
+                // A GIF with padding after its trailer, 20 to 40 KB by image.
+                let n: usize = t[5..].trim_end_matches(".gif").parse().unwrap_or(1);
+                let mut b = GIF.to_vec();
+                b.resize(20_000 + n * 2_500, 0);
+                ("image/gif", b)
+            }
+            _ => return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
+        };
+        let mut r = format!("HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
+        r.extend(body);
+        r
+    });
+    let (plan, _guard, info, _) = lab_serving("t", 1, Some(respond));
+    let _wan =
+        testbed::wan::WanHop::start(&plan, vec!["10.4.0.0/16=80ms".parse().unwrap(), "10.5.0.0/16=80ms".parse().unwrap()], 7).expect("the WAN hop");
+    plan.shape_link(10_000_000, 1000).expect("a 10 Mbit/s link toward the clients");
+    let dir = std::env::temp_dir().join(format!("rlm-chromium-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let rlm = Inline::start(&info.namespaces.appliance, &RlmArm { rules: CLASSES.into(), ..RlmArm::default() }, &dir, Duration::from_secs(10))
+        .expect("rlm run starts");
+    // Each load: (start, load time) in Unix seconds by the browser's clock.
+    let mut loads = Vec::new();
+    for i in 0..LOADS {
+        let profile = dir.join(format!("profile-{i}"));
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &info.namespaces.clients, "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"])
+            .args(["--disable-background-networking", "--disable-component-update", "--timeout=15000", "--dump-dom"])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(format!("http://{FARM_ADDR}/"))
+            .output()
+            .expect("chromium runs");
+        let dom = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+        let json = dom.split("<pre id=\"timing\">").nth(1).and_then(|r| r.split("</pre>").next()).unwrap_or("");
+        let t: serde_json::Value =
+            serde_json::from_str(&json.replace("&quot;", "\"")).unwrap_or_else(|e| panic!("no timing in the page ({e}): {dom}"));
+        let ms = |v: &serde_json::Value| v.as_f64().expect("a time");
+        let ends: Vec<f64> = t["ends"].as_array().expect("resource ends").iter().map(ms).collect();
+        assert_eq!(ends.len(), 8, "every image loaded: {t}");
+        let last = ends.iter().copied().fold(ms(&t["nav_end"]), f64::max);
+        let start = (ms(&t["origin"]) + ms(&t["connect"])) / 1e3;
+        loads.push((start, (last - ms(&t["connect"])) / 1e3));
+        std::fs::remove_dir_all(&profile).ok();
+    }
+    // The last pageview ends past its quiet period (or at rlm's stop).
+    std::thread::sleep(Duration::from_secs(5));
+    let out = rlm.stop().expect("stop");
+    let records = out.records.expect("rlm's records");
+    let live: Vec<serde_json::Value> = json_lines(&records.pageviews).into_iter().filter(|p| p["container"] == "/").collect();
+    println!("browser loads (start, s): {loads:?}");
+    println!("rlm's live pageviews (start, rt_s): {:?}", live.iter().map(|p| (p["start_ts"].clone(), p["rt_s"].clone())).collect::<Vec<_>>());
+    assert!(loads.iter().all(|l| l.1 > 0.4), "the WAN and the link are in the path: {loads:?}");
+    let mut used = vec![false; live.len()];
+    for (start, rt) in &loads {
+        let best =
+            live.iter().enumerate().filter(|(i, p)| !used[*i] && (p["start_ts"].as_f64().unwrap_or(0.0) - start).abs() < 2.0).min_by(|a, b| {
+                let d = |p: &serde_json::Value| (p["start_ts"].as_f64().unwrap_or(0.0) - start).abs();
+                d(a.1).total_cmp(&d(b.1))
+            });
+        let Some((i, p)) = best else { panic!("no live pageview for the load at {start} ({rt} s)") };
+        used[i] = true;
+        let live_rt = p["rt_s"].as_f64().expect("rt_s");
+        let tolerance = (0.05 * rt).max(0.030);
+        println!("load at {start:.3}: browser {rt:.3} s, rlm {live_rt:.3} s ({:+.1}%)", (live_rt - rt) / rt * 100.0);
+        assert!((live_rt - rt).abs() <= tolerance, "browser {rt:.3} s, rlm {live_rt:.3} s: more than {tolerance:.3} s apart");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

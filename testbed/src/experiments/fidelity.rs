@@ -158,11 +158,19 @@ pub fn of_live(pageviews: &Path, truth: &[GroundTruth]) -> Result<report::LiveFi
     Ok(compare(truth, &seen))
 }
 
-/// How far apart a truth pageview and the appliance's may start and still be matched (s).
-const MATCH_WINDOW_S: f64 = 2.0;
+/// How far apart a truth pageview and the appliance's may start and still be matched (s): the
+/// appliance's up to 2 s before or after the browser's, or up to 4 s after it. A pageview whose
+/// first SYN the WAN lost before the appliance starts there one initial RTO later (3 s for the
+/// lab's browsers; 1 s for Linux's) and is measured that much shorter, which no observer at the
+/// appliance can see: it is matched, and its error counts, rather than left out unmatched
+/// (fidelity's quick runs of 2026-11-26 left 6 and 11 of 412 so, each starting 3.0 to 3.3 s late
+/// at the appliance, each with a SYN retransmitted by the browser).
+const MATCH_BEFORE_S: f64 = 2.0;
+const MATCH_AFTER_S: f64 = 4.0;
 
 /// Match each truth pageview (those that did not fail) with the unused pageview of `seen` of the
-/// same client and container that started nearest to it, within 2 s, and take the relative
+/// same client and container that started nearest to it, within [`MATCH_AFTER_S`] after it or
+/// [`MATCH_BEFORE_S`] before, and take the relative
 /// errors of the matched response times: over all of them, and over those matched with a
 /// pageview rlm acted on. A pageview of `seen` is matched once at most.
 pub fn compare(truth: &[GroundTruth], seen: &[Seen]) -> report::LiveFidelity {
@@ -180,9 +188,9 @@ pub fn compare(truth: &[GroundTruth], seen: &[Seen]) -> report::LiveFidelity {
         let best = candidates
             .iter()
             .filter(|&&i| !used[i])
-            .map(|&i| (i, (seen[i].start_ts - t.start_ts).abs()))
-            .filter(|(_, d)| *d < MATCH_WINDOW_S)
-            .min_by(|a, b| a.1.total_cmp(&b.1));
+            .map(|&i| (i, seen[i].start_ts - t.start_ts))
+            .filter(|(_, d)| -MATCH_BEFORE_S < *d && *d < MATCH_AFTER_S)
+            .min_by(|a, b| a.1.abs().total_cmp(&b.1.abs()));
         if let Some((i, _)) = best {
             used[i] = true;
             let err = ((seen[i].rt_s - t.rt_s) / t.rt_s.max(1e-3)).abs();
@@ -239,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn compare_matches_each_seen_pageview_once_within_2_s() {
+    fn compare_matches_each_seen_pageview_once_within_2_s_before_or_4_s_after() {
         let mut failed = truth("10.4.0.1", "/home", 50.0, 21.0);
         failed.failed = true;
         let truth = [
@@ -247,7 +255,7 @@ mod tests {
             // The same page again 0.5 s later: the seen pageview nearest to the first is used,
             // and this one takes the other.
             truth("10.4.0.1", "/home", 100.5, 2.0),
-            // Its only candidate started 2 s away: unmatched.
+            // Its only candidate started 2 s before it: unmatched.
             truth("10.4.0.2", "/home", 200.0, 1.0),
             // rlm dropped its first SYN: 3 s more, in both measurements.
             truth("10.5.0.1", "/item", 300.0, 4.0),
@@ -258,7 +266,7 @@ mod tests {
         let seen = [
             seen("10.4.0.1", "/home", 100.45, 1.98, false),
             seen("10.4.0.1", "/home", 100.02, 1.01, false),
-            seen("10.4.0.2", "/home", 202.0, 1.0, false),
+            seen("10.4.0.2", "/home", 198.0, 1.0, false),
             seen("10.5.0.1", "/item", 300.001, 4.2, true),
             seen("10.5.0.1", "/item", 400.0, 1.0, false),
             seen("10.5.0.2", "/other", 400.0, 1.0, false),
@@ -277,6 +285,14 @@ mod tests {
         let twice = [truth[0].clone(), truth[0].clone()];
         let one = [seen[1].clone()];
         assert_eq!(compare(&twice, &one).all.matched, 1);
+        // Its first SYN lost before the appliance: seen 3.1 s late and 3.1 s short, matched
+        // with its error; 4.5 s late is another pageview.
+        let lost = [super::tests::truth("10.4.0.3", "/home", 500.0, 3.8)];
+        let late = |start_ts: f64| [super::tests::seen("10.4.0.3", "/home", start_ts, 0.7, false)];
+        let f = compare(&lost, &late(503.1));
+        assert_eq!(f.all.matched, 1);
+        assert!((f.all.median_rel_err - 3.1 / 3.8).abs() < 1e-9, "{f:?}");
+        assert_eq!(compare(&lost, &late(504.5)).all.matched, 0);
         // Nothing acted on: the subset is empty, its errors 0.
         let none = compare(&twice, &[]);
         assert_eq!((none.all.truth_pageviews, none.all.matched, none.acted.truth_pageviews, none.seen), (2, 0, 0, 0));
