@@ -264,6 +264,8 @@ pub struct Sample {
     pub connect_failures: usize,
     /// The `rlm` arm: how rlm ran and stopped in this sample.
     pub rlm: Option<RlmOutcome>,
+    /// Lines of rlm's transaction records of this sample (records on), counted by the lab.
+    pub transaction_lines: Option<u64>,
 }
 
 /// An arm's samples and their medians.

@@ -1,8 +1,11 @@
 //! The throughput experiment: what the appliance inline costs the bridge.
 //!
-//! Two arms on one lab, alternating sample by sample (and which goes first, round by round) so
-//! that whatever else loads this shared machine falls on both alike: `plain-bridge` (no rlm) and `rlm` (`rlm run` with a rule file
-//! that exercises every queued path). Each sample measures, for 5 s each (3 s in a quick run):
+//! Arms on one lab, alternating sample by sample (and which goes first, round by round) so
+//! that whatever else loads this shared machine falls on them alike: `plain-bridge` (no rlm),
+//! `rlm` (`rlm run` with a rule file that exercises every queued path; full run only) and
+//! `rlm-records` (the same rlm writing its transaction, pageview and decision records, as an
+//! operator's would: what writing them costs). Each sample measures, for 5 s each (3 s in a
+//! quick run):
 //!
 //! - `bulk_gbps`: iperf3 from the clients' namespace to an iperf3 server on the farm's address,
 //!   one TCP stream, the server sending (`-R`: the direction of web responses). Not a server
@@ -37,6 +40,60 @@ CLASS HIGH IF IP.SRC == 10.4.*.*\n\
 CLASS LOW IF IP.SRC != 10.4.*.*\n\
 IF RT.HIGH > 0.0s AND IP.SRC == 10.6.*.* THEN DROP SYN\n\
 IF IP.SRC == 10.4.*.* THEN LIMIT SYN 1000000/s BURST 100000\n";
+
+/// The arms of the experiment, in their order in the first round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    PlainBridge,
+    /// rlm without records.
+    Rlm,
+    /// rlm writing its records.
+    RlmRecords,
+}
+
+impl Arm {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arm::PlainBridge => "plain-bridge",
+            Arm::Rlm => "rlm",
+            Arm::RlmRecords => "rlm-records",
+        }
+    }
+
+    /// How rlm runs in this arm, if it does.
+    fn rlm(self) -> Option<RlmArm> {
+        let rlm = RlmArm { rules: RULES.into(), ..RlmArm::default() };
+        match self {
+            Arm::PlainBridge => None,
+            Arm::Rlm => Some(RlmArm { records: false, ..rlm }),
+            Arm::RlmRecords => Some(rlm),
+        }
+    }
+
+    /// The arms of a run: a quick run judges rlm writing its records against the plain bridge
+    /// (two arms, for `make test`'s time); the full run adds rlm without records, against which
+    /// the records' cost is judged.
+    pub fn of_run(quick: bool) -> Vec<Arm> {
+        if quick {
+            vec![Arm::PlainBridge, Arm::RlmRecords]
+        } else {
+            vec![Arm::PlainBridge, Arm::Rlm, Arm::RlmRecords]
+        }
+    }
+}
+
+/// The order of the arms in round `round`: rotated one place each round (with two arms: ABBA),
+/// so that a load that rises or falls through the run falls on every arm alike.
+fn order(arms: &[Arm], round: usize) -> Vec<Arm> {
+    let mut v = arms.to_vec();
+    v.rotate_left(round % arms.len().max(1));
+    v
+}
+
+/// Lines of a file (0 if it cannot be read).
+fn count_lines(path: &Path) -> u64 {
+    std::fs::read(path).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+}
 
 const IPERF_PORT: u16 = 5201;
 const CONNECTS: usize = 2000;
@@ -147,17 +204,13 @@ fn connect_times(ns: &str, src: &str, n: usize) -> Result<(Vec<f64>, usize)> {
     .map_err(|_| anyhow!("connect thread panicked"))?
 }
 
-/// One sample on the running lab.
-fn sample(plan: &Plan, round: usize, with_rlm: bool, sample_s: u32, dir: &Path) -> Result<Sample> {
+/// One sample of `arm` on the running lab.
+fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Result<Sample> {
     let cli = plan.ns("cli");
     let src = crate::topology::client_addr(true, 0);
-    let sdir = dir.join(format!("round-{round}"));
+    let sdir = dir.join(arm.name()).join(format!("round-{round}"));
     std::fs::create_dir_all(&sdir)?;
-    let rlm = if with_rlm {
-        Some(Inline::start(&plan.ns("app"), &RlmArm { rules: RULES.into(), records: false, ..RlmArm::default() }, &sdir, Duration::from_secs(10))?)
-    } else {
-        None
-    };
+    let rlm = arm.rlm().map(|a| Inline::start(&plan.ns("app"), &a, &sdir, Duration::from_secs(10))).transpose()?;
     let run = || -> Result<Sample> {
         let t = sample_s.to_string();
         // iperf3 -J prints its error as JSON on stdout and exits 1: read stdout either way.
@@ -184,15 +237,17 @@ fn sample(plan: &Plan, round: usize, with_rlm: bool, sample_s: u32, dir: &Path) 
             connect_p99_us: percentile(&times, 99.0),
             connect_failures: failed,
             rlm: None,
+            transaction_lines: None,
         })
     };
     let result = run();
     let outcome = rlm.map(Inline::stop).transpose()?;
     let mut s = result?;
+    s.transaction_lines = outcome.as_ref().and_then(|o| o.records.as_ref()).map(|r| count_lines(&r.transactions));
     s.rlm = outcome;
     eprintln!(
         "rlm-lab: throughput: round {round} {}: bulk {:.2} Gbit/s, {:.0} conn/s, connect p50 {:.0} µs p99 {:.0} µs",
-        if with_rlm { "rlm" } else { "plain-bridge" },
+        arm.name(),
         s.bulk_gbps,
         s.conn_per_s,
         s.connect_p50_us,
@@ -244,9 +299,9 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
     }
 }
 
-/// Run the experiment: `rounds` rounds, each a plain-bridge sample and an rlm sample, the
-/// first of the two alternating from round to round.
-pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpec) -> Result<Vec<ArmResult>> {
+/// Run the experiment: `rounds` rounds, each a sample of every arm of `arms`, in an order that
+/// turns from round to round ([`order`]).
+pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpec, arms: &[Arm]) -> Result<Vec<ArmResult>> {
     std::fs::create_dir_all(out)?;
     let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1, ..Plan::default() };
     plan.up()?;
@@ -284,36 +339,41 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpe
             wait_listen(&srv, IPERF_PORT)
         })();
         let run = started.and_then(|()| {
-            let (mut plain, mut with) = (Vec::new(), Vec::new());
-            // ABBA: the arm that goes first alternates, so that a load that rises or falls
-            // through the run falls on both arms alike.
+            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); arms.len()];
             for round in 0..rounds {
-                if round % 2 == 0 {
-                    plain.push(sample(&plan, round, false, sample_s, &out.join("plain-bridge"))?);
-                    with.push(sample(&plan, round, true, sample_s, &out.join("rlm"))?);
-                } else {
-                    with.push(sample(&plan, round, true, sample_s, &out.join("rlm"))?);
-                    plain.push(sample(&plan, round, false, sample_s, &out.join("plain-bridge"))?);
+                for arm in order(arms, round) {
+                    let i = arms.iter().position(|a| *a == arm).expect("one of the arms");
+                    samples[i].push(sample(&plan, round, arm, sample_s, out)?);
                 }
             }
-            Ok((plain, with))
+            Ok(samples)
         });
         for c in children.iter_mut().rev() {
             stop_child(c);
         }
-        let (plain, with) = run?;
-        let plain = arm_of(plain);
-        let mut with = arm_of(with);
-        with.added_latency_p50_us = Some(with.connect_p50_us - plain.connect_p50_us);
-        with.added_latency_p99_us = Some(with.connect_p99_us - plain.connect_p99_us);
-        with.bulk_ratio = (plain.bulk_gbps > 0.0).then(|| with.bulk_gbps / plain.bulk_gbps);
-        with.conn_ratio = (plain.conn_per_s > 0.0).then(|| with.conn_per_s / plain.conn_per_s);
-        let mut rspec = spec.clone();
-        rspec.name = "rlm".into();
-        rspec.rlm = Some(RlmArm { rules: RULES.into(), records: false, ..RlmArm::default() });
-        let mut pspec = spec.clone();
-        pspec.name = "plain-bridge".into();
-        Ok(vec![result("plain-bridge", &pspec, plain, &out.join("plain-bridge")), result("rlm", &rspec, with, &out.join("rlm"))])
+        let mut by_arm: Vec<ThroughputArm> = run?.into_iter().map(arm_of).collect();
+        // Every arm with rlm against the plain bridge, if it ran.
+        if let Some(p) = arms.iter().position(|a| *a == Arm::PlainBridge) {
+            let plain = by_arm[p].clone();
+            for (t, arm) in by_arm.iter_mut().zip(arms) {
+                if *arm != Arm::PlainBridge {
+                    t.added_latency_p50_us = Some(t.connect_p50_us - plain.connect_p50_us);
+                    t.added_latency_p99_us = Some(t.connect_p99_us - plain.connect_p99_us);
+                    t.bulk_ratio = (plain.bulk_gbps > 0.0).then(|| t.bulk_gbps / plain.bulk_gbps);
+                    t.conn_ratio = (plain.conn_per_s > 0.0).then(|| t.conn_per_s / plain.conn_per_s);
+                }
+            }
+        }
+        Ok(arms
+            .iter()
+            .zip(by_arm)
+            .map(|(arm, t)| {
+                let mut aspec = spec.clone();
+                aspec.name = arm.name().into();
+                aspec.rlm = arm.rlm();
+                result(arm.name(), &aspec, t, &out.join(arm.name()))
+            })
+            .collect())
     })();
     plan.down()?;
     result

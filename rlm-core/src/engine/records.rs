@@ -87,8 +87,10 @@ impl UnixMicros {
     /// `t` rounded to the nearest microsecond.
     pub fn of(t: Timestamp) -> UnixMicros {
         let us = t.as_nanos().saturating_add(500) / 1_000;
-        // The f64 nearest the decimal, so that the shortest round-trip form is the decimal.
-        UnixMicros(format!("{}.{:06}", us / 1_000_000, us % 1_000_000).parse().unwrap_or(0.0))
+        // The f64 nearest the decimal, so that the shortest round-trip form is the decimal: both
+        // operands are exact (`us` < 2^53 until the year 2255), and IEEE division rounds the
+        // exact quotient, the decimal itself, to the nearest f64.
+        UnixMicros(us as f64 / 1e6)
     }
     /// The seconds, with the microseconds as a fraction.
     pub fn secs(self) -> f64 {
@@ -224,6 +226,24 @@ impl TransactionRecord {
             response_last_ts: txn.response_last_ts.map(UnixMicros::of),
             pageview,
             anomalies: txn.anomalies.labels().collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod unix_micros_tests {
+    use super::*;
+
+    /// The division gives the f64 that parsing the decimal gives, over a spread of times.
+    #[test]
+    fn the_microseconds_are_the_decimals_nearest_f64() {
+        let mut rng = crate::testkit::Rng::new(7);
+        for i in 0..200_000u64 {
+            let ns = if i % 2 == 0 { 1_000_000_000_000_000_000 + rng.below(4_000_000_000_000_000_000) } else { rng.below(1 << 62) };
+            let t = Timestamp(ns);
+            let us = t.as_nanos().saturating_add(500) / 1_000;
+            let decimal: f64 = format!("{}.{:06}", us / 1_000_000, us % 1_000_000).parse().unwrap();
+            assert_eq!(UnixMicros::of(t).secs().to_bits(), decimal.to_bits(), "{ns} ns");
         }
     }
 }

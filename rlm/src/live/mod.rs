@@ -747,9 +747,12 @@ impl Loop {
                 }
                 _ => {}
             }
-            if let Some(w) = &self.records {
+            if let Some(w) = &mut self.records {
                 w.send(ev);
             }
+        }
+        if let Some(w) = &mut self.records {
+            w.tick();
         }
     }
 

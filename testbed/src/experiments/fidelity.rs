@@ -21,6 +21,9 @@ use crate::topology::Offloads;
 /// and on at the appliance and the farm (as real boxes have them).
 pub const LIVE_ARMS: [&str; 2] = ["live", "live-offloads"];
 
+/// The run of each arm in a quick run (s).
+const QUICK_RUN_S: f64 = 30.0;
+
 /// The share of the truth's pageviews rlm's live pageviews must match in the live arms.
 pub const LIVE_MIN_MATCHED: f64 = 0.98;
 
@@ -40,10 +43,11 @@ impl Experiment for Fidelity {
         the live path's own."
     }
 
-    /// Quick: the two live arms (the first one's capture gives the offline figure). Full: wan,
-    /// then the live arms.
+    /// Quick: the two live arms (the first one's capture gives the offline figure), 30 s each
+    /// (about 270 truth pageviews; `make test`'s time). Full: wan, then the live arms.
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let (light, _, dur, cores) = scale(quick);
+        let dur = if quick { QUICK_RUN_S } else { dur };
         let live = |name: &str, offloads: Offloads| {
             let mut a = with_rlm(arm(name, light, dur, &WAN_80_2, true, cores), String::new(), &[]);
             a.offloads = offloads;
@@ -312,8 +316,9 @@ mod tests {
                 None => assert_eq!(a.name, "wan"),
             }
         }
-        // The quick run's arms last as long as its one arm did.
-        assert!(Fidelity.arms(true).iter().all(|a| a.duration_s == scale(true).2));
+        // The quick run's two arms take about as long as its one arm of 45 s did with a replay.
+        assert!(Fidelity.arms(true).iter().all(|a| a.duration_s == QUICK_RUN_S));
+        assert!(Fidelity.arms(false).iter().all(|a| a.duration_s == scale(false).2));
     }
 
     /// A fidelity result: the offline figure over `wan`'s capture, and the live arms' figures.

@@ -1,5 +1,5 @@
-//! throughput: what rlm inline costs the bridge, plain-bridge and rlm sample by sample (the
-//! samples are taken by [`crate::throughput`]).
+//! throughput: what rlm inline costs the bridge, plain-bridge and rlm sample by sample, and in
+//! the full run what rlm's records cost it (the samples are taken by [`crate::throughput`]).
 
 use std::path::Path;
 
@@ -35,14 +35,14 @@ impl Experiment for Throughput {
     }
 
     fn note(&self) -> &'static str {
-        "What rlm inline costs the bridge: arms plain-bridge and rlm alternate, round after round (the first of \
-        the two alternating too), each sample `sample_s` seconds of iperf3 (one stream, server to client), as \
+        "What rlm inline costs the bridge: arms plain-bridge, rlm (full run only) and rlm-records (the same rlm \
+        writing its records) alternate, round after round (the first of them turning too), each sample `sample_s` seconds of iperf3 (one stream, server to client), as \
         long of wrk (a new connection per request to a 512-byte page of nginx on port 80, so every request's \
         SYN crosses rlm's queue) and 2,000 timed connects. No WAN emulation; offloads off as in every lab run. \
         Medians of the samples; every sample is listed. The full run is judged on the medians; a quick run on rlm's sample against the plain bridge's of the same round, the second best of the five ratios."
     }
 
-    /// Its one arm, the spec of both (`plain-bridge` and `rlm`).
+    /// Its one arm, the spec of every arm ([`crate::throughput::Arm`]).
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let (_, _, _, cores) = scale(quick);
         let mut a = arm("throughput", 0, f64::from(throughput_sample_s(quick) * 2 * throughput_rounds(quick) as u32), &[], false, cores);
@@ -60,8 +60,10 @@ impl Experiment for Throughput {
 
     /// `rounds` rounds of a plain-bridge and an rlm sample, on one lab.
     fn run(&self, quick: bool, prefix: &str, specs: &[ArmSpec], out: &Path) -> Result<Vec<ArmResult>> {
-        eprintln!("rlm-lab: {}: {} rounds of plain-bridge and rlm", self.name(), throughput_rounds(quick));
-        crate::throughput::run(prefix, throughput_rounds(quick), throughput_sample_s(quick), out, &specs[0])
+        let arms = crate::throughput::Arm::of_run(quick);
+        let names: Vec<&str> = arms.iter().map(|a| a.name()).collect();
+        eprintln!("rlm-lab: {}: {} rounds of {}", self.name(), throughput_rounds(quick), names.join(", "));
+        crate::throughput::run(prefix, throughput_rounds(quick), throughput_sample_s(quick), out, &specs[0], &arms)
     }
 
     fn browsers(&self) -> bool {
@@ -70,11 +72,14 @@ impl Experiment for Throughput {
 
     fn check(&self, tp: &Value, _all: &Results, c: &mut Checks) {
         let v = &mut c.v;
-        let (plain, with) = (arm_in(tp, "plain-bridge"), arm_in(tp, "rlm"));
+        let quick = tp["quick"].as_bool().unwrap_or(true);
+        // The arm judged against the plain bridge: rlm without records in the full run (the
+        // figures of docs/performance.md), rlm writing them in a quick run (its only rlm arm).
+        let records = arm_in(tp, "rlm-records");
+        let (plain, with) = (arm_in(tp, "plain-bridge"), if quick { records.clone() } else { arm_in(tp, "rlm") });
         let (p, w) = (&plain["throughput"], &with["throughput"]);
         let (np, nw) = (p["samples"].as_array().map_or(0, |a| a.len()), w["samples"].as_array().map_or(0, |a| a.len()));
         v.push((np >= 3 && nw >= 3, format!("throughput: {np} plain-bridge and {nw} rlm samples (at least 3 each)")));
-        let quick = tp["quick"].as_bool().unwrap_or(true);
         let full = !quick && nw >= 5 && np >= 5;
         // The full run is judged on each arm's median (5 rounds of 5 s: `make lab`). The quick
         // run's 3 s samples are at the mercy of whatever else runs on this shared two-core
@@ -132,6 +137,51 @@ impl Experiment for Throughput {
         }
         let clean = w["rlm_clean_exits"].as_u64().unwrap_or(0) as usize;
         v.push((clean == nw && nw > 0, format!("throughput: rlm exited cleanly after {clean} of {nw} samples")));
+        records_checks(v, &records["throughput"]);
+        if !quick {
+            records_cost(v, &records["throughput"], w);
+        }
+    }
+}
+
+/// rlm's records under the load, sample by sample: the file holds as many transaction lines as
+/// rlm says it wrote, and every transaction rlm measured was written or counted dropped
+/// (`written + dropped >= transactions` at its last /status, taken before it stopped).
+fn records_checks(v: &mut Vec<(bool, String)>, w: &Value) {
+    let (mut written, mut dropped) = (0.0, 0.0);
+    let mut bad = Vec::new();
+    let samples = w["samples"].as_array().map_or(&[][..], |a| a.as_slice());
+    for s in samples {
+        let counts = &s["rlm"]["records"]["counts"]["transactions"];
+        let (wr, dr, lines, txns) = (num(&counts["written"]), num(&counts["dropped"]), num(&s["transaction_lines"]), num(&s["rlm"]["transactions"]));
+        if counts.is_null() || lines != wr || wr + dr < txns {
+            bad.push(format!("round {}: {wr} written, {dr} dropped, {lines} lines, {txns} transactions", s["round"]));
+        }
+        written += wr;
+        dropped += dr;
+    }
+    v.push((
+        !samples.is_empty() && bad.is_empty() && written > 0.0,
+        format!(
+            "throughput: rlm's transaction records under the load: {written} written ({} lines read back), {dropped} dropped and counted, none lost uncounted{}",
+            samples.iter().map(|s| num(&s["transaction_lines"])).sum::<f64>(),
+            if bad.is_empty() { String::new() } else { format!(" (but {})", bad.join("; ")) }
+        ),
+    ));
+}
+
+/// The full run: what writing the records costs the data path, rlm-records against rlm
+/// (medians of the alternating samples): at most 5%, bulk and connections alike.
+fn records_cost(v: &mut Vec<(bool, String)>, with: &Value, without: &Value) {
+    for (key, unit, digits) in [("bulk_gbps", "bulk Gbit/s", 2), ("conn_per_s", "connections/s", 0)] {
+        let (a, b) = (num(&with[key]), num(&without[key]));
+        v.push((
+            b > 0.0 && a >= 0.95 * b,
+            format!(
+                "throughput: rlm writing its records reached {a:.digits$} {unit}, {:.1}% of rlm's without records {b:.digits$} (medians; at least 95%)",
+                a / b * 100.0
+            ),
+        ));
     }
 }
 
@@ -155,7 +205,10 @@ mod tests {
     /// Five samples of each arm; the medians are the middle samples, as the lab writes them.
     fn samples(bulk: [f64; 5], conn: [f64; 5]) -> (Vec<Value>, f64, f64) {
         let v = (0..5)
-            .map(|i| serde_json::json!({"round": i, "requests": 100, "rlm": {"transactions": 100}, "bulk_gbps": bulk[i], "conn_per_s": conn[i]}))
+            .map(|i| {
+                serde_json::json!({"round": i, "requests": 100, "bulk_gbps": bulk[i], "conn_per_s": conn[i], "transaction_lines": 100,
+                    "rlm": {"transactions": 100, "records": {"counts": {"transactions": {"written": 100, "dropped": 0}}}}})
+            })
             .collect();
         let median = |x: [f64; 5]| crate::stats::median(&x);
         (v, median(bulk), median(conn))
@@ -164,7 +217,8 @@ mod tests {
     fn result(quick: bool, plain: (Vec<Value>, f64, f64), rlm: (Vec<Value>, f64, f64)) -> Value {
         serde_json::json!({"quick": quick, "arms": [
             {"name": "plain-bridge", "throughput": {"samples": plain.0, "bulk_gbps": plain.1, "conn_per_s": plain.2}},
-            {"name": "rlm", "rlm_clean_exits": 5, "throughput": {"samples": rlm.0, "bulk_gbps": rlm.1, "conn_per_s": rlm.2}}]})
+            {"name": "rlm", "rlm_clean_exits": 5, "throughput": {"samples": rlm.0, "bulk_gbps": rlm.1, "conn_per_s": rlm.2}},
+            {"name": "rlm-records", "rlm_clean_exits": 5, "throughput": {"samples": rlm.0, "bulk_gbps": rlm.1, "conn_per_s": rlm.2 * 0.98}}]})
     }
 
     /// Every sample alike: the median and the second best are the same figure.
@@ -220,5 +274,31 @@ mod tests {
         assert!(verdict(&r, "throughput: rlm bulk Gbit/s in two rounds of five at least 86%"));
         assert!(second_highest(&[]).is_nan());
         assert_eq!(round_ratios(&Value::Null, &Value::Null, "conn_per_s"), Vec::<f64>::new());
+    }
+
+    #[test]
+    fn every_transaction_is_written_or_counted_dropped_and_records_cost_at_most_5_percent_on_a_full_run() {
+        let r = even(false, 2.6, 7500.0);
+        assert!(verdict(&r, "throughput: rlm's transaction records under the load: 500 written (500 lines read back), 0 dropped"));
+        assert!(verdict(&r, "throughput: rlm writing its records reached 7350 connections/s, 98.0% of rlm's without records 7500"));
+        // Dropped and counted: fine. Lines short of what rlm says it wrote, or transactions
+        // neither written nor counted: not.
+        let mut r = even(true, 2.6, 7500.0);
+        r["arms"][2]["throughput"]["samples"][2]["rlm"]["records"]["counts"]["transactions"] = serde_json::json!({"written": 60, "dropped": 40});
+        r["arms"][2]["throughput"]["samples"][2]["transaction_lines"] = serde_json::json!(60);
+        assert!(verdict(&r, "throughput: rlm's transaction records under the load: 460 written (460 lines read back), 40 dropped"));
+        r["arms"][2]["throughput"]["samples"][3]["transaction_lines"] = serde_json::json!(99);
+        assert!(!verdict(&r, "throughput: rlm's transaction records under the load: 460 written (459 lines read back)"));
+        let mut r = even(true, 2.6, 7500.0);
+        r["arms"][2]["throughput"]["samples"][0]["rlm"]["transactions"] = serde_json::json!(101);
+        assert!(!verdict(&r, "throughput: rlm's transaction records"));
+        // Records costing 6% of the connection rate fail the full run.
+        let mut r = even(false, 2.6, 7500.0);
+        r["arms"][2]["throughput"]["conn_per_s"] = serde_json::json!(7050.0);
+        assert!(!verdict(&r, "throughput: rlm writing its records reached 7050 connections/s, 94.0%"));
+        // The quick run does not judge it (no rlm arm without records).
+        let mut c = Checks::default();
+        Throughput.check(&even(true, 2.6, 7500.0), &Results::new(), &mut c);
+        assert!(c.v.iter().all(|(_, m)| !m.starts_with("throughput: rlm writing its records")));
     }
 }

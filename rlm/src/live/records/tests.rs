@@ -128,7 +128,7 @@ fn every_record_is_one_line_byte_equal_to_record_outs() {
     let d = temp_dir("live-equal");
     let base = engine_records();
     let events: Vec<Event> = (0..300).map(|i| if i % 3 == 2 { decision(i) } else { base[i % base.len()].clone() }).collect();
-    let w = RecordWriter::spawn(all_to(&d), WriterOptions::default()).unwrap();
+    let mut w = RecordWriter::spawn(all_to(&d), WriterOptions::default()).unwrap();
     for ev in &events {
         w.send(ev.clone());
     }
@@ -161,7 +161,7 @@ fn every_record_is_one_line_byte_equal_to_record_outs() {
 #[test]
 fn a_blocked_output_costs_records_never_a_wait() {
     let sink = GatedSink::default();
-    let w = gated_writer(&sink, WriterOptions { capacity: 4, ..WriterOptions::default() });
+    let mut w = gated_writer(&sink, WriterOptions { capacity: 4, ..WriterOptions::default() });
     let sent = 200;
     for i in 0..sent {
         let t = Instant::now();
@@ -183,7 +183,7 @@ fn a_blocked_output_costs_records_never_a_wait() {
 
 #[test]
 fn a_reopen_after_a_rename_puts_each_record_in_exactly_one_file() {
-    let (d, f, w) = decisions_writer("reopen", WriterOptions::default());
+    let (d, f, mut w) = decisions_writer("reopen", WriterOptions::default());
     (0..500).for_each(|i| w.send(decision(i)));
     std::fs::rename(&f, d.join("dec.jsonl.1")).unwrap();
     w.request_reopen();
@@ -200,7 +200,7 @@ fn a_reopen_after_a_rename_puts_each_record_in_exactly_one_file() {
 #[test]
 fn rotation_at_max_bytes_keeps_at_most_keep_files() {
     let (max, keep) = (2_000u64, 3);
-    let (d, f, w) = decisions_writer("rotate", WriterOptions { max_bytes: Some(max), keep, ..WriterOptions::default() });
+    let (d, f, mut w) = decisions_writer("rotate", WriterOptions { max_bytes: Some(max), keep, ..WriterOptions::default() });
     (0..200).for_each(|i| w.send(decision(i)));
     let c = w.close();
     assert_eq!((c.decisions_written, c.decisions_dropped, c.reopen_errors), (200, 0, 0));
@@ -231,7 +231,7 @@ fn decision_record(i: usize) -> DecisionRecord {
 fn close_with_a_stuck_output_returns_in_time_and_counts_the_rest_as_dropped() {
     let sink = GatedSink::default();
     let bound = Duration::from_millis(300);
-    let w = gated_writer(&sink, WriterOptions { capacity: 8, close_timeout: bound, ..WriterOptions::default() });
+    let mut w = gated_writer(&sink, WriterOptions { capacity: 8, close_timeout: bound, ..WriterOptions::default() });
     (0..6).for_each(|i| w.send(decision(i)));
     let t = Instant::now();
     let c = w.close();
@@ -244,13 +244,59 @@ fn close_with_a_stuck_output_returns_in_time_and_counts_the_rest_as_dropped() {
 
 #[test]
 fn records_reach_the_file_within_a_second_without_a_close() {
-    let (d, f, w) = decisions_writer("idle", WriterOptions::default());
+    let (d, f, mut w) = decisions_writer("idle", WriterOptions::default());
     w.send(decision(7));
     let t = Instant::now();
+    // The event loop ticks the writer every turn.
     while std::fs::metadata(&f).unwrap().len() == 0 && t.elapsed() < Duration::from_secs(3) {
+        w.tick();
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(rules_of(&std::fs::read_to_string(&f).unwrap()), expected_rules(7..8), "flushed after {:?}", t.elapsed());
     assert_eq!(w.close().decisions_written, 1);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn records_go_to_the_writer_in_batches_one_wakeup_each() {
+    let (d, f, mut w) = decisions_writer("batch", WriterOptions::default());
+    (0..BATCH - 1).for_each(|i| w.send(decision(i)));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(w.counts().decisions_written, 0, "a batch not full, not ticked past its wait, stays with the event loop");
+    w.send(decision(BATCH - 1));
+    let t = Instant::now();
+    while w.counts().decisions_written < BATCH as u64 && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(w.counts().decisions_written, BATCH as u64, "a full batch goes at once");
+    assert_eq!(w.close().decisions_written, BATCH as u64);
+    assert_eq!(rules_of(&std::fs::read_to_string(&f).unwrap()), expected_rules(0..BATCH));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The writer thread's scheduling policy, from /proc (field 41 of its stat: 5 is SCHED_IDLE).
+fn writer_policy() -> Option<u32> {
+    std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+        if comm.trim() != "rlm-records" {
+            return None;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+        // Fields after the command name (which may hold spaces) start after the last ')'.
+        stat.rsplit_once(')')?.1.split_whitespace().nth(38)?.parse().ok()
+    })
+}
+
+#[test]
+fn the_writer_runs_on_idle_time_only() {
+    let (d, _, mut w) = decisions_writer("idle-policy", WriterOptions::default());
+    w.send(decision(1));
+    w.tick();
+    let t = Instant::now();
+    while writer_policy() != Some(libc::SCHED_IDLE as u32) && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(writer_policy(), Some(libc::SCHED_IDLE as u32));
+    w.close();
     std::fs::remove_dir_all(&d).unwrap();
 }
