@@ -32,14 +32,17 @@ pub(super) fn parse_content_length(v: &[u8]) -> Option<u64> {
     (n <= i64::MAX as u64).then_some(n)
 }
 
-/// The length of a `Content-Range: bytes first-last/size` (last - first + 1).
+/// The length of a `Content-Range: bytes first-last/size` (last - first + 1); None when it is
+/// malformed, backwards or longer than a length can be.
 pub(super) fn content_range_len(v: &str) -> Option<u64> {
     let v: String = v.chars().filter(|c| *c != ' ').collect();
     let spec = v.strip_prefix("bytes")?;
     let (range, _) = spec.split_once('/')?;
     let (f, l) = range.split_once('-')?;
     let (f, l): (u64, u64) = (f.parse().ok()?, l.parse().ok()?);
-    (l >= f).then(|| l - f + 1)
+    // Checked: the numbers come from the wire (`bytes 0-18446744073709551615/1` would wrap), and
+    // a length is no longer than a Content-Length can be.
+    l.checked_sub(f)?.checked_add(1).filter(|n| *n <= i64::MAX as u64)
 }
 
 /// Whether the request's `Sec-Fetch-Dest`, or else its `Accept`, says the browser is navigating

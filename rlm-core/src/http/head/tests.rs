@@ -152,4 +152,9 @@ fn content_length_as_zeek_reads_it() {
     assert_eq!(parse_request(te).unwrap().framing, Framing::Length(4));
     let (h, _) = parse_response(b"HTTP/1.1 206 Partial\r\nContent-Range: bytes 0-99/1000\r\nContent-Length: 50\r\n\r\n").unwrap();
     assert_eq!(h.content_length, Some(100));
+    // A span from the wire that would wrap, or be longer than a length can be: ignored.
+    for range in ["0-18446744073709551615", "1-18446744073709551615", "9223372036854775808-18446744073709551615", "5-4"] {
+        let head = format!("HTTP/1.1 206 Partial\r\nContent-Range: bytes {range}/1\r\nContent-Length: 50\r\n\r\n");
+        assert_eq!(parse_response(head.as_bytes()).unwrap().0.content_length, Some(50), "{range}");
+    }
 }
