@@ -120,6 +120,14 @@ impl TcpConv {
     pub fn server_rst(&self) -> Vec<u8> {
         frame(self.server, self.client, self.sseq, Some(self.cseq), "R", &[])
     }
+    /// A segment with `flags` ("R", "F", ...) and no payload, from the server (`from_server`)
+    /// or the client, its sequence number `offset` from that side's next one: what a blind
+    /// spoofer or a stale copy sends.
+    pub fn forged(&self, from_server: bool, offset: i64, flags: &str) -> Vec<u8> {
+        let (src, dst, next, ack) =
+            if from_server { (self.server, self.client, self.sseq, self.cseq) } else { (self.client, self.server, self.cseq, self.sseq) };
+        frame(src, dst, next.wrapping_add(offset as u32), Some(ack), flags, &[])
+    }
     /// RST answering a SYN (connection refused).
     pub fn refuse(&self) -> Vec<u8> {
         frame(self.server, self.client, 0, Some(self.client_isn.wrapping_add(1)), "R", &[])

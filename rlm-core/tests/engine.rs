@@ -2048,3 +2048,32 @@ fn a_container_cut_short_is_no_longer_trusted_to_list_its_objects() {
 fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap()
 }
+
+/// An RST or FIN outside its sender's window (a blind spoofer's guess, a FIN 2^31 behind) changes
+/// nothing rlm measures: the response goes on to its end, the next request is read, and both
+/// are counted out of window. The in-window RST still ends the connection.
+#[test]
+fn rst_and_fin_outside_the_window_change_nothing() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.19:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/big", "")));
+    let segs = c.server_data(&gif_response(5_000));
+    r.feed(90, segs[0].clone());
+    r.feed(91, c.forged(true, 1 << 30, "R"));
+    r.feed(92, c.forged(true, -(1 << 31) + 1, "RA"));
+    r.feed(93, c.forged(false, -(1 << 31) + 10, "FA"));
+    r.feed_all(95, segs[1..].to_vec());
+    r.feed(100, c.client_data(&get("/next", "")));
+    r.feed_all(110, c.server_data(&gif_response(300)));
+    r.advance(200);
+    assert_eq!(r.engine.stats().out_of_window, 3);
+    assert_eq!(r.tx.len(), 2, "both transactions, whole: {:?}", r.tx.iter().map(|t| (&t.uri, &t.anomalies)).collect::<Vec<_>>());
+    assert!(r.tx.iter().all(|t| t.anomalies.is_empty() && t.status_code == Some(200)), "{:?}", r.tx);
+    assert_eq!(r.tx[0].response_body_len, 5_000);
+    // At the stream's next byte, the RST is the server's: the connection ends.
+    r.feed(120, c.forged(true, 0, "R"));
+    r.finish(1_000);
+    assert_eq!(r.engine.stats().out_of_window, 3);
+    assert_eq!(r.engine.table_sizes().connections, 0);
+}

@@ -184,6 +184,7 @@ impl Engine {
                 FlowNote::ServerRetransmission => self.pageviews.on_server_retransmission(now, id),
                 FlowNote::Refused => close = Some(CloseReason::Refused),
                 FlowNote::Rst => close = Some(CloseReason::Rst),
+                FlowNote::OutOfWindow => self.stats.out_of_window += 1,
                 FlowNote::Fin(_) => {
                     if self.flows.get(id).expect("live").both_fins() {
                         close = Some(CloseReason::Fin);

@@ -114,6 +114,9 @@ pub struct Stats {
     pub retransmitted_segments: u64,
     /// Bytes declared never to be seen (capture loss), in either direction.
     pub gap_bytes: u64,
+    /// RSTs and FINs whose sequence number lay outside their sender's window: ignored (a blind
+    /// spoofer's, or stale copies).
+    pub out_of_window: u64,
     /// Frames that reached rlm cut ([`crate::Engine::handle_cut`]).
     pub cut_frames: u64,
     /// Payload bytes of cut frames (retransmissions included) that the wire carried and rlm

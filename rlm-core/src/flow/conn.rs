@@ -121,11 +121,19 @@ pub enum FlowNote {
     Refused,
     /// The FIN of this direction, once every byte before it has been delivered.
     Fin(Dir),
-    /// An RST (other than a refusal).
+    /// An RST (other than a refusal) inside its sender's window.
     Rst,
+    /// An RST, or a FIN, whose sequence number lies outside its sender's window: not the
+    /// endpoint's (a blind spoofer's, or a stale copy), so it changes nothing.
+    OutOfWindow,
     /// The server resent data the client had not received: the client gets it only now.
     ServerRetransmission,
 }
+
+/// How far behind its stream's next byte an RST may be and still be the sender's (bytes).
+const RST_BEHIND: i32 = 64 * 1024;
+/// How far past it (bytes).
+const RST_AHEAD: i32 = 1024 * 1024;
 
 /// One tracked TCP connection, with its application analyzer `A`.
 #[derive(Debug)]
@@ -209,12 +217,20 @@ impl<A: StreamAnalyzer> Conn<A> {
         if f.rst {
             if self.state == ConnState::SynSent && dir == Dir::ToClient {
                 notes.push(FlowNote::Refused);
-            } else {
+            } else if self.in_window(seg.seq, dir) {
                 notes.push(FlowNote::Rst);
+            } else {
+                notes.push(FlowNote::OutOfWindow);
             }
             return SegFate::Empty;
         }
         if self.on_handshake(now, seg, dir, notes) {
+            return SegFate::Empty;
+        }
+        if f.fin && !self.fin_in_window(seg, dir) {
+            // Not the sender's: none of it counts, its acknowledgement included (one far ahead
+            // would declare the other way's bytes lost).
+            notes.push(FlowNote::OutOfWindow);
             return SegFate::Empty;
         }
         if seg.payload_len > 0 && matches!(self.state, ConnState::SynSent | ConnState::SynReceived) {
@@ -294,6 +310,34 @@ impl<A: StreamAnalyzer> Conn<A> {
         fate
     }
 
+    /// Whether sequence number `seq` from `dir`'s sender can be the sender's: near where its
+    /// stream is ([`RST_BEHIND`] before it to [`RST_AHEAD`] past it), or anywhere while its stream
+    /// has not started. A passive box does not know the receiver's window scale; these bounds
+    /// hold any window it could miss, and leave a blind spoofer one chance in about 4,000 per
+    /// packet.
+    fn in_window(&self, seq: u32, dir: Dir) -> bool {
+        let this = match dir {
+            Dir::ToServer => &self.c2s,
+            Dir::ToClient => &self.s2c,
+        };
+        let Some(next) = this.next_seq() else { return true };
+        let d = seq.wrapping_sub(next) as i32;
+        (-RST_BEHIND..=RST_AHEAD).contains(&d)
+    }
+
+    /// Whether a FIN from `dir`'s sender can be the sender's: its place (after the segment's
+    /// payload) is not behind the stream's next byte while the stream has not ended (a FIN up to
+    /// 2^31 behind would rewind it), nor further ahead than [`RST_AHEAD`].
+    fn fin_in_window(&self, seg: &Segment<'_>, dir: Dir) -> bool {
+        let this = match dir {
+            Dir::ToServer => &self.c2s,
+            Dir::ToClient => &self.s2c,
+        };
+        let Some(next) = this.next_seq().filter(|_| !this.fin_seen) else { return true };
+        let d = seg.seq.wrapping_add(seg.payload_len).wrapping_sub(next) as i32;
+        (0..=RST_AHEAD).contains(&d)
+    }
+
     /// A segment with the FIN flag: the direction ends once every byte before the FIN has been
     /// delivered.
     fn on_fin(&mut self, now: Timestamp, seg: &Segment<'_>, dir: Dir, notes: &mut Vec<FlowNote>, app_out: &mut Vec<A::Event>) {
@@ -306,7 +350,7 @@ impl<A: StreamAnalyzer> Conn<A> {
             if !this.started {
                 this.start_at(fin_seq);
             }
-            if !seq_lt(this.next, fin_seq) {
+            if this.next == fin_seq {
                 this.fin_seen = true;
                 this.next = fin_seq.wrapping_add(1);
                 if let Some(a) = self.app.as_mut() {
