@@ -730,6 +730,18 @@ fn remove_embeds_blanks_references_in_the_container_and_keeps_checksums_good() {
 const GIF: &[u8] =
     b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;";
 
+/// Headless Chromium in namespace `ns`, a fresh profile at `profile`, loading the farm's page
+/// and printing its DOM; `clock` says when it stops (a virtual time budget, or a real timeout).
+fn chromium_dump_dom(ns: &str, profile: &std::path::Path, clock: &str) -> std::process::Output {
+    std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        .args(["--disable-background-networking", "--disable-component-update", clock, "--dump-dom"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("http://{FARM_ADDR}/"))
+        .output()
+        .expect("chromium runs")
+}
+
 /// A real browser through the appliance: headless Chromium loads a page whose image references
 /// rlm blanks (`REMOVE EMBEDS AT 2`, then `AFTER 3`), renders it whole (every `<img>` element
 /// still there) and asks the farm for exactly the images left; then a page whose image requests
@@ -770,13 +782,7 @@ fn chromium_loads_pages_with_references_removed_or_rewritten_and_fetches_exactly
         let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
         log.lock().unwrap().clear();
         let profile = dir.join("profile");
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &info.namespaces.clients, "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"])
-            .args(["--disable-background-networking", "--disable-component-update", "--virtual-time-budget=8000", "--dump-dom"])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(format!("http://{FARM_ADDR}/"))
-            .output()
-            .expect("chromium runs");
+        let out = chromium_dump_dom(&info.namespaces.clients, &profile, "--virtual-time-budget=8000");
         let out_rlm = rlm.stop().expect("stop");
         let dom = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{rule}: chromium failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -850,13 +856,8 @@ fn chromium_load_times_match_rlms_live_pageviews() {
     let mut loads = Vec::new();
     for i in 0..LOADS {
         let profile = dir.join(format!("profile-{i}"));
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &info.namespaces.clients, "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"])
-            .args(["--disable-background-networking", "--disable-component-update", "--timeout=15000", "--dump-dom"])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(format!("http://{FARM_ADDR}/"))
-            .output()
-            .expect("chromium runs");
+        // Real time (no virtual time budget), so that the page's timing is the network's.
+        let out = chromium_dump_dom(&info.namespaces.clients, &profile, "--timeout=15000");
         let dom = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
         let json = dom.split("<pre id=\"timing\">").nth(1).and_then(|r| r.split("</pre>").next()).unwrap_or("");

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::stream::{seq_lt, Chunk, HalfStream, SegFate};
+use super::stream::{Chunk, HalfStream, SegFate};
 use super::{Dir, StreamAnalyzer};
 use crate::time::Timestamp;
 use crate::wire::{Endpoint, Segment};
@@ -310,16 +310,21 @@ impl<A: StreamAnalyzer> Conn<A> {
         fate
     }
 
+    /// The stream `dir`'s sender writes.
+    fn stream(&self, dir: Dir) -> &HalfStream {
+        match dir {
+            Dir::ToServer => &self.c2s,
+            Dir::ToClient => &self.s2c,
+        }
+    }
+
     /// Whether sequence number `seq` from `dir`'s sender can be the sender's: near where its
     /// stream is ([`RST_BEHIND`] before it to [`RST_AHEAD`] past it), or anywhere while its stream
     /// has not started. A passive box does not know the receiver's window scale; these bounds
     /// hold any window it could miss, and leave a blind spoofer one chance in about 4,000 per
     /// packet.
     fn in_window(&self, seq: u32, dir: Dir) -> bool {
-        let this = match dir {
-            Dir::ToServer => &self.c2s,
-            Dir::ToClient => &self.s2c,
-        };
+        let this = self.stream(dir);
         let Some(next) = this.next_seq() else { return true };
         let d = seq.wrapping_sub(next) as i32;
         (-RST_BEHIND..=RST_AHEAD).contains(&d)
@@ -329,10 +334,7 @@ impl<A: StreamAnalyzer> Conn<A> {
     /// payload) is not behind the stream's next byte while the stream has not ended (a FIN up to
     /// 2^31 behind would rewind it), nor further ahead than [`RST_AHEAD`].
     fn fin_in_window(&self, seg: &Segment<'_>, dir: Dir) -> bool {
-        let this = match dir {
-            Dir::ToServer => &self.c2s,
-            Dir::ToClient => &self.s2c,
-        };
+        let this = self.stream(dir);
         let Some(next) = this.next_seq().filter(|_| !this.fin_seen) else { return true };
         let d = seg.seq.wrapping_add(seg.payload_len).wrapping_sub(next) as i32;
         (0..=RST_AHEAD).contains(&d)
