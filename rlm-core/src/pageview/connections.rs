@@ -28,18 +28,9 @@ impl Pageviews {
         if let Some(id) = self.active_for_client(client, now) {
             let rtt = self.rtt_for(client, None);
             let p = self.open.get_mut(&id).expect("active id is open");
-            p.conns.push(PvConn {
-                conn,
-                first_syn: Some(now),
-                syns: 1,
-                synacks: 0,
-                first_synack: None,
-                established: None,
-                failed_at: None,
-                pending: true,
-                rtt,
-            });
-            self.conn_pv.insert(conn, id);
+            if p.push_conn(PvConn::new(conn, Some(now), 1, true, rtt), self.cfg.max_conns).is_some() {
+                self.conn_pv.insert(conn, id);
+            }
             self.touch(id, now);
         }
     }
@@ -66,9 +57,9 @@ impl Pageviews {
         if let Some(&id) = self.conn_pv.get(&conn) {
             if let Some(p) = self.open.get_mut(&id) {
                 if let Some(i) = p.conn_index(conn) {
+                    p.set_pending(i, false);
                     let c = &mut p.conns[i];
                     c.established = Some(now);
-                    c.pending = false;
                     if let Some(r) = rtt {
                         c.rtt = r;
                     }
@@ -92,9 +83,9 @@ impl Pageviews {
             (Some(id), Some((first_syn, at, syns))) => {
                 if let Some(p) = self.open.get_mut(&id) {
                     if let Some(i) = p.conn_index(conn) {
+                        p.set_pending(i, false);
                         let c = &mut p.conns[i];
                         c.failed_at = Some(at);
-                        c.pending = false;
                         c.first_syn.get_or_insert(first_syn);
                         c.syns = c.syns.max(syns);
                     }
@@ -104,7 +95,7 @@ impl Pageviews {
             (Some(id), None) => {
                 if let Some(p) = self.open.get_mut(&id) {
                     if let Some(i) = p.conn_index(conn) {
-                        p.conns[i].pending = false;
+                        p.set_pending(i, false);
                     }
                 }
                 self.schedule(id);
@@ -114,17 +105,8 @@ impl Pageviews {
                 let rtt = self.rtt_for(client, None);
                 let id = self.new_pageview(client, first_syn - rtt / 2, now);
                 let p = self.open.get_mut(&id).expect("just created");
-                p.conns.push(PvConn {
-                    conn,
-                    first_syn: Some(first_syn),
-                    syns,
-                    synacks: 0,
-                    first_synack: None,
-                    established: None,
-                    failed_at: Some(at),
-                    pending: false,
-                    rtt,
-                });
+                let c = PvConn { failed_at: Some(at), ..PvConn::new(conn, Some(first_syn), syns, false, rtt) };
+                p.push_conn(c, self.cfg.max_conns);
                 p.acts = acts;
                 self.finish(id);
             }

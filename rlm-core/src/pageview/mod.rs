@@ -64,6 +64,17 @@ pub struct PageviewConfig {
     pub max_client_rtts: usize,
     /// A remembered RTT not refreshed for this long may be forgotten.
     pub client_rtt_ttl: Duration,
+    /// Connections kept per pageview; a SYN or request on a further one is left out of it and
+    /// counted in the record's `capped` (a browser opens a few per host).
+    pub max_conns: usize,
+    /// Transactions kept per pageview; further requests are left out and counted in `capped`.
+    pub max_txns: usize,
+    /// References a pageview's container (and its stylesheets and frames) may list; further ones
+    /// are left out and counted in `capped`.
+    pub max_expected: usize,
+    /// URL keys of documents that may refer to a pageview's objects (its container, stylesheets
+    /// and frames); further ones are left out and counted in `capped`.
+    pub max_referrers: usize,
 }
 
 impl Default for PageviewConfig {
@@ -77,6 +88,10 @@ impl Default for PageviewConfig {
             max_events: 512,
             max_client_rtts: 65_536,
             client_rtt_ttl: Duration::from_secs(600),
+            max_conns: 256,
+            max_txns: 1024,
+            max_expected: 2048,
+            max_referrers: 64,
         }
     }
 }
@@ -146,8 +161,7 @@ impl Pageviews {
     /// listed: the image's position among the listed images (1-based, in the order found).
     pub fn image_position(&self, conn: ConnId, depth: u32) -> Option<u32> {
         let p = self.open.get(self.txn_pv.get(&(conn, depth))?)?;
-        let ci = p.conn_index(conn)?;
-        let t = p.txns.iter().rev().find(|t| t.conn as usize == ci && t.depth == depth)?;
+        let t = &p.txns[p.txn_index(conn, depth)?];
         let i = t.embed? as usize;
         let listed = p.expected.get(..=i)?;
         (listed[i].kind == EmbedKind::Image).then(|| listed.iter().filter(|e| e.kind == EmbedKind::Image).count() as u32)
@@ -269,29 +283,7 @@ impl Pageviews {
         let list = self.by_client.entry(client).or_default();
         list.push(id);
         let overflow = if list.len() > self.cfg.max_open_per_client { Some(list[0]) } else { None };
-        self.open.insert(
-            id,
-            OpenPv {
-                id,
-                client,
-                server: None,
-                host: None,
-                container: None,
-                base: None,
-                base_target: None,
-                start,
-                conns: Vec::new(),
-                txns: Vec::new(),
-                expected: Vec::new(),
-                index: AHashMap::new(),
-                referrers: Vec::new(),
-                list_reliable: false,
-                in_flight: 0,
-                last_activity: now,
-                check_gen: 0,
-                acts: Acts::default(),
-            },
-        );
+        self.open.insert(id, OpenPv::new(id, client, start, now));
         if let Some(old) = overflow {
             self.finish(old);
         }

@@ -1,10 +1,16 @@
 //! The state of an open pageview: its connections, its transactions and the objects its
 //! container (and its stylesheets and frames) listed.
+//!
+//! Every question the tracker asks of an open pageview on a packet's path is answered in O(1):
+//! the connection and the transaction are found through indexes, and what a scan of its lists
+//! would say (a handshake pending, every required object fetched, the container answered) is
+//! kept as counts updated where the lists change. Its lists are bounded by the caps of
+//! [`super::PageviewConfig`]: what comes past a cap is counted in `capped`, not kept.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ahash::AHashMap;
+use ahash::{AHashMap, AHashSet};
 
 use super::record::Acts;
 use crate::flow::ConnId;
@@ -24,6 +30,29 @@ pub(super) struct PvConn {
     /// Handshake under way (blocks the pageview from ending).
     pub(super) pending: bool,
     pub(super) rtt: Duration,
+    /// Its transactions in the pageview, as indexes into `txns`, in the order they came.
+    pub(super) txns: Vec<u32>,
+    /// Its transaction whose response began last (index into `txns`).
+    pub(super) last_responded: Option<u32>,
+}
+
+impl PvConn {
+    /// A connection seen first at its SYN or at a request (`pending`: its handshake is under way).
+    pub(super) fn new(conn: ConnId, first_syn: Option<Timestamp>, syns: u16, pending: bool, rtt: Duration) -> PvConn {
+        PvConn {
+            conn,
+            first_syn,
+            syns,
+            synacks: 0,
+            first_synack: None,
+            established: None,
+            failed_at: None,
+            pending,
+            rtt,
+            txns: Vec::new(),
+            last_responded: None,
+        }
+    }
 }
 
 /// A transaction of an open pageview.
@@ -65,13 +94,27 @@ pub(super) struct OpenPv {
     pub(super) base_target: Option<(Option<String>, String, String)>,
     /// Client-side start estimate.
     pub(super) start: Timestamp,
+    /// Its connections; read them, change them through the methods below (they keep the
+    /// indexes and counts).
     pub(super) conns: Vec<PvConn>,
     pub(super) txns: Vec<PvTxn>,
     pub(super) expected: Vec<Expected>,
     /// Resolved URL key → index in `expected`.
     pub(super) index: AHashMap<String, usize>,
     /// URL keys of the container and of objects that may refer to further objects (CSS, frames).
-    pub(super) referrers: Vec<String>,
+    pub(super) referrers: AHashSet<String>,
+    /// Connection → index in `conns`.
+    conn_ix: AHashMap<ConnId, u16>,
+    /// (index in `conns`, depth) → index in `txns` (the first such transaction).
+    txn_ix: AHashMap<(u16, u32), u32>,
+    /// Connections whose handshake is under way.
+    pending: u32,
+    /// Listed objects a browser always fetches, not fetched yet.
+    unfetched_required: u32,
+    /// The container's response has begun.
+    container_responded: bool,
+    /// Connections, requests and listed references left out past the caps.
+    pub(super) capped: u32,
     /// The container's embed list is complete and trustworthy (scanned, not encoded).
     pub(super) list_reliable: bool,
     pub(super) in_flight: u32,
@@ -83,20 +126,160 @@ pub(super) struct OpenPv {
 }
 
 impl OpenPv {
+    /// A pageview of `client` that starts at `start`, with nothing in it yet.
+    pub(super) fn new(id: u64, client: IpAddr, start: Timestamp, now: Timestamp) -> OpenPv {
+        OpenPv {
+            id,
+            client,
+            server: None,
+            host: None,
+            container: None,
+            base: None,
+            base_target: None,
+            start,
+            conns: Vec::new(),
+            txns: Vec::new(),
+            expected: Vec::new(),
+            index: AHashMap::new(),
+            referrers: AHashSet::new(),
+            conn_ix: AHashMap::new(),
+            txn_ix: AHashMap::new(),
+            pending: 0,
+            unfetched_required: 0,
+            container_responded: false,
+            capped: 0,
+            list_reliable: false,
+            in_flight: 0,
+            last_activity: now,
+            check_gen: 0,
+            acts: Acts::default(),
+        }
+    }
+
     /// The index of a connection among the pageview's.
     pub(super) fn conn_index(&self, conn: ConnId) -> Option<usize> {
-        self.conns.iter().position(|c| c.conn == conn)
+        self.conn_ix.get(&conn).map(|&i| usize::from(i))
     }
+
+    /// The index in `txns` of transaction `depth` of connection `conn`.
+    pub(super) fn txn_index(&self, conn: ConnId, depth: u32) -> Option<usize> {
+        let ci = *self.conn_ix.get(&conn)?;
+        self.txn_ix.get(&(ci, depth)).map(|&t| t as usize)
+    }
+
     /// Whether a handshake of its connections is under way.
     pub(super) fn pending_handshakes(&self) -> bool {
-        self.conns.iter().any(|c| c.pending)
+        self.pending > 0
     }
+
     /// Whether every listed object a browser always fetches was fetched.
     pub(super) fn all_required_fetched(&self) -> bool {
-        self.expected.iter().all(|e| !e.required || e.fetched)
+        self.unfetched_required == 0
     }
+
     /// Whether the container's response has begun.
     pub(super) fn has_container_response(&self) -> bool {
-        self.txns.iter().any(|t| t.container && t.response_first.is_some())
+        self.container_responded
+    }
+
+    /// Add a connection; its index, or `None` (counted in `capped`) past `max` connections.
+    pub(super) fn push_conn(&mut self, c: PvConn, max: usize) -> Option<usize> {
+        if self.conns.len() >= max.min(usize::from(u16::MAX)) {
+            self.capped = self.capped.saturating_add(1);
+            return None;
+        }
+        let i = self.conns.len();
+        self.conn_ix.insert(c.conn, i as u16);
+        self.pending += u32::from(c.pending);
+        self.conns.push(c);
+        Some(i)
+    }
+
+    /// Whether connection `i`'s handshake is under way.
+    pub(super) fn set_pending(&mut self, i: usize, pending: bool) {
+        let c = &mut self.conns[i];
+        if c.pending != pending {
+            c.pending = pending;
+            if pending {
+                self.pending += 1;
+            } else {
+                self.pending -= 1;
+            }
+        }
+    }
+
+    /// Take connection `i` out (it has no transaction here: it joined another pageview). The
+    /// indexes are made again, which is O(its lists): a connection leaves a pageview at most once.
+    pub(super) fn remove_conn(&mut self, i: usize) {
+        let c = self.conns.remove(i);
+        debug_assert!(c.txns.is_empty());
+        self.pending -= u32::from(c.pending);
+        for t in self.txns.iter_mut() {
+            if usize::from(t.conn) > i {
+                t.conn -= 1;
+            }
+        }
+        self.conn_ix = self.conns.iter().enumerate().map(|(i, c)| (c.conn, i as u16)).collect();
+        self.txn_ix.clear();
+        for (ti, t) in self.txns.iter().enumerate() {
+            self.txn_ix.entry((t.conn, t.depth)).or_insert(ti as u32);
+        }
+    }
+
+    /// Add a transaction on connection `t.conn`; false (counted in `capped`) past `max`.
+    pub(super) fn push_txn(&mut self, t: PvTxn, max: usize) -> bool {
+        if self.txns.len() >= max.min(u32::MAX as usize) {
+            self.capped = self.capped.saturating_add(1);
+            return false;
+        }
+        let ti = self.txns.len() as u32;
+        self.txn_ix.entry((t.conn, t.depth)).or_insert(ti);
+        self.conns[usize::from(t.conn)].txns.push(ti);
+        self.txns.push(t);
+        true
+    }
+
+    /// Transaction `ti`'s response began at `at` (if it had not already).
+    pub(super) fn respond(&mut self, ti: usize, at: Timestamp) {
+        let t = &mut self.txns[ti];
+        if t.response_first.is_some() {
+            return;
+        }
+        t.response_first = Some(at);
+        self.container_responded |= t.container;
+        let c = &mut self.conns[usize::from(t.conn)];
+        let later = c.last_responded.and_then(|l| self.txns[l as usize].response_first).is_none_or(|l| l <= at);
+        if later {
+            c.last_responded = Some(ti as u32);
+        }
+    }
+
+    /// Add a listed object; its index, or `None` (counted in `capped`) past `max`.
+    pub(super) fn push_expected(&mut self, e: Expected, max: usize) -> Option<usize> {
+        if self.expected.len() >= max {
+            self.capped = self.capped.saturating_add(1);
+            return None;
+        }
+        self.unfetched_required += u32::from(e.required && !e.fetched);
+        self.expected.push(e);
+        Some(self.expected.len() - 1)
+    }
+
+    /// Listed object `i` was asked for.
+    pub(super) fn fetched(&mut self, i: usize) {
+        let e = &mut self.expected[i];
+        if !e.fetched {
+            e.fetched = true;
+            self.unfetched_required -= u32::from(e.required);
+        }
+    }
+
+    /// Note a URL key that may refer to further objects; past `max` of them, counted in `capped`.
+    pub(super) fn add_referrer(&mut self, key: String, max: usize) {
+        if self.referrers.len() >= max && !self.referrers.contains(&key) {
+            self.capped = self.capped.saturating_add(1);
+            return;
+        }
+        self.referrers.insert(key);
     }
 }

@@ -48,6 +48,10 @@ pub struct PageviewRecord {
     pub rt_s: f64,
     /// Its transactions other than the container's.
     pub objects: u32,
+    /// Connections, requests and listed references left out of it past the per-pageview caps
+    /// (`max_conns`, `max_txns`, `max_expected`, `max_referrers`): 0 for a browser's page; more
+    /// says the client sent what no browser does, and the counts above stop at the caps.
+    pub capped: u32,
     /// Their request targets, as sent, in request order.
     pub object_uris: Vec<String>,
     /// References the container (and its stylesheets and frames) listed that a browser always
@@ -138,6 +142,7 @@ pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
         end_ts: end.as_secs_f64(),
         rt_s: end.saturating_since(p.start).as_secs_f64(),
         objects: objects.len() as u32,
+        capped: p.capped,
         object_uris: objects.iter().map(|t| t.uri.clone()).collect(),
         expected_objects: p.expected.iter().filter(|e| e.required).count() as u32,
         syn_retransmissions: p.conns.iter().map(|c| c.syns.saturating_sub(1) as u32).sum(),
@@ -224,24 +229,35 @@ fn event_graph(p: &OpenPv, max_events: usize) -> Vec<EventNode> {
 
 /// T_conn, T_server and T_transfer along the critical path (004 Figure 2): walk back from whatever
 /// ended last, through the transactions before it on its connection, its handshake, and the
-/// transaction that made the browser open that connection.
+/// transaction that made the browser open that connection. O(t log t) in its transactions: one
+/// sort by end, then each step a search of it or of its connection's list.
 fn critical_path(p: &OpenPv) -> (Duration, Duration, Duration) {
     let (mut conn, mut server, mut transfer) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    // The item that ended last: a failed connection or a transaction.
-    let last_txn = p.txns.iter().filter(|t| t.extends_end).max_by_key(|t| t.response_last.or(t.response_first).unwrap_or(t.request_ts));
-    let last_fail = p.conns.iter().enumerate().filter_map(|(i, c)| c.failed_at.map(|f| (i, f))).max_by_key(|(_, f)| *f);
     let txn_end = |t: &PvTxn| t.response_last.or(t.response_first).unwrap_or(t.request_ts);
-    let mut cursor_txn: Option<&PvTxn> = last_txn;
+    // The transactions by end (ties in their order), for "the last to end by s".
+    let mut by_end: Vec<(Timestamp, usize)> = p.txns.iter().enumerate().map(|(i, t)| (txn_end(t), i)).collect();
+    by_end.sort_unstable();
+    // The one that ended last by `s` on a connection other than `not_conn`: as
+    // `max_by_key(end)` over the transactions in order would pick it (the last of equal ends).
+    let last_by = |s: Timestamp, not_conn: Option<u16>| -> Option<usize> {
+        let upto = by_end.partition_point(|(e, _)| *e <= s);
+        by_end[..upto].iter().rev().map(|(_, i)| *i).find(|&i| Some(p.txns[i].conn) != not_conn)
+    };
+    // The item that ended last: a failed connection or a transaction.
+    let last_txn = p.txns.iter().enumerate().filter(|(_, t)| t.extends_end).max_by_key(|(_, t)| txn_end(t)).map(|(i, _)| i);
+    let last_fail = p.conns.iter().enumerate().filter_map(|(i, c)| c.failed_at.map(|f| (i, f))).max_by_key(|(_, f)| *f);
+    let mut cursor: Option<usize> = last_txn;
     if let (Some((ci, f)), lt) = (last_fail, last_txn) {
-        if lt.is_none_or(|t| f > txn_end(t)) {
+        if lt.is_none_or(|t| f > txn_end(&p.txns[t])) {
             let c = &p.conns[ci];
             let s = c.first_syn.unwrap_or(f);
             conn += f.saturating_since(s);
-            cursor_txn = p.txns.iter().filter(|t| txn_end(t) <= s).max_by_key(|t| txn_end(t));
+            cursor = last_by(s, None);
         }
     }
     let mut guard = 0;
-    while let Some(t) = cursor_txn {
+    while let Some(ti) = cursor {
+        let t = &p.txns[ti];
         guard += 1;
         if guard > p.txns.len() + 1 {
             break;
@@ -252,18 +268,20 @@ fn critical_path(p: &OpenPv) -> (Duration, Duration, Duration) {
                 transfer += l.saturating_since(first);
             }
         }
-        // The transaction before it on its connection, if any.
-        let prev_same = p.txns.iter().filter(|x| x.conn == t.conn && x.depth < t.depth && txn_end(x) <= t.request_ts).max_by_key(|x| x.depth);
+        // The transaction before it on its connection, if any: the deepest that ended by its
+        // request. A connection's list is in request order, which is depth order, so the first
+        // found from its end is the deepest.
+        let c = &p.conns[usize::from(t.conn)];
+        let prev_same = c.txns.iter().rev().map(|&x| x as usize).find(|&x| p.txns[x].depth < t.depth && txn_end(&p.txns[x]) <= t.request_ts);
         if let Some(x) = prev_same {
-            cursor_txn = Some(x);
+            cursor = Some(x);
             continue;
         }
-        let c = &p.conns[t.conn as usize];
         if let (Some(s), Some(e)) = (c.first_syn, c.established) {
             conn += e.saturating_since(s);
-            cursor_txn = p.txns.iter().filter(|x| x.conn != t.conn && txn_end(x) <= s).max_by_key(|x| txn_end(x));
+            cursor = last_by(s, Some(t.conn));
         } else {
-            cursor_txn = None;
+            cursor = None;
         }
     }
     (conn, server, transfer)

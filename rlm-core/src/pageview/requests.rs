@@ -72,26 +72,24 @@ impl RequestKeys {
     }
 }
 
-/// The connection of a request among its pageview's (added if it is not there yet).
-fn request_conn(p: &mut OpenPv, r: &RequestInfo<'_>, is_container: bool, rtt: Duration) -> usize {
-    match p.conn_index(r.conn) {
-        Some(i) => i,
-        None => {
-            let from_syn = r.depth == 1 && (is_container || p.conns.is_empty() || r.conn_first_syn.is_some_and(|s| s >= p.start));
-            p.conns.push(PvConn {
-                conn: r.conn,
-                first_syn: if from_syn { r.conn_first_syn } else { None },
-                syns: if from_syn { r.conn_syns } else { 0 },
-                synacks: if from_syn { r.conn_synacks } else { 0 },
-                first_synack: if from_syn { r.conn_first_synack } else { None },
-                established: if from_syn { r.conn_established } else { None },
-                failed_at: None,
-                pending: false,
-                rtt,
-            });
-            p.conns.len() - 1
-        }
+/// The connection of a request among its pageview's (added if it is not there yet; `None` past
+/// `max` connections).
+fn request_conn(p: &mut OpenPv, r: &RequestInfo<'_>, is_container: bool, rtt: Duration, max: usize) -> Option<usize> {
+    if let Some(i) = p.conn_index(r.conn) {
+        return Some(i);
     }
+    let from_syn = r.depth == 1 && (is_container || p.conns.is_empty() || r.conn_first_syn.is_some_and(|s| s >= p.start));
+    let c = if from_syn {
+        PvConn {
+            synacks: r.conn_synacks,
+            first_synack: r.conn_first_synack,
+            established: r.conn_established,
+            ..PvConn::new(r.conn, r.conn_first_syn, r.conn_syns, false, rtt)
+        }
+    } else {
+        PvConn::new(r.conn, None, 0, false, rtt)
+    };
+    p.push_conn(c, max)
 }
 
 impl Pageviews {
@@ -104,7 +102,7 @@ impl Pageviews {
             Some((id, idx)) => {
                 let p = self.open.get_mut(&id).expect("open");
                 if let Some(i) = idx {
-                    p.expected[i].fetched = true;
+                    p.fetched(i);
                 }
                 id
             }
@@ -165,7 +163,7 @@ impl Pageviews {
             p.base_target = Some((r.head.host.clone(), r.server.clone(), r.head.uri.clone()));
         }
         if let Some(k) = &keys.key {
-            p.referrers.push(k.clone());
+            p.add_referrer(k.clone(), self.cfg.max_referrers);
         }
         id
     }
@@ -176,13 +174,8 @@ impl Pageviews {
         if let Some(prev) = prev.filter(|p| *p != id) {
             if let Some(pp) = self.open.get_mut(&prev) {
                 if let Some(i) = pp.conn_index(conn) {
-                    if !pp.txns.iter().any(|t| t.conn == i as u16) {
-                        pp.conns.remove(i);
-                        for t in pp.txns.iter_mut() {
-                            if t.conn as usize > i {
-                                t.conn -= 1;
-                            }
-                        }
+                    if pp.conns[i].txns.is_empty() {
+                        pp.remove_conn(i);
                     }
                 }
             }
@@ -191,26 +184,39 @@ impl Pageviews {
     }
 
     /// The request's transaction, added to its pageview `id` (with its connection if that is new
-    /// there) and counted in flight.
+    /// there) and counted in flight; past the pageview's caps, only counted in its `capped`.
     fn add_txn(&mut self, now: Timestamp, r: &RequestInfo<'_>, id: u64, embed_of: Option<(u64, Option<usize>)>, rtt: Duration) {
         let is_container = embed_of.is_none();
         let p = self.open.get_mut(&id).expect("open");
-        let ci = request_conn(p, r, is_container, rtt);
+        if p.txns.len() >= self.cfg.max_txns {
+            p.capped = p.capped.saturating_add(1);
+            self.touch(id, now);
+            return;
+        }
+        let Some(ci) = request_conn(p, r, is_container, rtt, self.cfg.max_conns) else {
+            self.touch(id, now);
+            return;
+        };
         let extends_end = !matches!(embed_of, Some((_, Some(i))) if p.expected[i].kind == EmbedKind::Icon);
-        p.txns.push(PvTxn {
-            conn: ci as u16,
-            depth: r.depth,
-            uri: r.head.uri.clone(),
-            request_ts: r.ts,
-            response_first: None,
-            response_last: None,
-            done: false,
-            extends_end,
-            container: is_container,
-            embed: embed_of.and_then(|(_, i)| i).map(|i| i as u32),
-        });
-        p.in_flight += 1;
-        self.txn_pv.insert((r.conn, r.depth), id);
+        let added = p.push_txn(
+            PvTxn {
+                conn: ci as u16,
+                depth: r.depth,
+                uri: r.head.uri.clone(),
+                request_ts: r.ts,
+                response_first: None,
+                response_last: None,
+                done: false,
+                extends_end,
+                container: is_container,
+                embed: embed_of.and_then(|(_, i)| i).map(|i| i as u32),
+            },
+            self.cfg.max_txns,
+        );
+        if added {
+            p.in_flight += 1;
+            self.txn_pv.insert((r.conn, r.depth), id);
+        }
         self.touch(id, now);
     }
 
@@ -218,10 +224,9 @@ impl Pageviews {
     pub fn on_response_head(&mut self, now: Timestamp, conn: ConnId, depth: u32, html: bool, encoded: bool) {
         let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
         let Some(p) = self.open.get_mut(&id) else { return };
-        let ci = p.conn_index(conn);
-        if let Some(t) = p.txns.iter_mut().find(|t| Some(t.conn as usize) == ci && t.depth == depth) {
-            t.response_first.get_or_insert(now);
-            if t.container && html {
+        if let Some(ti) = p.txn_index(conn, depth) {
+            p.respond(ti, now);
+            if p.txns[ti].container && html {
                 p.list_reliable = !encoded;
             }
         }
@@ -233,8 +238,7 @@ impl Pageviews {
     pub fn on_body_unseen(&mut self, conn: ConnId, depth: u32) {
         let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
         let Some(p) = self.open.get_mut(&id) else { return };
-        let ci = p.conn_index(conn);
-        if p.txns.iter().any(|t| Some(t.conn as usize) == ci && t.depth == depth && t.container) {
+        if p.txn_index(conn, depth).is_some_and(|ti| p.txns[ti].container) {
             p.list_reliable = false;
         }
     }
@@ -243,13 +247,13 @@ impl Pageviews {
     pub fn on_embeds(&mut self, now: Timestamp, conn: ConnId, depth: u32, refs: &[EmbedRef]) {
         let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
         let Some(p) = self.open.get_mut(&id) else { return };
-        let ci = p.conn_index(conn);
         if p.base.is_none() {
             if let Some((host, server, uri)) = p.base_target.take() {
                 p.base = request_url(host.as_deref(), &server, &uri);
             }
         }
-        let Some(t) = p.txns.iter().find(|t| Some(t.conn as usize) == ci && t.depth == depth) else { return };
+        let Some(ti) = p.txn_index(conn, depth) else { return };
+        let t = &p.txns[ti];
         // The base for relative references is the document that holds them.
         let base = if t.container { p.base.clone() } else { p.base.as_ref().and_then(|b| b.join(&t.uri).ok()) };
         let Some(base) = base else { return };
@@ -258,13 +262,16 @@ impl Pageviews {
             if keys.is_empty() || keys.iter().any(|k| p.index.contains_key(k)) {
                 continue;
             }
-            let i = p.expected.len();
-            p.expected.push(Expected { required: r.required, kind: r.kind, fetched: false });
+            let Some(i) = p.push_expected(Expected { required: r.required, kind: r.kind, fetched: false }, self.cfg.max_expected) else {
+                continue;
+            };
             for k in &keys {
                 p.index.insert(k.clone(), i);
             }
             if matches!(r.kind, EmbedKind::Stylesheet | EmbedKind::Frame) {
-                p.referrers.extend(keys);
+                for k in keys {
+                    p.add_referrer(k, self.cfg.max_referrers);
+                }
             }
         }
         self.touch(id, now);
@@ -281,12 +288,12 @@ impl Pageviews {
     ) -> Option<u64> {
         let id = self.txn_pv.remove(&(conn, depth))?;
         if let Some(p) = self.open.get_mut(&id) {
-            let ci = p.conn_index(conn);
-            if let Some(t) = p.txns.iter_mut().find(|t| Some(t.conn as usize) == ci && t.depth == depth && !t.done) {
-                t.done = true;
-                if t.response_first.is_none() {
-                    t.response_first = response_first;
+            if let Some(ti) = p.txn_index(conn, depth).filter(|&ti| !p.txns[ti].done) {
+                if let Some(f) = response_first {
+                    p.respond(ti, f);
                 }
+                let t = &mut p.txns[ti];
+                t.done = true;
                 // A retransmission seen earlier may already have moved the end later.
                 t.response_last = match (t.response_last, response_last) {
                     (Some(a), Some(b)) => Some(a.max(b)),
@@ -305,7 +312,8 @@ impl Pageviews {
         let Some(&id) = self.conn_pv.get(&conn) else { return };
         let Some(p) = self.open.get_mut(&id) else { return };
         let Some(ci) = p.conn_index(conn) else { return };
-        if let Some(t) = p.txns.iter_mut().filter(|t| t.conn as usize == ci && t.response_first.is_some()).max_by_key(|t| t.response_first) {
+        if let Some(last) = p.conns[ci].last_responded {
+            let t = &mut p.txns[last as usize];
             if t.response_last.is_none_or(|l| now > l) {
                 t.response_last = Some(now);
             }
