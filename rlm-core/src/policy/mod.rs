@@ -4,9 +4,10 @@
 //! Classes: a pageview belongs to the class of its client (the first `CLASS` whose condition
 //! holds for its first connection). Each class, and all pageviews together (`RT.ALL`), keep the
 //! response times of the pageviews that finished within the last `window` (sliding): the mean
-//! is kept as a running sum, percentiles are computed from a sorted copy made only when a rule
-//! reads one after the window changed. A rule with `FOR d` sees its test change only after the
-//! raw comparison has held its new value for `d` (hysteresis, `rules::RuleSet::update_holds`).
+//! is kept as a running sum, and each percentile read (by a rule, or status) is kept from its
+//! first read on, updated with each pageview and expiry in O(log n), not sorted at each read. A
+//! rule with `FOR d` sees its test change only after the raw comparison has held its new value
+//! for `d` (hysteresis, `rules::RuleSet::update_holds`).
 //!
 //! Actions carried out here: `DROP SYN`, `LIMIT SYN` (a token bucket per rule and class, as in
 //! Voigt's TCP SYN policing). The others are decided here and carried out by the engine: fast
@@ -183,6 +184,11 @@ impl Policy {
         if let (Some(all), Some(last)) = (old_windows.0.pop(), self.windows.0.last_mut()) {
             *last = all;
         }
+        // The percentiles the old rules read need not be kept; the new ones are made at their
+        // first read.
+        for w in &mut self.windows.0 {
+            w.forget_percentiles();
+        }
         self.signature = self.rules.syn_aggregate_signature(&self.windows, Some(&self.holds));
     }
 
@@ -237,7 +243,7 @@ impl Policy {
 
     /// Pageviews in a class's window (as of the last refresh), for status.
     pub fn class_samples(&self, class: ClassId) -> usize {
-        self.windows.0.get(class.index()).map_or(0, |w| w.samples.len())
+        self.windows.0.get(class.index()).map_or(0, Window::len)
     }
 
     /// The class-aggregate tests of `rule`, in file order, read with the windows and `FOR` states
@@ -254,7 +260,7 @@ impl Policy {
                     value_s: w.and_then(|w| w.stat(t.stat)),
                     cmp: t.cmp.as_str(),
                     limit_s: t.limit.as_secs_f64(),
-                    pageviews: w.map_or(0, |w| w.samples.len() as u64),
+                    pageviews: w.map_or(0, |w| w.len() as u64),
                     window_s: self.window.as_secs_f64(),
                     held_s: t.held.map(|i| self.holds.held_for(i, since_epoch(now)).map_or(0.0, |d| d.as_secs_f64())),
                     name: t.name,
