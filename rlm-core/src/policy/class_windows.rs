@@ -3,7 +3,7 @@
 //! first time it is read, as a split of the window's samples in two ordered sets (the ones at or
 //! below its nearest rank, and the rest), updated with each pageview and each expiry: O(log n)
 //! per sample and percentile kept, and O(log n) per read, never a sort of the window once it is
-//! kept.
+//! kept. A window holds at most [`MAX_WINDOW_SAMPLES`] samples: past it the oldest leaves first.
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
@@ -13,6 +13,12 @@ use std::time::Duration;
 use rules::{Aggregates, Scope, Stat};
 
 use crate::time::Timestamp;
+
+/// Most samples one window holds: a pageview into a full window pushes its oldest sample out
+/// before its time (counted, `Stats::window_evicted`), so the window then covers less than its
+/// length. Bounds a window's memory (with a few percentiles kept, about 100 bytes a sample) and
+/// the depth of its ordered sets.
+pub(super) const MAX_WINDOW_SAMPLES: usize = 65_536;
 
 /// A sample in a percentile's ordered sets: its response time, ordered by `f64::total_cmp` (the
 /// order the nearest rank is taken in), then its sequence number in the window, so that equal
@@ -118,7 +124,7 @@ impl Split {
 }
 
 /// Response times of the pageviews that finished within a sliding window.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Window {
     samples: VecDeque<(Timestamp, f64)>,
     /// Sequence number of the oldest sample: the `i`-th sample's is `first_seq + i`.
@@ -127,19 +133,44 @@ pub(super) struct Window {
     /// The percentiles read since the window was made or [`Window::forget_percentiles`], each
     /// kept from its first read on.
     splits: RefCell<Vec<Split>>,
+    /// Most samples held ([`MAX_WINDOW_SAMPLES`]; fewer in tests).
+    cap: usize,
     /// Splits made (each made once, at its percentile's first read).
     #[cfg(test)]
     builds: std::cell::Cell<u64>,
 }
 
+impl Default for Window {
+    fn default() -> Self {
+        Window::with_cap(MAX_WINDOW_SAMPLES)
+    }
+}
+
 impl Window {
+    fn with_cap(cap: usize) -> Window {
+        Window {
+            samples: VecDeque::new(),
+            first_seq: 0,
+            sum: 0.0,
+            splits: RefCell::new(Vec::new()),
+            cap: cap.max(1),
+            #[cfg(test)]
+            builds: std::cell::Cell::new(0),
+        }
+    }
+
     /// Samples in the window.
     pub(super) fn len(&self) -> usize {
         self.samples.len()
     }
 
-    /// A pageview finished at `at`.
-    pub(super) fn push(&mut self, at: Timestamp, rt: f64) {
+    /// A pageview finished at `at`. True when the window was full and its oldest sample left
+    /// first.
+    pub(super) fn push(&mut self, at: Timestamp, rt: f64) -> bool {
+        let evicted = self.samples.len() >= self.cap;
+        if evicted {
+            self.pop_front();
+        }
         let key = Key { rt, seq: self.first_seq + self.samples.len() as u64 };
         self.samples.push_back((at, rt));
         self.sum += rt;
@@ -147,6 +178,7 @@ impl Window {
         for s in self.splits.get_mut() {
             s.insert(key, n);
         }
+        evicted
     }
 
     fn pop_front(&mut self) {
@@ -263,16 +295,17 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
         /// After every push and expiry, each percentile and the mean are those of the samples
-        /// left in the window, as a sort of them gives.
+        /// left in the window, as a sort of them gives; a full window drops its oldest first.
         #[test]
         fn percentiles_match_a_sort_after_every_push_and_expiry(
             ops in prop::collection::vec(op(), 1..200),
             window_ms in 1u64..3_000,
+            cap in prop_oneof![Just(MAX_WINDOW_SAMPLES), 1usize..12],
             // Percentiles read from the start, or first read after this many operations.
             first_read in 0usize..40,
         ) {
             let window = Duration::from_millis(window_ms);
-            let mut w = Window::default();
+            let mut w = Window::with_cap(cap);
             let mut model: VecDeque<(Timestamp, f64)> = VecDeque::new();
             let mut now = 0;
             // The running sum's rounding: at most an ulp of the samples' total per operation.
@@ -283,8 +316,12 @@ mod tests {
                     Op::Push(dt, v) => {
                         now += dt;
                         pushed += v.abs();
+                        let full = model.len() >= cap;
+                        if full {
+                            model.pop_front();
+                        }
                         model.push_back((Timestamp::from_millis(now), v));
-                        w.push(Timestamp::from_millis(now), v);
+                        prop_assert_eq!(w.push(Timestamp::from_millis(now), v), full);
                     }
                     Op::Expire(dt) => {
                         now += dt;
@@ -361,5 +398,20 @@ mod tests {
         assert_eq!(w.stat(Stat::Percentile(95)), naive_percentile(&w.samples, 95));
         assert_eq!(w.stat(Stat::Percentile(95)), naive_percentile(&w.samples, 95));
         assert_eq!(w.builds.get(), 2);
+    }
+
+    #[test]
+    fn a_full_window_drops_its_oldest_first() {
+        let mut w = Window::default();
+        for i in 0..MAX_WINDOW_SAMPLES as u64 {
+            assert!(!w.push(Timestamp::from_millis(i), (i % 100) as f64));
+        }
+        assert_eq!((w.stat(Stat::Percentile(1)), w.stat(Stat::Percentile(100))), (Some(0.0), Some(99.0)));
+        // The oldest (0.0) leaves for the new one.
+        assert!(w.push(Timestamp::from_millis(1 << 20), 1_000.0));
+        assert_eq!(w.len(), MAX_WINDOW_SAMPLES);
+        assert_eq!(w.stat(Stat::Percentile(100)), Some(1_000.0));
+        assert_eq!(w.stat(Stat::Percentile(1)), naive_percentile(&w.samples, 1));
+        assert_eq!(w.samples.front().map(|s| s.1), Some(1.0));
     }
 }

@@ -202,18 +202,22 @@ impl Policy {
         self.rules.class_name(c)
     }
 
-    /// A pageview of a client finished at `now` with this response time.
-    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) {
+    /// A pageview of a client finished at `now` with this response time. Returns the samples
+    /// that left full windows (its class's, all pageviews') before their time to make room
+    /// (`MAX_WINDOW_SAMPLES`): 0, 1 or 2.
+    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) -> u64 {
+        let mut evicted = 0;
         if let Some(w) = self.windows.0.get_mut(class.index()) {
-            w.push(now, rt_s);
+            evicted += u64::from(w.push(now, rt_s));
         }
         if let Some(all) = self.windows.0.last_mut() {
-            all.push(now, rt_s);
+            evicted += u64::from(all.push(now, rt_s));
         }
         if let Some(c) = self.class_counters.get_mut(class.index()) {
             c.pageviews += 1;
         }
         self.refresh(now);
+        evicted
     }
 
     /// Expire old samples and advance the `FOR` tests.
@@ -377,6 +381,20 @@ mod tests {
         let r = p.readings(ts(2_400), RuleId(0));
         assert_eq!((r.len(), r[0].name.as_str(), r[0].stat.as_str(), r[0].value_s, r[0].pageviews), (1, "RT.HIGH", "P95", Some(9.0), 21));
         assert!(r[0].held_s.is_some_and(|h| (h - 2.1).abs() < 1e-9), "{r:?}");
+    }
+
+    #[test]
+    fn a_full_window_drops_its_oldest_and_says_so() {
+        let mut p = policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH.P95 > 4s THEN DROP SYN\n");
+        let high = p.rules().class_id("HIGH").unwrap();
+        let n = class_windows::MAX_WINDOW_SAMPLES;
+        let evicted: u64 = (0..n).map(|i| p.on_pageview(ts(1_000), high, if i == 0 { 9.0 } else { 1.0 })).sum();
+        assert_eq!((evicted, p.class_samples(high)), (0, n));
+        assert_eq!(p.class_rt(high, Stat::Percentile(100)), Some(9.0));
+        // One more: the class's window and all pageviews' each drop their oldest, the 9 s one.
+        assert_eq!(p.on_pageview(ts(1_001), high, 1.0), 2);
+        assert_eq!(p.class_samples(high), n);
+        assert_eq!(p.class_rt(high, Stat::Percentile(100)), Some(1.0));
     }
 
     #[test]
