@@ -371,7 +371,7 @@ impl Engine {
                     let class = policy.classify_ip(ip, server);
                     pv.class = Some(policy.class_name(class).to_string());
                     if !pv.incomplete {
-                        policy.on_pageview(self.last_now, class, pv.rt_s);
+                        self.stats.window_evicted += policy.on_pageview(self.last_now, class, pv.rt_s);
                         pv.window_ts = Some(UnixMicros::of(self.last_now));
                     }
                 }

@@ -128,4 +128,8 @@ pub struct Stats {
     pub transactions_with_anomalies: u64,
     /// Pageviews finished.
     pub pageviews: u64,
+    /// Response times that left a full class-statistics window (65,536 pageviews, its class's or
+    /// all pageviews') before their time, to make room for a new one: the window then covers
+    /// less than `class_window`.
+    pub window_evicted: u64,
 }

@@ -4,9 +4,10 @@
 //! Classes: a pageview belongs to the class of its client (the first `CLASS` whose condition
 //! holds for its first connection). Each class, and all pageviews together (`RT.ALL`), keep the
 //! response times of the pageviews that finished within the last `window` (sliding): the mean
-//! is kept as a running sum, percentiles are computed from a sorted copy made only when a rule
-//! reads one after the window changed. A rule with `FOR d` sees its test change only after the
-//! raw comparison has held its new value for `d` (hysteresis, `rules::RuleSet::update_holds`).
+//! is kept as a running sum, and each percentile read (by a rule, or status) is kept from its
+//! first read on, updated with each pageview and expiry in O(log n), not sorted at each read. A
+//! rule with `FOR d` sees its test change only after the raw comparison has held its new value
+//! for `d` (hysteresis, `rules::RuleSet::update_holds`).
 //!
 //! Actions carried out here: `DROP SYN`, `LIMIT SYN` (a token bucket per rule and class, as in
 //! Voigt's TCP SYN policing). The others are decided here and carried out by the engine: fast
@@ -183,6 +184,11 @@ impl Policy {
         if let (Some(all), Some(last)) = (old_windows.0.pop(), self.windows.0.last_mut()) {
             *last = all;
         }
+        // The percentiles the old rules read need not be kept; the new ones are made at their
+        // first read.
+        for w in &mut self.windows.0 {
+            w.forget_percentiles();
+        }
         self.signature = self.rules.syn_aggregate_signature(&self.windows, Some(&self.holds));
     }
 
@@ -196,18 +202,22 @@ impl Policy {
         self.rules.class_name(c)
     }
 
-    /// A pageview of a client finished at `now` with this response time.
-    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) {
+    /// A pageview of a client finished at `now` with this response time. Returns the samples
+    /// that left full windows (its class's, all pageviews') before their time to make room
+    /// (`MAX_WINDOW_SAMPLES`): 0, 1 or 2.
+    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) -> u64 {
+        let mut evicted = 0;
         if let Some(w) = self.windows.0.get_mut(class.index()) {
-            w.push(now, rt_s);
+            evicted += u64::from(w.push(now, rt_s));
         }
         if let Some(all) = self.windows.0.last_mut() {
-            all.push(now, rt_s);
+            evicted += u64::from(all.push(now, rt_s));
         }
         if let Some(c) = self.class_counters.get_mut(class.index()) {
             c.pageviews += 1;
         }
         self.refresh(now);
+        evicted
     }
 
     /// Expire old samples and advance the `FOR` tests.
@@ -237,7 +247,7 @@ impl Policy {
 
     /// Pageviews in a class's window (as of the last refresh), for status.
     pub fn class_samples(&self, class: ClassId) -> usize {
-        self.windows.0.get(class.index()).map_or(0, |w| w.samples.len())
+        self.windows.0.get(class.index()).map_or(0, Window::len)
     }
 
     /// The class-aggregate tests of `rule`, in file order, read with the windows and `FOR` states
@@ -254,7 +264,7 @@ impl Policy {
                     value_s: w.and_then(|w| w.stat(t.stat)),
                     cmp: t.cmp.as_str(),
                     limit_s: t.limit.as_secs_f64(),
-                    pageviews: w.map_or(0, |w| w.samples.len() as u64),
+                    pageviews: w.map_or(0, |w| w.len() as u64),
                     window_s: self.window.as_secs_f64(),
                     held_s: t.held.map(|i| self.holds.held_for(i, since_epoch(now)).map_or(0.0, |d| d.as_secs_f64())),
                     name: t.name,
@@ -371,6 +381,20 @@ mod tests {
         let r = p.readings(ts(2_400), RuleId(0));
         assert_eq!((r.len(), r[0].name.as_str(), r[0].stat.as_str(), r[0].value_s, r[0].pageviews), (1, "RT.HIGH", "P95", Some(9.0), 21));
         assert!(r[0].held_s.is_some_and(|h| (h - 2.1).abs() < 1e-9), "{r:?}");
+    }
+
+    #[test]
+    fn a_full_window_drops_its_oldest_and_says_so() {
+        let mut p = policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH.P95 > 4s THEN DROP SYN\n");
+        let high = p.rules().class_id("HIGH").unwrap();
+        let n = class_windows::MAX_WINDOW_SAMPLES;
+        let evicted: u64 = (0..n).map(|i| p.on_pageview(ts(1_000), high, if i == 0 { 9.0 } else { 1.0 })).sum();
+        assert_eq!((evicted, p.class_samples(high)), (0, n));
+        assert_eq!(p.class_rt(high, Stat::Percentile(100)), Some(9.0));
+        // One more: the class's window and all pageviews' each drop their oldest, the 9 s one.
+        assert_eq!(p.on_pageview(ts(1_001), high, 1.0), 2);
+        assert_eq!(p.class_samples(high), n);
+        assert_eq!(p.class_rt(high, Stat::Percentile(100)), Some(1.0));
     }
 
     #[test]
