@@ -19,6 +19,7 @@ use ahash::AHashMap;
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
+use crate::bounded::GenMap;
 use crate::flow::ConnId;
 use crate::policy::TokenBucket;
 use crate::time::Timestamp;
@@ -205,13 +206,14 @@ impl Release {
 /// The link (MAC) addresses to send frames with, learned from the handshakes' Ethernet frames.
 #[derive(Debug, Default)]
 pub struct LinkAddrs {
-    by_ip: ahash::AHashMap<IpAddr, Mac>,
+    by_ip: GenMap<IpAddr, Mac, MAX_HOSTS>,
     /// The last address seen for a host on the clients' side and on the servers' side.
     client_side: Option<Mac>,
     server_side: Option<Mac>,
 }
 
-/// Most hosts remembered (the table is emptied and learned again past it).
+/// Most hosts remembered: past half of it, a new host makes those seen least recently (the older
+/// half) go; the `MAX_HOSTS / 2` seen last always stay.
 const MAX_HOSTS: usize = 65_536;
 
 impl LinkAddrs {
@@ -223,9 +225,6 @@ impl LinkAddrs {
         let (dst, src): (Mac, Mac) = (frame[0..6].try_into().expect("6 bytes"), frame[6..12].try_into().expect("6 bytes"));
         let (client_mac, server_mac, client, server) =
             if seg.flags.ack { (dst, src, seg.dst.ip, seg.src.ip) } else { (src, dst, seg.src.ip, seg.dst.ip) };
-        if self.by_ip.len() >= MAX_HOSTS && !self.by_ip.contains_key(&client) {
-            self.by_ip.clear();
-        }
         self.by_ip.insert(client, client_mac);
         self.by_ip.insert(server, server_mac);
         self.client_side = Some(client_mac);
@@ -338,6 +337,39 @@ mod tests {
         let other: IpAddr = "10.5.9.9".parse().unwrap();
         let f = links.frame(&kept, other, server, true).unwrap();
         assert_eq!((&f[0..6], &f[6..12]), (&[2u8; 6][..], &[1u8; 6][..]));
+    }
+
+    #[test]
+    fn made_up_hosts_leave_the_newest_half_of_link_addresses() {
+        let mut links = LinkAddrs::default();
+        let mut eth = syn_frame();
+        // Client `i`: its address and MAC hold `i` (the SYN's source, bytes 6..12 and 26..30).
+        let mut learn = |links: &mut LinkAddrs, i: u32| -> IpAddr {
+            eth[8..12].copy_from_slice(&i.to_be_bytes());
+            eth[14 + 12..14 + 16].copy_from_slice(&i.to_be_bytes());
+            let Decoded::Tcp(seg) = decode(LinkType::Ethernet, &eth) else { panic!() };
+            links.learn(LinkType::Ethernet, &eth, &seg);
+            seg.src.ip
+        };
+        let mac = |i: u32| -> Mac {
+            let mut m = [1u8; 6];
+            m[2..].copy_from_slice(&i.to_be_bytes());
+            m
+        };
+        let real: Vec<IpAddr> = (1..=100).map(|i| learn(&mut links, i)).collect();
+        assert!(real.iter().zip(1..).all(|(&ip, i)| links.by_ip.get(&ip) == Some(&mac(i))));
+        let mut made_up = Vec::new();
+        for i in 0..MAX_HOSTS as u32 {
+            made_up.push(learn(&mut links, 0x0b00_0000 + i));
+            // The hosts seen: the clients and the one server.
+            let seen = real.len() + made_up.len() + 1;
+            assert!(links.by_ip.len() >= seen.min(MAX_HOSTS / 2) && links.by_ip.len() <= MAX_HOSTS, "{seen} hosts, {} kept", links.by_ip.len());
+        }
+        // The newest half: the server (seen on every SYN) and the clients seen last.
+        assert_eq!(links.by_ip.get(&"10.9.0.1".parse().unwrap()), Some(&[2u8; 6]));
+        for (&ip, i) in made_up.iter().zip(0x0b00_0000..).skip(MAX_HOSTS / 2 + 1) {
+            assert_eq!(links.by_ip.get(&ip), Some(&mac(i)), "{ip} is kept");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 pub mod actions;
 pub mod adapt;
 pub mod analyzer;
+mod bounded;
 pub mod engine;
 pub mod flow;
 pub mod http;

@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use crate::bounded::GenMap;
+
 /// Size buckets: ≤1 KiB, ≤2 KiB, ... ≤1 MiB, and larger (log2).
 pub const SIZE_BUCKETS: usize = 12;
 /// RTT buckets of 20 ms up to 1 s, and longer.
@@ -213,17 +215,17 @@ impl Predictor {
     }
 }
 
-/// Most clients (or URLs) a table keeps; past it, `ClientLoss` lets the older half go and
-/// `SizeCache` starts afresh.
+/// Most clients (or objects) a table keeps. Past half of it, a new one makes the older half go
+/// (those written to least recently), never the whole table: the `MAX_ENTRIES / 2` written to
+/// last always stay, however many made-up ones come.
 pub const MAX_ENTRIES: usize = 65_536;
 
 /// Per-client segment loss, measured passively: a moving average (weight 1/8) over each closed
-/// connection of the server's retransmitted segments against the segments it sent.
+/// connection of the server's retransmitted segments against the segments it sent. The clients
+/// whose connections closed last are kept (see [`MAX_ENTRIES`]).
 #[derive(Clone, Debug, Default)]
 pub struct ClientLoss {
-    map: ahash::AHashMap<std::net::IpAddr, (f32, u64)>,
-    /// Bumped at every update, to tell the older half from the newer.
-    clock: u64,
+    map: GenMap<std::net::IpAddr, f32, MAX_ENTRIES>,
 }
 
 impl ClientLoss {
@@ -235,22 +237,13 @@ impl ClientLoss {
             return;
         }
         let x = retransmits as f32 / sent as f32;
-        self.clock += 1;
-        if self.map.len() >= MAX_ENTRIES && !self.map.contains_key(&client) {
-            let cut = self.clock.saturating_sub(self.map.len() as u64 / 2);
-            self.map.retain(|_, (_, t)| *t >= cut);
-            if self.map.len() >= MAX_ENTRIES {
-                self.map.clear();
-            }
-        }
-        let e = self.map.entry(client).or_insert((x, 0));
-        e.0 += (x - e.0) / 8.0;
-        e.1 = self.clock;
+        let e = self.map.get_or_insert_with(client, || x);
+        *e += (x - *e) / 8.0;
     }
 
     /// The client's loss estimate (0 when unknown).
     pub fn of(&self, client: std::net::IpAddr) -> f64 {
-        self.map.get(&client).map_or(0.0, |e| f64::from(e.0))
+        self.map.get(&client).map_or(0.0, |&e| f64::from(e))
     }
 
     /// Clients with an estimate.
@@ -265,25 +258,26 @@ impl ClientLoss {
 }
 
 /// The size of each object served (its response body's bytes on the wire), by request key
-/// (`host` and target as sent); the last one seen wins.
+/// (`host` and target as sent); the last one seen wins. The objects whose sizes were recorded
+/// last are kept (see [`MAX_ENTRIES`]). A key is kept as a 64-bit hash, keyed afresh for each
+/// cache (so that keys cannot be chosen to collide), not as its text: a full cache holds about
+/// 2.2 MB of heap (16 bytes an object and its tables' slack) however long the targets. Keys whose
+/// hashes collide share a size: with a full table, a chance of about 2^-48 per look-up.
 #[derive(Clone, Debug, Default)]
 pub struct SizeCache {
-    map: ahash::AHashMap<String, u64>,
+    map: GenMap<u64, u64, MAX_ENTRIES>,
+    keys: ahash::RandomState,
 }
 
 impl SizeCache {
-    /// Record the size of the object under `key` (see [`size_key`]); a full table is emptied first
-    /// when `key` is new.
+    /// Record the size of the object under `key` (see [`size_key`]).
     pub fn insert(&mut self, key: String, bytes: u64) {
-        if self.map.len() >= MAX_ENTRIES && !self.map.contains_key(&key) {
-            self.map.clear();
-        }
-        self.map.insert(key, bytes);
+        self.map.insert(self.keys.hash_one(key.as_str()), bytes);
     }
 
     /// The last size seen of the object under `key`, in bytes.
     pub fn get(&self, key: &str) -> Option<u64> {
-        self.map.get(key).copied()
+        self.map.get(&self.keys.hash_one(key)).copied()
     }
 
     /// Objects with a size.
@@ -416,5 +410,44 @@ mod tests {
             c.insert(format!("k{i}"), 1);
         }
         assert!(c.len() <= MAX_ENTRIES);
+    }
+
+    #[test]
+    fn made_up_clients_leave_the_newest_half_of_loss_estimates() {
+        let mut l = ClientLoss::default();
+        let ip = |i: u32| std::net::IpAddr::from(i.to_be_bytes());
+        for i in 0..100 {
+            l.on_conn(ip(i), 98 * 1448, 2, 1448);
+        }
+        assert!((0..100).all(|i| l.of(ip(i)) > 0.0));
+        // Every made-up client has some loss, so that its estimate tells it is kept.
+        let made_up = |i: usize| ip(0x0a00_0000 + i as u32);
+        for i in 0..MAX_ENTRIES {
+            l.on_conn(made_up(i), 98 * 1448, 2, 1448);
+            let written = 100 + i + 1;
+            assert!(l.len() >= written.min(MAX_ENTRIES / 2) && l.len() <= MAX_ENTRIES, "{written} clients, {} kept", l.len());
+        }
+        assert!((MAX_ENTRIES / 2..MAX_ENTRIES).all(|i| l.of(made_up(i)) > 0.0), "the newest half is kept");
+    }
+
+    #[test]
+    fn made_up_objects_leave_the_newest_half_of_sizes() {
+        let mut c = SizeCache::default();
+        let real: Vec<String> = (0..100).map(|i| size_key(Some("shop"), "", &format!("/img/{i}.gif"))).collect();
+        for (i, k) in real.iter().enumerate() {
+            c.insert(k.clone(), i as u64);
+        }
+        for (i, k) in real.iter().enumerate() {
+            assert_eq!(c.get(k), Some(i as u64));
+        }
+        let made_up = |i: usize| format!("shop/made-up/{i}");
+        for i in 0..MAX_ENTRIES {
+            c.insert(made_up(i), 1_000 + i as u64);
+            let written = real.len() + i + 1;
+            assert!(c.len() >= written.min(MAX_ENTRIES / 2) && c.len() <= MAX_ENTRIES, "{written} objects, {} kept", c.len());
+        }
+        for i in MAX_ENTRIES / 2..MAX_ENTRIES {
+            assert_eq!(c.get(&made_up(i)), Some(1_000 + i as u64), "the newest half is kept");
+        }
     }
 }

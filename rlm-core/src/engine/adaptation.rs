@@ -4,6 +4,7 @@
 //! sizes and transfer times the predictions are made from. The byte-level work (records of
 //! blanks, patching a frame, placing a rewrite) is [`crate::adapt`]'s.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -35,8 +36,9 @@ const RECORD_HORIZON: u32 = 1 << 26;
 pub(super) struct Adaptation {
     /// By connection: the removals under way, the blanks written and the rewrites.
     conns: ahash::AHashMap<ConnId, AdaptConn>,
-    /// Transactions whose request rlm rewrote, with the target the server was asked for.
-    rewritten: ahash::AHashMap<(ConnId, u32), String>,
+    /// Transactions whose request rlm rewrote, by connection and depth, with the target the
+    /// server was asked for (a connection's go at once when it closes).
+    rewritten: ahash::AHashMap<ConnId, BTreeMap<u32, String>>,
     /// Transfer times measured per (size, RTT, loss), the model behind them (`IF PREDICTED`).
     predictor: Predictor,
     client_loss: ClientLoss,
@@ -91,9 +93,23 @@ impl Adaptation {
     /// After the flush at a close: the connection's adaptation state goes.
     pub fn forget(&mut self, id: ConnId) {
         self.conns.remove(&id);
-        if !self.rewritten.is_empty() {
-            self.rewritten.retain(|k, _| k.0 != id);
+        self.rewritten.remove(&id);
+    }
+
+    /// rlm rewrote the request of transaction `depth` on `id` to `target`.
+    fn rewrote(&mut self, id: ConnId, depth: u32, target: String) {
+        self.rewritten.entry(id).or_default().insert(depth, target);
+    }
+
+    /// The target rlm rewrote the request of transaction `depth` on `id` to, if it did: the
+    /// transaction is over, so it is forgotten.
+    fn take_rewritten(&mut self, id: ConnId, depth: u32) -> Option<String> {
+        let pending = self.rewritten.get_mut(&id)?;
+        let target = pending.remove(&depth);
+        if pending.is_empty() {
+            self.rewritten.remove(&id);
         }
+        target
     }
 }
 
@@ -183,7 +199,7 @@ impl Engine {
             Ok((seq, bytes)) => {
                 if a.conns.entry(id).or_default().requests.add_bytes(seq, &bytes) {
                     self.stats.embeds_rewritten += 1;
-                    a.rewritten.insert((id, depth), new);
+                    a.rewrote(id, depth, new);
                     Some(req.uri.clone())
                 } else {
                     self.stats.adapt_record_full += 1;
@@ -209,7 +225,7 @@ impl Engine {
     /// asked for (the variant, when rlm rewrote the request), and an object's transfer time
     /// (not a page's: pages wait for the server) into the predictor's cell.
     pub(super) fn learn_transfer(&mut self, id: ConnId, txn: &Txn) {
-        let variant = if self.adapt.rewritten.is_empty() { None } else { self.adapt.rewritten.remove(&(id, txn.depth)) };
+        let variant = self.adapt.take_rewritten(id, txn.depth);
         if !self.adapt.predicting {
             return;
         }
@@ -408,5 +424,38 @@ fn object_key(u: &url::Url, base: &url::Url, host: &str) -> String {
             None => u.host_str().unwrap_or("").to_string(),
         };
         size_key(Some(&authority), "", &target)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_close_forgets_its_own_rewrites_only() {
+        let mut a = Adaptation::default();
+        let conn = |slot: u32| ConnId { slot, gen: 1 };
+        // 10,000 rewritten transactions pending on 1,000 other connections, and 3 on the one
+        // that closes.
+        for slot in 1..=1_000 {
+            for depth in 0..10 {
+                a.rewrote(conn(slot), depth, format!("/small/{slot}/{depth}.gif"));
+            }
+        }
+        let closing = conn(0);
+        for depth in [0, 2, 5] {
+            a.rewrote(closing, depth, format!("/small/0/{depth}.gif"));
+        }
+        a.forget(closing);
+        assert_eq!(a.take_rewritten(closing, 2), None);
+        assert!(!a.rewritten.contains_key(&closing));
+        for slot in 1..=1_000 {
+            for depth in 0..10 {
+                assert_eq!(a.take_rewritten(conn(slot), depth), Some(format!("/small/{slot}/{depth}.gif")));
+            }
+        }
+        // Each taken once: none is left, and no connection is kept with nothing pending.
+        assert_eq!(a.take_rewritten(conn(1), 0), None);
+        assert!(a.rewritten.is_empty());
     }
 }
