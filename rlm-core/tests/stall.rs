@@ -3,7 +3,7 @@
 //! connections from its client, or 100,000 keep-alive requests naming the page as their
 //! Referer, each join that one open pageview. Its lists stop at the per-pageview caps (what
 //! comes past them is counted in the record's `capped`), so every packet's lookups stay O(1)
-//! and the heap stays small. Before the caps, the connections made every close search a list
+//! and the heap stays small (and the SYNs, never resent, are not charged to it at all). Before the caps, the connections made every close search a list
 //! of 100,000 (quadratic: 3.2 s for one call at 100 k) and the requests held 210 MB.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -111,10 +111,10 @@ fn syn_only_connections_from_the_client_stop_at_the_pageview_cap() {
     drain(&mut e, &mut pvs);
     let p = the_page(&pvs);
     println!("connections {}, capped {}, failed {}, rt {:.1} s", p.connections, p.capped, p.failed_connections, p.rt_s);
-    assert!(p.connections as usize <= max, "the pageview kept {} connections, cap {max}", p.connections);
-    assert_eq!(p.connections as usize, max, "the pageview filled its cap");
-    assert_eq!(p.capped as usize, N + 1 - max, "every connection past the cap counted");
-    assert_eq!(p.failed_connections as usize, max - 1, "the connections it kept failed");
+    assert_eq!(p.capped as usize, N + 1 - max, "every connection past the cap counted, not kept");
+    // The ones it kept failed with one SYN each (no evidence of a real client): they leave it.
+    assert_eq!((p.connections, p.failed_connections), (1, 0));
+    assert_eq!(e.stats().failures_unproven as usize, N);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::analyzer::Analyzer;
 use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote};
 use crate::http::HttpOptions;
 use crate::http::{HttpEvent, Txn};
-use crate::pageview::RequestInfo;
+use crate::pageview::{Evidence, Failure, RequestInfo};
 use crate::policy::SynDecision;
 use crate::time::Timestamp;
 use crate::wire::{Endpoint, Segment};
@@ -336,7 +336,7 @@ impl Engine {
             fp.flow_end(c.client, c.server);
         }
         self.adapt.on_close(c);
-        let (first_syn, syns) = (c.hs.syn.first, c.hs.syn.count);
+        let (first_syn, syns, backoff) = (c.hs.syn.first, c.hs.syn.count, c.hs.syn.shows_backoff());
         // What a flush at a close brings is read; requests it completes are not rewritten (no
         // segment of theirs is being handled).
         self.process_http(now, id, &mut evs, None);
@@ -347,13 +347,23 @@ impl Engine {
         if !matches!(reason, CloseReason::Shutdown | CloseReason::Refused | CloseReason::ConnectTimeout | CloseReason::Evicted) {
             self.push_timer(now + self.cfg.closed_linger, id, TimerKind::Idle);
         }
+        // A failure counts against its client only with evidence that the client is real
+        // (docs/architecture.md, "Evidence"): a timeout whose SYNs show the client's backoff; a
+        // refusal (a RST acknowledging the SYN) of a client whose handshakes rlm has seen, or
+        // that resent its SYN.
+        let known = self.pageviews.client_known(client, now);
         let failed = match (reason, never_established, first_syn) {
-            (CloseReason::ConnectTimeout, _, Some(s)) => Some((s, s + self.cfg.pageview.connect_timeout, syns)),
-            (CloseReason::Refused, _, Some(s)) => Some((s, now, syns)),
+            (CloseReason::ConnectTimeout, _, Some(s)) => {
+                Some(Failure { first_syn: s, at: s + self.cfg.pageview.connect_timeout, syns, proven: backoff })
+            }
+            (CloseReason::Refused, _, Some(s)) => Some(Failure { first_syn: s, at: now, syns, proven: backoff || known }),
             _ => None,
         };
-        if failed.is_some() {
+        if let Some(f) = &failed {
             self.stats.connections_failed += 1;
+            if !f.proven {
+                self.stats.failures_unproven += 1;
+            }
         }
         self.pageviews.on_conn_closed(now, id, client, failed);
         self.collect_pageviews();
@@ -364,13 +374,17 @@ impl Engine {
     pub(super) fn collect_pageviews(&mut self) {
         for mut pv in self.pageviews.take_done() {
             self.stats.pageviews += 1;
+            if pv.evidence == Evidence::None {
+                self.stats.pageviews_unproven += 1;
+            }
             if let Some(policy) = self.policy.as_mut() {
                 let client: Option<IpAddr> = pv.client.parse().ok();
                 let server: SocketAddr = pv.server.as_deref().and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
                 if let Some(ip) = client {
                     let class = policy.classify_ip(ip, server);
                     pv.class = Some(policy.class_name(class).to_string());
-                    if !pv.incomplete {
+                    // Only a pageview with evidence of a real client enters the class statistics.
+                    if !pv.incomplete && pv.evidence != Evidence::None {
                         self.stats.window_evicted += policy.on_pageview(self.last_now, class, pv.rt_s);
                         pv.window_ts = Some(UnixMicros::of(self.last_now));
                     }

@@ -43,6 +43,12 @@ pub struct Stats {
     pub connections_midstream: u64,
     /// Connections whose handshake failed: the connect timeout passed, or the server refused.
     pub connections_failed: u64,
+    /// Of them, failures without evidence of a real client (one SYN, or a burst, that timed
+    /// out; a refusal of a client never seen before): not charged to any pageview.
+    pub failures_unproven: u64,
+    /// Pageviews reported without evidence of a real client (`evidence` "none"): they enter no
+    /// class statistics.
+    pub pageviews_unproven: u64,
     /// Connections evicted from a full table.
     pub connections_evicted: u64,
     /// Connections whose bytes turned out not to be HTTP (their analyzer given up).

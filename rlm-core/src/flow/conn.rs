@@ -33,7 +33,20 @@ impl Sends {
     pub fn last(&self) -> Option<Timestamp> {
         (self.count > 0).then_some(self.last_at)
     }
+
+    /// Whether the sends show a sender's retransmission schedule: at least two, the last at
+    /// least [`BACKOFF_EVIDENCE`] after the first. A client's TCP resends an unanswered SYN
+    /// after its initial RTO (1 s or more, RFC 6298; 3 s on older stacks); one SYN, or a burst,
+    /// is what a spoofer sends.
+    pub fn shows_backoff(&self) -> bool {
+        self.count >= 2 && self.first.is_some_and(|f| self.last_at.saturating_since(f) >= BACKOFF_EVIDENCE)
+    }
 }
+
+/// The least time between a connection's first and last SYN that counts as its client's
+/// retransmission schedule ([`Sends::shows_backoff`]): half the shortest initial RTO (1 s),
+/// leaving room for the network's jitter.
+pub const BACKOFF_EVIDENCE: Duration = Duration::from_millis(500);
 
 /// Handshake timing, as seen at the appliance.
 #[derive(Clone, Copy, Debug, Default)]
@@ -216,7 +229,13 @@ impl<A: StreamAnalyzer> Conn<A> {
         }
         if f.rst {
             if self.state == ConnState::SynSent && dir == Dir::ToClient {
-                notes.push(FlowNote::Refused);
+                // A refusal acknowledges the SYN (RFC 9293 3.10.7.3); any other RST to a
+                // pending SYN is not the server's.
+                if f.ack && Some(seg.ack) == self.c2s.next_seq() {
+                    notes.push(FlowNote::Refused);
+                } else {
+                    notes.push(FlowNote::OutOfWindow);
+                }
             } else if self.in_window(seg.seq, dir) {
                 notes.push(FlowNote::Rst);
             } else {

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::open::PvConn;
-use super::Pageviews;
+use super::{Failure, Pageviews};
 use crate::flow::ConnId;
 use crate::time::Timestamp;
 
@@ -62,6 +62,7 @@ impl Pageviews {
                     c.established = Some(now);
                     if let Some(r) = rtt {
                         c.rtt = r;
+                        c.acked = true;
                     }
                 }
             }
@@ -69,18 +70,21 @@ impl Pageviews {
         }
     }
 
-    /// A connection ended. `failed` is `(first SYN, when it failed, SYNs sent)` when its handshake
-    /// never completed (it failed when the client's TCP gives up, on the appliance's clock) or
-    /// the server refused it. What rlm did to it and no pageview counted yet goes to the
-    /// pageview it is in (or the failed pageview it makes), else nowhere.
-    pub fn on_conn_closed(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, failed: Option<(Timestamp, Timestamp, u16)>) {
+    /// A connection ended. `failed` when its handshake never completed (it failed when the
+    /// client's TCP gives up, on the appliance's clock) or the server refused it. A failure
+    /// charges the pageview it is in (or is a failed pageview of its own) only when `proven`; an
+    /// unproven one leaves the pageview it was in (if nothing else of it is there) and makes
+    /// none. What rlm did to it and no pageview counted yet goes to the pageview it is in (or
+    /// the failed pageview it makes), else nowhere.
+    pub fn on_conn_closed(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, failed: Option<Failure>) {
         let id = self.conn_pv.remove(&conn);
         if let Some(id) = id {
             self.settle_acts(conn, id);
         }
         let acts = self.pending_acts.remove(&conn).unwrap_or_default();
-        match (id, failed) {
-            (Some(id), Some((first_syn, at, syns))) => {
+        let unproven = failed.as_ref().is_some_and(|f| !f.proven);
+        match (id, failed.filter(|f| f.proven)) {
+            (Some(id), Some(Failure { first_syn, at, syns, .. })) => {
                 if let Some(p) = self.open.get_mut(&id) {
                     if let Some(i) = p.conn_index(conn) {
                         p.set_pending(i, false);
@@ -96,11 +100,14 @@ impl Pageviews {
                 if let Some(p) = self.open.get_mut(&id) {
                     if let Some(i) = p.conn_index(conn) {
                         p.set_pending(i, false);
+                        if unproven && p.conns[i].txns.is_empty() {
+                            p.remove_conn(i);
+                        }
                     }
                 }
                 self.schedule(id);
             }
-            (None, Some((first_syn, at, syns))) => {
+            (None, Some(Failure { first_syn, at, syns, .. })) => {
                 // The first connection of a page never got through: the client saw nothing but a failure.
                 let rtt = self.rtt_for(client, None);
                 let id = self.new_pageview(client, first_syn - rtt / 2, now);

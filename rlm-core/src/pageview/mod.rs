@@ -40,7 +40,7 @@ use crate::time::Timestamp;
 use open::OpenPv;
 use record::build_record;
 
-pub use record::{Acts, EventNode, PageviewRecord};
+pub use record::{Acts, EventNode, Evidence, PageviewRecord};
 pub use requests::RequestInfo;
 pub use urls::{request_url, simple_request_key, url_key};
 
@@ -94,6 +94,21 @@ impl Default for PageviewConfig {
             max_referrers: 64,
         }
     }
+}
+
+/// A connection whose handshake failed: its first SYN, when it failed (the client's TCP gave
+/// up, or the server refused it), the SYNs seen, and whether that shows a real client
+/// (`proven`: see docs/architecture.md, "Evidence").
+#[derive(Clone, Copy, Debug)]
+pub struct Failure {
+    /// The connection's first SYN seen.
+    pub first_syn: Timestamp,
+    /// When it failed: the first SYN plus the connect timeout, or the refusal.
+    pub at: Timestamp,
+    /// SYNs seen on it.
+    pub syns: u16,
+    /// Whether it shows a real client.
+    pub proven: bool,
 }
 
 /// The pageview tracker.
@@ -170,6 +185,12 @@ impl Pageviews {
     /// Elapsed client-perceived time of an open pageview (what rules look at while it runs).
     pub fn elapsed(&self, id: u64, now: Timestamp) -> Option<Duration> {
         self.open.get(&id).map(|p| now.saturating_since(p.start))
+    }
+
+    /// Whether rlm saw a handshake of the client complete within `client_rtt_ttl` (it answered a
+    /// server's SYN/ACK: a spoofer cannot).
+    pub fn client_known(&self, client: IpAddr, now: Timestamp) -> bool {
+        self.client_rtt.get(&client).is_some_and(|(_, t)| now.saturating_since(*t) < self.cfg.client_rtt_ttl)
     }
 
     /// The client's last measured RTT (its handshakes at the appliance), if known.
@@ -344,7 +365,10 @@ impl Pageviews {
                 self.txn_pv.remove(&(p.conns[t.conn as usize].conn, t.depth));
             }
         }
-        let rec = build_record(&p, &self.cfg);
+        let mut rec = build_record(&p, &self.cfg);
+        if rec.evidence == Evidence::None && self.client_known(p.client, p.last_activity) {
+            rec.evidence = Evidence::Address;
+        }
         self.done.push(rec);
     }
 }

@@ -30,6 +30,9 @@ pub(super) struct PvConn {
     /// Handshake under way (blocks the pageview from ending).
     pub(super) pending: bool,
     pub(super) rtt: Duration,
+    /// Its handshake completed with the client's ACK of the server's SYN/ACK (evidence of a
+    /// real client; data alone is not).
+    pub(super) acked: bool,
     /// Its transactions in the pageview, as indexes into `txns`, in the order they came.
     pub(super) txns: Vec<u32>,
     /// Its transaction whose response began last (index into `txns`).
@@ -49,6 +52,7 @@ impl PvConn {
             failed_at: None,
             pending,
             rtt,
+            acked: false,
             txns: Vec::new(),
             last_responded: None,
         }

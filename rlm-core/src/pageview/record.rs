@@ -83,10 +83,29 @@ pub struct PageviewRecord {
     pub window_ts: Option<UnixMicros>,
     /// What rlm did to its connections and references (all zero when it did nothing).
     pub actions: Acts,
+    /// What shows its client is real, without which it enters no class statistics
+    /// (docs/architecture.md, "Evidence").
+    pub evidence: Evidence,
     /// Cut off by the end of the capture (or a shutdown) with something still in flight:
     /// a transaction unanswered, a handshake pending or listed objects not yet fetched.
     /// Its `rt_s` is a lower bound; summaries leave it out of the response-time statistics.
     pub incomplete: bool,
+}
+
+/// What shows that a pageview's client is real and not a spoofed address: a pageview enters
+/// its class's statistics only with some.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Evidence {
+    /// One of its connections completed its handshake (the client's ACK of the server's
+    /// SYN/ACK), or a request of it was answered.
+    Handshake,
+    /// rlm saw a handshake of its client complete recently (within `client_rtt_ttl`).
+    Address,
+    /// Its connections failed, and their SYNs show the client's retransmission schedule.
+    Retransmissions,
+    /// None of these: SYNs that were never answered nor resent (what a spoofer sends).
+    None,
 }
 
 /// What rlm did to a pageview: its connections' SYNs and SYN/ACKs (counted when the connection
@@ -156,7 +175,20 @@ pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
         class: None,
         window_ts: None,
         actions: p.acts,
+        evidence: evidence(p),
         incomplete: false,
+    }
+}
+
+/// What the pageview itself shows of its client (`Address` is the tracker's to add): a
+/// handshake or an answered request, else failures that are there only when proven.
+fn evidence(p: &OpenPv) -> Evidence {
+    if p.conns.iter().any(|c| c.acked) || p.txns.iter().any(|t| t.response_first.is_some()) {
+        Evidence::Handshake
+    } else if p.conns.iter().any(|c| c.failed_at.is_some()) {
+        Evidence::Retransmissions
+    } else {
+        Evidence::None
     }
 }
 

@@ -89,6 +89,8 @@ fn request_conn(p: &mut OpenPv, r: &RequestInfo<'_>, is_container: bool, rtt: Du
     } else {
         PvConn::new(r.conn, None, 0, false, rtt)
     };
+    // Its handshake was completed by the client's ACK (it has a measured RTT).
+    let c = PvConn { acked: r.rtt.is_some(), ..c };
     p.push_conn(c, max)
 }
 
