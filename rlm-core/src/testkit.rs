@@ -62,6 +62,14 @@ impl TcpConv {
         TcpConv { client, server, cseq: client_isn, sseq: server_isn, client_isn, server_isn, mss: 1448 }
     }
 
+    /// The same conversation with the client's initial sequence number `isn` (a new
+    /// conversation's is made from its port).
+    pub fn with_isn(mut self, isn: u32) -> TcpConv {
+        self.client_isn = isn;
+        self.cseq = isn;
+        self
+    }
+
     /// The client's SYN.
     pub fn syn(&self) -> Vec<u8> {
         frame(self.client, self.server, self.client_isn, None, "S", &[])

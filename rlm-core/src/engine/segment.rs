@@ -28,6 +28,12 @@ impl Engine {
         let before_retx = c.c2s.retransmits + c.s2c.retransmits;
         let before_gap = c.c2s.gap_bytes + c.s2c.gap_bytes;
         let dir = c.dir_of(seg);
+        // A segment of the server's that came in from the clients' side (or the reverse) is
+        // someone else's: a spoofer's RST, SYN/ACK or data. Ignored whole, counted.
+        if matches!((port, dir), (Port::Client, Dir::ToClient) | (Port::Server, Dir::ToServer)) {
+            self.stats.wrong_side += 1;
+            return out;
+        }
         // A server segment: from the sequence number of its first byte new to the stream to the
         // byte past its end (where content adaptation can still blank a reference).
         let window = match (dir, c.s2c.next_seq()) {
@@ -336,7 +342,7 @@ impl Engine {
             fp.flow_end(c.client, c.server);
         }
         self.adapt.on_close(c);
-        let (first_syn, syns, backoff) = (c.hs.syn.first, c.hs.syn.count, c.hs.syn.shows_backoff());
+        let (first_syn, syns, backoff) = (c.hs.syn.first, c.hs.syn.count, c.hs.syn_shows_backoff());
         // What a flush at a close brings is read; requests it completes are not rewritten (no
         // segment of theirs is being handled).
         self.process_http(now, id, &mut evs, None);

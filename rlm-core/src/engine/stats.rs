@@ -49,6 +49,9 @@ pub struct Stats {
     /// Pageviews reported without evidence of a real client (`evidence` "none"): they enter no
     /// class statistics.
     pub pageviews_unproven: u64,
+    /// Segments of a tracked connection that came in on the wrong side of the bridge (the
+    /// server's from the clients' port, or the client's from the farm's): ignored whole.
+    pub wrong_side: u64,
     /// Connections evicted from a full table.
     pub connections_evicted: u64,
     /// Connections whose bytes turned out not to be HTTP (their analyzer given up).

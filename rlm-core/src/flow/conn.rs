@@ -57,6 +57,17 @@ pub struct Handshake {
     pub synack: Sends,
     /// The client's ACK that completed the handshake (or the first data, if that ACK was not seen).
     pub established: Option<Timestamp>,
+    /// A later SYN carried another initial sequence number than the first: not the client's
+    /// TCP resending its SYN (which repeats it), so no evidence of a retransmission schedule.
+    pub syn_renumbered: bool,
+}
+
+impl Handshake {
+    /// Whether the client's SYNs show its TCP's retransmission schedule: resent (the same
+    /// initial sequence number) over at least [`BACKOFF_EVIDENCE`].
+    pub fn syn_shows_backoff(&self) -> bool {
+        self.syn.shows_backoff() && !self.syn_renumbered
+    }
 }
 
 /// Where a connection is in its handshake and life.
@@ -174,8 +185,6 @@ pub struct Conn<A> {
     pub rtt_us: Option<u32>,
     /// The application analyzer reading its bytes (none: not read, or given up).
     pub app: Option<A>,
-    /// Set by the engine: the pageview this connection is attached to and its index there.
-    pub pageview: Option<(u64, u16)>,
     /// Timer generation, so stale timers are recognised.
     pub gen: u32,
 }
@@ -194,7 +203,6 @@ impl<A: StreamAnalyzer> Conn<A> {
             midstream,
             rtt_us: None,
             app,
-            pageview: None,
             gen: 0,
         }
     }
@@ -275,6 +283,8 @@ impl<A: StreamAnalyzer> Conn<A> {
                     let retransmission = self.hs.syn.record(now);
                     if !self.c2s.started {
                         self.c2s.start_at(seg.seq.wrapping_add(1));
+                    } else if retransmission && self.state == ConnState::SynSent && self.c2s.next_seq() != Some(seg.seq.wrapping_add(1)) {
+                        self.hs.syn_renumbered = true;
                     }
                     notes.push(FlowNote::Syn { retransmission });
                     return true;
