@@ -30,6 +30,13 @@ impl Analyzer {
         }
     }
 
+    /// Heap bytes it holds for later (partial heads, requests waiting for their responses).
+    pub fn held_bytes(&self) -> usize {
+        match self {
+            Analyzer::Http(h) => h.held_bytes(),
+        }
+    }
+
     /// The analyzer found that its connection does not carry its protocol: it is dropped.
     pub fn gave_up(&self) -> bool {
         match self {

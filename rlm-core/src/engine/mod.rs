@@ -20,6 +20,7 @@
 //! fast path may decide, `records` are the Zeek-style records reported.
 
 mod adaptation;
+mod budget;
 mod fastpath;
 mod records;
 mod segment;
@@ -80,6 +81,10 @@ pub struct Config {
     pub server_ports: Vec<u16>,
     /// Most connections tracked at once; the least recently seen are evicted beyond it.
     pub max_connections: usize,
+    /// Most bytes all connections may hold for later at once: partial heads, requests waiting
+    /// for their responses, out-of-order segments. Past it, the connections that have held
+    /// longest are evicted (`stats.evicted_held`) until it is met again.
+    pub max_held_bytes: usize,
     /// An established connection with no traffic for this long is forgotten.
     pub idle_timeout: Duration,
     /// A closed connection is kept this long to absorb stragglers (final ACKs, retransmitted FINs).
@@ -119,6 +124,7 @@ impl Default for Config {
         Config {
             server_ports: Vec::new(),
             max_connections: 262_144,
+            max_held_bytes: 64 << 20,
             idle_timeout: Duration::from_secs(300),
             closed_linger: Duration::from_secs(4),
             scan_embeds: true,
@@ -220,6 +226,8 @@ pub struct Engine {
     syn: SynNode,
     /// Content adaptation's state.
     adapt: Adaptation,
+    /// The bytes connections hold for later, against `max_held_bytes`.
+    held: budget::Held,
 }
 
 impl Engine {
@@ -248,6 +256,7 @@ impl Engine {
             policy: None,
             fastpath: None,
             adapt: Adaptation::default(),
+            held: budget::Held::default(),
         }
     }
 

@@ -64,6 +64,8 @@ impl Engine {
             if reason == CloseReason::Refused {
                 self.flows.remove(id);
             }
+        } else {
+            self.account_held(now, id);
         }
         self.collect_pageviews();
         out
@@ -348,6 +350,7 @@ impl Engine {
         self.process_http(now, id, &mut evs, None);
         // After the flush, which can start a removal.
         self.adapt.forget(id);
+        self.release_held(id);
         // A closed connection stays only to absorb stragglers: its slot is freed after the
         // linger, not after the idle timeout armed when it opened.
         if !matches!(reason, CloseReason::Shutdown | CloseReason::Refused | CloseReason::ConnectTimeout | CloseReason::Evicted) {
@@ -378,6 +381,7 @@ impl Engine {
     /// Pageviews that ended: classed, into the class statistics (stamped with when, so that a
     /// decision's pageviews can be found), reported.
     pub(super) fn collect_pageviews(&mut self) {
+        self.stats.pageviews_evicted = self.pageviews.evicted();
         for mut pv in self.pageviews.take_done() {
             self.stats.pageviews += 1;
             if pv.evidence == Evidence::None {

@@ -52,6 +52,12 @@ pub struct Stats {
     /// Segments of a tracked connection that came in on the wrong side of the bridge (the
     /// server's from the clients' port, or the client's from the farm's): ignored whole.
     pub wrong_side: u64,
+    /// Connections evicted because all connections together held more than
+    /// `max_held_bytes` for later (the ones that began holding first go).
+    pub evicted_held: u64,
+    /// Open pageviews finished early, cut short, because the open pageviews' lists together
+    /// held more than `max_list_bytes` (the oldest go first).
+    pub pageviews_evicted: u64,
     /// Connections evicted from a full table.
     pub connections_evicted: u64,
     /// Connections whose bytes turned out not to be HTTP (their analyzer given up).

@@ -185,6 +185,8 @@ pub struct Conn<A> {
     pub rtt_us: Option<u32>,
     /// The application analyzer reading its bytes (none: not read, or given up).
     pub app: Option<A>,
+    /// Bytes it holds for later, as the engine last counted them (its budget).
+    pub held: u32,
     /// Timer generation, so stale timers are recognised.
     pub gen: u32,
 }
@@ -203,6 +205,7 @@ impl<A: StreamAnalyzer> Conn<A> {
             midstream,
             rtt_us: None,
             app,
+            held: 0,
             gen: 0,
         }
     }

@@ -35,6 +35,13 @@ pub struct HalfStream {
     ooo: Option<Box<OooBuf>>,
 }
 
+impl HalfStream {
+    /// Heap bytes held in out-of-order segments.
+    pub fn held_bytes(&self) -> usize {
+        self.ooo.as_ref().map_or(0, |o| o.bytes + o.segs.capacity() * std::mem::size_of::<(u32, Vec<u8>, u32)>())
+    }
+}
+
 #[derive(Debug, Default)]
 struct OooBuf {
     /// (seq, the bytes seen, the length on the wire), sorted by seq.

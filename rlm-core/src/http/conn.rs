@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use super::chunked::ChunkedDecoder;
 use super::embed::EmbedRef;
-use super::head::{self, Anomalies, Version};
+use super::head::{self, Anomalies, RequestHead, Version};
 use crate::time::Timestamp;
 
 mod requests;
@@ -113,6 +113,15 @@ fn is_ws_line_end(b: u8) -> bool {
 }
 
 impl HttpConn {
+    /// Heap bytes the connection's HTTP state holds for later: partial heads and the requests
+    /// waiting for their responses (at most [`MAX_HEAD`] each way and [`MAX_PENDING`] requests).
+    pub fn held_bytes(&self) -> usize {
+        let txn = std::mem::size_of::<Txn>();
+        self.req_buf.capacity()
+            + self.resp_buf.capacity()
+            + self.pending.iter().map(|t| txn + t.request.as_ref().map_or(0, RequestHead::held_bytes)).sum::<usize>()
+    }
+
     /// `midstream`: the capture joined the connection after it started, so both streams must
     /// first find a message boundary.
     pub fn new(midstream: bool, opts: HttpOptions) -> HttpConn {

@@ -103,6 +103,7 @@ anomalies! {
     CONTENT_LENGTH_AND_CHUNKED = 20, "content_length_and_chunked";
     BAD_REQUEST_LINE = 21, "bad_request_line";
     NOT_HTTP_RESPONSE = 22, "not_http_response";
+    FIELD_TRUNCATED = 23, "field_truncated";
 }
 
 impl Anomalies {
@@ -222,6 +223,26 @@ impl Coding {
     }
 }
 
+/// The most bytes of one request field (target, method, Host, Referer, User-Agent) rlm keeps;
+/// a longer one is cut at a character boundary and the head flagged `field_truncated`. Browsers
+/// send targets of a few hundred bytes (and servers refuse past 8 KiB); a target of 30 KiB that
+/// is not UTF-8 would be kept escaped at up to four times its length, twice.
+pub const MAX_FIELD: usize = 8 * 1024;
+
+/// `s` cut to [`MAX_FIELD`] bytes at a character boundary; true if it was cut.
+fn bound_field(s: &mut String) -> bool {
+    if s.len() <= MAX_FIELD {
+        return false;
+    }
+    let mut end = MAX_FIELD;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s.shrink_to_fit();
+    true
+}
+
 /// A parsed request head: its request line and the header fields rlm uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestHead {
@@ -250,6 +271,26 @@ pub struct RequestHead {
     pub destination: Destination,
     /// What was odd about the head (its request line, header lines and framing fields).
     pub anomalies: Anomalies,
+}
+
+impl RequestHead {
+    /// Cut each kept field to [`MAX_FIELD`] bytes (flagging `field_truncated`).
+    pub(crate) fn bound_fields(mut self) -> RequestHead {
+        let mut cut = bound_field(&mut self.method) | bound_field(&mut self.uri) | bound_field(&mut self.zeek_uri);
+        for f in [&mut self.host, &mut self.referrer, &mut self.user_agent].into_iter().flatten() {
+            cut |= bound_field(f);
+        }
+        if cut {
+            self.anomalies.insert(Anomalies::FIELD_TRUNCATED);
+        }
+        self
+    }
+
+    /// Heap bytes its fields hold.
+    pub(crate) fn held_bytes(&self) -> usize {
+        let opt = |o: &Option<String>| o.as_ref().map_or(0, String::capacity);
+        self.method.capacity() + self.uri.capacity() + self.zeek_uri.capacity() + opt(&self.host) + opt(&self.referrer) + opt(&self.user_agent)
+    }
 }
 
 /// A parsed response head: its status line and the header fields rlm uses.
@@ -311,7 +352,8 @@ pub fn parse_request(head: &[u8]) -> Result<RequestHead, HeadError> {
         framing,
         destination: destination(&h.fields),
         anomalies,
-    })
+    }
+    .bound_fields())
 }
 
 /// Parse a complete response head.

@@ -28,7 +28,7 @@ mod requests;
 mod urls;
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -75,6 +75,10 @@ pub struct PageviewConfig {
     /// URL keys of documents that may refer to a pageview's objects (its container, stylesheets
     /// and frames); further ones are left out and counted in `capped`.
     pub max_referrers: usize,
+    /// Most bytes the open pageviews' lists may hold together (their connections, requests and
+    /// listed references). Past it the oldest open pageview is finished, cut short
+    /// (`incomplete`), until it is met again.
+    pub max_list_bytes: usize,
 }
 
 impl Default for PageviewConfig {
@@ -92,6 +96,7 @@ impl Default for PageviewConfig {
             max_txns: 1024,
             max_expected: 2048,
             max_referrers: 64,
+            max_list_bytes: 32 << 20,
         }
     }
 }
@@ -128,6 +133,13 @@ pub struct Pageviews {
     /// Each client's last measured RTT and when it was learnt (bounded: see `learn_rtt`).
     client_rtt: AHashMap<IpAddr, (Duration, Timestamp)>,
     deadlines: BinaryHeap<Reverse<(Timestamp, u64, u32)>>,
+    /// Bytes the open pageviews' lists hold, against `max_list_bytes`.
+    list_bytes: usize,
+    /// Open pageviews in the order they opened (finished ones are dropped when they come to the
+    /// front, or at a compaction).
+    opened: VecDeque<u64>,
+    /// Pageviews finished early to keep `max_list_bytes`.
+    evicted: u64,
     /// The heap's size after its last compaction ([`Pageviews::schedule`]).
     deadlines_compacted: usize,
     next_id: u64,
@@ -146,6 +158,9 @@ impl Pageviews {
             pending_acts: AHashMap::new(),
             client_rtt: AHashMap::new(),
             deadlines: BinaryHeap::new(),
+            list_bytes: 0,
+            opened: VecDeque::new(),
+            evicted: 0,
             deadlines_compacted: 0,
             next_id: 1,
             done: Vec::new(),
@@ -250,14 +265,34 @@ impl Pageviews {
         }
     }
 
-    /// Activity on a pageview: its quiet period starts again.
+    /// Activity on a pageview: its quiet period starts again, and what its lists grew by is
+    /// counted (over `max_list_bytes`, the oldest open pageviews are cut short, possibly it).
     fn touch(&mut self, id: u64, now: Timestamp) {
         if let Some(p) = self.open.get_mut(&id) {
             if now > p.last_activity {
                 p.last_activity = now;
             }
+            self.list_bytes += p.bytes - p.bytes_counted;
+            p.bytes_counted = p.bytes;
             self.schedule(id);
         }
+        while self.list_bytes > self.cfg.max_list_bytes {
+            let Some(oldest) = self.opened.pop_front() else { break };
+            if self.open.contains_key(&oldest) {
+                self.finish_cut(oldest);
+                self.evicted += 1;
+            }
+        }
+    }
+
+    /// Pageviews finished early to keep the lists within `max_list_bytes`.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Bytes the open pageviews' lists hold, as last counted.
+    pub fn list_bytes(&self) -> usize {
+        self.list_bytes
     }
 
     /// A new deadline for the end of a pageview's quiet period (superseding its earlier ones).
@@ -301,6 +336,11 @@ impl Pageviews {
     fn new_pageview(&mut self, client: IpAddr, start: Timestamp, now: Timestamp) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        if self.opened.len() > 2 * self.open.len() + 1024 {
+            let open = &self.open;
+            self.opened.retain(|i| open.contains_key(i));
+        }
+        self.opened.push_back(id);
         let list = self.by_client.entry(client).or_default();
         list.push(id);
         let overflow = if list.len() > self.cfg.max_open_per_client { Some(list[0]) } else { None };
@@ -349,6 +389,7 @@ impl Pageviews {
     /// Close a pageview: out of the tables, its record reported.
     fn finish(&mut self, id: u64) {
         let Some(p) = self.open.remove(&id) else { return };
+        self.list_bytes -= p.bytes_counted;
         if let Some(list) = self.by_client.get_mut(&p.client) {
             list.retain(|x| *x != id);
             if list.is_empty() {

@@ -119,6 +119,9 @@ pub(super) struct OpenPv {
     container_responded: bool,
     /// Connections, requests and listed references left out past the caps.
     pub(super) capped: u32,
+    /// Heap bytes its lists hold (the tracker's budget), and what the tracker counted of them.
+    pub(super) bytes: usize,
+    pub(super) bytes_counted: usize,
     /// The container's embed list is complete and trustworthy (scanned, not encoded).
     pub(super) list_reliable: bool,
     pub(super) in_flight: u32,
@@ -152,6 +155,8 @@ impl OpenPv {
             unfetched_required: 0,
             container_responded: false,
             capped: 0,
+            bytes: 0,
+            bytes_counted: 0,
             list_reliable: false,
             in_flight: 0,
             last_activity: now,
@@ -193,6 +198,7 @@ impl OpenPv {
             return None;
         }
         let i = self.conns.len();
+        self.bytes += std::mem::size_of::<PvConn>() + 32;
         self.conn_ix.insert(c.conn, i as u16);
         self.pending += u32::from(c.pending);
         self.conns.push(c);
@@ -237,6 +243,7 @@ impl OpenPv {
             return false;
         }
         let ti = self.txns.len() as u32;
+        self.bytes += std::mem::size_of::<PvTxn>() + t.uri.capacity() + 32;
         self.txn_ix.entry((t.conn, t.depth)).or_insert(ti);
         self.conns[usize::from(t.conn)].txns.push(ti);
         self.txns.push(t);
@@ -265,6 +272,7 @@ impl OpenPv {
             return None;
         }
         self.unfetched_required += u32::from(e.required && !e.fetched);
+        self.bytes += std::mem::size_of::<Expected>();
         self.expected.push(e);
         Some(self.expected.len() - 1)
     }
@@ -284,6 +292,7 @@ impl OpenPv {
             self.capped = self.capped.saturating_add(1);
             return;
         }
+        self.bytes += key.capacity() + 16;
         self.referrers.insert(key);
     }
 }

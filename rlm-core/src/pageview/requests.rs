@@ -164,6 +164,9 @@ impl Pageviews {
         if keys.url.is_none() && keys.key.is_some() {
             p.base_target = Some((r.head.host.clone(), r.server.clone(), r.head.uri.clone()));
         }
+        // Its container's target, host and URL, kept twice at most.
+        p.bytes +=
+            2 * (r.head.uri.len() + r.head.host.as_ref().map_or(0, String::len) + r.server.len()) + keys.url.as_ref().map_or(0, |u| u.as_str().len());
         if let Some(k) = &keys.key {
             p.add_referrer(k.clone(), self.cfg.max_referrers);
         }
@@ -268,6 +271,7 @@ impl Pageviews {
                 continue;
             };
             for k in &keys {
+                p.bytes += k.len() + 32;
                 p.index.insert(k.clone(), i);
             }
             if matches!(r.kind, EmbedKind::Stylesheet | EmbedKind::Frame) {

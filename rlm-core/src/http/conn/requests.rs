@@ -119,7 +119,8 @@ impl HttpConn {
             framing: Framing::None,
             destination: head::Destination::Unknown,
             anomalies: line.anomalies,
-        };
+        }
+        .bound_fields();
         self.push_request(req, seq, out);
         self.req = Stream::Tunnel;
     }

@@ -55,8 +55,11 @@ pub fn escape_bytes(b: &[u8]) -> String {
     let mut s = String::with_capacity(b.len());
     for chunk in b.utf8_chunks() {
         s.push_str(chunk.valid());
-        for x in chunk.invalid() {
-            s.push_str(&format!("\\x{x:02x}"));
+        for &x in chunk.invalid() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            s.push_str("\\x");
+            s.push(char::from(HEX[usize::from(x >> 4)]));
+            s.push(char::from(HEX[usize::from(x & 15)]));
         }
     }
     s

@@ -158,3 +158,19 @@ fn content_length_as_zeek_reads_it() {
         assert_eq!(parse_response(head.as_bytes()).unwrap().0.content_length, Some(50), "{range}");
     }
 }
+
+#[test]
+fn a_long_target_is_kept_cut_at_max_field_and_flagged() {
+    let mut head = b"GET /".to_vec();
+    head.extend((0..30 * 1024).map(|k| 0x80 + (k % 0x7f) as u8));
+    head.extend_from_slice(b"?\xce\xbb HTTP/1.1\r\nHost: shop\r\nUser-Agent: ua\r\n\r\n");
+    let r = parse_request(&head).expect("a request");
+    assert!(r.uri.len() <= MAX_FIELD && r.uri.len() > MAX_FIELD - 4, "{}", r.uri.len());
+    assert!(r.zeek_uri.len() <= MAX_FIELD);
+    assert!(r.anomalies.contains(Anomalies::FIELD_TRUNCATED));
+    assert_eq!((r.host.as_deref(), r.user_agent.as_deref()), (Some("shop"), Some("ua")));
+    // Escaped as `\xNN`, cut at a character boundary.
+    assert!(r.uri.starts_with("/\\x80\\x81"), "{}", &r.uri[..16]);
+    let short = parse_request(b"GET /a HTTP/1.1\r\nHost: shop\r\n\r\n").expect("a request");
+    assert!(!short.anomalies.contains(Anomalies::FIELD_TRUNCATED));
+}
