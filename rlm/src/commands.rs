@@ -133,6 +133,9 @@ pub struct RunArgs {
     /// Leave the pinned state at exit, for a planned restart.
     #[arg(long)]
     pub srpt_keep_state: bool,
+    /// Make a fault, for the fail-open tests: `panic-after=SECS` (the event loop panics).
+    #[arg(long, hide = true, value_name = "FAULT")]
+    pub fault: Option<live::config::Fault>,
 }
 
 impl RunArgs {
@@ -244,6 +247,7 @@ impl RunArgs {
             c.srpt.state_dir = v;
         }
         c.srpt.keep_state_on_exit |= self.srpt_keep_state;
+        c.fault = self.fault;
         Ok(c)
     }
 

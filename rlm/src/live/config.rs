@@ -77,6 +77,32 @@ pub struct RunConfig {
     pub records_queue: usize,
     /// SRPT on the outbound link (the `[srpt]` table).
     pub srpt: SrptConfig,
+    /// A fault rlm makes itself, for the fail-open tests (the hidden `--fault`; no TOML key).
+    #[serde(skip)]
+    pub fault: Option<Fault>,
+}
+
+/// A fault `rlm run` makes itself (`--fault`, hidden from `--help`): the fail-open tests use it
+/// to see what an rlm that fails leaves behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `panic-after=SECS`: the event loop panics this long after it started (the panic unwinds,
+    /// as a bug's would).
+    PanicAfter(std::time::Duration),
+}
+
+impl std::str::FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Fault, String> {
+        match s.split_once('=') {
+            Some(("panic-after", v)) => match v.parse::<f64>() {
+                Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(Fault::PanicAfter(std::time::Duration::from_secs_f64(secs))),
+                _ => Err(format!("{s}: panic-after takes seconds (0 to 86400)")),
+            },
+            _ => Err(format!("{s}: the only fault is panic-after=SECS")),
+        }
+    }
 }
 
 /// What the client port's egress does ([`SrptConfig::mode`]).
@@ -249,6 +275,7 @@ impl Default for RunConfig {
             records_keep: 5,
             records_queue: 16_384,
             srpt: SrptConfig::default(),
+            fault: None,
         }
     }
 }
@@ -383,6 +410,17 @@ mod tests {
         let t: RunConfig = toml::from_str("[srpt]\nmode = \"fair\"\nlink_bps = 1000000\n").unwrap();
         assert_eq!((t.srpt.mode, t.srpt.cutoffs.len()), (SrptRunMode::Fair, 5));
         assert!(toml::from_str::<RunConfig>("[srpt]\nmode = \"lifo\"\n").is_err());
+    }
+
+    #[test]
+    fn faults_parse() {
+        assert_eq!("panic-after=3".parse::<Fault>(), Ok(Fault::PanicAfter(std::time::Duration::from_secs(3))));
+        assert_eq!("panic-after=0.5".parse::<Fault>(), Ok(Fault::PanicAfter(std::time::Duration::from_millis(500))));
+        for bad in ["panic-after=", "panic-after=-1", "panic-after=nan", "abort", "panic=3"] {
+            assert!(bad.parse::<Fault>().is_err(), "{bad}");
+        }
+        // Not a TOML key.
+        assert!(toml::from_str::<RunConfig>("fault = \"panic-after=3\"\n").is_err());
     }
 
     #[test]

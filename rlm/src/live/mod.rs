@@ -50,7 +50,7 @@ use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
 
-pub use config::{Observer, RunConfig, SrptRunMode};
+pub use config::{Fault, Observer, RunConfig, SrptRunMode};
 use records::{RecordCounts, RecordOutputs, RecordWriter};
 use rlm_core::engine::{Config, Engine, Event, FastpathUpdate, Port, SynMode, Verdict};
 use rlm_core::policy::{Admission, SynDecision};
@@ -364,6 +364,8 @@ struct Loop {
     /// `[srpt] mode` as the status shows it, and the bands it reports.
     srpt_mode: SrptRunMode,
     srpt_bands: usize,
+    /// `--fault panic-after`: when the loop panics.
+    panic_at: Option<Instant>,
 }
 
 impl Loop {
@@ -441,6 +443,7 @@ impl Loop {
             rules_digest: digest,
             srpt_mode: cfg.srpt.mode,
             srpt_bands: cfg.srpt.leaves() as usize,
+            panic_at: cfg.fault.map(|Fault::PanicAfter(d)| Instant::now() + d),
         }
     }
 
@@ -509,6 +512,9 @@ impl Loop {
             if last_status.elapsed() >= Duration::from_secs(1) {
                 last_status = Instant::now();
                 self.publish_status();
+            }
+            if self.panic_at.is_some_and(|t| Instant::now() >= t) {
+                panic!("--fault panic-after: the event loop panics as asked");
             }
         }
         Ok(())

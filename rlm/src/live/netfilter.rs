@@ -205,11 +205,14 @@ pub fn enable_br_netfilter() -> Result<()> {
     Ok(())
 }
 
-/// What is installed, so that it can be removed.
+/// What is installed, so that it can be removed: by [`Installed::remove`], or when dropped
+/// without it (a panic unwinding, an early return), quietly.
 #[derive(Debug)]
 pub struct Installed {
     plan: QueuePlan,
     backend: Backend,
+    /// Still to be removed (cleared by [`Installed::remove`]).
+    armed: bool,
 }
 
 impl Installed {
@@ -234,7 +237,7 @@ pub fn install(plan: &QueuePlan) -> Result<Installed> {
             }
         }
     }
-    Ok(Installed { plan: plan.clone(), backend })
+    Ok(Installed { plan: plan.clone(), backend, armed: true })
 }
 
 /// Remove whatever an earlier run on this bridge left (after a crash or SIGKILL); quiet.
@@ -275,7 +278,12 @@ pub fn remove_leftovers(plan: &QueuePlan) {
 
 impl Installed {
     /// Remove the rules; the bridge forwards plainly afterwards.
-    pub fn remove(self) -> Result<()> {
+    pub fn remove(mut self) -> Result<()> {
+        self.armed = false;
+        self.remove_now()
+    }
+
+    fn remove_now(&self) -> Result<()> {
         match self.backend {
             Backend::Nft => {
                 let st = Command::new("nft").args(["delete", "table", "inet", &self.plan.nft_table()]).status()?;
@@ -289,6 +297,19 @@ impl Installed {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for Installed {
+    /// Not removed explicitly: a panic is unwinding (or an error returned early). The rules
+    /// go now, so that the bridge forwards plainly whatever rlm does next.
+    fn drop(&mut self) {
+        if self.armed {
+            match self.remove_now() {
+                Ok(()) => tracing::warn!("removed rlm's netfilter rules on the way out (not a clean exit)"),
+                Err(e) => tracing::warn!("removing rlm's netfilter rules on the way out failed: {e:#}"),
+            }
+        }
     }
 }
 
