@@ -262,6 +262,59 @@ impl RunArgs {
     }
 }
 
+/// `rlm cleanup`'s flags; each overrides the same key of `--config`.
+#[derive(Args, Debug, Default)]
+pub struct CleanupArgs {
+    /// The `rlm run` configuration file (only its bridge and ports are read).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The bridge rlm sat on.
+    #[arg(long, value_name = "BR")]
+    pub bridge: Option<String>,
+    /// The bridge port toward the clients.
+    #[arg(long, value_name = "IF")]
+    pub client_port: Option<String>,
+    /// The bridge port toward the servers.
+    #[arg(long, value_name = "IF")]
+    pub server_port: Option<String>,
+}
+
+impl CleanupArgs {
+    fn into_plan(self) -> anyhow::Result<live::cleanup::CleanupPlan> {
+        let c = match &self.config {
+            Some(p) => RunConfig::from_file(p)?,
+            None => RunConfig::default(),
+        };
+        let plan = live::cleanup::CleanupPlan {
+            bridge: self.bridge.unwrap_or(c.bridge),
+            client_port: self.client_port.unwrap_or(c.client_port),
+            server_port: self.server_port.unwrap_or(c.server_port),
+        };
+        if plan.bridge.is_empty() || plan.client_port.is_empty() || plan.server_port.is_empty() {
+            anyhow::bail!("--bridge, --client-port and --server-port are required (or bridge, client_port, server_port in the config)");
+        }
+        Ok(plan)
+    }
+}
+
+/// `rlm cleanup`: remove what an `rlm run` that did not exit cleanly left.
+pub fn cleanup(args: CleanupArgs) -> ExitCode {
+    let plan = match args.into_plan() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("rlm: {}", one_line(&e));
+            return ExitCode::from(2);
+        }
+    };
+    match live::check_privileges().and_then(|()| live::cleanup::run(&plan)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rlm: {}", one_line(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// `0x800000` or `8388608`.
 fn parse_u32_any_base(s: &str) -> Result<u32, String> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {

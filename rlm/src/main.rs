@@ -36,6 +36,15 @@ enum Command {
     /// the rule file or the privileges are wrong); 2 a usage error (outputs are refused, before
     /// anything is opened, when one is the rule file, the configuration or another output).
     Run(commands::RunArgs),
+    /// Remove what an `rlm run` that did not exit cleanly left on its bridge.
+    ///
+    /// Its tc filters on either port (`syn_admit`, `observe`, `classify`, `srpt_acks`: left on
+    /// the clsact path), its HTB qdisc on the client port (`7e1:`) and its netfilter rules,
+    /// whatever that run's configuration was. `rlm run` does the same at every start; this is for
+    /// systemd's `ExecStopPost=`. Do not run it beside a running rlm on the same bridge.
+    /// Exit status: 0 nothing left (removed or none found); 1 something could not be removed;
+    /// 2 a usage error.
+    Cleanup(commands::CleanupArgs),
     /// Check rule files: print a summary of each, or its errors (FILE:LINE:COL, the line, a caret).
     ///
     /// Exit status: 0 all valid; 1 one is not; 2 a usage error.
@@ -97,6 +106,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => commands::run(args),
+        Command::Cleanup(args) => commands::cleanup(args),
         Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
         Command::Status { metrics } => commands::status(metrics),
         Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions } => {

@@ -28,6 +28,7 @@
 //! SIGINT/SIGTERM the engine closes its open pageviews and their records are written before
 //! the rules are removed.
 
+pub mod cleanup;
 pub mod config;
 pub mod inject;
 pub mod metrics;
@@ -128,7 +129,7 @@ fn ifindex(name: &str) -> Result<u32> {
 }
 
 /// Whether this process may install netfilter rules and capture.
-fn check_privileges() -> Result<()> {
+pub fn check_privileges() -> Result<()> {
     let ok = caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_NET_ADMIN).unwrap_or(false)
         && caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_NET_RAW).unwrap_or(false);
     if !ok {
@@ -212,6 +213,15 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let status: metrics::Status = Arc::new(Mutex::new(serde_json::json!({"state": "starting"})));
     metrics::serve(cfg.metrics, Arc::new(registry), status.clone()).await?;
     let nfq = nfqueue::open(cfg.queue_base, cfg.queues, cfg.queue_max_len)?;
+    // What an earlier rlm on this bridge left when it did not exit cleanly, whatever its
+    // configuration: before anything of this run's is attached (leftover filters are found by
+    // name), and after the queue is bound (an rlm still running holds it: this one has failed).
+    let cleanup_plan =
+        cleanup::CleanupPlan { bridge: cfg.bridge.clone(), client_port: cfg.client_port.clone(), server_port: cfg.server_port.clone() };
+    let cleaned = cleanup::cleanup(&cleanup_plan);
+    if !cleaned.is_empty() {
+        warn!("an earlier rlm did not exit cleanly: {}", cleaned.summary(&cleanup_plan));
+    }
     // SYN/ACKs are never queued: FAST SYN/ACK keeps them from the copies the fast path (or the
     // tap) reports.
     let queue_synacks = false;
@@ -220,7 +230,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let source = match cfg.observer {
         Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
         Observer::Ebpf => {
-            let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark)
+            let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark, kmod_fastpath::AttachMode::Auto)
                 .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
             let srpt = match cfg.srpt.mode {
@@ -242,7 +252,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                             Err(err) => warn!("SRPT: per-flow state is not kept across restarts: {err:#}"),
                         }
                     }
-                    e.attach_to(&cfg.client_port).context("cannot attach the SRPT classifier")?;
+                    e.attach_to(&cfg.client_port, kmod_fastpath::AttachMode::Auto).context("cannot attach the SRPT classifier")?;
                     Some(e)
                 }
             };
