@@ -133,6 +133,10 @@ pub struct RunArgs {
     /// Leave the pinned state at exit, for a planned restart.
     #[arg(long)]
     pub srpt_keep_state: bool,
+    /// How the eBPF programs are attached: auto (tcx where the kernel has it, else clsact) or
+    /// clsact (clsact filters even where tcx exists).
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub ebpf_attach: Option<live::config::EbpfAttach>,
     /// Make a fault, for the fail-open tests: `panic-after=SECS` (the event loop panics).
     #[arg(long, hide = true, value_name = "FAULT")]
     pub fault: Option<live::config::Fault>,
@@ -247,6 +251,9 @@ impl RunArgs {
             c.srpt.state_dir = v;
         }
         c.srpt.keep_state_on_exit |= self.srpt_keep_state;
+        if let Some(v) = self.ebpf_attach {
+            c.ebpf.attach = v;
+        }
         c.fault = self.fault;
         Ok(c)
     }

@@ -77,6 +77,8 @@ pub struct RunConfig {
     pub records_queue: usize,
     /// SRPT on the outbound link (the `[srpt]` table).
     pub srpt: SrptConfig,
+    /// How the eBPF programs are attached (the `[ebpf]` table).
+    pub ebpf: EbpfConfig,
     /// A fault rlm makes itself, for the fail-open tests (the hidden `--fault`; no TOML key).
     #[serde(skip)]
     pub fault: Option<Fault>,
@@ -101,6 +103,37 @@ impl std::str::FromStr for Fault {
                 _ => Err(format!("{s}: panic-after takes seconds (0 to 86400)")),
             },
             _ => Err(format!("{s}: the only fault is panic-after=SECS")),
+        }
+    }
+}
+
+/// The eBPF programs (`[ebpf]`): `syn_admit`, `observe`, and with `[srpt]` `classify` and
+/// `srpt_acks`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EbpfConfig {
+    /// How they are attached to the ports.
+    pub attach: EbpfAttach,
+}
+
+/// How the tc programs are attached ([`EbpfConfig::attach`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum EbpfAttach {
+    /// tcx links where the kernel has tcx (6.6 and later), which go when rlm's process goes;
+    /// clsact filters on older kernels.
+    #[default]
+    Auto,
+    /// Filters of a clsact qdisc (netlink), as on kernels without tcx, even where tcx exists:
+    /// they outlive rlm's process, and rlm's guard and its next start remove them.
+    Clsact,
+}
+
+impl EbpfAttach {
+    pub fn mode(self) -> kmod_fastpath::AttachMode {
+        match self {
+            EbpfAttach::Auto => kmod_fastpath::AttachMode::Auto,
+            EbpfAttach::Clsact => kmod_fastpath::AttachMode::Clsact,
         }
     }
 }
@@ -275,6 +308,7 @@ impl Default for RunConfig {
             records_keep: 5,
             records_queue: 16_384,
             srpt: SrptConfig::default(),
+            ebpf: EbpfConfig::default(),
             fault: None,
         }
     }
@@ -408,8 +442,19 @@ mod tests {
         d.observer = Observer::Pcap;
         assert!(d.validate().unwrap_err().to_string().contains("ebpf"));
         let t: RunConfig = toml::from_str("[srpt]\nmode = \"fair\"\nlink_bps = 1000000\n").unwrap();
+        assert_eq!(t.ebpf.attach, EbpfAttach::Auto);
         assert_eq!((t.srpt.mode, t.srpt.cutoffs.len()), (SrptRunMode::Fair, 5));
         assert!(toml::from_str::<RunConfig>("[srpt]\nmode = \"lifo\"\n").is_err());
+    }
+
+    #[test]
+    fn ebpf_attach_is_auto_or_clsact() {
+        let t: RunConfig = toml::from_str("[ebpf]\nattach = \"clsact\"\n").unwrap();
+        assert_eq!(t.ebpf.attach.mode(), kmod_fastpath::AttachMode::Clsact);
+        assert!(t.ebpf.attach.mode().is_clsact());
+        assert_eq!(RunConfig::default().ebpf.attach.mode(), kmod_fastpath::AttachMode::Auto);
+        assert!(toml::from_str::<RunConfig>("[ebpf]\nattach = \"tcx\"\n").is_err());
+        assert!(toml::from_str::<RunConfig>("[ebpf]\nattch = \"auto\"\n").is_err());
     }
 
     #[test]

@@ -230,7 +230,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let source = match cfg.observer {
         Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
         Observer::Ebpf => {
-            let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark, kmod_fastpath::AttachMode::Auto)
+            let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark, cfg.ebpf.attach.mode())
                 .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
             let srpt = match cfg.srpt.mode {
@@ -252,7 +252,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                             Err(err) => warn!("SRPT: per-flow state is not kept across restarts: {err:#}"),
                         }
                     }
-                    e.attach_to(&cfg.client_port, kmod_fastpath::AttachMode::Auto).context("cannot attach the SRPT classifier")?;
+                    e.attach_to(&cfg.client_port, cfg.ebpf.attach.mode()).context("cannot attach the SRPT classifier")?;
                     Some(e)
                 }
             };
@@ -315,8 +315,11 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         }
     };
     let what = match &source {
-        Source::Fast(_) => "eBPF syn_admit on the client port, observe on the server port; SYNs without a verdict in the kernel are queued",
-        Source::Tap(_) => "the clients' SYNs are queued; the rest is measured from the tap on the server port",
+        Source::Fast(_) => format!(
+            "eBPF syn_admit on the client port, observe on the server port ({}); SYNs without a verdict in the kernel are queued",
+            if cfg.ebpf.attach.mode().is_clsact() { "clsact filters" } else { "tcx links" }
+        ),
+        Source::Tap(_) => "the clients' SYNs are queued; the rest is measured from the tap on the server port".into(),
     };
     info!(
         bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
