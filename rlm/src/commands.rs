@@ -343,12 +343,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    if cfg.log_json {
-        tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    }
+    init_log(cfg.log_json);
     match live::run(cfg, outputs) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -356,6 +351,21 @@ pub fn run(args: RunArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn init_log(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if json {
+        tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
+}
+
+/// `rlm guard` (hidden): `rlm run`'s guard process.
+pub fn guard(plan: &str, log_json: bool) -> ExitCode {
+    init_log(log_json);
+    live::guard::main(plan)
 }
 
 /// `rlm status`: ask a running rlm (its /status endpoint) and print what it says.

@@ -369,15 +369,17 @@ fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     let metrics = rlm.get("/metrics").expect("/metrics under load");
     let before = testbed::inline::prom::by_label(&testbed::inline::prom::parse(&metrics), "rlm_verdicts", "verdict");
     assert!(before.get("accept").copied().unwrap_or(0.0) > 20.0, "the load crosses rlm's queue: {before:?}");
-    rlm.kill().expect("kill -9");
+    // rlm and its guard together (as a stop that kills the whole service): what carries the
+    // traffic here is the kernel's bypass alone.
+    rlm.kill_with_guard().expect("kill -9");
     let killed = Instant::now();
     assert!(!rlm.running());
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::SeqCst);
     let logs: Vec<_> = loops.into_iter().flat_map(|h| h.join().unwrap()).collect();
 
-    // The queue rules are still there (SIGKILL leaves them): what carries the traffic is the
-    // kernel's bypass, not their removal.
+    // The queue rules are still there (SIGKILL of rlm and its guard leaves them): what carries
+    // the traffic is the kernel's bypass, not their removal.
     let left = rlm_rules(&info.namespaces.appliance);
     assert!(!left.is_empty(), "SIGKILL cannot remove the rules");
     let after: Vec<_> = logs.iter().filter(|(t, _, _)| *t >= killed).collect();

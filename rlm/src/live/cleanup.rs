@@ -11,8 +11,9 @@
 //!   `srpt_acks` on ranking. tcx links go with the process.
 //!
 //! [`cleanup`] removes all three, whatever the configuration of the run that left them. It runs
-//! at every start of `rlm run` (before anything is attached: the filters are found by name) and
-//! from `rlm cleanup` (systemd's `ExecStopPost=`).
+//! at every start of `rlm run` (before anything is attached: the filters are found by name),
+//! in rlm's guard process when rlm dies without a clean exit (`guard`), and from `rlm cleanup`
+//! (systemd's `ExecStopPost=`).
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};

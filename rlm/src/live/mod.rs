@@ -30,6 +30,7 @@
 
 pub mod cleanup;
 pub mod config;
+pub mod guard;
 pub mod inject;
 pub mod metrics;
 pub mod netfilter;
@@ -141,7 +142,7 @@ pub fn check_privileges() -> Result<()> {
 /// After setup keep only what is still needed: CAP_NET_ADMIN (verdicts, removing the rules at
 /// exit) and CAP_NET_RAW (iptables). The bounding set is cut too, so that the iptables run at
 /// exit cannot regain anything either.
-fn drop_capabilities() -> Result<()> {
+pub(crate) fn drop_capabilities() -> Result<()> {
     use caps::{CapSet, Capability};
     let keep: caps::CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW].into_iter().collect();
     for c in caps::all() {
@@ -222,6 +223,11 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     if !cleaned.is_empty() {
         warn!("an earlier rlm did not exit cleanly: {}", cleaned.summary(&cleanup_plan));
     }
+    // Before anything is installed and while rlm has every capability: if rlm dies without a
+    // clean exit from here on, the guard removes what it installed. Declared before what it
+    // guards, so that it is dropped after them.
+    let guard = guard::Guard::spawn(&cleanup_plan, cfg.log_json)?;
+    info!(pid = guard.pid(), "guard process started");
     // SYN/ACKs are never queued: FAST SYN/ACK keeps them from the copies the fast path (or the
     // tap) reports.
     let queue_synacks = false;
@@ -353,6 +359,11 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
             Err(e) => warn!("removing the pinned SRPT state in {} failed: {e:#}", dir.display()),
         },
         None => {}
+    }
+    // Everything is removed (the programs went with the loop's source): the guard has nothing
+    // to do. If a removal failed, the guard tries again.
+    if removed.is_ok() && unshaped.is_ok() {
+        guard.disarm();
     }
     result.and(removed).and(unshaped)
 }
