@@ -9,8 +9,9 @@
 //!   [`InlinePath::set_queue_responses`] on, the servers' IPv4 segments with payload, FIN or RST
 //!   are marked for NFQUEUE instead (content adaptation rewrites them there).
 //!
-//! Both are attached with tcx links owned by this process: they go when it goes, whatever way
-//! it ends, and the bridge forwards plainly.
+//! Both are attached as [`AttachMode`] says: tcx links owned by this process go when it goes,
+//! whatever way it ends; clsact filters stay in the kernel after it unless they are detached
+//! (dropping the handle does; after a SIGKILL, [`crate::detach_leftovers`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::ops::Deref;

@@ -28,7 +28,8 @@ struct Cli {
 enum Command {
     /// Sit inline on a bridge: queue the clients' SYNs, measure pageviews from a tap, enforce the rule file.
     ///
-    /// Installs its netfilter rules (removed on SIGINT/SIGTERM; bypassed if rlm dies), serves
+    /// Installs its netfilter rules (removed on SIGINT/SIGTERM, on a panic, and by its guard
+    /// process if rlm is killed; bypassed meanwhile), serves
     /// Prometheus /metrics and /status on localhost, and writes --transactions, --pageviews and
     /// --decisions as JSON lines (the records of `rlm analyze`). SIGHUP reopens those files
     /// (after logrotate) and reloads the rule file if it changed.

@@ -18,9 +18,11 @@
 //! One thread, driven by tokio: the NFQUEUE socket and the ring buffer (or tap) are drained in
 //! batches when readable or every few milliseconds, the engine's timers fire when due, and
 //! SIGHUP/SIGINT/SIGTERM are handled in the same loop, so the sans-IO engine needs no locking.
-//! Everything that can fail is opened and checked before any rule is installed; once installed,
-//! the rules are removed on every exit path but SIGKILL, and then `--queue-bypass` keeps the
-//! bridge forwarding and the eBPF programs go with the process that holds their links.
+//! Everything that can fail is opened and checked before any rule is installed. What an earlier
+//! rlm left is removed first ([`cleanup`]); once installed, the rules and the shaper are removed
+//! on a clean exit and, by their `Drop`, on a panic; when rlm dies without running its code
+//! (SIGKILL, abort, OOM) its guard process removes them and the clsact filters ([`guard`]).
+//! `--queue-bypass` keeps the bridge forwarding meanwhile, and tcx links go with the process.
 //!
 //! The engine's records (`--transactions`, `--pageviews`, `--decisions`) go to a writer thread
 //! ([`records::RecordWriter`]) that the loop never waits on. SIGHUP reopens its files (after
