@@ -20,8 +20,9 @@
 //    (CFG_QUEUE_REQUESTS), the clients' IPv4 segments with payload get the mark at the client
 //    port (syn_admit) and are not reported here.
 //
-// Maps are the only interface with the engine. If rlm is gone the programs are detached with
-// it (their links belong to its process) and the bridge forwards plainly.
+// Maps are the only interface with the engine. If rlm is gone the programs are detached: tcx
+// links belong to its process; clsact filters outlive it, and rlm's guard process (or its next
+// start) detaches them. Then the bridge forwards plainly.
 //
 // The records shared with user space (config, syn_key, syn_verdict, bucket, event, the
 // counters' slots), the servers' ports map and the packet parsing are in common.h.

@@ -10,13 +10,12 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray};
-use aya::programs::links::LinkOrder;
-use aya::programs::tc::TcAttachOptions;
-use aya::programs::{tc, SchedClassifier, TcAttachType};
+use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf, Pod};
 
 use crate::records::{srpt_counter as c, RespValue, SrptCfg, SRPT_MODE_FAIR, SRPT_MODE_OFF, SRPT_MODE_SRPT};
 use crate::testrun::{self, TestRun};
+use crate::AttachMode;
 
 pub use crate::records::{ClassCount, FlowKey, FlowState, MAX_CLASSES, MAX_CUTOFFS};
 /// 002's cutoffs, in response bytes (head included): 1K, 2K, 5K, 20K, 50K.
@@ -133,7 +132,7 @@ pub struct SrptEgress {
 impl SrptEgress {
     /// Load the program through the verifier, with `params` and the servers' ports.
     pub fn load(server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
-        let bpf = crate::load_object(CLASSIFY, "the SRPT classifier", server_ports, &["classify", "srpt_acks"])?;
+        let bpf = crate::load_object(CLASSIFY, "the SRPT classifier", server_ports, &crate::CLASSIFY_PROGRAMS)?;
         let mut e = SrptEgress { bpf };
         e.set_params(params)?;
         Ok(e)
@@ -142,7 +141,7 @@ impl SrptEgress {
     /// Load, and attach to `iface`'s egress (tcx, or clsact on older kernels).
     pub fn attach(iface: &str, server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
         let mut e = SrptEgress::load(server_ports, params)?;
-        e.attach_to(iface)?;
+        e.attach_to(iface, AttachMode::Auto)?;
         Ok(e)
     }
 
@@ -198,17 +197,16 @@ impl SrptEgress {
         Ok(taken)
     }
 
-    /// Attach the loaded classifier to `iface`: egress, and the clients' ACKs on its ingress.
-    pub fn attach_to(&mut self, iface: &str) -> Result<()> {
-        // Needed only where tcx is not available; an existing clsact is fine.
-        let _ = tc::qdisc_add_clsact(iface);
+    /// Attach the loaded classifier to `iface`, as `mode` says: egress, and the clients' ACKs on
+    /// its ingress.
+    pub fn attach_to(&mut self, iface: &str, mode: AttachMode) -> Result<()> {
         let prog: &mut SchedClassifier = self.bpf.program_mut("classify").context("program 'classify' missing")?.try_into()?;
-        prog.attach(iface, TcAttachType::Egress).with_context(|| format!("attaching the SRPT classifier to {iface} egress"))?;
+        crate::attach_program(prog, iface, TcAttachType::Egress, mode, false)
+            .with_context(|| format!("attaching the SRPT classifier to {iface} egress"))?;
         // The clients' ACKs, ahead of any other program on the ingress (it passes every packet
         // on to them).
         let acks: &mut SchedClassifier = self.bpf.program_mut("srpt_acks").context("program 'srpt_acks' missing")?.try_into()?;
-        acks.attach_with_options(iface, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::first()))
-            .with_context(|| format!("attaching srpt_acks to {iface} ingress"))?;
+        crate::attach_program(acks, iface, TcAttachType::Ingress, mode, true).with_context(|| format!("attaching srpt_acks to {iface} ingress"))?;
         Ok(())
     }
 

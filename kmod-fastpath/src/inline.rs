@@ -9,8 +9,9 @@
 //!   [`InlinePath::set_queue_responses`] on, the servers' IPv4 segments with payload, FIN or RST
 //!   are marked for NFQUEUE instead (content adaptation rewrites them there).
 //!
-//! Both are attached with tcx links owned by this process: they go when it goes, whatever way
-//! it ends, and the bridge forwards plainly.
+//! Both are attached as [`AttachMode`] says: tcx links owned by this process go when it goes,
+//! whatever way it ends; clsact filters stay in the kernel after it unless they are detached
+//! (dropping the handle does; after a SIGKILL, [`crate::detach_leftovers`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::ops::Deref;
@@ -19,7 +20,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use anyhow::{bail, Context, Result};
 use aya::maps::ring_buf::RingBufItem;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{tc, SchedClassifier, TcAttachType};
+use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf};
 
 use crate::records::{
@@ -27,6 +28,7 @@ use crate::records::{
     CFG_QUEUE_RESPONSES, FLAG_LIMITED, KIND_OBSERVED, KIND_SYN_DROPPED, KIND_SYN_PASSED, MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
 };
 use crate::testrun::{self, TestRun};
+use crate::AttachMode;
 
 static INLINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/inline.bpf.o"));
 
@@ -185,18 +187,16 @@ pub struct InlinePath {
 
 impl InlinePath {
     /// Load the programs and attach `syn_admit` to `client_port`'s ingress and `observe` to
-    /// `server_port`'s ingress and egress. SYNs start in [`Mode::QueueAll`], marked with
-    /// `queue_mark`.
-    pub fn attach(client_port: &str, server_port: &str, server_ports: &[u16], queue_mark: u32) -> Result<InlinePath> {
+    /// `server_port`'s ingress and egress, as `mode` says. SYNs start in [`Mode::QueueAll`],
+    /// marked with `queue_mark`.
+    pub fn attach(client_port: &str, server_port: &str, server_ports: &[u16], queue_mark: u32, mode: AttachMode) -> Result<InlinePath> {
         let mut path = InlinePath::load(server_ports, queue_mark)?;
         for (prog, iface, dirs) in
             [("syn_admit", client_port, &[TcAttachType::Ingress][..]), ("observe", server_port, &[TcAttachType::Ingress, TcAttachType::Egress][..])]
         {
-            // Needed only where tcx is not available; an existing clsact is fine.
-            let _ = tc::qdisc_add_clsact(iface);
             let p: &mut SchedClassifier = path.bpf.program_mut(prog).with_context(|| format!("program {prog} missing"))?.try_into()?;
             for &d in dirs {
-                p.attach(iface, d).with_context(|| format!("attaching {prog} to {iface} {d:?}"))?;
+                crate::attach_program(p, iface, d, mode, false).with_context(|| format!("attaching {prog} to {iface} {d:?}"))?;
             }
         }
         Ok(path)
@@ -208,7 +208,7 @@ impl InlinePath {
         if queue_mark == 0 {
             bail!("the queue mark must have at least one bit set");
         }
-        let bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &["syn_admit", "observe"])?;
+        let bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS)?;
         let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
         path.write_config()?;
         Ok(path)

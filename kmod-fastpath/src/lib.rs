@@ -41,4 +41,85 @@ pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], progr
     Ok(bpf)
 }
 
+/// The tc programs of this crate, by the names they are attached under (`tc filter show` lists a
+/// clsact filter by it): `inline.bpf.c`'s and `classify.bpf.c`'s.
+pub const INLINE_PROGRAMS: [&str; 2] = ["syn_admit", "observe"];
+pub const CLASSIFY_PROGRAMS: [&str; 2] = ["classify", "srpt_acks"];
+
+/// How the tc programs are attached to a port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttachMode {
+    /// tcx links where the kernel has tcx (6.6 and later: aya's own choice), owned by the
+    /// process: they go when it goes, however it ends. Older kernels: as [`AttachMode::Clsact`].
+    #[default]
+    Auto,
+    /// Filters of a clsact qdisc, through netlink, as kernels before 6.6 have them: the kernel
+    /// keeps them after the process is gone (see [`detach_leftovers`]).
+    Clsact,
+}
+
+impl AttachMode {
+    /// Whether programs attached this way are clsact filters (else tcx links).
+    pub fn is_clsact(self) -> bool {
+        match self {
+            AttachMode::Clsact => true,
+            AttachMode::Auto => aya::util::KernelVersion::current().map_or(true, |v| v < aya::util::KernelVersion::new(6, 6, 0)),
+        }
+    }
+}
+
+/// Attach a loaded program to `iface` in direction `dir`, as `mode` says; `first`: ahead of the
+/// programs already there (tcx; a clsact filter attached later is ahead of those before it
+/// anyway: netlink gives it the next lower priority number).
+pub(crate) fn attach_program(
+    prog: &mut aya::programs::SchedClassifier,
+    iface: &str,
+    dir: aya::programs::TcAttachType,
+    mode: AttachMode,
+    first: bool,
+) -> anyhow::Result<()> {
+    use aya::programs::links::LinkOrder;
+    use aya::programs::tc::{self, NlOptions, TcAttachOptions};
+    let options = if mode.is_clsact() {
+        // The qdisc the filters hang from; one already there is fine.
+        let _ = tc::qdisc_add_clsact(iface);
+        TcAttachOptions::Netlink(NlOptions::default())
+    } else {
+        TcAttachOptions::TcxOrder(if first { LinkOrder::first() } else { LinkOrder::default() })
+    };
+    prog.attach_with_options(iface, dir, options)?;
+    Ok(())
+}
+
+/// Detach every clsact filter on `ifaces` (ingress and egress) that is one of this crate's
+/// programs ([`INLINE_PROGRAMS`], [`CLASSIFY_PROGRAMS`], by name): what an rlm that did not exit
+/// cleanly leaves on a kernel without tcx, or with [`AttachMode::Clsact`]. tcx links need no
+/// such cleaning (they go with their process). Returns what was detached, as `NAME on IFACE
+/// ingress|egress`; an interface that does not exist or has no clsact qdisc has nothing to
+/// detach. Call it before attaching: it would detach this process's own filters too.
+pub fn detach_leftovers(ifaces: &[&str]) -> anyhow::Result<Vec<String>> {
+    use aya::programs::{tc, TcAttachType};
+    let mut detached = Vec::new();
+    let mut errors = Vec::new();
+    for &iface in ifaces {
+        if !std::path::Path::new("/sys/class/net").join(iface).exists() {
+            continue;
+        }
+        for (dir, dir_name) in [(TcAttachType::Ingress, "ingress"), (TcAttachType::Egress, "egress")] {
+            for name in INLINE_PROGRAMS.iter().chain(&CLASSIFY_PROGRAMS) {
+                match tc::qdisc_detach_program(iface, dir, name) {
+                    Ok(()) => detached.push(format!("{name} on {iface} {dir_name}")),
+                    // No such filter, or no clsact qdisc to hold one (the kernel says EINVAL).
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::EINVAL) => {}
+                    Err(e) => errors.push(format!("{name} on {iface} {dir_name}: {e}")),
+                }
+            }
+        }
+    }
+    if !errors.is_empty() {
+        anyhow::bail!("detaching rlm's leftover tc filters: {} (detached: {detached:?})", errors.join("; "));
+    }
+    Ok(detached)
+}
+
 pub use classify::{classid, is_bpffs, ClassCount, FlowKey, FlowState, KeptState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};

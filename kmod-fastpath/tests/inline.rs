@@ -67,7 +67,7 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     std::thread::sleep(Duration::from_millis(200));
 
     enter(&lab.bridge);
-    let mut path = InlinePath::attach("bc", "bs", &[80], 0x80_0000).expect("attach the fast path");
+    let mut path = InlinePath::attach("bc", "bs", &[80], 0x80_0000, kmod_fastpath::AttachMode::Auto).expect("attach the fast path");
     let mut ring = path.take_events().unwrap();
     let client: Ipv4Addr = CLIENT.parse().unwrap();
     let server: SocketAddrV4 = format!("{SERVER}:80").parse().unwrap();

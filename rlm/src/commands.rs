@@ -133,6 +133,13 @@ pub struct RunArgs {
     /// Leave the pinned state at exit, for a planned restart.
     #[arg(long)]
     pub srpt_keep_state: bool,
+    /// How the eBPF programs are attached: auto (tcx where the kernel has it, else clsact) or
+    /// clsact (clsact filters even where tcx exists).
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub ebpf_attach: Option<live::config::EbpfAttach>,
+    /// Make a fault, for the fail-open tests: `panic-after=SECS` (the event loop panics).
+    #[arg(long, hide = true, value_name = "FAULT")]
+    pub fault: Option<live::config::Fault>,
 }
 
 impl RunArgs {
@@ -244,6 +251,10 @@ impl RunArgs {
             c.srpt.state_dir = v;
         }
         c.srpt.keep_state_on_exit |= self.srpt_keep_state;
+        if let Some(v) = self.ebpf_attach {
+            c.ebpf.attach = v;
+        }
+        c.fault = self.fault;
         Ok(c)
     }
 
@@ -255,6 +266,59 @@ impl RunArgs {
         let c = self.into_config()?;
         let outputs = c.record_outputs(config_file.as_deref())?;
         Ok((c, outputs))
+    }
+}
+
+/// `rlm cleanup`'s flags; each overrides the same key of `--config`.
+#[derive(Args, Debug, Default)]
+pub struct CleanupArgs {
+    /// The `rlm run` configuration file (only its bridge and ports are read).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The bridge rlm sat on.
+    #[arg(long, value_name = "BR")]
+    pub bridge: Option<String>,
+    /// The bridge port toward the clients.
+    #[arg(long, value_name = "IF")]
+    pub client_port: Option<String>,
+    /// The bridge port toward the servers.
+    #[arg(long, value_name = "IF")]
+    pub server_port: Option<String>,
+}
+
+impl CleanupArgs {
+    fn into_plan(self) -> anyhow::Result<live::cleanup::CleanupPlan> {
+        let c = match &self.config {
+            Some(p) => RunConfig::from_file(p)?,
+            None => RunConfig::default(),
+        };
+        let plan = live::cleanup::CleanupPlan {
+            bridge: self.bridge.unwrap_or(c.bridge),
+            client_port: self.client_port.unwrap_or(c.client_port),
+            server_port: self.server_port.unwrap_or(c.server_port),
+        };
+        if plan.bridge.is_empty() || plan.client_port.is_empty() || plan.server_port.is_empty() {
+            anyhow::bail!("--bridge, --client-port and --server-port are required (or bridge, client_port, server_port in the config)");
+        }
+        Ok(plan)
+    }
+}
+
+/// `rlm cleanup`: remove what an `rlm run` that did not exit cleanly left.
+pub fn cleanup(args: CleanupArgs) -> ExitCode {
+    let plan = match args.into_plan() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("rlm: {}", one_line(&e));
+            return ExitCode::from(2);
+        }
+    };
+    match live::check_privileges().and_then(|()| live::cleanup::run(&plan)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rlm: {}", one_line(&e));
+            ExitCode::from(1)
+        }
     }
 }
 
@@ -279,12 +343,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    if cfg.log_json {
-        tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    }
+    init_log(cfg.log_json);
     match live::run(cfg, outputs) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -292,6 +351,21 @@ pub fn run(args: RunArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn init_log(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if json {
+        tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
+}
+
+/// `rlm guard` (hidden): `rlm run`'s guard process.
+pub fn guard(plan: &str, log_json: bool) -> ExitCode {
+    init_log(log_json);
+    live::guard::main(plan)
 }
 
 /// `rlm status`: ask a running rlm (its /status endpoint) and print what it says.

@@ -28,7 +28,8 @@ struct Cli {
 enum Command {
     /// Sit inline on a bridge: queue the clients' SYNs, measure pageviews from a tap, enforce the rule file.
     ///
-    /// Installs its netfilter rules (removed on SIGINT/SIGTERM; bypassed if rlm dies), serves
+    /// Installs its netfilter rules (removed on SIGINT/SIGTERM, on a panic, and by its guard
+    /// process if rlm is killed; bypassed meanwhile), serves
     /// Prometheus /metrics and /status on localhost, and writes --transactions, --pageviews and
     /// --decisions as JSON lines (the records of `rlm analyze`). SIGHUP reopens those files
     /// (after logrotate) and reloads the rule file if it changed.
@@ -36,6 +37,25 @@ enum Command {
     /// the rule file or the privileges are wrong); 2 a usage error (outputs are refused, before
     /// anything is opened, when one is the rule file, the configuration or another output).
     Run(commands::RunArgs),
+    /// Remove what an `rlm run` that did not exit cleanly left on its bridge.
+    ///
+    /// Its tc filters on either port (`syn_admit`, `observe`, `classify`, `srpt_acks`: left on
+    /// the clsact path), its HTB qdisc on the client port (`7e1:`) and its netfilter rules,
+    /// whatever that run's configuration was. `rlm run` does the same at every start, and its
+    /// guard process when rlm dies; this is for systemd's `ExecStopPost=` (a stop that killed
+    /// rlm and its guard together). Do not run it beside a running rlm on the same bridge.
+    /// Exit status: 0 nothing left (removed or none found); 1 something could not be removed;
+    /// 2 a usage error.
+    Cleanup(commands::CleanupArgs),
+    /// rlm run's guard process (rlm run starts it: see rlm/src/live/guard.rs).
+    #[command(hide = true)]
+    Guard {
+        /// What to clean up, as JSON (`live::cleanup::CleanupPlan`).
+        #[arg(long)]
+        plan: String,
+        #[arg(long)]
+        log_json: bool,
+    },
     /// Check rule files: print a summary of each, or its errors (FILE:LINE:COL, the line, a caret).
     ///
     /// Exit status: 0 all valid; 1 one is not; 2 a usage error.
@@ -97,6 +117,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => commands::run(args),
+        Command::Cleanup(args) => commands::cleanup(args),
+        Command::Guard { plan, log_json } => commands::guard(&plan, log_json),
         Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
         Command::Status { metrics } => commands::status(metrics),
         Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions } => {

@@ -5,7 +5,9 @@
 //! --metrics 127.0.0.1:PORT --transactions ... --pageviews ... --decisions ... [extra]` with its
 //! log and its records in the arm's directory and waits until `GET /status` answers;
 //! [`Inline::stop`] saves `/status` and `/metrics`, sends SIGTERM, and checks that rlm exited 0
-//! and left no netfilter rule behind. What rlm reports (its SYN drops, its verdict latency, its
+//! and left no netfilter rule behind. rlm runs with a guard process (`rlm guard`, which cleans up
+//! when rlm dies without a clean exit): [`Inline::stop`] and [`Inline::kill`] return once it has
+//! exited too, [`Inline::kill_with_guard`] kills both as a stop of the whole service would. What rlm reports (its SYN drops, its verdict latency, its
 //! live pageviews) is recorded next to the lab's own measurements, never instead of them.
 
 use std::collections::BTreeMap;
@@ -196,6 +198,9 @@ pub fn injection_counters(status: &serde_json::Value) -> BTreeMap<String, f64> {
 pub struct Inline {
     child: Option<Child>,
     pub pid: u32,
+    /// rlm's guard process (`rlm guard`, which cleans up when rlm dies without a clean exit), as
+    /// found once rlm runs.
+    guard: Option<u32>,
     ns: String,
     addr: SocketAddr,
     dir: PathBuf,
@@ -316,6 +321,7 @@ impl Inline {
             records,
             started: Instant::now(),
             rules_installed: false,
+            guard: None,
         };
         let deadline = Instant::now() + ready_timeout;
         loop {
@@ -338,7 +344,20 @@ impl Inline {
             std::thread::sleep(Duration::from_millis(100));
         }
         me.rules_installed = !rlm_rules(ns).is_empty();
+        // rlm starts its guard before it installs anything; the guard names itself at once.
+        let until = Instant::now() + Duration::from_secs(1);
+        while me.guard.is_none() && Instant::now() < until {
+            me.guard = guard_of(pid);
+            if me.guard.is_none() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         Ok(me)
+    }
+
+    /// The pid of rlm's guard process, if it has one.
+    pub fn guard_pid(&self) -> Option<u32> {
+        self.guard
     }
 
     /// Whether rlm is still running.
@@ -353,13 +372,71 @@ impl Inline {
         }
     }
 
-    /// SIGKILL, as a crash would: nothing is cleaned up (the queue rules stay, bypassed).
+    /// SIGKILL, as a crash would: rlm cleans nothing up itself; its guard process does, and this
+    /// waits for the guard to finish (at most 5 s).
     pub fn kill(&mut self) -> Result<()> {
         if let Some(mut c) = self.child.take() {
             c.kill()?;
             c.wait()?;
         }
+        self.wait_guard();
         Ok(())
+    }
+
+    /// SIGKILL rlm's guard alone (rlm goes on; it then has only its own `Drop`s to clean up
+    /// with).
+    pub fn kill_guard(&mut self) {
+        if let Some(g) = self.guard.take() {
+            if alive(g) {
+                // SAFETY: kill(2) on the guard's pid, checked alive just now (its parent, rlm,
+                // is still running, so the pid cannot have been reused).
+                unsafe { libc::kill(g as i32, libc::SIGKILL) };
+            }
+            let until = Instant::now() + Duration::from_secs(5);
+            while alive(g) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// Wait up to `timeout` for rlm to exit by itself; its exit status, None if it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Option<std::process::ExitStatus>> {
+        let until = Instant::now() + timeout;
+        loop {
+            let Some(c) = self.child.as_mut() else { bail!("rlm was already stopped") };
+            if let Some(st) = c.try_wait()? {
+                self.child = None;
+                return Ok(Some(st));
+            }
+            if Instant::now() > until {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL rlm and its guard together, as a stop that kills the whole service does
+    /// (systemd's SIGKILL past `TimeoutStopSec`): nothing is cleaned up (the queue rules stay,
+    /// bypassed; the qdisc and clsact filters stay).
+    pub fn kill_with_guard(&mut self) -> Result<()> {
+        self.kill_guard();
+        self.kill()
+    }
+
+    /// Wait (at most 5 s) for the guard to exit: it cleans up after a kill, and exits at once
+    /// after rlm's clean exit (rlm waits for that itself). One still there is killed.
+    fn wait_guard(&mut self) {
+        let Some(g) = self.guard.take() else { return };
+        let until = Instant::now() + Duration::from_secs(5);
+        while alive(g) {
+            if Instant::now() > until {
+                eprintln!("rlm-lab: rlm's guard (pid {g}) did not exit within 5 s; killing it");
+                // SAFETY: kill(2) on a pid that is rlm's guard's (seen alive with that name).
+                unsafe { libc::kill(g as i32, libc::SIGKILL) };
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Save /status and /metrics into the directory, SIGTERM rlm, wait for it (10 s, then
@@ -421,6 +498,7 @@ impl Inline {
             };
             out.exit_code = status.and_then(|s| s.code());
         }
+        self.wait_guard();
         out.rules_left = rlm_rules(&self.ns);
         out.clean_exit = out.exit_code == Some(0) && out.rules_left.is_empty();
         out.records = self.records.take().map(|mut r| {
@@ -438,6 +516,46 @@ impl Inline {
         }
         Ok(out)
     }
+}
+
+/// The state letter of process `pid` (`/proc/PID/stat`) and its name, if it exists.
+fn proc_state(pid: u32) -> Option<(char, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_string();
+    Some((rest.trim_start().chars().next()?, name))
+}
+
+/// Whether `pid` is a running rlm guard (a zombie is not: where nothing reaps orphans, an
+/// exited guard stays one).
+fn alive(pid: u32) -> bool {
+    proc_state(pid).is_some_and(|(state, name)| !matches!(state, 'Z' | 'X') && name == "rlm-guard")
+}
+
+/// The guard process of rlm `pid`: its child named `rlm-guard`.
+pub fn guard_of(pid: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|&p| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).ok().is_some_and(|stat| {
+            let Some((head, rest)) = stat.rsplit_once(')') else { return false };
+            let ppid = rest.split_whitespace().nth(1).and_then(|v| v.parse::<u32>().ok());
+            head.ends_with("(rlm-guard") && ppid == Some(pid)
+        })
+    })
+}
+
+/// Running rlm guards whose name and namespace say they belong to the lab's appliance
+/// namespace `ns`: the inode of their network namespace is `ns`'s.
+pub fn guards_in(ns: &str) -> Vec<u32> {
+    let Ok(target) = std::fs::metadata(format!("/run/netns/{ns}")) else { return Vec::new() };
+    use std::os::unix::fs::MetadataExt;
+    let ino = target.ino();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| alive(p) && std::fs::metadata(format!("/proc/{p}/ns/net")).is_ok_and(|m| m.ino() == ino))
+        .collect()
 }
 
 impl Drop for Inline {

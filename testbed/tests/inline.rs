@@ -1,7 +1,9 @@
 //! The appliance inline in the lab (needs root and the `rlm` binary: `cargo build --release -p
 //! rlm-core`, or RLM_BIN): `rlm run` on the appliance's bridge starts, answers /status, sees the
-//! handshakes it queues, stops cleanly on SIGTERM leaving no netfilter rule; and when it is
-//! killed with SIGKILL under load the farm stays reachable at once (--queue-bypass: fail-open).
+//! handshakes it queues, stops cleanly on SIGTERM leaving no netfilter rule; when it is killed
+//! with SIGKILL under load the farm stays reachable at once (--queue-bypass: fail-open); and
+//! when it is killed or panics, with tcx links or clsact filters, its guard or its own `Drop`s
+//! take its DROP SYN verdicts, its shaper and its rules away within a second.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -161,10 +163,15 @@ impl Capture {
 }
 
 fn fetch_from_clients(info: &Info, srcs: Vec<String>) -> Vec<std::io::Result<()>> {
+    fetch_from_clients_within(info, srcs, Duration::from_secs(3))
+}
+
+/// [`fetch_from_clients`], each fetch given `timeout` (to connect, and to read).
+fn fetch_from_clients_within(info: &Info, srcs: Vec<String>, timeout: Duration) -> Vec<std::io::Result<()>> {
     let ns = info.namespaces.clients.clone();
     std::thread::spawn(move || {
         netns::enter(&ns).unwrap();
-        srcs.iter().map(|s| fetch(s, Duration::from_secs(3))).collect()
+        srcs.iter().map(|s| fetch(s, timeout)).collect()
     })
     .join()
     .unwrap()
@@ -369,15 +376,17 @@ fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     let metrics = rlm.get("/metrics").expect("/metrics under load");
     let before = testbed::inline::prom::by_label(&testbed::inline::prom::parse(&metrics), "rlm_verdicts", "verdict");
     assert!(before.get("accept").copied().unwrap_or(0.0) > 20.0, "the load crosses rlm's queue: {before:?}");
-    rlm.kill().expect("kill -9");
+    // rlm and its guard together (as a stop that kills the whole service): what carries the
+    // traffic here is the kernel's bypass alone.
+    rlm.kill_with_guard().expect("kill -9");
     let killed = Instant::now();
     assert!(!rlm.running());
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::SeqCst);
     let logs: Vec<_> = loops.into_iter().flat_map(|h| h.join().unwrap()).collect();
 
-    // The queue rules are still there (SIGKILL leaves them): what carries the traffic is the
-    // kernel's bypass, not their removal.
+    // The queue rules are still there (SIGKILL of rlm and its guard leaves them): what carries
+    // the traffic is the kernel's bypass, not their removal.
     let left = rlm_rules(&info.namespaces.appliance);
     assert!(!left.is_empty(), "SIGKILL cannot remove the rules");
     let after: Vec<_> = logs.iter().filter(|(t, _, _)| *t >= killed).collect();
@@ -393,6 +402,181 @@ fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     assert_eq!(out.exit_code, Some(0));
     assert!(out.rules_left.is_empty(), "{:?}", out.rules_left);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// rlm's programs as `tc filter show` names them.
+const RLM_PROGRAMS: [&str; 4] = ["syn_admit", "observe", "classify", "srpt_acks"];
+
+/// What of rlm's is installed in the appliance namespace: its HTB root on the client port, its
+/// tc filters on either port (clsact), its netfilter rules.
+#[derive(Debug, Default, PartialEq)]
+struct Installed {
+    qdisc: bool,
+    filters: Vec<String>,
+    rules: Vec<String>,
+}
+
+fn installed(ns: &str) -> Installed {
+    let show = |args: &[&str]| testbed::topology::in_ns(ns, "tc", args).unwrap_or_default();
+    let qdisc = show(&["qdisc", "show", "dev", testbed::inline::CLIENT_PORT]).contains("qdisc htb 7e1: root");
+    let mut filters = Vec::new();
+    for dev in [testbed::inline::CLIENT_PORT, testbed::inline::SERVER_PORT] {
+        for dir in ["ingress", "egress"] {
+            for l in show(&["filter", "show", "dev", dev, dir]).lines() {
+                if let Some(p) = RLM_PROGRAMS.iter().find(|p| l.contains(&format!(" name {p} "))) {
+                    filters.push(format!("{p} on {dev} {dir}"));
+                }
+            }
+        }
+    }
+    Installed { qdisc, filters, rules: rlm_rules(ns) }
+}
+
+/// rlm's arm for the fail-open tests: `DROP SYN` for the LOW client's address, `--srpt fair` on
+/// the client port, the programs attached as `attach` says, and `extra` flags.
+fn drop_low_arm(info: &Info, attach: &str, extra: &[&str]) -> RlmArm {
+    let rules = format!("{CLASSES}IF IP.SRC == {} THEN DROP SYN\n", info.clients.low[0]);
+    let mut extra_args: Vec<String> =
+        ["--srpt", "fair", "--srpt-link-bps", "100000000", "--srpt-state-dir", "", "--ebpf-attach", attach].into_iter().map(String::from).collect();
+    extra_args.extend(extra.iter().map(|a| a.to_string()));
+    RlmArm { rules, extra_args, records: false }
+}
+
+/// While rlm runs: everything is installed, and the LOW client's SYNs are dropped by the
+/// kernel from the verdict rlm published (the first through the queue, the next by `syn_admit`).
+fn drops_low_in_the_kernel(rlm: &Inline, info: &Info, attach: &str) {
+    let ns = &info.namespaces.appliance;
+    let i = installed(ns);
+    assert!(i.qdisc && !i.rules.is_empty(), "rlm's qdisc and rules while it runs: {i:?}");
+    if attach == "clsact" {
+        for f in ["syn_admit on app-c ingress", "srpt_acks on app-c ingress", "classify on app-c egress", "observe on app-s ingress"] {
+            assert!(i.filters.iter().any(|x| x == f), "{f} while rlm runs: {i:?}");
+        }
+    } else {
+        assert!(i.filters.is_empty(), "tcx links are not clsact filters: {i:?}");
+    }
+    let until = Instant::now() + Duration::from_secs(3);
+    loop {
+        let r = fetch_from_clients_within(info, vec![info.clients.low[0].clone()], Duration::from_millis(300));
+        assert!(r[0].is_err(), "DROP SYN holds for the LOW client while rlm runs");
+        let m = rlm.get("/metrics").expect("/metrics");
+        let fp = testbed::inline::prom::by_label(&testbed::inline::prom::parse(&m), "rlm_fastpath_packets", "counter");
+        if fp.get("syn_dropped").copied().unwrap_or(0.0) >= 1.0 {
+            return;
+        }
+        assert!(Instant::now() < until, "the kernel never dropped the LOW client's SYN: {fp:?}");
+    }
+}
+
+/// From `died` on, within `limit`: the LOW client's SYN reaches the farm (a fetch succeeds),
+/// nothing of rlm's is installed and no guard runs. Returns how long after `died` it all held.
+fn fails_open_within(what: &str, info: &Info, died: Instant, limit: Duration) -> Duration {
+    let ns = &info.namespaces.appliance;
+    loop {
+        let fetched = fetch_from_clients_within(info, vec![info.clients.low[0].clone()], Duration::from_millis(250)).remove(0);
+        let i = installed(ns);
+        let guards = testbed::inline::guards_in(ns);
+        let t = died.elapsed();
+        if fetched.is_ok() && i == Installed::default() && guards.is_empty() {
+            return t;
+        }
+        assert!(t < limit, "{t:?} after {what}: fetch {fetched:?}, still installed {i:?}, guards running {guards:?}");
+    }
+}
+
+/// Fail-open wherever rlm dies (issue 24): rlm inline with `DROP SYN` for the LOW client (its
+/// verdict held by the kernel) and `--srpt fair` shaping the client port.
+/// (i) `kill -9` of rlm: its guard removes what it installed; (ii) a panic (`--fault
+/// panic-after=3`) with the guard killed first: rlm's own `Drop`s remove it. Within 1 s of the
+/// death the LOW client's SYN reaches the farm, the client port has no rlm qdisc, neither port
+/// an rlm tc filter, and no rlm rule is left. (iii) rlm and its guard killed together leave
+/// everything; the next rlm, with `[srpt] mode = "off"` and no DROP rule, removes it at its
+/// start, and (iv) `rlm cleanup --config` does the same.
+fn fail_open_when_rlm_dies(tag: &str, attach: &str) {
+    let started = Instant::now();
+    let (_plan, _guard, info) = lab(tag, 1);
+    let ns = info.namespaces.appliance.clone();
+    let dir = std::env::temp_dir().join(format!("rlm-failopen-{attach}-{}", std::process::id()));
+    let arm = drop_low_arm(&info, attach, &[]);
+
+    // (i) kill -9.
+    let mut rlm = Inline::start(&ns, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    assert!(rlm.guard_pid().is_some(), "rlm runs with a guard");
+    drops_low_in_the_kernel(&rlm, &info, attach);
+    let died = Instant::now();
+    rlm.kill().expect("kill -9");
+    let t_kill = fails_open_within("kill -9", &info, died, Duration::from_secs(1));
+
+    // (ii) a panic, the guard gone first.
+    let arm_panic = drop_low_arm(&info, attach, &["--fault", "panic-after=3"]);
+    let mut rlm = Inline::start(&ns, &arm_panic, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    drops_low_in_the_kernel(&rlm, &info, attach);
+    rlm.kill_guard();
+    assert!(rlm.running(), "rlm still runs once its guard is killed (raise panic-after if the lab is slow)");
+    let status = rlm.wait_exit(Duration::from_secs(10)).expect("wait").expect("rlm panics within 10 s");
+    let died = Instant::now();
+    assert_eq!(status.code(), Some(101), "a panic's exit status");
+    let t_panic = fails_open_within("the panic", &info, died, Duration::from_secs(1));
+
+    // (iii) rlm and its guard killed together: everything stays, and the LOW client's SYN too is
+    // still dropped where the filter outlives rlm (clsact).
+    let mut rlm = Inline::start(&ns, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    drops_low_in_the_kernel(&rlm, &info, attach);
+    rlm.kill_with_guard().expect("kill -9 of both");
+    let left = installed(&ns);
+    assert!(left.qdisc && !left.rules.is_empty(), "{left:?}");
+    assert_eq!(left.filters.is_empty(), attach != "clsact", "{left:?}");
+    if attach == "clsact" {
+        let r = fetch_from_clients_within(&info, vec![info.clients.low[0].clone()], Duration::from_millis(500));
+        assert!(r[0].is_err(), "a leftover syn_admit goes on dropping");
+    }
+    let plain = RlmArm { rules: CLASSES.into(), extra_args: vec!["--ebpf-attach".into(), attach.into()], records: false };
+    let rlm = Inline::start(&ns, &plain, &dir, Duration::from_secs(10)).expect("rlm run starts after a crash");
+    let now = installed(&ns);
+    assert!(!now.qdisc, "the leftover qdisc is gone though this run does not shape: {now:?}");
+    let want: Vec<String> = if attach == "clsact" {
+        vec!["syn_admit on app-c ingress".into(), "observe on app-s ingress".into(), "observe on app-s egress".into()]
+    } else {
+        vec![]
+    };
+    assert_eq!(now.filters, want, "only this run's filters");
+    fetch_from_clients(&info, vec![info.clients.low[0].clone()]).remove(0).expect("the LOW client gets its page");
+    let out = rlm.stop().expect("stop");
+    assert!(out.clean_exit, "{out:?}");
+    assert_eq!(installed(&ns), Installed::default());
+
+    // (iv) `rlm cleanup`, after both were killed again.
+    let mut rlm = Inline::start(&ns, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    rlm.kill_with_guard().expect("kill -9 of both");
+    assert_ne!(installed(&ns), Installed::default());
+    let config = dir.join("cleanup.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "bridge = {:?}\nclient_port = {:?}\nserver_port = {:?}\n",
+            testbed::inline::BRIDGE,
+            testbed::inline::CLIENT_PORT,
+            testbed::inline::SERVER_PORT
+        ),
+    )
+    .unwrap();
+    let rlm_bin = testbed::inline::rlm_binary().unwrap();
+    let out =
+        std::process::Command::new("ip").args(["netns", "exec", &ns]).arg(&rlm_bin).args(["cleanup", "--config"]).arg(&config).output().unwrap();
+    assert!(out.status.success(), "rlm cleanup: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(installed(&ns), Installed::default(), "{}", String::from_utf8_lossy(&out.stderr));
+    println!("{attach}: fail-open {t_kill:?} after kill -9, {t_panic:?} after the panic; test {:?}", started.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fails_open_when_rlm_is_killed_or_panics_tcx() {
+    fail_open_when_rlm_dies("gt", "auto");
+}
+
+#[test]
+fn fails_open_when_rlm_is_killed_or_panics_clsact() {
+    fail_open_when_rlm_dies("gc", "clsact");
 }
 
 /// FAST SYN and FAST SYN/ACK on the wire: the farm drops every other SYN (as a full listen

@@ -77,6 +77,65 @@ pub struct RunConfig {
     pub records_queue: usize,
     /// SRPT on the outbound link (the `[srpt]` table).
     pub srpt: SrptConfig,
+    /// How the eBPF programs are attached (the `[ebpf]` table).
+    pub ebpf: EbpfConfig,
+    /// A fault rlm makes itself, for the fail-open tests (the hidden `--fault`; no TOML key).
+    #[serde(skip)]
+    pub fault: Option<Fault>,
+}
+
+/// A fault `rlm run` makes itself (`--fault`, hidden from `--help`): the fail-open tests use it
+/// to see what an rlm that fails leaves behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `panic-after=SECS`: the event loop panics this long after it started (the panic unwinds,
+    /// as a bug's would).
+    PanicAfter(std::time::Duration),
+}
+
+impl std::str::FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Fault, String> {
+        match s.split_once('=') {
+            Some(("panic-after", v)) => match v.parse::<f64>() {
+                Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(Fault::PanicAfter(std::time::Duration::from_secs_f64(secs))),
+                _ => Err(format!("{s}: panic-after takes seconds (0 to 86400)")),
+            },
+            _ => Err(format!("{s}: the only fault is panic-after=SECS")),
+        }
+    }
+}
+
+/// The eBPF programs (`[ebpf]`): `syn_admit`, `observe`, and with `[srpt]` `classify` and
+/// `srpt_acks`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EbpfConfig {
+    /// How they are attached to the ports.
+    pub attach: EbpfAttach,
+}
+
+/// How the tc programs are attached ([`EbpfConfig::attach`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum EbpfAttach {
+    /// tcx links where the kernel has tcx (6.6 and later), which go when rlm's process goes;
+    /// clsact filters on older kernels.
+    #[default]
+    Auto,
+    /// Filters of a clsact qdisc (netlink), as on kernels without tcx, even where tcx exists:
+    /// they outlive rlm's process, and rlm's guard and its next start remove them.
+    Clsact,
+}
+
+impl EbpfAttach {
+    pub fn mode(self) -> kmod_fastpath::AttachMode {
+        match self {
+            EbpfAttach::Auto => kmod_fastpath::AttachMode::Auto,
+            EbpfAttach::Clsact => kmod_fastpath::AttachMode::Clsact,
+        }
+    }
 }
 
 /// What the client port's egress does ([`SrptConfig::mode`]).
@@ -249,6 +308,8 @@ impl Default for RunConfig {
             records_keep: 5,
             records_queue: 16_384,
             srpt: SrptConfig::default(),
+            ebpf: EbpfConfig::default(),
+            fault: None,
         }
     }
 }
@@ -381,8 +442,30 @@ mod tests {
         d.observer = Observer::Pcap;
         assert!(d.validate().unwrap_err().to_string().contains("ebpf"));
         let t: RunConfig = toml::from_str("[srpt]\nmode = \"fair\"\nlink_bps = 1000000\n").unwrap();
+        assert_eq!(t.ebpf.attach, EbpfAttach::Auto);
         assert_eq!((t.srpt.mode, t.srpt.cutoffs.len()), (SrptRunMode::Fair, 5));
         assert!(toml::from_str::<RunConfig>("[srpt]\nmode = \"lifo\"\n").is_err());
+    }
+
+    #[test]
+    fn ebpf_attach_is_auto_or_clsact() {
+        let t: RunConfig = toml::from_str("[ebpf]\nattach = \"clsact\"\n").unwrap();
+        assert_eq!(t.ebpf.attach.mode(), kmod_fastpath::AttachMode::Clsact);
+        assert!(t.ebpf.attach.mode().is_clsact());
+        assert_eq!(RunConfig::default().ebpf.attach.mode(), kmod_fastpath::AttachMode::Auto);
+        assert!(toml::from_str::<RunConfig>("[ebpf]\nattach = \"tcx\"\n").is_err());
+        assert!(toml::from_str::<RunConfig>("[ebpf]\nattch = \"auto\"\n").is_err());
+    }
+
+    #[test]
+    fn faults_parse() {
+        assert_eq!("panic-after=3".parse::<Fault>(), Ok(Fault::PanicAfter(std::time::Duration::from_secs(3))));
+        assert_eq!("panic-after=0.5".parse::<Fault>(), Ok(Fault::PanicAfter(std::time::Duration::from_millis(500))));
+        for bad in ["panic-after=", "panic-after=-1", "panic-after=nan", "abort", "panic=3"] {
+            assert!(bad.parse::<Fault>().is_err(), "{bad}");
+        }
+        // Not a TOML key.
+        assert!(toml::from_str::<RunConfig>("fault = \"panic-after=3\"\n").is_err());
     }
 
     #[test]

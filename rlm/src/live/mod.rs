@@ -18,9 +18,11 @@
 //! One thread, driven by tokio: the NFQUEUE socket and the ring buffer (or tap) are drained in
 //! batches when readable or every few milliseconds, the engine's timers fire when due, and
 //! SIGHUP/SIGINT/SIGTERM are handled in the same loop, so the sans-IO engine needs no locking.
-//! Everything that can fail is opened and checked before any rule is installed; once installed,
-//! the rules are removed on every exit path but SIGKILL, and then `--queue-bypass` keeps the
-//! bridge forwarding and the eBPF programs go with the process that holds their links.
+//! Everything that can fail is opened and checked before any rule is installed. What an earlier
+//! rlm left is removed first ([`cleanup`]); once installed, the rules and the shaper are removed
+//! on a clean exit and, by their `Drop`, on a panic; when rlm dies without running its code
+//! (SIGKILL, abort, OOM) its guard process removes them and the clsact filters ([`guard`]).
+//! `--queue-bypass` keeps the bridge forwarding meanwhile, and tcx links go with the process.
 //!
 //! The engine's records (`--transactions`, `--pageviews`, `--decisions`) go to a writer thread
 //! ([`records::RecordWriter`]) that the loop never waits on. SIGHUP reopens its files (after
@@ -28,7 +30,9 @@
 //! SIGINT/SIGTERM the engine closes its open pageviews and their records are written before
 //! the rules are removed.
 
+pub mod cleanup;
 pub mod config;
+pub mod guard;
 pub mod inject;
 pub mod metrics;
 pub mod netfilter;
@@ -50,7 +54,7 @@ use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
 
-pub use config::{Observer, RunConfig, SrptRunMode};
+pub use config::{Fault, Observer, RunConfig, SrptRunMode};
 use records::{RecordCounts, RecordOutputs, RecordWriter};
 use rlm_core::engine::{Config, Engine, Event, FastpathUpdate, Port, SynMode, Verdict};
 use rlm_core::policy::{Admission, SynDecision};
@@ -128,7 +132,7 @@ fn ifindex(name: &str) -> Result<u32> {
 }
 
 /// Whether this process may install netfilter rules and capture.
-fn check_privileges() -> Result<()> {
+pub fn check_privileges() -> Result<()> {
     let ok = caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_NET_ADMIN).unwrap_or(false)
         && caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_NET_RAW).unwrap_or(false);
     if !ok {
@@ -140,7 +144,7 @@ fn check_privileges() -> Result<()> {
 /// After setup keep only what is still needed: CAP_NET_ADMIN (verdicts, removing the rules at
 /// exit) and CAP_NET_RAW (iptables). The bounding set is cut too, so that the iptables run at
 /// exit cannot regain anything either.
-fn drop_capabilities() -> Result<()> {
+pub(crate) fn drop_capabilities() -> Result<()> {
     use caps::{CapSet, Capability};
     let keep: caps::CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW].into_iter().collect();
     for c in caps::all() {
@@ -212,6 +216,20 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let status: metrics::Status = Arc::new(Mutex::new(serde_json::json!({"state": "starting"})));
     metrics::serve(cfg.metrics, Arc::new(registry), status.clone()).await?;
     let nfq = nfqueue::open(cfg.queue_base, cfg.queues, cfg.queue_max_len)?;
+    // What an earlier rlm on this bridge left when it did not exit cleanly, whatever its
+    // configuration: before anything of this run's is attached (leftover filters are found by
+    // name), and after the queue is bound (an rlm still running holds it: this one has failed).
+    let cleanup_plan =
+        cleanup::CleanupPlan { bridge: cfg.bridge.clone(), client_port: cfg.client_port.clone(), server_port: cfg.server_port.clone() };
+    let cleaned = cleanup::cleanup(&cleanup_plan);
+    if !cleaned.is_empty() {
+        warn!("an earlier rlm did not exit cleanly: {}", cleaned.summary(&cleanup_plan));
+    }
+    // Before anything is installed and while rlm has every capability: if rlm dies without a
+    // clean exit from here on, the guard removes what it installed. Declared before what it
+    // guards, so that it is dropped after them.
+    let guard = guard::Guard::spawn(&cleanup_plan, cfg.log_json)?;
+    info!(pid = guard.pid(), "guard process started");
     // SYN/ACKs are never queued: FAST SYN/ACK keeps them from the copies the fast path (or the
     // tap) reports.
     let queue_synacks = false;
@@ -220,7 +238,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let source = match cfg.observer {
         Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
         Observer::Ebpf => {
-            let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark)
+            let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark, cfg.ebpf.attach.mode())
                 .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
             let srpt = match cfg.srpt.mode {
@@ -242,7 +260,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                             Err(err) => warn!("SRPT: per-flow state is not kept across restarts: {err:#}"),
                         }
                     }
-                    e.attach_to(&cfg.client_port).context("cannot attach the SRPT classifier")?;
+                    e.attach_to(&cfg.client_port, cfg.ebpf.attach.mode()).context("cannot attach the SRPT classifier")?;
                     Some(e)
                 }
             };
@@ -305,8 +323,11 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         }
     };
     let what = match &source {
-        Source::Fast(_) => "eBPF syn_admit on the client port, observe on the server port; SYNs without a verdict in the kernel are queued",
-        Source::Tap(_) => "the clients' SYNs are queued; the rest is measured from the tap on the server port",
+        Source::Fast(_) => format!(
+            "eBPF syn_admit on the client port, observe on the server port ({}); SYNs without a verdict in the kernel are queued",
+            if cfg.ebpf.attach.mode().is_clsact() { "clsact filters" } else { "tcx links" }
+        ),
+        Source::Tap(_) => "the clients' SYNs are queued; the rest is measured from the tap on the server port".into(),
     };
     info!(
         bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
@@ -341,6 +362,11 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         },
         None => {}
     }
+    // Everything is removed (the programs went with the loop's source): the guard has nothing
+    // to do. If a removal failed, the guard tries again.
+    if removed.is_ok() && unshaped.is_ok() {
+        guard.disarm();
+    }
     result.and(removed).and(unshaped)
 }
 
@@ -364,6 +390,8 @@ struct Loop {
     /// `[srpt] mode` as the status shows it, and the bands it reports.
     srpt_mode: SrptRunMode,
     srpt_bands: usize,
+    /// `--fault panic-after`: when the loop panics.
+    panic_at: Option<Instant>,
 }
 
 impl Loop {
@@ -441,6 +469,7 @@ impl Loop {
             rules_digest: digest,
             srpt_mode: cfg.srpt.mode,
             srpt_bands: cfg.srpt.leaves() as usize,
+            panic_at: cfg.fault.map(|Fault::PanicAfter(d)| Instant::now() + d),
         }
     }
 
@@ -509,6 +538,9 @@ impl Loop {
             if last_status.elapsed() >= Duration::from_secs(1) {
                 last_status = Instant::now();
                 self.publish_status();
+            }
+            if self.panic_at.is_some_and(|t| Instant::now() >= t) {
+                panic!("--fault panic-after: the event loop panics as asked");
             }
         }
         Ok(())

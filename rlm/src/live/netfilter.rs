@@ -48,16 +48,26 @@ pub enum Backend {
     Iptables,
 }
 
+/// rlm's iptables chain on `bridge`.
+fn chain_of(bridge: &str) -> String {
+    // iptables chain names are at most 28 characters.
+    let mut c = format!("RLM-{bridge}");
+    c.truncate(28);
+    c
+}
+
+/// rlm's nft table on `bridge`.
+fn nft_table_of(bridge: &str) -> String {
+    format!("rlm_{}", bridge.replace(|c: char| !c.is_ascii_alphanumeric(), "_"))
+}
+
 impl QueuePlan {
     fn chain(&self) -> String {
-        // iptables chain names are at most 28 characters.
-        let mut c = format!("RLM-{}", self.bridge);
-        c.truncate(28);
-        c
+        chain_of(&self.bridge)
     }
 
     fn nft_table(&self) -> String {
-        format!("rlm_{}", self.bridge.replace(|c: char| !c.is_ascii_alphanumeric(), "_"))
+        nft_table_of(&self.bridge)
     }
 
     /// The flags of the packets that may be queued: SYN set and RST clear (SYNs, and SYN/ACKs
@@ -205,11 +215,14 @@ pub fn enable_br_netfilter() -> Result<()> {
     Ok(())
 }
 
-/// What is installed, so that it can be removed.
+/// What is installed, so that it can be removed: by [`Installed::remove`], or when dropped
+/// without it (a panic unwinding, an early return), quietly.
 #[derive(Debug)]
 pub struct Installed {
     plan: QueuePlan,
     backend: Backend,
+    /// Still to be removed (cleared by [`Installed::remove`]).
+    armed: bool,
 }
 
 impl Installed {
@@ -218,10 +231,10 @@ impl Installed {
     }
 }
 
-/// Install the queue rules atomically, first removing any an earlier run left behind.
+/// Install the queue rules atomically. What an earlier run left is not looked for here:
+/// `rlm run` removes it first ([`remove_leftovers`], through `cleanup::cleanup`).
 pub fn install(plan: &QueuePlan) -> Result<Installed> {
     enable_br_netfilter()?;
-    remove_leftovers(plan);
     let backend = if nft_queue_available() { Backend::Nft } else { Backend::Iptables };
     match backend {
         Backend::Nft => run_with_input("nft", &["-f", "-"], &plan.nft_install())?,
@@ -234,14 +247,15 @@ pub fn install(plan: &QueuePlan) -> Result<Installed> {
             }
         }
     }
-    Ok(Installed { plan: plan.clone(), backend })
+    Ok(Installed { plan: plan.clone(), backend, armed: true })
 }
 
-/// Remove whatever an earlier run on this bridge left (after a crash or SIGKILL); quiet.
-/// Every jump to rlm's chain found in FORWARD (whatever version of rlm put it there) becomes a
-/// deletion, then the chain is flushed and removed: one restore text.
-pub fn leftover_removal(plan: &QueuePlan, listing: &str) -> Option<String> {
-    let chain = plan.chain();
+/// The restore text that removes whatever an earlier run on `bridge` left (after a crash or
+/// SIGKILL), found in an `iptables -t mangle -S` listing: every jump to rlm's chain in FORWARD
+/// (whatever version of rlm put it there) becomes a deletion, then the chain is flushed and
+/// removed. None: nothing of rlm's there.
+pub fn leftover_removal(bridge: &str, listing: &str) -> Option<String> {
+    let chain = chain_of(bridge);
     let jumps: Vec<String> = listing
         .lines()
         .filter(|l| l.starts_with("-A FORWARD ") && l.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w[0] == "-j" && w[1] == chain))
@@ -263,19 +277,42 @@ pub fn leftover_removal(plan: &QueuePlan, listing: &str) -> Option<String> {
     Some(t)
 }
 
-pub fn remove_leftovers(plan: &QueuePlan) {
+/// Remove whatever rules an earlier run on `bridge` left (iptables, ip6tables, nft); whether
+/// there were any. Quiet: a tool that is missing has nothing of rlm's.
+pub fn remove_leftovers(bridge: &str) -> Result<bool> {
+    let mut found = false;
+    let mut errors = Vec::new();
     for (list, restore) in [("iptables", "iptables-restore"), ("ip6tables", "ip6tables-restore")] {
         let Ok(out) = Command::new(list).args(["-t", "mangle", "-S"]).stderr(Stdio::null()).output() else { continue };
-        if let Some(text) = leftover_removal(plan, &String::from_utf8_lossy(&out.stdout)) {
-            let _ = run_with_input(restore, &["--noflush"], &text);
+        if let Some(text) = leftover_removal(bridge, &String::from_utf8_lossy(&out.stdout)) {
+            match run_with_input(restore, &["--noflush"], &text) {
+                Ok(()) => found = true,
+                Err(e) => errors.push(format!("{e:#}")),
+            }
         }
     }
-    let _ = Command::new("nft").args(["delete", "table", "inet", &plan.nft_table()]).stderr(Stdio::null()).status();
+    let table = nft_table_of(bridge);
+    let nft = |args: &[&str]| Command::new("nft").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    if nft(&["list", "table", "inet", &table]) {
+        match nft(&["delete", "table", "inet", &table]) {
+            true => found = true,
+            false => errors.push(format!("nft delete table inet {table} failed")),
+        }
+    }
+    if !errors.is_empty() {
+        bail!("{}", errors.join("; "));
+    }
+    Ok(found)
 }
 
 impl Installed {
     /// Remove the rules; the bridge forwards plainly afterwards.
-    pub fn remove(self) -> Result<()> {
+    pub fn remove(mut self) -> Result<()> {
+        self.armed = false;
+        self.remove_now()
+    }
+
+    fn remove_now(&self) -> Result<()> {
         match self.backend {
             Backend::Nft => {
                 let st = Command::new("nft").args(["delete", "table", "inet", &self.plan.nft_table()]).status()?;
@@ -289,6 +326,19 @@ impl Installed {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for Installed {
+    /// Not removed explicitly: a panic is unwinding (or an error returned early). The rules
+    /// go now, so that the bridge forwards plainly whatever rlm does next.
+    fn drop(&mut self) {
+        if self.armed {
+            match self.remove_now() {
+                Ok(()) => tracing::warn!("removed rlm's netfilter rules on the way out (not a clean exit)"),
+                Err(e) => tracing::warn!("removing rlm's netfilter rules on the way out failed: {e:#}"),
+            }
+        }
     }
 }
 
@@ -376,12 +426,12 @@ mod tests {
     #[test]
     fn leftovers_of_any_version_are_found() {
         let listing = "-P FORWARD ACCEPT\n-N RLM-br0\n-A FORWARD -p tcp -m physdev --physdev-is-bridged -j RLM-br0\n-A FORWARD -p tcp -m tcp --tcp-flags SYN,ACK,RST SYN -j RLM-br0\n-A FORWARD -j OTHER\n-A RLM-br0 -j NFQUEUE\n";
-        let t = leftover_removal(&plan(1), listing).unwrap();
+        let t = leftover_removal("br0", listing).unwrap();
         assert_eq!(
             t,
             "*mangle\n-D FORWARD -p tcp -m physdev --physdev-is-bridged -j RLM-br0\n-D FORWARD -p tcp -m tcp --tcp-flags SYN,ACK,RST SYN -j RLM-br0\n-F RLM-br0\n-X RLM-br0\nCOMMIT\n"
         );
-        assert_eq!(leftover_removal(&plan(1), "-P FORWARD ACCEPT\n-A FORWARD -j OTHER\n"), None);
+        assert_eq!(leftover_removal("br0", "-P FORWARD ACCEPT\n-A FORWARD -j OTHER\n"), None);
     }
 
     #[test]

@@ -93,10 +93,13 @@ fn tc_show_root(dev: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The tree rlm installed; [`Installed::remove`] deletes it.
+/// The tree rlm installed; [`Installed::remove`] deletes it, and so does dropping it without
+/// (a panic unwinding, an early return), quietly.
 #[derive(Debug)]
 pub struct Installed {
     dev: String,
+    /// Still to be removed (cleared by [`Installed::remove`]).
+    armed: bool,
 }
 
 /// Build the tree on the port; on failure nothing of it is left.
@@ -108,19 +111,40 @@ pub fn install(plan: &ShaperPlan) -> Result<Installed> {
         run_with_input("tc", &["-batch", "-"], &format!("qdisc del dev {} root\n", plan.dev)).context("removing the tree an earlier rlm left")?;
     }
     if let Err(e) = run_with_input("tc", &["-batch", "-"], &plan.install_batch()) {
-        let _ = Installed { dev: plan.dev.clone() }.remove();
+        let _ = remove_tree(&plan.dev);
         return Err(e.context(format!("cannot shape {} for SRPT", plan.dev)));
     }
-    Ok(Installed { dev: plan.dev.clone() })
+    Ok(Installed { dev: plan.dev.clone(), armed: true })
+}
+
+/// Delete rlm's root qdisc from `dev` if it has it (the port gets the kernel's default back);
+/// whether there was one.
+pub fn remove_tree(dev: &str) -> Result<bool> {
+    if tc_show_root(dev)?.contains(&format!(" {MAJOR:x}: ")) {
+        run_with_input("tc", &["-batch", "-"], &format!("qdisc del dev {dev} root\n"))?;
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 impl Installed {
     /// Delete rlm's root qdisc (the port gets the kernel's default back).
-    pub fn remove(self) -> Result<()> {
-        if tc_show_root(&self.dev)?.contains(&format!(" {MAJOR:x}: ")) {
-            run_with_input("tc", &["-batch", "-"], &format!("qdisc del dev {} root\n", self.dev))?;
+    pub fn remove(mut self) -> Result<()> {
+        self.armed = false;
+        remove_tree(&self.dev).map(|_| ())
+    }
+}
+
+impl Drop for Installed {
+    /// Not removed explicitly: a panic is unwinding (or an error returned early). The tree goes
+    /// now, so that the port is not left shaped.
+    fn drop(&mut self) {
+        if self.armed {
+            match remove_tree(&self.dev) {
+                Ok(_) => tracing::warn!("removed rlm's qdisc from {} on the way out (not a clean exit)", self.dev),
+                Err(e) => tracing::warn!("removing rlm's qdisc from {} on the way out failed: {e:#}", self.dev),
+            }
         }
-        Ok(())
     }
 }
 
