@@ -190,8 +190,15 @@ fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     for r in fetch_from_clients(&info, srcs) {
         r.expect("a page through rlm");
     }
+    // The status is made once a second: the engine's calls of the 20 pages are timed there.
+    std::thread::sleep(Duration::from_millis(1_100));
     let status = rlm.get("/status").expect("/status");
-    serde_json::from_str::<serde_json::Value>(&status).expect("/status is JSON");
+    let status = serde_json::from_str::<serde_json::Value>(&status).expect("/status is JSON");
+    let calls = &status["engine_call_us"];
+    println!("engine calls: {calls}");
+    assert!(calls["timed"].as_u64().is_some_and(|n| n >= 10), "one call in 8 timed: {calls}");
+    let (p50, p9999, max) = (calls["p50"].as_f64().unwrap(), calls["p9999"].as_f64().unwrap(), calls["max"].as_f64().unwrap());
+    assert!(p50 > 0.0 && p50 <= p9999 && p9999 <= max, "{calls}");
     let out = rlm.stop().expect("stop");
     println!("{}", serde_json::to_string_pretty(&out).unwrap());
     assert_eq!(out.exit_code, Some(0), "rlm exits 0 on SIGTERM; log {}", out.log.display());

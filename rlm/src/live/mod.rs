@@ -30,6 +30,7 @@
 //! SIGINT/SIGTERM the engine closes its open pageviews and their records are written before
 //! the rules are removed.
 
+mod calls;
 pub mod cleanup;
 pub mod config;
 pub mod guard;
@@ -392,6 +393,8 @@ struct Loop {
     srpt_bands: usize,
     /// `--fault panic-after`: when the loop panics.
     panic_at: Option<Instant>,
+    /// How long the engine's calls take (one in [`calls::SAMPLE`] timed).
+    calls: calls::CallTimes,
 }
 
 impl Loop {
@@ -470,6 +473,7 @@ impl Loop {
             srpt_mode: cfg.srpt.mode,
             srpt_bands: cfg.srpt.leaves() as usize,
             panic_at: cfg.fault.map(|Fault::PanicAfter(d)| Instant::now() + d),
+            calls: calls::CallTimes::default(),
         }
     }
 
@@ -530,7 +534,7 @@ impl Loop {
                 }
             }
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-                self.engine.handle_timeout(now);
+                self.calls.time(|| self.engine.handle_timeout(now));
             }
             self.apply_fastpath();
             self.send_transmits();
@@ -598,7 +602,7 @@ impl Loop {
                     now
                 }
             };
-            let verdict = self.engine.handle_link(at, port, LinkType::RawIp, msg.get_payload());
+            let verdict = self.calls.time(|| self.engine.handle_link(at, port, LinkType::RawIp, msg.get_payload()));
             // What the engine published for the kernel (a queued SYN's verdict for its client's
             // next SYNs, a new generation) reaches the maps before this packet goes on: the
             // client's next SYN, which can follow within a millisecond, is then decided in the
@@ -653,16 +657,16 @@ impl Loop {
                     observed += 1;
                     // A frame longer than the report's copy (a GRO/GSO super-frame, a body
                     // segment) is measured by its length on the wire.
-                    self.engine.handle_cut(ts, Port::Unknown, LinkType::Ethernet, ev.frame, ev.wire_len as usize);
+                    self.calls.time(|| self.engine.handle_cut(ts, Port::Unknown, LinkType::Ethernet, ev.frame, ev.wire_len as usize));
                 }
                 EventKind::SynPassed => {
                     syns += 1;
-                    self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, SynDecision::Pass);
+                    self.calls.time(|| self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, SynDecision::Pass));
                 }
                 EventKind::SynDropped { rule, limited } => {
                     syns += 1;
                     let d = SynDecision::Drop { rule: rules::RuleId(rule), limited };
-                    self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, d);
+                    self.calls.time(|| self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, d));
                 }
             }
             if n == 1 {
@@ -753,7 +757,7 @@ impl Loop {
                 continue;
             }
             // Cut at the snap length: measured by its length on the wire.
-            self.engine.handle_cut(ts, Port::Unknown, LinkType::Ethernet, p.data, p.header.len as usize);
+            self.calls.time(|| self.engine.handle_cut(ts, Port::Unknown, LinkType::Ethernet, p.data, p.header.len as usize));
         }
         if n > 0 {
             self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "tap" }).inc_by(n as u64);
@@ -979,6 +983,7 @@ impl Loop {
             "rules": rules_state,
             "tables": sizes,
             "stats": self.engine.stats(),
+            "engine_call_us": self.calls.summary(),
             "records": serde_json::Value::Object(records),
         });
         if let Ok(mut s) = self.status.lock() {
