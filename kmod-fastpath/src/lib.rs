@@ -9,6 +9,7 @@
 //!   remaining bytes (strict priority = HTB classes with `prio`), and keeps per-flow accounting.
 //! - [`inline`]: the fast path of `rlm run` (`bpf/inline.bpf.c`): SYN admission in the kernel
 //!   from verdicts the engine publishes, and the packets the engine measures through a ring buffer.
+//! - [`ring`]: the ring buffer's records and their reading ([`ring::Event::parse`]).
 //! - `records` (private): the Rust side of the records shared with the programs
 //!   (`bpf/common.h`), `#[repr(C)]` structs checked against the C definitions by a test.
 //! - [`testrun`]: runs a loaded program on a frame inside the kernel (`BPF_PROG_TEST_RUN`), for
@@ -17,13 +18,20 @@
 //! It holds the appliance's programs only: the lab's client-side sock_ops program (the clients'
 //! initial SYN timeout) is `sim_clients::SynTimeout`, with the clients it serves.
 
+// Without the `bpf` feature (on by default) only `ring` is built: no clang, no aya.
+#[cfg(feature = "bpf")]
 pub mod classify;
+#[cfg(feature = "bpf")]
 pub mod inline;
+#[cfg(feature = "bpf")]
 mod records;
+pub mod ring;
+#[cfg(feature = "bpf")]
 pub mod testrun;
 
 /// Load an object of this crate: fill its `server_ports` map (every object that needs the
 /// servers' ports has one, indexed by port) and put `programs` through the verifier.
+#[cfg(feature = "bpf")]
 pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], programs: &[&str]) -> anyhow::Result<aya::Ebpf> {
     use anyhow::Context;
     let mut bpf = aya::Ebpf::load(object).with_context(|| format!("loading {what}"))?;
@@ -41,4 +49,5 @@ pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], progr
     Ok(bpf)
 }
 
+#[cfg(feature = "bpf")]
 pub use classify::{classid, is_bpffs, ClassCount, FlowKey, FlowState, KeptState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
