@@ -30,7 +30,7 @@ comma := ,
 empty :=
 space := $(empty) $(empty)
 
-.PHONY: deps build test unit lab-quick lab demo bench bench-fastpath bench-analyze fuzz fuzz-rules clean
+.PHONY: deps build test unit lab-quick lab demo bench bench-fastpath bench-analyze fuzz fuzz-long clean
 
 # Install only what is missing, so a second run costs nothing and needs no network.
 deps:
@@ -81,14 +81,30 @@ bench-fastpath: deps
 bench-analyze: deps
 	bash rlm/benches/analyze_vs_ndpi.sh
 
-# A 10-minute fuzz run of the engine (needs the nightly toolchain and cargo-fuzz).
-fuzz:
+# Fuzzing (the nightly toolchain and cargo-fuzz): every target of fuzz/ in turn (FUZZ_TARGETS),
+# with overflow checks (-a), from its seeds (fuzz/corpus/<target>/, read only) and what earlier
+# runs kept (fuzz/target/corpus/<target>/, where new inputs go); crashes land in
+# fuzz/artifacts/<target>/. run_config needs the rlm crate (--features appliance). make test
+# replays the seeds and fuzz/regressions/ (fuzzkit/tests/corpora.rs). See docs/testing.md.
+FUZZ_TARGETS ?= engine_frames rules_parse capture run_config mapping ring_record raw_ip engine_rules
+FUZZ_SECONDS ?= 300
+define fuzz_each
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	cd fuzz && $(CARGO) +nightly fuzz run engine_frames -- -max_total_time=600 -timeout=10 -rss_limit_mb=2048
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		features=; [ $$t = run_config ] && features="--features appliance"; \
+		mkdir -p target/corpus/$$t && \
+		$(CARGO) +nightly fuzz run -a $$features $$t target/corpus/$$t corpus/$$t -- $(1) -timeout=10 -rss_limit_mb=2048 \
+			|| exit 1; \
+	done
+endef
 
-fuzz-rules:
-	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	cd fuzz && $(CARGO) +nightly fuzz run rules_parse -- -max_total_time=60 -timeout=10 -rss_limit_mb=2048
+# FUZZ_SECONDS (default 300) for each target.
+fuzz:
+	$(call fuzz_each,-max_total_time=$(FUZZ_SECONDS))
+
+# 10^8 executions of each target: minutes for the parsers, hours for the engine targets.
+fuzz-long:
+	$(call fuzz_each,-runs=100000000)
 
 clean:
 	$(CARGO) clean

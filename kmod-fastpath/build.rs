@@ -4,6 +4,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
+    // Without the `bpf` feature the crate is only its ring records: nothing to compile.
+    if std::env::var_os("CARGO_FEATURE_BPF").is_none() {
+        return;
+    }
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
     // Every program includes bpf/common.h (the records shared with user space, the parsing).

@@ -24,8 +24,8 @@ use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf};
 
 use crate::records::{
-    inline_counter as c, Bucket, Config, EventHeader, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_QUEUE_REQUESTS,
-    CFG_QUEUE_RESPONSES, FLAG_LIMITED, KIND_OBSERVED, KIND_SYN_DROPPED, KIND_SYN_PASSED, MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
+    inline_counter as c, Bucket, Config, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_QUEUE_REQUESTS, CFG_QUEUE_RESPONSES,
+    MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
 };
 use crate::testrun::{self, TestRun};
 use crate::AttachMode;
@@ -78,43 +78,7 @@ pub struct Counters {
     pub req_queued: u64,
 }
 
-/// What a ring-buffer record says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventKind {
-    /// A packet of a server port, seen on the server port.
-    Observed,
-    /// A client's SYN the kernel passed.
-    SynPassed,
-    /// A client's SYN the kernel dropped by `rule` (`limited`: its LIMIT SYN bucket was empty).
-    SynDropped { rule: u32, limited: bool },
-}
-
-/// One ring-buffer record: a frame (Ethernet) as the program saw it.
-#[derive(Clone, Copy, Debug)]
-pub struct Event<'a> {
-    /// CLOCK_MONOTONIC.
-    pub ts_ns: u64,
-    pub kind: EventKind,
-    /// The frame's length on the wire (`frame` may be cut shorter).
-    pub wire_len: u32,
-    pub frame: &'a [u8],
-}
-
-impl<'a> Event<'a> {
-    /// Read a record (an `EventHeader`, then the frame); `None` if it is not one.
-    pub fn parse(rec: &'a [u8]) -> Option<Event<'a>> {
-        let h = EventHeader::read(rec)?;
-        let kind = match h.kind {
-            KIND_OBSERVED => EventKind::Observed,
-            KIND_SYN_PASSED => EventKind::SynPassed,
-            KIND_SYN_DROPPED => EventKind::SynDropped { rule: h.rule, limited: h.flags & FLAG_LIMITED != 0 },
-            _ => return None,
-        };
-        let start = std::mem::size_of::<EventHeader>();
-        let frame = rec.get(start..start + h.len as usize)?;
-        Some(Event { ts_ns: h.ts_ns, kind, wire_len: h.wire_len, frame })
-    }
-}
+pub use crate::ring::{Event, EventKind};
 
 /// The ring buffer of reports ([`InlinePath::take_events`]), oldest first. Its descriptor
 /// becomes readable when the kernel wakes the reader (poll or epoll it: `AsRawFd`, `AsFd`); the
@@ -301,28 +265,5 @@ impl InlinePath {
             resp_queued: sum(c::RESP_QUEUED)?,
             req_queued: sum(c::REQ_QUEUED)?,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_records() {
-        let h = EventHeader { ts_ns: 42, len: 3, wire_len: 60, kind: KIND_SYN_DROPPED, flags: FLAG_LIMITED, rule: 7 };
-        let mut rec = h.to_bytes();
-        rec.extend_from_slice(&[1, 2, 3]);
-        let e = Event::parse(&rec).expect("a record");
-        assert_eq!(e.ts_ns, 42);
-        assert_eq!(e.kind, EventKind::SynDropped { rule: 7, limited: true });
-        assert_eq!(e.wire_len, 60);
-        assert_eq!(e.frame, &[1, 2, 3]);
-        // A length past the record, an unknown kind, a short record: not records.
-        let long = EventHeader { len: 4, ..h }.to_bytes().into_iter().chain([1, 2, 3]).collect::<Vec<u8>>();
-        assert!(Event::parse(&long).is_none());
-        let unknown = EventHeader { kind: 3, ..h }.to_bytes().into_iter().chain([1, 2, 3]).collect::<Vec<u8>>();
-        assert!(Event::parse(&unknown).is_none());
-        assert!(Event::parse(&rec[..10]).is_none());
     }
 }

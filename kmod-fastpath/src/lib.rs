@@ -9,6 +9,7 @@
 //!   remaining bytes (strict priority = HTB classes with `prio`), and keeps per-flow accounting.
 //! - [`inline`]: the fast path of `rlm run` (`bpf/inline.bpf.c`): SYN admission in the kernel
 //!   from verdicts the engine publishes, and the packets the engine measures through a ring buffer.
+//! - [`ring`]: the ring buffer's records and their reading ([`ring::Event::parse`]).
 //! - `records` (private): the Rust side of the records shared with the programs
 //!   (`bpf/common.h`), `#[repr(C)]` structs checked against the C definitions by a test.
 //! - [`testrun`]: runs a loaded program on a frame inside the kernel (`BPF_PROG_TEST_RUN`), for
@@ -17,13 +18,20 @@
 //! It holds the appliance's programs only: the lab's client-side sock_ops program (the clients'
 //! initial SYN timeout) is `sim_clients::SynTimeout`, with the clients it serves.
 
+// Without the `bpf` feature (on by default) only `ring` is built: no clang, no aya.
+#[cfg(feature = "bpf")]
 pub mod classify;
+#[cfg(feature = "bpf")]
 pub mod inline;
+#[cfg(feature = "bpf")]
 mod records;
+pub mod ring;
+#[cfg(feature = "bpf")]
 pub mod testrun;
 
 /// Load an object of this crate: fill its `server_ports` map (every object that needs the
 /// servers' ports has one, indexed by port) and put `programs` through the verifier.
+#[cfg(feature = "bpf")]
 pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], programs: &[&str]) -> anyhow::Result<aya::Ebpf> {
     use anyhow::Context;
     let mut bpf = aya::Ebpf::load(object).with_context(|| format!("loading {what}"))?;
@@ -48,6 +56,7 @@ pub const CLASSIFY_PROGRAMS: [&str; 2] = ["classify", "srpt_acks"];
 
 /// How the tc programs are attached to a port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg(feature = "bpf")]
 pub enum AttachMode {
     /// tcx links where the kernel has tcx (6.6 and later: aya's own choice), owned by the
     /// process: they go when it goes, however it ends. Older kernels: as [`AttachMode::Clsact`].
@@ -58,6 +67,7 @@ pub enum AttachMode {
     Clsact,
 }
 
+#[cfg(feature = "bpf")]
 impl AttachMode {
     /// Whether programs attached this way are clsact filters (else tcx links).
     pub fn is_clsact(self) -> bool {
@@ -71,6 +81,7 @@ impl AttachMode {
 /// Attach a loaded program to `iface` in direction `dir`, as `mode` says; `first`: ahead of the
 /// programs already there (tcx; a clsact filter attached later is ahead of those before it
 /// anyway: netlink gives it the next lower priority number).
+#[cfg(feature = "bpf")]
 pub(crate) fn attach_program(
     prog: &mut aya::programs::SchedClassifier,
     iface: &str,
@@ -97,6 +108,7 @@ pub(crate) fn attach_program(
 /// such cleaning (they go with their process). Returns what was detached, as `NAME on IFACE
 /// ingress|egress`; an interface that does not exist or has no clsact qdisc has nothing to
 /// detach. Call it before attaching: it would detach this process's own filters too.
+#[cfg(feature = "bpf")]
 pub fn detach_leftovers(ifaces: &[&str]) -> anyhow::Result<Vec<String>> {
     use aya::programs::{tc, TcAttachType};
     let mut detached = Vec::new();
@@ -122,4 +134,5 @@ pub fn detach_leftovers(ifaces: &[&str]) -> anyhow::Result<Vec<String>> {
     Ok(detached)
 }
 
+#[cfg(feature = "bpf")]
 pub use classify::{classid, is_bpffs, ClassCount, FlowKey, FlowState, KeptState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};

@@ -1,6 +1,6 @@
 //! The Rust side of the records the programs share with user space (`bpf/common.h`): map keys
-//! and values, the ring buffer's record header, the counters' slots and the constants user space
-//! writes.
+//! and values, the counters' slots and the constants user space writes (the ring buffer's record
+//! header is `crate::ring`'s, checked here too).
 //!
 //! Each record is a `#[repr(C)]` struct, and the test below checks it against the C definition:
 //! it writes a `_Static_assert` for each struct's size, each field's offset and size, and each
@@ -26,12 +26,6 @@ pub(crate) const MODE_PASS_ALL: u32 = 2;
 pub(crate) const ACTION_PASS: u16 = 0;
 pub(crate) const ACTION_DROP: u16 = 1;
 pub(crate) const ACTION_LIMIT: u16 = 2;
-
-/// `KIND_*`: `EventHeader::kind`; `FLAG_LIMITED`: a bit of `EventHeader::flags`.
-pub(crate) const KIND_OBSERVED: u16 = 0;
-pub(crate) const KIND_SYN_PASSED: u16 = 1;
-pub(crate) const KIND_SYN_DROPPED: u16 = 2;
-pub(crate) const FLAG_LIMITED: u16 = 1;
 
 /// `CFG_QUEUE_RESPONSES`: `Config::flags`: mark the servers' segments for NFQUEUE.
 pub(crate) const CFG_QUEUE_RESPONSES: u32 = 1;
@@ -107,38 +101,6 @@ pub(crate) struct Bucket {
 }
 // SAFETY: as Config.
 unsafe impl Pod for Bucket {}
-
-/// `struct event` without its `data[]`: the header of a ring buffer record, which `len` bytes
-/// of the frame follow.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct EventHeader {
-    pub ts_ns: u64,
-    pub len: u32,
-    pub wire_len: u32,
-    pub kind: u16,
-    pub flags: u16,
-    pub rule: u32,
-}
-
-impl EventHeader {
-    /// The header at the start of a record; `None` if the record is too short to hold one.
-    pub fn read(rec: &[u8]) -> Option<EventHeader> {
-        if rec.len() < std::mem::size_of::<EventHeader>() {
-            return None;
-        }
-        // SAFETY: `rec` holds at least size_of::<EventHeader>() bytes, read unaligned, and every
-        // bit pattern is a valid EventHeader (integers only).
-        Some(unsafe { std::ptr::read_unaligned(rec.as_ptr().cast::<EventHeader>()) })
-    }
-
-    /// The header's bytes, as the program writes them (for tests).
-    #[cfg(test)]
-    pub fn to_bytes(self) -> Vec<u8> {
-        // SAFETY: a repr(C) struct of integers without padding: all of its bytes are initialised.
-        unsafe { std::slice::from_raw_parts((&self as *const EventHeader).cast::<u8>(), std::mem::size_of::<EventHeader>()) }.to_vec()
-    }
-}
 
 // ---- classify.bpf.c ----
 
@@ -255,6 +217,8 @@ unsafe impl Pod for ClassCount {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The ring buffer's record is in `ring` (it needs no aya).
+    use crate::ring::{EventHeader, FLAG_LIMITED, KIND_OBSERVED, KIND_SYN_DROPPED, KIND_SYN_PASSED};
     use std::mem::{offset_of, size_of};
     use std::process::{Command, Stdio};
 

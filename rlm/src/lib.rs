@@ -8,6 +8,7 @@
 //! `src/commands.rs`.
 
 pub mod analyze;
-pub mod capture;
+/// The capture reader, a crate of its own (`capture/`) so that it builds without the appliance.
+pub use rlm_capture as capture;
 pub mod live;
 pub mod records;

@@ -318,7 +318,12 @@ impl RunConfig {
     /// Read a TOML file; a missing file or a bad key is a one-line error naming it.
     pub fn from_file(path: &Path) -> Result<RunConfig> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().lines().collect::<Vec<_>>().join(" ")))
+        RunConfig::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Read TOML text; a bad key or value is a one-line error (not yet [`RunConfig::validate`]d).
+    pub fn parse(text: &str) -> Result<RunConfig> {
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().lines().collect::<Vec<_>>().join(" ")))
     }
 
     /// Check what can be checked without touching the system.
