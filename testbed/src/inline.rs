@@ -85,6 +85,10 @@ pub fn rlm_binary() -> Result<PathBuf> {
 pub struct RlmOutcome {
     /// rlm's exit code after SIGTERM; None if it had to be killed or died of a signal.
     pub exit_code: Option<i32>,
+    /// Seconds from the SIGTERM to rlm's exit (None if it had to be killed).
+    pub exit_s: Option<f64>,
+    /// When the SIGTERM was sent, in Unix seconds.
+    pub term_unix_s: Option<f64>,
     /// Exited 0 on SIGTERM and removed its rules.
     pub clean_exit: bool,
     /// Lines of rlm's netfilter state still there after it exited (should be none).
@@ -484,9 +488,12 @@ impl Inline {
         if let Some(mut c) = self.child.take() {
             // SAFETY: kill(2) on our own child's pid; it has not been reaped, so the pid is its.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let termed = Instant::now();
+            out.term_unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_secs_f64());
+            let deadline = termed + Duration::from_secs(10);
             let status = loop {
                 if let Some(st) = c.try_wait()? {
+                    out.exit_s = Some(termed.elapsed().as_secs_f64());
                     break Some(st);
                 }
                 if Instant::now() > deadline {

@@ -781,6 +781,137 @@ fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
 /// A SYN flood from 20,000 spoofed sources (inside the lab) while `FAST SYN + SYN/ACK` holds for
 /// every client: none of them completes a handshake, so none earns its class a budget, and rlm
 /// sends at most the class's burst (here 200) in all: no amplification. Its memory stays
+/// Issue 24: under a ring that fills faster than the engine empties it (a flood of data
+/// segments on made-up connections, sent as fast as one thread can, each reported by the fast
+/// path), rlm's loop still gives every turn to verdicts, timers, the status and signals: a
+/// client whose SYNs all wait for a verdict gets its pages, `/status` keeps being refreshed, and
+/// SIGTERM ends rlm within 2 s with its rules removed. (Before the turns were bounded, the loop
+/// drained the ring until it was empty, which under such a flood is never.)
+#[test]
+fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
+    let (_plan, _guard, info) = lab("r", 1);
+    let dir = std::env::temp_dir().join(format!("rlm-ring-{}", std::process::id()));
+    // Without records: at its exit rlm writes what it has, which under this flood is 60,000
+    // connections' worth (its close is bounded at 5 s).
+    let arm = RlmArm { rules: QUEUE_EVERY_SYN.into(), records: false, ..RlmArm::default() };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    let src = info.clients.high[0].clone();
+    fetch_from_clients(&info, vec![src.clone()]).pop().unwrap().expect("a first page");
+    let (farm_mac, cli_mac) = (mac_of(&info.namespaces.servers, "srv0"), mac_of(&info.namespaces.clients, &info.clients.interface));
+    // Frames made once: a request on each of 60,000 made-up connections (sent again and again,
+    // each is a segment rlm reports and reads).
+    let frames: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..60_000u32)
+            .map(|i| {
+                let mut c = rlm_core::testkit::TcpConv::new(
+                    &format!("10.5.{}.{}:{}", 100 + i / 250 % 100, 1 + i % 250, 1024 + i),
+                    &format!("{FARM_ADDR}:80"),
+                );
+                let mut f = c.client_data(b"GET / HTTP/1.1\r\nHost: shop\r\n\r\n");
+                f[0..6].copy_from_slice(&farm_mac);
+                f[6..12].copy_from_slice(&cli_mac);
+                f
+            })
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    // Two senders, as fast as they go.
+    let flood: Vec<_> = (0..2)
+        .map(|_| {
+            let (ns, iface, frames, flooding) = (info.namespaces.clients.clone(), info.clients.interface.clone(), frames.clone(), stop.clone());
+            std::thread::spawn(move || {
+                netns::enter(&ns).unwrap();
+                // SAFETY: socket(2); the descriptor is closed at the end of the thread.
+                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+                assert!(fd >= 0);
+                let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+                sll.sll_family = libc::AF_PACKET as u16;
+                let name = std::ffi::CString::new(iface).unwrap();
+                // SAFETY: a NUL-terminated name; this thread is in the clients' namespace.
+                sll.sll_ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
+                assert!(sll.sll_ifindex > 0);
+                sll.sll_halen = 6;
+                let mut sent = 0u64;
+                let until = Instant::now() + Duration::from_secs(20);
+                'out: loop {
+                    for f in frames.iter() {
+                        if sent.is_multiple_of(1024) && (flooding.load(Ordering::Relaxed) || Instant::now() > until) {
+                            break 'out;
+                        }
+                        // SAFETY: valid buffers of the lengths given.
+                        let n = unsafe {
+                            libc::sendto(
+                                fd,
+                                f.as_ptr() as *const _,
+                                f.len(),
+                                0,
+                                &sll as *const _ as *const libc::sockaddr,
+                                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                            )
+                        };
+                        sent += u64::from(n == f.len() as isize);
+                    }
+                }
+                unsafe { libc::close(fd) };
+                sent
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let status =
+        |what: &str| -> serde_json::Value { serde_json::from_str(&rlm.get("/status").unwrap_or_else(|e| panic!("/status {what}: {e}"))).unwrap() };
+    let before = status("under the flood");
+    // A page whose SYNs each wait for rlm's verdict, under the flood.
+    let t = Instant::now();
+    fetch_from_clients(&info, vec![src]).pop().unwrap().expect("a page under the flood");
+    let page_s = t.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(2));
+    let after = status("later under the flood");
+    let timed = |v: &serde_json::Value| v["engine_call_us"]["timed"].as_u64().unwrap_or(0);
+    let lost = |v: &serde_json::Value| v["fastpath"]["ring_full"].as_u64().unwrap_or(0);
+    println!(
+        "page {page_s:.2} s; status uptime {} -> {} s, engine calls timed {} -> {}, ring full {} -> {}; calls {}",
+        before["uptime_s"],
+        after["uptime_s"],
+        timed(&before),
+        timed(&after),
+        lost(&before),
+        lost(&after),
+        after["engine_call_us"]
+    );
+    // The regime: the ring overflowed (the engine is behind) while the flood ran.
+    assert!(lost(&after) > lost(&before), "the flood filled the ring");
+    assert!(page_s < 5.0, "the page took {page_s:.2} s");
+    assert!(after["uptime_s"].as_u64() > before["uptime_s"].as_u64(), "the status was refreshed");
+    assert!(timed(&after) > timed(&before), "the engine went on");
+    // SIGTERM under the flood.
+    let out = rlm.stop().expect("stop");
+    stop.store(true, Ordering::Relaxed);
+    let sent: u64 = flood.into_iter().map(|t| t.join().unwrap()).sum();
+    // When rlm's loop took the signal: its log line's time of day against the kill's.
+    let log = std::fs::read_to_string(&out.log).unwrap_or_default();
+    let taken = log.lines().find(|l| l.contains("SIGTERM: stopping")).and_then(time_of_day);
+    let sent_at = out.term_unix_s.map(|t| t % 86_400.0);
+    let took = taken.zip(sent_at).map(|(a, b)| a - b);
+    println!("flood: {sent} frames; SIGTERM taken after {took:?} s, exit {:?} after {:?} s", out.exit_code, out.exit_s);
+    assert!(took.is_some_and(|s| s < 0.5), "the loop took SIGTERM after {took:?} s");
+    assert_eq!(out.exit_code, Some(0), "rlm exits 0 on SIGTERM under the flood; log {}", out.log.display());
+    // Then it closes every connection (60,000 made-up ones, in a debug build) and removes its
+    // rules.
+    assert!(out.exit_s.is_some_and(|s| s < 8.0), "SIGTERM to exit: {:?} s", out.exit_s);
+    assert!(out.rules_left.is_empty(), "{:?}", out.rules_left);
+}
+
+/// The time of day (UTC seconds since midnight) of a log line that starts with an RFC 3339
+/// time (`2026-11-26T08:20:20.472796Z`, after any colour codes).
+fn time_of_day(line: &str) -> Option<f64> {
+    let t = line.split('T').nth(1)?;
+    let mut p = t.trim_end_matches(|c: char| !c.is_ascii_digit()).split(':');
+    let (h, m) = (p.next()?.parse::<f64>().ok()?, p.next()?.parse::<f64>().ok()?);
+    let s: f64 = p.next()?.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect::<String>().parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
 /// bounded, and a real client still gets its pages.
 #[test]
 fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {

@@ -67,6 +67,11 @@ use crate::records::Dest;
 const RING_DRAIN: Duration = Duration::from_millis(5);
 /// Reports handled before the queue gets a turn.
 const RING_BATCH: usize = 4096;
+/// Ring batches one turn of the loop hands the engine at most, or as many as fit in
+/// [`TURN_BUDGET`]: then timers, transmits, events, the status and signals get their turn, even
+/// when the ring fills faster than the engine empties it.
+const RING_TURN: usize = 4;
+const TURN_BUDGET: Duration = Duration::from_millis(2);
 
 /// Where the measured packets come from.
 enum Source {
@@ -395,6 +400,8 @@ struct Loop {
     panic_at: Option<Instant>,
     /// How long the engine's calls take (one in [`calls::SAMPLE`] timed).
     calls: calls::CallTimes,
+    /// The time of the last ring report handed to the engine.
+    last_report: rlm_core::Timestamp,
 }
 
 impl Loop {
@@ -474,6 +481,7 @@ impl Loop {
             srpt_bands: cfg.srpt.leaves() as usize,
             panic_at: cfg.fault.map(|Fault::PanicAfter(d)| Instant::now() + d),
             calls: calls::CallTimes::default(),
+            last_report: rlm_core::Timestamp::ZERO,
         }
     }
 
@@ -489,8 +497,20 @@ impl Loop {
         let mut term = signal(SignalKind::terminate())?;
         let mut last_status = Instant::now() - Duration::from_secs(10);
         self.publish_status();
+        // The ring was not emptied in the last turn: the next comes at once.
+        let mut behind = false;
         loop {
-            let most = if fast { RING_DRAIN } else { Duration::from_secs(1) };
+            if behind {
+                // The runtime has one thread: the status server's tasks run when the loop yields.
+                tokio::task::yield_now().await;
+            }
+            let most = if behind {
+                Duration::ZERO
+            } else if fast {
+                RING_DRAIN
+            } else {
+                Duration::from_secs(1)
+            };
             let wait = match self.engine.poll_timeout() {
                 Some(t) => Duration::from_nanos(t.as_nanos().saturating_sub(now_ts().as_nanos())).min(most),
                 None => most,
@@ -504,8 +524,10 @@ impl Loop {
                     let mut g = g?;
                     if fast {
                         // What the ring holds came before what waits in the queue (a request
-                        // before its response): the engine takes it first.
-                        while self.drain_source() == RING_BATCH {}
+                        // before its response): the engine takes it first, as much as a turn
+                        // allows (under overload a response can then be judged before its
+                        // request, and passes unedited).
+                        self.drain_ring_turn(false)?;
                     }
                     if self.drain_queue()? < BATCH {
                         g.clear_ready();
@@ -524,13 +546,14 @@ impl Loop {
             // handed to the engine before its timers run at `now`, so none arrives after the
             // engine's clock passed it (the engine would move it forward to its own time, and a
             // pageview's last byte would be late by the drain's wait, up to `RING_DRAIN`).
-            let now = now_ts();
+            let mut now = now_ts();
             if fast {
                 // The kernel wakes rlm only when the ring fills up: drain it every turn.
-                while self.drain_source() == RING_BATCH {
-                    if self.drain_queue()? > 0 {
-                        self.apply_fastpath();
-                    }
+                behind = !self.drain_ring_turn(true)?;
+                if behind {
+                    // Reports stamped before `now` are still in the ring: the timers run at
+                    // the last one handed, so that none of those is moved to the engine's time.
+                    now = now.min(self.last_report);
                 }
             }
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
@@ -572,6 +595,25 @@ impl Loop {
             "records: transactions written={} dropped={}, pageviews written={} dropped={}, decisions written={} dropped={}",
             t.1, t.2, p.1, p.2, d.1, d.2
         );
+    }
+
+    /// One turn's drain of the ring: at most [`RING_TURN`] batches, stopping after
+    /// [`TURN_BUDGET`], the queue given a turn after each batch (`with_queue`). True if the ring
+    /// was emptied.
+    fn drain_ring_turn(&mut self, with_queue: bool) -> Result<bool> {
+        let start = Instant::now();
+        for _ in 0..RING_TURN {
+            if self.drain_source() < RING_BATCH {
+                return Ok(true);
+            }
+            if with_queue && self.drain_queue()? > 0 {
+                self.apply_fastpath();
+            }
+            if start.elapsed() >= TURN_BUDGET {
+                break;
+            }
+        }
+        Ok(false)
     }
 
     /// Verdict every queued packet that is waiting (up to a batch); returns how many.
@@ -673,6 +715,7 @@ impl Loop {
                 let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
                 self.metrics.loop_lag.observe(lag as f64 / 1e9);
             }
+            self.last_report = ts;
         }
         if n > 0 {
             self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "fastpath" }).inc_by(observed + syns);
