@@ -788,8 +788,9 @@ fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
 /// SIGTERM ends rlm within 2 s with its rules removed. (Before the turns were bounded, the loop
 /// drained the ring until it was empty, which under such a flood is never.)
 #[test]
+#[ignore = "floods the machine for 8 s: make test runs it alone, after the others (cargo test -- --ignored)"]
 fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
-    let (_plan, _guard, info) = lab("r", 1);
+    let (_plan, _guard, info) = lab("q", 1);
     let dir = std::env::temp_dir().join(format!("rlm-ring-{}", std::process::id()));
     // Without records: at its exit rlm writes what it has, which under this flood is 60,000
     // connections' worth (its close is bounded at 5 s).
@@ -832,7 +833,7 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
                 assert!(sll.sll_ifindex > 0);
                 sll.sll_halen = 6;
                 let mut sent = 0u64;
-                let until = Instant::now() + Duration::from_secs(20);
+                let until = Instant::now() + Duration::from_secs(30);
                 'out: loop {
                     for f in frames.iter() {
                         if sent.is_multiple_of(1024) && (flooding.load(Ordering::Relaxed) || Instant::now() > until) {
@@ -857,10 +858,19 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(2));
     let status =
         |what: &str| -> serde_json::Value { serde_json::from_str(&rlm.get("/status").unwrap_or_else(|e| panic!("/status {what}: {e}"))).unwrap() };
-    let before = status("under the flood");
+    let lost = |v: &serde_json::Value| v["fastpath"]["ring_full"].as_u64().unwrap_or(0);
+    // The regime: the ring overflows (the engine is behind), within 10 s of the flood's start.
+    let t = Instant::now();
+    let before = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let v = status("under the flood");
+        if lost(&v) > 0 || t.elapsed() > Duration::from_secs(10) {
+            break v;
+        }
+    };
+    assert!(lost(&before) > 0, "the flood filled the ring within 10 s: {}", before["fastpath"]);
     // A page whose SYNs each wait for rlm's verdict, under the flood.
     let t = Instant::now();
     fetch_from_clients(&info, vec![src]).pop().unwrap().expect("a page under the flood");
@@ -868,7 +878,6 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
     std::thread::sleep(Duration::from_secs(2));
     let after = status("later under the flood");
     let timed = |v: &serde_json::Value| v["engine_call_us"]["timed"].as_u64().unwrap_or(0);
-    let lost = |v: &serde_json::Value| v["fastpath"]["ring_full"].as_u64().unwrap_or(0);
     println!(
         "page {page_s:.2} s; status uptime {} -> {} s, engine calls timed {} -> {}, ring full {} -> {}; calls {}",
         before["uptime_s"],
@@ -879,8 +888,7 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
         lost(&after),
         after["engine_call_us"]
     );
-    // The regime: the ring overflowed (the engine is behind) while the flood ran.
-    assert!(lost(&after) > lost(&before), "the flood filled the ring");
+    assert!(lost(&after) > lost(&before), "the ring still overflowed meanwhile");
     assert!(page_s < 5.0, "the page took {page_s:.2} s");
     assert!(after["uptime_s"].as_u64() > before["uptime_s"].as_u64(), "the status was refreshed");
     assert!(timed(&after) > timed(&before), "the engine went on");
