@@ -888,7 +888,6 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
         lost(&after),
         after["engine_call_us"]
     );
-    assert!(lost(&after) > lost(&before), "the ring still overflowed meanwhile");
     assert!(page_s < 5.0, "the page took {page_s:.2} s");
     assert!(after["uptime_s"].as_u64() > before["uptime_s"].as_u64(), "the status was refreshed");
     assert!(timed(&after) > timed(&before), "the engine went on");
