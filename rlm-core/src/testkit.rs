@@ -169,3 +169,36 @@ impl Rng {
         self.next_u64() % n.max(1)
     }
 }
+
+/// A global allocator that counts the heap bytes live, for tests that bound memory. A test
+/// binary installs it with `#[global_allocator] static ALLOC: CountingAlloc = CountingAlloc;`
+/// and reads [`heap_bytes`]; the count is the whole process's, so such a test runs alone in
+/// its binary (or its tests one at a time).
+pub struct CountingAlloc;
+
+static HEAP_LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Heap bytes live now, as [`CountingAlloc`] counts them (0 when it is not installed).
+pub fn heap_bytes() -> usize {
+    HEAP_LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged; only a counter is added.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        HEAP_LIVE.fetch_add(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        HEAP_LIVE.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        HEAP_LIVE.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
+        HEAP_LIVE.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::alloc::System.realloc(p, l, new) }
+    }
+}

@@ -7,34 +7,11 @@
 //! evicted; the open pageviews' lists (which keep each request's target) at most
 //! `max_list_bytes` (8 MiB here): the oldest open pageviews are cut short. Heap bytes are measured by a counting allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use rlm_core::testkit::TcpConv;
+use rlm_core::testkit::{heap_bytes, CountingAlloc, TcpConv};
 use rlm_core::{Config, Engine, Port, Timestamp};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size(), Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new, Ordering::Relaxed);
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 /// Connections of the attack: 24 in `make test` (a debug build takes 8 s a connection), the
 /// issue's 200 with `RLM_EXHAUST_CONNECTIONS=200` (in release: 19 s).
@@ -62,7 +39,7 @@ fn midstream_pipelines_of_huge_targets_stay_within_the_budget() {
     let mut cfg = Config { max_held_bytes: budget, ..Config::default() };
     cfg.pageview.max_list_bytes = lists;
     let mut e = Engine::new(cfg);
-    let base = LIVE.load(Ordering::Relaxed);
+    let base = heap_bytes();
     let mut peak = 0;
     let mut sent = 0usize;
     for c in 0..connections {
@@ -74,7 +51,7 @@ fn midstream_pipelines_of_huge_targets_stay_within_the_budget() {
             e.handle(now, Port::Client, &conv.client_data(&req));
             while e.poll_event().is_some() {}
         }
-        peak = peak.max(LIVE.load(Ordering::Relaxed).saturating_sub(base));
+        peak = peak.max(heap_bytes().saturating_sub(base));
     }
     let s = e.stats();
     println!(

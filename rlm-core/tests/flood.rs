@@ -2,35 +2,13 @@
 //! answered. The engine's tables and its heap stay within the configured limits, and a flood
 //! twice as long leaves memory where it was. Heap bytes are measured by a counting allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rlm_core::testkit::TcpConv;
+use rlm_core::testkit::{heap_bytes, CountingAlloc, TcpConv};
 use rlm_core::{Config, Engine, Port, Timestamp};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size(), Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new, Ordering::Relaxed);
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 const MAX_CONNECTIONS: usize = 5_000;
 /// SYNs per second of the flood.
@@ -59,15 +37,15 @@ fn flood(engine: &mut Engine, start: u64, secs: u64) -> u64 {
 fn spoofed_syn_flood_leaves_state_bounded() {
     let cfg = Config { max_connections: MAX_CONNECTIONS, idle_timeout: Duration::from_secs(300), ..Config::default() };
     let mut engine = Engine::new(cfg);
-    let base = LIVE.load(Ordering::Relaxed);
+    let base = heap_bytes();
     // 10 s of flood fill the table many times over (each half-open connection is evicted
     // within a quarter of a second by newer ones).
     let at = flood(&mut engine, 0, 10);
-    let after_20 = LIVE.load(Ordering::Relaxed) - base;
+    let after_20 = heap_bytes() - base;
     let sizes_20 = engine.table_sizes();
     // 20 s more.
     flood(&mut engine, at, 20);
-    let after_60 = LIVE.load(Ordering::Relaxed) - base;
+    let after_60 = heap_bytes() - base;
     let sizes = engine.table_sizes();
     println!("after {} SYNs: {sizes_20:?}, heap {:.1} MB", RATE * 10, after_20 as f64 / 1e6);
     println!("after {} SYNs: {sizes:?}, heap {:.1} MB", RATE * 30, after_60 as f64 / 1e6);

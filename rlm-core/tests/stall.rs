@@ -6,34 +6,11 @@
 //! and the heap stays small (and the SYNs, never resent, are not charged to it at all). Before the caps, the connections made every close search a list
 //! of 100,000 (quadratic: 3.2 s for one call at 100 k) and the requests held 210 MB.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use rlm_core::testkit::TcpConv;
+use rlm_core::testkit::{heap_bytes, CountingAlloc, TcpConv};
 use rlm_core::{Engine, Event, PageviewConfig, PageviewRecord, Port, Timestamp};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size(), Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new, Ordering::Relaxed);
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 /// The tests run one at a time: the heap count is the process's.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -124,7 +101,7 @@ fn referred_keep_alive_requests_stop_at_the_pageview_cap_and_hold_little() {
     let max = PageviewConfig::default().max_txns;
     let mut pvs = Vec::new();
     let mut c = page(&mut e, &mut pvs);
-    let base = LIVE.load(Ordering::Relaxed);
+    let base = heap_bytes();
     let mut peak = 0usize;
     // 100,000 requests on the page's connection, each naming the page as its Referer (so each
     // joins its pageview), each answered, 1 ms apart: the pageview never goes quiet.
@@ -138,7 +115,7 @@ fn referred_keep_alive_requests_stop_at_the_pageview_cap_and_hold_little() {
         e.handle(now, Port::Client, &c.client_ack());
         advance(&mut e, now, &mut pvs);
         if i % 1000 == 999 {
-            peak = peak.max(LIVE.load(Ordering::Relaxed).saturating_sub(base));
+            peak = peak.max(heap_bytes().saturating_sub(base));
         }
     }
     assert!(pvs.iter().all(|p| p.container.as_deref() != Some("/")), "the page was still open after the requests");
