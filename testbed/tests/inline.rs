@@ -821,17 +821,7 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
         .map(|_| {
             let (ns, iface, frames, flooding) = (info.namespaces.clients.clone(), info.clients.interface.clone(), frames.clone(), stop.clone());
             std::thread::spawn(move || {
-                netns::enter(&ns).unwrap();
-                // SAFETY: socket(2); the descriptor is closed at the end of the thread.
-                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-                assert!(fd >= 0);
-                let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-                sll.sll_family = libc::AF_PACKET as u16;
-                let name = std::ffi::CString::new(iface).unwrap();
-                // SAFETY: a NUL-terminated name; this thread is in the clients' namespace.
-                sll.sll_ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
-                assert!(sll.sll_ifindex > 0);
-                sll.sll_halen = 6;
+                let out = RawSender::new(&ns, &iface);
                 let mut sent = 0u64;
                 let until = Instant::now() + Duration::from_secs(30);
                 'out: loop {
@@ -839,21 +829,9 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
                         if sent.is_multiple_of(1024) && (flooding.load(Ordering::Relaxed) || Instant::now() > until) {
                             break 'out;
                         }
-                        // SAFETY: valid buffers of the lengths given.
-                        let n = unsafe {
-                            libc::sendto(
-                                fd,
-                                f.as_ptr() as *const _,
-                                f.len(),
-                                0,
-                                &sll as *const _ as *const libc::sockaddr,
-                                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                            )
-                        };
-                        sent += u64::from(n == f.len() as isize);
+                        sent += u64::from(out.send(f));
                     }
                 }
-                unsafe { libc::close(fd) };
                 sent
             })
         })
@@ -909,6 +887,54 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
     assert!(out.rules_left.is_empty(), "{:?}", out.rules_left);
 }
 
+/// Frames sent as they are out of an interface of a namespace (AF_PACKET), as a spoofer
+/// sends them: the calling thread enters the namespace.
+struct RawSender {
+    fd: i32,
+    sll: libc::sockaddr_ll,
+}
+
+impl RawSender {
+    fn new(ns: &str, iface: &str) -> RawSender {
+        netns::enter(ns).unwrap();
+        // SAFETY: socket(2); the descriptor is closed on drop.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+        assert!(fd >= 0);
+        // SAFETY: sockaddr_ll is plain data; all zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        let name = std::ffi::CString::new(iface).unwrap();
+        // SAFETY: a NUL-terminated name; this thread is in the namespace.
+        sll.sll_ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
+        assert!(sll.sll_ifindex > 0);
+        sll.sll_halen = 6;
+        RawSender { fd, sll }
+    }
+
+    /// Send one whole Ethernet frame; whether it went.
+    fn send(&self, frame: &[u8]) -> bool {
+        // SAFETY: valid buffers of the lengths given.
+        let n = unsafe {
+            libc::sendto(
+                self.fd,
+                frame.as_ptr() as *const _,
+                frame.len(),
+                0,
+                &self.sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        n == frame.len() as isize
+    }
+}
+
+impl Drop for RawSender {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
 /// The time of day (UTC seconds since midnight) of a log line that starts with an RFC 3339
 /// time (`2026-11-26T08:20:20.472796Z`, after any colour codes).
 fn time_of_day(line: &str) -> Option<f64> {
@@ -934,17 +960,7 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
     let (ns, iface) = (info.namespaces.clients.clone(), info.clients.interface.clone());
     const FLOOD: u32 = 20_000;
     let flood = std::thread::spawn(move || {
-        netns::enter(&ns).unwrap();
-        // SAFETY: socket(2); the descriptor is closed at the end of the thread.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-        assert!(fd >= 0);
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        let name = std::ffi::CString::new(iface).unwrap();
-        // SAFETY: a NUL-terminated name; this thread is in the clients' namespace.
-        sll.sll_ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
-        assert!(sll.sll_ifindex > 0);
-        sll.sll_halen = 6;
+        let out = RawSender::new(&ns, &iface);
         for i in 0..FLOOD {
             let c = rlm_core::testkit::TcpConv::new(
                 &format!("10.5.{}.{}:{}", 100 + i / 250 % 100, 1 + i % 250, 1024 + i % 60_000),
@@ -953,25 +969,13 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
             let mut f = c.syn();
             f[0..6].copy_from_slice(&farm_mac);
             f[6..12].copy_from_slice(&cli_mac);
-            // SAFETY: valid buffers of the lengths given.
-            let n = unsafe {
-                libc::sendto(
-                    fd,
-                    f.as_ptr() as *const _,
-                    f.len(),
-                    0,
-                    &sll as *const _ as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                )
-            };
-            assert_eq!(n, f.len() as isize);
+            assert!(out.send(&f), "a spoofed SYN sent");
             // At most 5,000 SYNs/s: rlm's queue takes about 6,000 new connections/s on this
             // machine, and what overflows it passes fail-open, unseen by rlm.
             if i % 10 == 0 {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        unsafe { libc::close(fd) };
     });
     flood.join().unwrap();
     // Meanwhile and after, a real client gets its page.
