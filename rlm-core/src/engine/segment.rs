@@ -360,12 +360,13 @@ impl Engine {
         // (docs/architecture.md, "Evidence"): a timeout whose SYNs show the client's backoff; a
         // refusal (a RST acknowledging the SYN) of a client whose handshakes rlm has seen, or
         // that resent its SYN.
-        let known = self.pageviews.client_known(client, now);
         let failed = match (reason, never_established, first_syn) {
             (CloseReason::ConnectTimeout, _, Some(s)) => {
                 Some(Failure { first_syn: s, at: s + self.cfg.pageview.connect_timeout, syns, proven: backoff })
             }
-            (CloseReason::Refused, _, Some(s)) => Some(Failure { first_syn: s, at: now, syns, proven: backoff || known }),
+            (CloseReason::Refused, _, Some(s)) => {
+                Some(Failure { first_syn: s, at: now, syns, proven: backoff || self.pageviews.client_known(client, now) })
+            }
             _ => None,
         };
         if let Some(f) = &failed {

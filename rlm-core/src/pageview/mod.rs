@@ -290,11 +290,6 @@ impl Pageviews {
         self.evicted
     }
 
-    /// Bytes the open pageviews' lists hold, as last counted.
-    pub fn list_bytes(&self) -> usize {
-        self.list_bytes
-    }
-
     /// A new deadline for the end of a pageview's quiet period (superseding its earlier ones).
     fn schedule(&mut self, id: u64) {
         let Some(p) = self.open.get_mut(&id) else { return };
