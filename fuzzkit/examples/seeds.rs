@@ -262,7 +262,7 @@ fn main() {
                 let kind = match (syn, syns) {
                     (true, 0) => EventKind::SynPassed,
                     (true, _) => EventKind::SynDropped { rule: 0, limited: true },
-                    (false, _) => EventKind::Observed,
+                    (false, _) => EventKind::Observed { from_server: !*to_server },
                 };
                 syns += usize::from(syn);
                 let frame = if syn { &f[..] } else { &f[..f.len().min(96)] };

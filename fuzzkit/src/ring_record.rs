@@ -43,8 +43,9 @@ pub fn ring_record(data: &[u8]) {
             e.handle_timeout(ts);
         }
         match ev.kind {
-            EventKind::Observed => {
-                e.handle_cut(ts, Port::Unknown, LinkType::Ethernet, ev.frame, ev.wire_len as usize);
+            EventKind::Observed { from_server } => {
+                let port = if from_server { Port::Server } else { Port::Client };
+                e.handle_cut(ts, port, LinkType::Ethernet, ev.frame, ev.wire_len as usize);
             }
             EventKind::SynPassed => e.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, SynDecision::Pass),
             EventKind::SynDropped { rule, limited } => {

@@ -13,6 +13,7 @@
 //! the bridge and br_netfilter add their own cost.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
 
 use anyhow::{ensure, Result};
 use kmod_fastpath::inline::{InlinePath, Mode, SynAction};
@@ -49,6 +50,10 @@ fn main() -> Result<()> {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     pin_to_cpu(cpus - 1);
     let mut path = InlinePath::load(&[80], QUEUE_MARK)?;
+    // Watched and beaten, as `rlm run` has it (the check costs a lookup and a clock read), with
+    // a watch long enough for the whole run.
+    path.watch_heartbeat(Some(Duration::from_secs(3600)))?;
+    path.beat()?;
     let mut ring = path.take_events()?;
     path.set_mode(Mode::Verdicts, 1)?;
     let server = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 1), 80);
@@ -95,6 +100,8 @@ fn main() -> Result<()> {
     let server = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 1), 80);
     let client = SocketAddrV4::new(Ipv4Addr::new(10, 4, 0, 2), 40000);
     let mut egress = SrptEgress::load(&[80], &SrptParams::new(SrptMode::Srpt, classid(0x7e1, 0x10)))?;
+    egress.watch_heartbeat(Some(Duration::from_secs(3600)))?;
+    egress.beat()?;
     egress.set_response(FlowKey::new(server, client), 1, Some(1 + 100_000))?;
     let seg = frames::tcp(server, client, frames::PSH | frames::ACK, 1, &[0u8; 1448]);
     let mut ns = Vec::with_capacity(CALLS);

@@ -118,6 +118,10 @@ int classify(struct __sk_buff *skb)
     struct srpt_cfg *cfg = bpf_map_lookup_elem(&srpt_config, &zero);
     if (!cfg)
         return TC_ACT_OK;
+    if (engine_stale()) {
+        count(C_SRPT_STALE);
+        return classify_to(skb, cfg, 0);
+    }
     struct parsed p = {};
     switch (parse_frame(skb, &p)) {
     case FRAME_SHORT:

@@ -36,6 +36,7 @@
 #define KIND_SYN_PASSED 1
 #define KIND_SYN_DROPPED 2
 #define FLAG_LIMITED 1
+#define FLAG_FROM_SERVER 2  // KIND_OBSERVED: the frame came in at the server port (else it leaves there)
 
 // struct config's flags.
 #define CFG_QUEUE_RESPONSES 1
@@ -53,6 +54,7 @@ enum inline_counter {
     C_ACK_SKIPPED,
     C_RESP_QUEUED,
     C_REQ_QUEUED,
+    C_STALE,        // packets passed untouched and unreported: the engine's heartbeat was stale
     C_INLINE_COUNTERS,
 };
 
@@ -122,6 +124,7 @@ enum srpt_counter {
     C_ROLLED,    // flows rolled over to their next response at an end
     C_MIDFLOW,   // flows first seen after their handshake
     C_HELD,      // new segments kept in their flow's band rather than overtake its queued ones
+    C_SRPT_STALE,  // packets put in band 0: the engine's heartbeat was stale
     C_SRPT_COUNTERS,
 };
 
@@ -190,6 +193,43 @@ static __always_inline int is_server_port(__u16 net_port)
     __u32 port = bpf_ntohs(net_port);
     __u8 *v = bpf_map_lookup_elem(&server_ports, &port);
     return v && *v;
+}
+
+// ---- The engine's heartbeat ----
+
+// `heartbeat`'s one value. rlm's loop writes last_ns (CLOCK_MONOTONIC, as bpf_ktime_get_ns)
+// every few tens of milliseconds. While the engine is watched (stale_ns > 0) and its last beat
+// is older than stale_ns, or there was none yet, the programs fail open: SYNs and segments pass
+// with no mark and no report, and the classifier puts every packet in band 0 (control: first,
+// in arrival order, like FAIR). An rlm that hangs, stops (SIGSTOP) or falls behind by more than
+// stale_ns thus stops dropping, queueing and ranking within stale_ns, even where its programs
+// stay attached (clsact filters, a process that is alive but stuck). stale_ns == 0: not watched
+// (tests that drive the programs without a loop).
+struct heartbeat {
+    __u64 last_ns;
+    __u64 stale_ns;
+};
+
+// Every object that includes this file has its own; rlm beats each one it loaded.
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct heartbeat);
+} heartbeat SEC(".maps");
+
+// 1 if the engine is watched and its heartbeat is stale (or it never beat).
+static __always_inline int engine_stale(void)
+{
+    __u32 zero = 0;
+    struct heartbeat *h = bpf_map_lookup_elem(&heartbeat, &zero);
+    if (!h || h->stale_ns == 0)
+        return 0;
+    __u64 last = h->last_ns;
+    if (last == 0)
+        return 1;
+    __u64 now = bpf_ktime_get_ns();
+    return now > last && now - last > h->stale_ns;
 }
 
 // ---- Packet parsing ----

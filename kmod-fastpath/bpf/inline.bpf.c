@@ -22,7 +22,8 @@
 //
 // Maps are the only interface with the engine. If rlm is gone the programs are detached: tcx
 // links belong to its process; clsact filters outlive it, and rlm's guard process (or its next
-// start) detaches them. Then the bridge forwards plainly.
+// start) detaches them. Then the bridge forwards plainly. While rlm lives but its heartbeat is
+// stale (common.h), both programs pass every packet untouched and unreported.
 //
 // The records shared with user space (config, syn_key, syn_verdict, bucket, event, the
 // counters' slots), the servers' ports map and the packet parsing are in common.h.
@@ -230,6 +231,10 @@ int syn_admit(struct __sk_buff *skb)
         __u32 zero = 0;
         struct config *cfg = bpf_map_lookup_elem(&config, &zero);
         if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS) && is_server_port(dest)) {
+            if (engine_stale()) {
+                count(C_STALE);
+                return TC_ACT_OK;
+            }
             count(C_REQ_QUEUED);
             skb->mark |= cfg->queue_mark;
         }
@@ -237,6 +242,10 @@ int syn_admit(struct __sk_buff *skb)
     }
     if (!syn || ack || rst || !is_server_port(dest))
         return TC_ACT_OK;
+    if (engine_stale()) {
+        count(C_STALE);
+        return TC_ACT_OK;
+    }
     __u32 zero = 0;
     struct config *cfg = bpf_map_lookup_elem(&config, &zero);
     if (!cfg)
@@ -280,6 +289,13 @@ int observe(struct __sk_buff *skb)
     // A client's SYN is reported (or queued) at the client port.
     if (to_server && tcp->syn && !tcp->ack)
         return TC_ACT_OK;
+    if (engine_stale()) {
+        count(C_STALE);
+        return TC_ACT_OK;
+    }
+    // Where the frame came from: in at this (the server) port, or out of it toward a server.
+    // The engine ignores a server's segment that came from the clients' side (a spoofer's).
+    __u16 side = skb->ingress_ifindex == skb->ifindex ? FLAG_FROM_SERVER : 0;
     if (p.v4 && !tcp->syn && p.payload > 0 && to_server) {
         // A client's request, queued at the client port while a rewrite is carried out: the
         // engine has it from the queue.
@@ -315,7 +331,7 @@ int observe(struct __sk_buff *skb)
         }
     }
     count(C_OBSERVED);
-    report(skb, KIND_OBSERVED, 0, 0, snap_of(skb, tcp, to_server, p.payload));
+    report(skb, KIND_OBSERVED, side, 0, snap_of(skb, tcp, to_server, p.payload));
     return TC_ACT_OK;
 }
 

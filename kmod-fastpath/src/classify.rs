@@ -15,7 +15,7 @@ use aya::{include_bytes_aligned, Ebpf, Pod};
 
 use crate::records::{srpt_counter as c, RespValue, SrptCfg, SRPT_MODE_FAIR, SRPT_MODE_OFF, SRPT_MODE_SRPT};
 use crate::testrun::{self, TestRun};
-use crate::AttachMode;
+use crate::{AttachMode, Heartbeat};
 
 pub use crate::records::{ClassCount, FlowKey, FlowState, MAX_CLASSES, MAX_CUTOFFS};
 /// 002's cutoffs, in response bytes (head included): 1K, 2K, 5K, 20K, 50K.
@@ -100,6 +100,8 @@ pub struct SrptCounters {
     pub rolled: u64,
     /// Flows first seen after their handshake.
     pub midflow: u64,
+    /// Packets put in band 0 because the engine's heartbeat was stale.
+    pub stale: u64,
     /// New segments kept in their flow's band rather than overtake its segments still queued.
     pub held: u64,
 }
@@ -127,15 +129,31 @@ pub fn is_bpffs(path: &Path) -> bool {
 /// with [`SrptEgress::test_run`]). Detached when dropped.
 pub struct SrptEgress {
     bpf: Ebpf,
+    heartbeat: Heartbeat,
 }
 
 impl SrptEgress {
-    /// Load the program through the verifier, with `params` and the servers' ports.
+    /// Load the program through the verifier, with `params` and the servers' ports. It ranks
+    /// nothing (band 0 for every packet) until [`SrptEgress::beat`] is called, and again when
+    /// the beats stop for [`crate::HEARTBEAT_STALE`].
     pub fn load(server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
-        let bpf = crate::load_object(CLASSIFY, "the SRPT classifier", server_ports, &crate::CLASSIFY_PROGRAMS)?;
-        let mut e = SrptEgress { bpf };
+        let mut bpf = crate::load_object(CLASSIFY, "the SRPT classifier", server_ports, &crate::CLASSIFY_PROGRAMS)?;
+        let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
+        let mut e = SrptEgress { bpf, heartbeat };
         e.set_params(params)?;
         Ok(e)
+    }
+
+    /// The engine is alive: the classifier ranks for [`crate::HEARTBEAT_STALE`] from now.
+    pub fn beat(&mut self) -> Result<()> {
+        self.heartbeat.beat(&mut self.bpf)
+    }
+
+    /// How long after the last beat the classifier stops ranking (`None`: it ranks whatever
+    /// the time; tests that drive it without a loop).
+    pub fn watch_heartbeat(&mut self, stale: Option<std::time::Duration>) -> Result<()> {
+        self.heartbeat = Heartbeat::watch(&mut self.bpf, stale)?;
+        Ok(())
     }
 
     /// Load, and attach to `iface`'s egress (tcx, or clsact on older kernels).
@@ -281,17 +299,18 @@ impl SrptEgress {
             rolled: sum(c::ROLLED)?,
             midflow: sum(c::MIDFLOW)?,
             held: sum(c::HELD)?,
+            stale: sum(c::STALE)?,
         })
     }
 
     /// Run the program on `frame` `repeat` times in the kernel, as if it left the port.
     pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
-        testrun::run_program(&self.bpf, "classify", frame, repeat)
+        testrun::run_program(&self.bpf, "classify", frame, repeat, testrun::Arrival::Leaving)
     }
 
     /// Run `srpt_acks` on `frame` (a client's segment) in the kernel, as if it came in.
     pub fn test_run_ack(&self, frame: &[u8]) -> Result<TestRun> {
-        testrun::run_program(&self.bpf, "srpt_acks", frame, 1)
+        testrun::run_program(&self.bpf, "srpt_acks", frame, 1, testrun::Arrival::CameIn)
     }
 }
 

@@ -28,7 +28,7 @@ use crate::records::{
     MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
 };
 use crate::testrun::{self, TestRun};
-use crate::AttachMode;
+use crate::{AttachMode, Heartbeat};
 
 static INLINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/inline.bpf.o"));
 
@@ -76,6 +76,8 @@ pub struct Counters {
     pub resp_queued: u64,
     /// Client segments marked for NFQUEUE (request rewrites) instead of reported.
     pub req_queued: u64,
+    /// Packets passed untouched and unreported because the engine's heartbeat was stale.
+    pub stale: u64,
 }
 
 pub use crate::ring::{Event, EventKind};
@@ -142,6 +144,7 @@ impl AsFd for EventRing {
 /// The inline fast path, loaded and attached; detached when dropped.
 pub struct InlinePath {
     bpf: Ebpf,
+    heartbeat: Heartbeat,
     queue_mark: u32,
     generation: u64,
     mode: Mode,
@@ -167,21 +170,42 @@ impl InlinePath {
     }
 
     /// Load the programs (through the verifier) without attaching them: [`InlinePath::test_run`]
-    /// runs them on frames, and [`InlinePath::attach`] puts them on the ports.
+    /// runs them on frames, and [`InlinePath::attach`] puts them on the ports. They pass every
+    /// packet untouched and unreported until [`InlinePath::beat`] is called, and again when the
+    /// beats stop for [`crate::HEARTBEAT_STALE`].
     pub fn load(server_ports: &[u16], queue_mark: u32) -> Result<InlinePath> {
         if queue_mark == 0 {
             bail!("the queue mark must have at least one bit set");
         }
-        let bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS)?;
-        let mut path = InlinePath { bpf, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
+        let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS)?;
+        let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
+        let mut path =
+            InlinePath { bpf, heartbeat, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
         path.write_config()?;
         Ok(path)
     }
 
+    /// The engine is alive: the programs act for [`crate::HEARTBEAT_STALE`] from now.
+    pub fn beat(&mut self) -> Result<()> {
+        self.heartbeat.beat(&mut self.bpf)
+    }
+
+    /// How long after the last beat the programs stop acting (`None`: they act whatever the
+    /// time; tests that drive them without a loop).
+    pub fn watch_heartbeat(&mut self, stale: Option<std::time::Duration>) -> Result<()> {
+        self.heartbeat = Heartbeat::watch(&mut self.bpf, stale)?;
+        Ok(())
+    }
+
     /// Run `syn_admit` (`client_side`) or `observe` on `frame` `repeat` times in the kernel, as
-    /// if it had come in on its port ([`crate::testrun`]).
+    /// if it had come in at the client port, or left the server port ([`crate::testrun`]).
     pub fn test_run(&self, client_side: bool, frame: &[u8], repeat: u32) -> Result<TestRun> {
-        testrun::run_program(&self.bpf, if client_side { "syn_admit" } else { "observe" }, frame, repeat)
+        testrun::run_program(&self.bpf, if client_side { "syn_admit" } else { "observe" }, frame, repeat, testrun::Arrival::Leaving)
+    }
+
+    /// Run `observe` on `frame` once, as if it had come in at the server port (from a server).
+    pub fn test_run_from_server(&self, frame: &[u8]) -> Result<TestRun> {
+        testrun::run_program(&self.bpf, "observe", frame, 1, testrun::Arrival::CameIn)
     }
 
     fn write_config(&mut self) -> Result<()> {
@@ -264,6 +288,7 @@ impl InlinePath {
             ack_skipped: sum(c::ACK_SKIPPED)?,
             resp_queued: sum(c::RESP_QUEUED)?,
             req_queued: sum(c::REQ_QUEUED)?,
+            stale: sum(c::STALE)?,
         })
     }
 }

@@ -49,6 +49,53 @@ pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], progr
     Ok(bpf)
 }
 
+/// How long the programs of an object go on acting on the engine's behalf after its last beat
+/// ([`Heartbeat`]): past it they fail open.
+pub const HEARTBEAT_STALE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The engine's heartbeat in an object's `heartbeat` map (`bpf/common.h`): while it is watched
+/// and stale, the programs pass (or put in band 0) every packet, unmarked and unreported. A
+/// freshly loaded object is watched with [`HEARTBEAT_STALE`] and has no beat yet, so it acts
+/// only once beaten.
+#[cfg(feature = "bpf")]
+pub(crate) struct Heartbeat {
+    stale_ns: u64,
+}
+
+#[cfg(feature = "bpf")]
+impl Heartbeat {
+    /// Watch `bpf`'s heartbeat (`stale`: `None`, not watched: the programs act whatever the
+    /// time, as tests that drive them without a loop want), with no beat yet.
+    pub(crate) fn watch(bpf: &mut aya::Ebpf, stale: Option<std::time::Duration>) -> anyhow::Result<Heartbeat> {
+        let stale_ns = stale.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1));
+        let hb = Heartbeat { stale_ns };
+        hb.write(bpf, 0)?;
+        Ok(hb)
+    }
+
+    /// A beat now (CLOCK_MONOTONIC, the programs' clock).
+    pub(crate) fn beat(&self, bpf: &mut aya::Ebpf) -> anyhow::Result<()> {
+        self.write(bpf, monotonic_ns())
+    }
+
+    fn write(&self, bpf: &mut aya::Ebpf, last_ns: u64) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let mut m: aya::maps::Array<&mut aya::maps::MapData, records::HeartbeatValue> =
+            aya::maps::Array::try_from(bpf.map_mut("heartbeat").context("map heartbeat")?)?;
+        m.set(0, records::HeartbeatValue { last_ns, stale_ns: self.stale_ns }, 0)?;
+        Ok(())
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: `bpf_ktime_get_ns`'s clock.
+#[cfg(feature = "bpf")]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The tc programs of this crate, by the names they are attached under (`tc filter show` lists a
 /// clsact filter by it): `inline.bpf.c`'s and `classify.bpf.c`'s.
 pub const INLINE_PROGRAMS: [&str; 2] = ["syn_admit", "observe"];

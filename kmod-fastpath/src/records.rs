@@ -45,9 +45,10 @@ pub(crate) mod inline_counter {
     pub const ACK_SKIPPED: u32 = 5;
     pub const RESP_QUEUED: u32 = 6;
     pub const REQ_QUEUED: u32 = 7;
+    pub const STALE: u32 = 8;
     /// The slots in all (the array's size; only the layout test reads it).
     #[allow(dead_code)]
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 /// `struct config`: `config`'s one value.
@@ -102,6 +103,18 @@ pub(crate) struct Bucket {
 // SAFETY: as Config.
 unsafe impl Pod for Bucket {}
 
+// ---- the heartbeat (every object) ----
+
+/// `struct heartbeat`: `heartbeat`'s one value (see [`crate::Heartbeat`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HeartbeatValue {
+    pub last_ns: u64,
+    pub stale_ns: u64,
+}
+// SAFETY: as Config.
+unsafe impl Pod for HeartbeatValue {}
+
 // ---- classify.bpf.c ----
 
 /// `MAX_CUTOFFS`: most cutoffs (HTB has 8 priorities: band 0, and n + 1 data bands).
@@ -123,9 +136,10 @@ pub(crate) mod srpt_counter {
     pub const ROLLED: u32 = 4;
     pub const MIDFLOW: u32 = 5;
     pub const HELD: u32 = 6;
+    pub const STALE: u32 = 7;
     /// The slots in all (the array's size; only the layout test reads it).
     #[allow(dead_code)]
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// `struct srpt_cfg`: `srpt_config`'s one value.
@@ -218,7 +232,7 @@ unsafe impl Pod for ClassCount {}
 mod tests {
     use super::*;
     // The ring buffer's record is in `ring` (it needs no aya).
-    use crate::ring::{EventHeader, FLAG_LIMITED, KIND_OBSERVED, KIND_SYN_DROPPED, KIND_SYN_PASSED};
+    use crate::ring::{EventHeader, FLAG_FROM_SERVER, FLAG_LIMITED, KIND_OBSERVED, KIND_SYN_DROPPED, KIND_SYN_PASSED};
     use std::mem::{offset_of, size_of};
     use std::process::{Command, Stdio};
 
@@ -254,6 +268,7 @@ mod tests {
         record!(a, RespValue, "resp", [start, end, has_end, pad]);
         record!(a, FlowState, "flow", [start, end, has_end, hi, una, band, bytes, packets, retx_bytes, last_ns]);
         record!(a, ClassCount, "class_count", [packets, bytes]);
+        record!(a, HeartbeatValue, "heartbeat", [last_ns, stale_ns]);
         let consts: &[(&str, usize)] = &[
             ("MODE_QUEUE_ALL", MODE_QUEUE_ALL as usize),
             ("MODE_VERDICTS", MODE_VERDICTS as usize),
@@ -265,6 +280,7 @@ mod tests {
             ("KIND_SYN_PASSED", KIND_SYN_PASSED as usize),
             ("KIND_SYN_DROPPED", KIND_SYN_DROPPED as usize),
             ("FLAG_LIMITED", FLAG_LIMITED as usize),
+            ("FLAG_FROM_SERVER", FLAG_FROM_SERVER as usize),
             ("CFG_QUEUE_RESPONSES", CFG_QUEUE_RESPONSES as usize),
             ("CFG_QUEUE_REQUESTS", CFG_QUEUE_REQUESTS as usize),
             ("MAX_BUCKETS", MAX_BUCKETS as usize),
@@ -276,6 +292,7 @@ mod tests {
             ("C_ACK_SKIPPED", inline_counter::ACK_SKIPPED as usize),
             ("C_RESP_QUEUED", inline_counter::RESP_QUEUED as usize),
             ("C_REQ_QUEUED", inline_counter::REQ_QUEUED as usize),
+            ("C_STALE", inline_counter::STALE as usize),
             ("C_INLINE_COUNTERS", inline_counter::COUNT as usize),
             ("MAX_CUTOFFS", MAX_CUTOFFS),
             ("MAX_CLASSES", MAX_CLASSES),
@@ -289,6 +306,7 @@ mod tests {
             ("C_ROLLED", srpt_counter::ROLLED as usize),
             ("C_MIDFLOW", srpt_counter::MIDFLOW as usize),
             ("C_HELD", srpt_counter::HELD as usize),
+            ("C_SRPT_STALE", srpt_counter::STALE as usize),
             ("C_SRPT_COUNTERS", srpt_counter::COUNT as usize),
         ];
         a.extend(consts.iter().map(|(c, v)| (c.to_string(), *v)));

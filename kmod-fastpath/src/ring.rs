@@ -8,6 +8,7 @@ pub(crate) const KIND_OBSERVED: u16 = 0;
 pub(crate) const KIND_SYN_PASSED: u16 = 1;
 pub(crate) const KIND_SYN_DROPPED: u16 = 2;
 pub(crate) const FLAG_LIMITED: u16 = 1;
+pub(crate) const FLAG_FROM_SERVER: u16 = 2;
 
 /// `struct event` without its `data[]`: the header of a ring buffer record, which `len` bytes
 /// of the frame follow.
@@ -44,8 +45,9 @@ impl EventHeader {
 /// What a ring-buffer record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
-    /// A packet of a server port, seen on the server port.
-    Observed,
+    /// A packet of a server port, seen on the server port: `from_server` if it came in there
+    /// (from the servers' side), else it was leaving there (it came from the clients' side).
+    Observed { from_server: bool },
     /// A client's SYN the kernel passed.
     SynPassed,
     /// A client's SYN the kernel dropped by `rule` (`limited`: its LIMIT SYN bucket was empty).
@@ -68,7 +70,7 @@ impl<'a> Event<'a> {
     pub fn parse(rec: &'a [u8]) -> Option<Event<'a>> {
         let h = EventHeader::read(rec)?;
         let kind = match h.kind {
-            KIND_OBSERVED => EventKind::Observed,
+            KIND_OBSERVED => EventKind::Observed { from_server: h.flags & FLAG_FROM_SERVER != 0 },
             KIND_SYN_PASSED => EventKind::SynPassed,
             KIND_SYN_DROPPED => EventKind::SynDropped { rule: h.rule, limited: h.flags & FLAG_LIMITED != 0 },
             _ => return None,
@@ -82,7 +84,7 @@ impl<'a> Event<'a> {
     /// fuzz seeds).
     pub fn to_bytes(&self) -> Vec<u8> {
         let (kind, flags, rule) = match self.kind {
-            EventKind::Observed => (KIND_OBSERVED, 0, 0),
+            EventKind::Observed { from_server } => (KIND_OBSERVED, if from_server { FLAG_FROM_SERVER } else { 0 }, 0),
             EventKind::SynPassed => (KIND_SYN_PASSED, 0, 0),
             EventKind::SynDropped { rule, limited } => (KIND_SYN_DROPPED, if limited { FLAG_LIMITED } else { 0 }, rule),
         };
@@ -115,5 +117,12 @@ mod tests {
         assert!(Event::parse(&unknown).is_none());
         assert!(Event::parse(&rec[..10]).is_none());
         assert_eq!(e.to_bytes(), rec);
+        // An observed frame's side.
+        for (flags, from_server) in [(0, false), (FLAG_FROM_SERVER, true)] {
+            let rec = EventHeader { kind: KIND_OBSERVED, flags, rule: 0, ..h }.to_bytes().into_iter().chain([1, 2, 3]).collect::<Vec<u8>>();
+            let e = Event::parse(&rec).expect("a record");
+            assert_eq!(e.kind, EventKind::Observed { from_server });
+            assert_eq!(e.to_bytes(), rec);
+        }
     }
 }

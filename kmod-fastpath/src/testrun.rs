@@ -63,31 +63,58 @@ pub struct TestRun {
     pub skb: SkBuffHead,
 }
 
+/// Where a test run's `skb` is, as a program sees it: the kernel runs it on the loopback device
+/// (`skb->ifindex` 1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Arrival {
+    /// Leaving the device (`skb->ingress_ifindex` 0: it came from elsewhere, or from this host).
+    #[default]
+    Leaving,
+    /// Come in at the device (`skb->ingress_ifindex == skb->ifindex`).
+    CameIn,
+}
+
+/// `offsetof(struct __sk_buff, ingress_ifindex)`.
+const INGRESS_IFINDEX_AT: usize = 36;
+
 /// Run the loaded tc program `name` of `bpf` on `frame` `repeat` times on this CPU.
-pub(crate) fn run_program(bpf: &aya::Ebpf, name: &str, frame: &[u8], repeat: u32) -> Result<TestRun> {
+pub(crate) fn run_program(bpf: &aya::Ebpf, name: &str, frame: &[u8], repeat: u32, arrival: Arrival) -> Result<TestRun> {
     use anyhow::Context;
     let p: &aya::programs::SchedClassifier = bpf.program(name).with_context(|| format!("program {name} missing"))?.try_into()?;
-    run(p.fd()?, frame, repeat)
+    run_as(p.fd()?, frame, repeat, arrival)
 }
 
 /// Run the program `prog` on `frame` (an Ethernet frame) `repeat` times on this CPU.
 pub fn run(prog: &impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
+    run_as(prog, frame, repeat, Arrival::Leaving)
+}
+
+/// The same, with the `skb` where `arrival` says.
+pub fn run_as(prog: &impl AsFd, frame: &[u8], repeat: u32, arrival: Arrival) -> Result<TestRun> {
     if frame.len() < 14 {
         bail!("a test frame needs at least an Ethernet header ({} bytes)", frame.len());
     }
     let mut ctx_out = [0u8; SK_BUFF_SIZE];
+    // The context handed in: zero but for the fields the kernel takes from it (mark, priority,
+    // ingress_ifindex, ifindex, ...); ifindex 0 is the loopback device.
+    let mut ctx_in = [0u8; SK_BUFF_SIZE];
+    if arrival == Arrival::CameIn {
+        ctx_in[INGRESS_IFINDEX_AT..INGRESS_IFINDEX_AT + 4].copy_from_slice(&1u32.to_ne_bytes());
+    }
     let mut attr = TestAttr {
         prog_fd: prog.as_fd().as_raw_fd() as u32,
         data_size_in: frame.len() as u32,
         data_in: frame.as_ptr() as u64,
         repeat: repeat.max(1),
+        ctx_size_in: SK_BUFF_SIZE as u32,
+        ctx_in: ctx_in.as_ptr() as u64,
         ctx_size_out: SK_BUFF_SIZE as u32,
         ctx_out: ctx_out.as_mut_ptr() as u64,
         ..TestAttr::default()
     };
-    // SAFETY: attr points to a valid TestAttr of the size passed; data_in and ctx_out point to
-    // buffers of the sizes given in it, alive for the call (the kernel reads frame, writes
-    // ctx_out and attr).
+    // SAFETY: attr points to a valid TestAttr of the size passed; data_in, ctx_in and ctx_out
+    // point to buffers of the sizes given in it, alive for the call (the kernel reads frame and
+    // ctx_in, writes ctx_out and attr).
     let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestAttr, std::mem::size_of::<TestAttr>() as u32) };
     if rc < 0 {
         bail!("BPF_PROG_TEST_RUN: {}", std::io::Error::last_os_error());
@@ -156,6 +183,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(TestAttr, batch_size), 72);
         assert_eq!(std::mem::offset_of!(SkBuffHead, mark), 8);
         assert_eq!(std::mem::offset_of!(SkBuffHead, priority), 32);
+        // ingress_ifindex follows priority.
+        assert_eq!(INGRESS_IFINDEX_AT, std::mem::size_of::<SkBuffHead>());
     }
 
     #[test]

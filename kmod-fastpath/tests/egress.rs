@@ -95,6 +95,7 @@ fn ranks_responses_by_remaining_bytes_into_htb_leaves() {
     let (sized, open_ended) = (200_000usize, 30_000usize);
     enter(&a);
     let mut fp = SrptEgress::attach("fpa", &[8080], &params).expect("attach");
+    fp.watch_heartbeat(None).unwrap();
     let l = TcpListener::bind(server).unwrap();
     let client = std::thread::spawn(move || {
         enter(&b);

@@ -73,28 +73,54 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     let server: SocketAddrV4 = format!("{SERVER}:80").parse().unwrap();
     let quick = Duration::from_millis(400);
 
-    // No rule acts at the SYN: passed and reported, with the SYN/ACK and the handshake's ACK.
+    // Before the engine's first heartbeat the programs act on nothing: a SYN passes unreported.
     path.set_mode(Mode::PassAll, 1).unwrap();
+    assert!(connect(&lab.client, Duration::from_secs(2)));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(drain(&mut ring).is_empty(), "nothing reported before the first beat");
+    let stale = path.counters().unwrap().stale;
+    assert!(stale >= 3, "the SYN, the SYN/ACK and the ACK passed as stale: {stale}");
+
+    // No rule acts at the SYN: passed and reported, with the SYN/ACK (come in from the server)
+    // and the handshake's ACK (leaving toward it).
+    path.beat().unwrap();
     assert!(connect(&lab.client, Duration::from_secs(2)));
     std::thread::sleep(Duration::from_millis(100));
     let ev = drain(&mut ring);
     assert!(ev.iter().any(|(k, f)| *k == EventKind::SynPassed && *f & (SYN | ACK) == SYN), "{ev:?}");
-    assert!(ev.iter().any(|(k, f)| *k == EventKind::Observed && *f & (SYN | ACK) == SYN | ACK), "{ev:?}");
-    assert!(ev.iter().any(|(k, f)| *k == EventKind::Observed && *f == ACK), "the handshake's ACK: {ev:?}");
+    assert!(ev.iter().any(|(k, f)| *k == EventKind::Observed { from_server: true } && *f & (SYN | ACK) == SYN | ACK), "{ev:?}");
+    assert!(ev.iter().any(|(k, f)| *k == EventKind::Observed { from_server: false } && *f == ACK), "the handshake's ACK: {ev:?}");
+    assert!(!ev.iter().any(|(k, f)| *k == EventKind::Observed { from_server: false } && *f & SYN != 0), "{ev:?}");
 
     // A drop verdict of the current generation: the kernel drops the SYN and says which rule.
     path.set_mode(Mode::Verdicts, 7).unwrap();
     path.set_syn_verdict(client, server, 7, SynAction::Drop { rule: 3 }).unwrap();
+    path.beat().unwrap();
     assert!(!connect(&lab.client, quick), "the SYN was dropped");
     let ev = drain(&mut ring);
     assert!(ev.iter().any(|(k, _)| *k == EventKind::SynDropped { rule: 3, limited: false }), "{ev:?}");
-    assert!(!ev.iter().any(|(k, _)| *k == EventKind::Observed), "nothing reached the server: {ev:?}");
+    assert!(!ev.iter().any(|(k, _)| matches!(k, EventKind::Observed { .. })), "nothing reached the server: {ev:?}");
     let dropped = path.counters().unwrap().syn_dropped;
     assert!(dropped >= 1);
+
+    // The engine stops beating (hung, stopped, far behind): past HEARTBEAT_STALE the same
+    // verdict no longer applies; the SYN passes, unmarked and unreported.
+    std::thread::sleep(kmod_fastpath::HEARTBEAT_STALE + Duration::from_millis(100));
+    let stale = path.counters().unwrap().stale;
+    assert!(connect(&lab.client, Duration::from_secs(2)), "a stale engine's DROP no longer applies");
+    assert!(drain(&mut ring).is_empty());
+    assert!(path.counters().unwrap().stale >= stale + 3);
+    assert_eq!(path.counters().unwrap().syn_dropped, dropped);
+    // It beats again: the verdict applies again.
+    path.beat().unwrap();
+    assert!(!connect(&lab.client, quick), "dropped again");
+    assert_eq!(path.counters().unwrap().syn_dropped, dropped + 1);
+    drain(&mut ring);
 
     // A verdict of another generation does not apply: the SYN is marked for the queue (no queue
     // rule here, so it passes) and not reported (the engine will see it from the queue).
     path.set_mode(Mode::Verdicts, 8).unwrap();
+    path.beat().unwrap();
     let queued = path.counters().unwrap().syn_queued;
     assert!(connect(&lab.client, Duration::from_secs(2)));
     assert!(path.counters().unwrap().syn_queued > queued);
@@ -105,6 +131,7 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     // third SYN is dropped as limited.
     path.set_bucket(5, 0.01, 2).unwrap();
     path.set_syn_verdict(client, server, 8, SynAction::Limit { rule: 4, slot: 5 }).unwrap();
+    path.beat().unwrap();
     assert!(connect(&lab.client, Duration::from_secs(2)));
     assert!(connect(&lab.client, Duration::from_secs(2)));
     assert!(!connect(&lab.client, quick), "the bucket is empty");
@@ -131,6 +158,7 @@ fn syn_admit_decides_crafted_frames_in_a_test_run() {
     use kmod_fastpath::testrun::frames;
     const MARK: u32 = 0x80_0000;
     let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
+    path.watch_heartbeat(None).unwrap();
     let mut ring = path.take_events().unwrap();
     let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
     let (low, high, new) = (Ipv4Addr::new(10, 5, 0, 2), Ipv4Addr::new(10, 4, 0, 2), Ipv4Addr::new(10, 6, 0, 2));
@@ -161,4 +189,62 @@ fn syn_admit_decides_crafted_frames_in_a_test_run() {
     assert!(drain(&mut ring).is_empty());
     let c = path.counters().unwrap();
     assert_eq!((c.syn_dropped, c.syn_passed, c.syn_queued, c.ring_full), (1, 1, 1, 0));
+}
+
+/// The heartbeat and the side, in test runs: a freshly loaded fast path acts on nothing until
+/// the engine beats, and again once its beat is older than the watch; `observe` says whether a
+/// frame came in at the server port or left it.
+#[test]
+fn programs_fail_open_on_a_stale_heartbeat_and_report_the_side() {
+    if !is_root() {
+        eprintln!("skipped: needs root (eBPF)");
+        return;
+    }
+    use kmod_fastpath::testrun::frames;
+    const MARK: u32 = 0x80_0000;
+    let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
+    let mut ring = path.take_events().unwrap();
+    let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
+    let client = SocketAddrV4::new(Ipv4Addr::new(10, 5, 0, 2), 40000);
+    let syn = frames::tcp(client, server, frames::SYN, 1, &[]);
+    path.set_mode(Mode::Verdicts, 5).unwrap();
+    path.set_syn_verdict(*client.ip(), server, 5, SynAction::Drop { rule: 3 }).unwrap();
+
+    // Never beaten: passed, unmarked, unreported, counted.
+    let r = path.test_run(true, &syn, 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, 0));
+    assert!(drain(&mut ring).is_empty());
+    assert_eq!((path.counters().unwrap().stale, path.counters().unwrap().syn_dropped), (1, 0));
+    // A server's data: not reported either, nor marked when responses are queued.
+    path.set_queue_responses(true).unwrap();
+    let data = frames::tcp(server, client, frames::PSH | frames::ACK, 1, b"HTTP/1.1 200 OK\r\n\r\n");
+    let r = path.test_run_from_server(&data).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, 0));
+    path.set_queue_responses(false).unwrap();
+    assert!(drain(&mut ring).is_empty());
+    assert_eq!(path.counters().unwrap().stale, 2);
+
+    // Beaten: the verdict applies.
+    path.beat().unwrap();
+    assert_eq!(path.test_run(true, &syn, 1).unwrap().retval, 2, "TC_ACT_SHOT");
+    assert_eq!(drain(&mut ring), vec![(EventKind::SynDropped { rule: 3, limited: false }, SYN)]);
+
+    // The side of what observe reports.
+    path.test_run_from_server(&data).unwrap();
+    let request = frames::tcp(client, server, frames::PSH | frames::ACK, 1, b"GET / HTTP/1.1\r\n\r\n");
+    path.test_run(false, &request, 1).unwrap();
+    assert_eq!(
+        drain(&mut ring),
+        vec![(EventKind::Observed { from_server: true }, frames::PSH | frames::ACK), (EventKind::Observed { from_server: false }, frames::PSH | frames::ACK)]
+    );
+
+    // A 1 ms watch, beaten, then 20 ms of silence: stale again.
+    path.watch_heartbeat(Some(Duration::from_millis(1))).unwrap();
+    path.beat().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(path.test_run(true, &syn, 1).unwrap().retval, 0, "a stale engine's DROP does not apply");
+    path.test_run_from_server(&data).unwrap();
+    assert!(drain(&mut ring).is_empty());
+    let c = path.counters().unwrap();
+    assert_eq!((c.stale, c.syn_dropped), (4, 1));
 }

@@ -24,7 +24,8 @@ impl Flow {
             eprintln!("skipped: needs root (eBPF)");
             return None;
         }
-        let fp = SrptEgress::load(&[80], &SrptParams::new(mode, BASE)).expect("load the classifier");
+        let mut fp = SrptEgress::load(&[80], &SrptParams::new(mode, BASE)).expect("load the classifier");
+        fp.watch_heartbeat(None).unwrap();
         Some(Flow { fp, server: "10.1.0.1:80".parse().unwrap(), client: "10.4.0.2:40000".parse().unwrap() })
     }
 
@@ -226,4 +227,24 @@ fn a_restarted_classifier_takes_over_the_pinned_flows() {
     SrptEgress::forget_state(&dir).unwrap();
     assert!(!dir.exists());
     drop((b, c));
+}
+
+/// Without the engine's heartbeat (never beaten, or beaten longer ago than the watch) every
+/// packet goes to band 0, in arrival order; beaten, the same packet is ranked.
+#[test]
+fn a_stale_heartbeat_puts_every_packet_in_band_zero() {
+    let Some(mut t) = Flow::new(SrptMode::Srpt) else { return };
+    let isn = 5_000u32;
+    t.fp.set_response(t.key(), isn + 1, Some(isn + 1 + 100_000)).unwrap();
+    t.fp.watch_heartbeat(Some(std::time::Duration::from_millis(1))).unwrap();
+    assert_eq!(t.data(isn + 1, 1000), 0, "never beaten: band 0");
+    t.fp.watch_heartbeat(Some(std::time::Duration::from_secs(60))).unwrap();
+    t.fp.beat().unwrap();
+    let ranked = t.data(isn + 1001, 1000);
+    assert!(ranked > 0, "beaten: a data band ({ranked})");
+    t.fp.watch_heartbeat(Some(std::time::Duration::from_millis(1))).unwrap();
+    t.fp.beat().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(t.data(isn + 2001, 1000), 0, "stale: band 0");
+    assert_eq!(t.fp.counters().unwrap().stale, 2);
 }

@@ -387,6 +387,16 @@ impl Inline {
         Ok(())
     }
 
+    /// Send rlm `signal` (SIGSTOP, SIGCONT: a hung or stopped rlm, as the fast path sees it).
+    pub fn signal(&mut self, signal: i32) -> Result<()> {
+        let Some(c) = self.child.as_ref() else { bail!("rlm is not running") };
+        // SAFETY: kill(2) on our own child's pid, not yet reaped (so not reused).
+        if unsafe { libc::kill(c.id() as i32, signal) } != 0 {
+            bail!("kill({}, {signal}): {}", c.id(), std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// SIGKILL rlm's guard alone (rlm goes on; it then has only its own `Drop`s to clean up
     /// with).
     pub fn kill_guard(&mut self) {

@@ -498,7 +498,9 @@ fn fails_open_within(what: &str, info: &Info, died: Instant, limit: Duration) ->
 /// death the LOW client's SYN reaches the farm, the client port has no rlm qdisc, neither port
 /// an rlm tc filter, and no rlm rule is left. (iii) rlm and its guard killed together leave
 /// everything; the next rlm, with `[srpt] mode = "off"` and no DROP rule, removes it at its
-/// start, and (iv) `rlm cleanup --config` does the same.
+/// start, and (iv) `rlm cleanup --config` does the same. (v) rlm alive but stopped (SIGSTOP):
+/// within 1 s its programs, their heartbeat stale, let the LOW client's SYN through, and after
+/// SIGCONT they drop it again.
 fn fail_open_when_rlm_dies(tag: &str, attach: &str) {
     let started = Instant::now();
     let (_plan, _guard, info) = lab(tag, 1);
@@ -525,17 +527,34 @@ fn fail_open_when_rlm_dies(tag: &str, attach: &str) {
     assert_eq!(status.code(), Some(101), "a panic's exit status");
     let t_panic = fails_open_within("the panic", &info, died, Duration::from_secs(1));
 
-    // (iii) rlm and its guard killed together: everything stays, and the LOW client's SYN too is
-    // still dropped where the filter outlives rlm (clsact).
+    // (v) rlm stopped, not dead: nothing cleans up, the programs' heartbeat goes stale.
     let mut rlm = Inline::start(&ns, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     drops_low_in_the_kernel(&rlm, &info, attach);
+    rlm.signal(libc::SIGSTOP).expect("SIGSTOP");
+    let stopped = Instant::now();
+    let t_stop = loop {
+        let r = fetch_from_clients_within(&info, vec![info.clients.low[0].clone()], Duration::from_millis(250)).remove(0);
+        if r.is_ok() {
+            break stopped.elapsed();
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(1), "a stopped rlm's DROP SYN still holds after {:?}: {r:?}", stopped.elapsed());
+    };
+    rlm.signal(libc::SIGCONT).expect("SIGCONT");
+    drops_low_in_the_kernel(&rlm, &info, attach);
+
+    // (iii) rlm and its guard killed together: everything stays. A leftover syn_admit (clsact)
+    // stops dropping with the heartbeat it no longer gets.
     rlm.kill_with_guard().expect("kill -9 of both");
+    let died = Instant::now();
     let left = installed(&ns);
     assert!(left.qdisc && !left.rules.is_empty(), "{left:?}");
     assert_eq!(left.filters.is_empty(), attach != "clsact", "{left:?}");
-    if attach == "clsact" {
-        let r = fetch_from_clients_within(&info, vec![info.clients.low[0].clone()], Duration::from_millis(500));
-        assert!(r[0].is_err(), "a leftover syn_admit goes on dropping");
+    loop {
+        let r = fetch_from_clients_within(&info, vec![info.clients.low[0].clone()], Duration::from_millis(250)).remove(0);
+        if r.is_ok() {
+            break;
+        }
+        assert!(died.elapsed() < Duration::from_secs(1), "rlm's leftovers still drop after {:?}: {r:?}", died.elapsed());
     }
     let plain = RlmArm { rules: CLASSES.into(), extra_args: vec!["--ebpf-attach".into(), attach.into()], records: false };
     let rlm = Inline::start(&ns, &plain, &dir, Duration::from_secs(10)).expect("rlm run starts after a crash");
@@ -572,7 +591,10 @@ fn fail_open_when_rlm_dies(tag: &str, attach: &str) {
         std::process::Command::new("ip").args(["netns", "exec", &ns]).arg(&rlm_bin).args(["cleanup", "--config"]).arg(&config).output().unwrap();
     assert!(out.status.success(), "rlm cleanup: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(installed(&ns), Installed::default(), "{}", String::from_utf8_lossy(&out.stderr));
-    println!("{attach}: fail-open {t_kill:?} after kill -9, {t_panic:?} after the panic; test {:?}", started.elapsed());
+    println!(
+        "{attach}: fail-open {t_kill:?} after kill -9, {t_panic:?} after the panic, {t_stop:?} after SIGSTOP; test {:?}",
+        started.elapsed()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -72,6 +72,9 @@ const RING_BATCH: usize = 4096;
 /// when the ring fills faster than the engine empties it.
 const RING_TURN: usize = 4;
 const TURN_BUDGET: Duration = Duration::from_millis(2);
+/// How often the loop tells the fast path's programs that the engine is alive: they fail open
+/// once its last beat is [`kmod_fastpath::HEARTBEAT_STALE`] (500 ms) old.
+const BEAT_EVERY: Duration = Duration::from_millis(50);
 
 /// Where the measured packets come from.
 enum Source {
@@ -87,6 +90,23 @@ struct Fast {
     /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in nanoseconds (the programs stamp monotonic time).
     mono_to_real: i64,
     update_errors: u64,
+    last_beat: Instant,
+}
+
+impl Fast {
+    /// Tell the programs the engine is alive (every [`BEAT_EVERY`] at most, or now with `force`).
+    fn beat(&mut self, force: bool) {
+        if !force && self.last_beat.elapsed() < BEAT_EVERY {
+            return;
+        }
+        self.last_beat = Instant::now();
+        let r = self.path.beat().and_then(|()| self.srpt.as_mut().map_or(Ok(()), |e| e.beat()));
+        if let Err(e) = r {
+            // The programs then fail open within HEARTBEAT_STALE: nothing is dropped wrongly.
+            self.update_errors += 1;
+            warn!("fast path: heartbeat not written: {e:#}");
+        }
+    }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i64 {
@@ -270,7 +290,11 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                     Some(e)
                 }
             };
-            Source::Fast(Box::new(Fast { path, srpt, ring, mono_to_real: mono_to_real(), update_errors: 0 }))
+            let mut fast = Fast { path, srpt, ring, mono_to_real: mono_to_real(), update_errors: 0, last_beat: Instant::now() };
+            // Acting from now (the programs act on nothing before the first beat): what comes
+            // before the loop starts waits in the ring and the queue.
+            fast.beat(true);
+            Source::Fast(Box::new(fast))
         }
     };
     let plan = netfilter::QueuePlan {
@@ -492,6 +516,9 @@ impl Loop {
         let source_fd = unsafe { AsyncFd::register_with_interest(Fd(self.source.fd()), Interest::READABLE)? };
         let fast = matches!(self.source, Source::Fast(_));
         self.apply_fastpath();
+        if let Source::Fast(f) = &mut self.source {
+            f.beat(true);
+        }
         let mut hup = signal(SignalKind::hangup())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
@@ -560,6 +587,9 @@ impl Loop {
                 self.calls.time(|| self.engine.handle_timeout(now));
             }
             self.apply_fastpath();
+            if let Source::Fast(f) = &mut self.source {
+                f.beat(false);
+            }
             self.send_transmits();
             self.drain_events();
             if last_status.elapsed() >= Duration::from_secs(1) {
@@ -695,11 +725,14 @@ impl Loop {
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
             let ts = rlm_core::Timestamp((ev.ts_ns as i64 + f.mono_to_real).max(0) as u64);
             match ev.kind {
-                EventKind::Observed => {
+                EventKind::Observed { from_server } => {
                     observed += 1;
+                    // The side it came from, as the program saw it: a server's segment that
+                    // came from the clients' side is a spoofer's, and the engine ignores it.
+                    let port = if from_server { Port::Server } else { Port::Client };
                     // A frame longer than the report's copy (a GRO/GSO super-frame, a body
                     // segment) is measured by its length on the wire.
-                    self.calls.time(|| self.engine.handle_cut(ts, Port::Unknown, LinkType::Ethernet, ev.frame, ev.wire_len as usize));
+                    self.calls.time(|| self.engine.handle_cut(ts, port, LinkType::Ethernet, ev.frame, ev.wire_len as usize));
                 }
                 EventKind::SynPassed => {
                     syns += 1;
@@ -891,6 +924,7 @@ impl Loop {
                         ("ring_full", c.ring_full),
                         ("ack_skipped", c.ack_skipped),
                         ("resp_queued", c.resp_queued),
+                        ("stale", c.stale),
                     ] {
                         self.metrics.fastpath.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
                     }
@@ -955,6 +989,7 @@ impl Loop {
                     "ring_full": c.ring_full,
                     "ack_skipped": c.ack_skipped,
                     "resp_queued": c.resp_queued,
+                    "stale": c.stale,
                     "map_update_errors": f.update_errors,
                 }),
                 Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
@@ -979,6 +1014,7 @@ impl Loop {
                         "mode": self.srpt_mode,
                         "bands": bands.iter().take(self.srpt_bands).map(|b| serde_json::json!({"packets": b.packets, "bytes": b.bytes})).collect::<Vec<_>>(),
                         "known": c.known, "attained": c.attained, "retx": c.retx, "adopted": c.adopted, "rolled": c.rolled, "midflow": c.midflow,
+                        "stale": c.stale,
                     })
                 }
                 (Err(e), _) | (_, Err(e)) => serde_json::json!({ "error": format!("{e:#}") }),
