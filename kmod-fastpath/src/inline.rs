@@ -179,8 +179,7 @@ impl InlinePath {
         }
         let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS)?;
         let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
-        let mut path =
-            InlinePath { bpf, heartbeat, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
+        let mut path = InlinePath { bpf, heartbeat, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
         path.write_config()?;
         Ok(path)
     }

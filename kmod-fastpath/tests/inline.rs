@@ -235,7 +235,10 @@ fn programs_fail_open_on_a_stale_heartbeat_and_report_the_side() {
     path.test_run(false, &request, 1).unwrap();
     assert_eq!(
         drain(&mut ring),
-        vec![(EventKind::Observed { from_server: true }, frames::PSH | frames::ACK), (EventKind::Observed { from_server: false }, frames::PSH | frames::ACK)]
+        vec![
+            (EventKind::Observed { from_server: true }, frames::PSH | frames::ACK),
+            (EventKind::Observed { from_server: false }, frames::PSH | frames::ACK)
+        ]
     );
 
     // A 1 ms watch, beaten, then 20 ms of silence: stale again.

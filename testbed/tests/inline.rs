@@ -591,10 +591,7 @@ fn fail_open_when_rlm_dies(tag: &str, attach: &str) {
         std::process::Command::new("ip").args(["netns", "exec", &ns]).arg(&rlm_bin).args(["cleanup", "--config"]).arg(&config).output().unwrap();
     assert!(out.status.success(), "rlm cleanup: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(installed(&ns), Installed::default(), "{}", String::from_utf8_lossy(&out.stderr));
-    println!(
-        "{attach}: fail-open {t_kill:?} after kill -9, {t_panic:?} after the panic, {t_stop:?} after SIGSTOP; test {:?}",
-        started.elapsed()
-    );
+    println!("{attach}: fail-open {t_kill:?} after kill -9, {t_panic:?} after the panic, {t_stop:?} after SIGSTOP; test {:?}", started.elapsed());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
