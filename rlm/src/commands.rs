@@ -137,6 +137,10 @@ pub struct RunArgs {
     /// clsact (clsact filters even where tcx exists).
     #[arg(long, value_enum, value_name = "HOW")]
     pub ebpf_attach: Option<live::config::EbpfAttach>,
+    /// rlm's memory budget in MiB (`[limits] memory_mb`, default 128): the connections tracked,
+    /// the bytes held for later, the pageview lists and the records' queue are derived from it.
+    #[arg(long, value_name = "MIB")]
+    pub memory_mb: Option<u64>,
     /// Make a fault, for the fail-open tests: `panic-after=SECS` (the event loop panics).
     #[arg(long, hide = true, value_name = "FAULT")]
     pub fault: Option<live::config::Fault>,
@@ -253,6 +257,9 @@ impl RunArgs {
         c.srpt.keep_state_on_exit |= self.srpt_keep_state;
         if let Some(v) = self.ebpf_attach {
             c.ebpf.attach = v;
+        }
+        if let Some(v) = self.memory_mb {
+            c.limits.memory_mb = v;
         }
         c.fault = self.fault;
         Ok(c)

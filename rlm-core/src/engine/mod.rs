@@ -363,7 +363,16 @@ impl Engine {
     /// Sizes of every table the engine keeps, for bounds tests and metrics.
     pub fn table_sizes(&self) -> TableSizes {
         let (open_pageviews, pageview_deadlines, client_rtts, pending_acts) = self.pageviews.table_sizes();
-        TableSizes { connections: self.flows.len(), timers: self.timers.len(), open_pageviews, pageview_deadlines, client_rtts, pending_acts }
+        TableSizes {
+            connections: self.flows.len(),
+            timers: self.timers.len(),
+            open_pageviews,
+            pageview_deadlines,
+            client_rtts,
+            pending_acts,
+            held_bytes: self.held_bytes(),
+            pageview_list_bytes: self.pageviews.list_bytes(),
+        }
     }
 
     /// Rule `rule` took `action` (as the rule language spells it) on connection `id`, on the

@@ -18,6 +18,11 @@ pub struct TableSizes {
     /// Connections with acts of rlm (a SYN dropped, resent, ...) not yet counted on a pageview:
     /// at most the connections tracked.
     pub pending_acts: usize,
+    /// Bytes all connections hold for later (partial heads, waiting requests, out-of-order
+    /// segments), against `Config::max_held_bytes`.
+    pub held_bytes: usize,
+    /// Bytes the open pageviews' lists hold, against `PageviewConfig::max_list_bytes`.
+    pub pageview_list_bytes: usize,
 }
 
 /// Counters, all monotonic.

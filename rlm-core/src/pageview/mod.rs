@@ -241,6 +241,11 @@ impl Pageviews {
         (self.open.len(), self.deadlines.len(), self.client_rtt.len(), self.pending_acts.len())
     }
 
+    /// Bytes the open pageviews' lists hold, as last counted (against `max_list_bytes`).
+    pub fn list_bytes(&self) -> usize {
+        self.list_bytes
+    }
+
     /// rlm acted on connection `conn`'s handshake (`DROP SYN`, `FAST SYN`, ...): kept until the
     /// connection joins a pageview (its next request, or its failure), which counts it. A
     /// connection is joined to its client's active pageview at its SYN only tentatively (its

@@ -79,6 +79,8 @@ pub struct RunConfig {
     pub srpt: SrptConfig,
     /// How the eBPF programs are attached (the `[ebpf]` table).
     pub ebpf: EbpfConfig,
+    /// How much memory rlm may use, and how it is shared (the `[limits]` table).
+    pub limits: LimitsConfig,
     /// A fault rlm makes itself, for the fail-open tests (the hidden `--fault`; no TOML key).
     #[serde(skip)]
     pub fault: Option<Fault>,
@@ -104,6 +106,101 @@ impl std::str::FromStr for Fault {
             },
             _ => Err(format!("{s}: the only fault is panic-after=SECS")),
         }
+    }
+}
+
+/// What rlm may hold in memory (`[limits]`): a whole budget, `memory_mb`, from which each
+/// bounded part is derived unless it is given. What an attacker can make rlm keep (connections,
+/// bytes held for later, pageview lists, records waiting for the writer) is bounded by these;
+/// the rest is fixed: the fast path's ring buffer (16 MiB, mapped into rlm) and a base (the
+/// binary, the runtime, the metrics, the class windows: 12 MiB), [`LimitsConfig::FIXED_MB`].
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// rlm's whole budget, in MiB (at least [`LimitsConfig::MIN_MB`]).
+    pub memory_mb: u64,
+    /// Connections tracked at once (the least recently seen are evicted past it).
+    pub connections: Option<usize>,
+    /// MiB all connections may hold for later: partial heads, requests waiting for their
+    /// responses, out-of-order segments (the connections that began holding first are evicted).
+    pub held_mb: Option<u64>,
+    /// MiB the open pageviews' lists may hold (the oldest open pageview is cut short).
+    pub pageview_lists_mb: Option<u64>,
+    /// MiB of records waiting for the writer (further records are dropped, counted).
+    pub records_queue_mb: Option<u64>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig { memory_mb: 128, connections: None, held_mb: None, pageview_lists_mb: None, records_queue_mb: None }
+    }
+}
+
+/// The bounds [`LimitsConfig`] derives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Limits {
+    pub memory_mb: u64,
+    pub max_connections: usize,
+    pub max_held_bytes: usize,
+    pub max_list_bytes: usize,
+    pub records_queue_bytes: usize,
+}
+
+impl LimitsConfig {
+    /// The ring buffer (16 MiB) and the base (12 MiB).
+    pub const FIXED_MB: u64 = 28;
+    pub const MIN_MB: u64 = 64;
+    /// Heap per tracked connection, its timers included: 5,000 connections of a SYN flood hold
+    /// 5.2 MB (`rlm-core/tests/flood.rs`), so 1 KiB with a margin for the hash table's growth.
+    pub const CONNECTION_BYTES: u64 = 1024;
+    /// Shares of what is left past [`LimitsConfig::FIXED_MB`], in percent: connections, bytes
+    /// held, pageview lists, the records' queue; the remaining 10% is for the other tables
+    /// (class windows, learned sizes, client RTTs), bounded by their own caps.
+    const SHARES: [u64; 4] = [48, 28, 6, 8];
+
+    /// The bounds: each given one, or its share of `memory_mb` less the fixed part.
+    pub fn derive(&self) -> Limits {
+        let rest = self.memory_mb.saturating_sub(Self::FIXED_MB) << 20;
+        let share = |i: usize| rest / 100 * Self::SHARES[i];
+        let mb = |v: Option<u64>, i: usize| usize::try_from(v.map_or(share(i), |m| m << 20)).unwrap_or(usize::MAX);
+        Limits {
+            memory_mb: self.memory_mb,
+            max_connections: self.connections.unwrap_or_else(|| usize::try_from(share(0) / Self::CONNECTION_BYTES).unwrap_or(usize::MAX)),
+            max_held_bytes: mb(self.held_mb, 1),
+            max_list_bytes: mb(self.pageview_lists_mb, 2),
+            records_queue_bytes: mb(self.records_queue_mb, 3),
+        }
+    }
+
+    /// Refused: a budget under [`LimitsConfig::MIN_MB`] or over 1 TiB, a part of 0, or parts
+    /// given that add up to more than the budget less its fixed part.
+    pub fn validate(&self) -> Result<()> {
+        if !(Self::MIN_MB..=1 << 20).contains(&self.memory_mb) {
+            bail!("[limits] memory_mb must be between {} and 1048576 (MiB)", Self::MIN_MB);
+        }
+        if self.connections == Some(0) || [self.held_mb, self.pageview_lists_mb, self.records_queue_mb].contains(&Some(0)) {
+            bail!("[limits] connections, held_mb, pageview_lists_mb and records_queue_mb must be at least 1");
+        }
+        let l = self.derive();
+        let used = (l.max_connections as u64).saturating_mul(Self::CONNECTION_BYTES)
+            + l.max_held_bytes as u64
+            + l.max_list_bytes as u64
+            + l.records_queue_bytes as u64;
+        let room = (self.memory_mb - Self::FIXED_MB) << 20;
+        if used > room {
+            bail!(
+                "[limits] the parts need {} MiB ({} connections at 1 KiB, held {} MiB, pageview lists {} MiB, records queue {} MiB) but memory_mb = {} leaves {} MiB past the fixed {} MiB",
+                used >> 20,
+                l.max_connections,
+                l.max_held_bytes >> 20,
+                l.max_list_bytes >> 20,
+                l.records_queue_bytes >> 20,
+                self.memory_mb,
+                room >> 20,
+                Self::FIXED_MB
+            );
+        }
+        Ok(())
     }
 }
 
@@ -309,6 +406,7 @@ impl Default for RunConfig {
             records_queue: 16_384,
             srpt: SrptConfig::default(),
             ebpf: EbpfConfig::default(),
+            limits: LimitsConfig::default(),
             fault: None,
         }
     }
@@ -367,6 +465,7 @@ impl RunConfig {
         if self.records_keep > MAX_RECORDS_KEEP {
             bail!("records_keep must be at most {MAX_RECORDS_KEEP}");
         }
+        self.limits.validate()?;
         self.srpt.validate(self.observer)
     }
 
@@ -390,6 +489,7 @@ impl RunConfig {
     pub fn writer_options(&self) -> WriterOptions {
         WriterOptions {
             capacity: self.records_queue,
+            capacity_bytes: self.limits.derive().records_queue_bytes,
             max_bytes: (self.records_max_bytes > 0).then_some(self.records_max_bytes),
             keep: self.records_keep,
             ..WriterOptions::default()
@@ -538,5 +638,39 @@ mod tests {
         assert!(!pv.exists() && !dec.exists());
         assert_eq!(std::fs::read(&rules).unwrap(), b"");
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn limits_derive_from_memory_mb_and_are_checked() {
+        let mib = 1usize << 20;
+        // The default: 128 MiB, 100 of them shared.
+        let l = RunConfig::default().limits.derive();
+        assert_eq!(
+            l,
+            Limits { memory_mb: 128, max_connections: 49_152, max_held_bytes: 28 * mib, max_list_bytes: 6 * mib, records_queue_bytes: 8 * mib }
+        );
+        // What the parts take adds up to 90% of what is left past the fixed 28 MiB.
+        let parts = l.max_connections * 1024 + l.max_held_bytes + l.max_list_bytes + l.records_queue_bytes;
+        assert_eq!(parts, 90 * mib);
+        // A bigger budget scales every part; a part given is taken as it is.
+        let c = RunConfig::parse("[limits]\nmemory_mb = 1028\nheld_mb = 100\n").unwrap();
+        c.limits.validate().unwrap();
+        let l = c.limits.derive();
+        assert_eq!((l.max_connections, l.max_held_bytes, l.max_list_bytes), (491_520, 100 * mib, 60 * mib));
+        // Refused: too small a budget, parts of 0, parts that do not fit, unknown keys.
+        for (text, says) in [
+            ("memory_mb = 32", "memory_mb must be between 64"),
+            ("connections = 0", "at least 1"),
+            ("held_mb = 200", "the parts need"),
+            ("memory_mb = 64\nconnections = 40000", "the parts need"),
+        ] {
+            let c = RunConfig::parse(&format!("[limits]\n{text}\n")).unwrap();
+            let e = c.limits.validate().unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        assert!(RunConfig::parse("[limits]\nmemory = 128\n").is_err());
+        // The writer's queue takes its bytes from the limits.
+        let c = RunConfig::parse("[limits]\nrecords_queue_mb = 3\n").unwrap();
+        assert_eq!(c.writer_options().capacity_bytes, 3 * mib);
     }
 }

@@ -88,6 +88,14 @@ pub struct Metrics {
     pub srpt_band_packets: Family<BandLabel, Counter>,
     pub records_written: Family<KindLabel, Counter>,
     pub records_dropped: Family<KindLabel, Counter>,
+    pub held: Family<BoundLabel, Gauge>,
+    pub limit: Family<BoundLabel, Gauge>,
+}
+
+/// What a `[limits]` bound bounds: `connections` (a count), `held_bytes`, `pageview_list_bytes`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BoundLabel {
+    pub bound: &'static str,
 }
 
 impl Metrics {
@@ -113,6 +121,8 @@ impl Metrics {
             srpt_band_packets: Family::default(),
             records_written: Family::default(),
             records_dropped: Family::default(),
+            held: Family::default(),
+            limit: Family::default(),
         };
         registry.register("rlm_frames", "Frames handed to the engine, by source (queue, tap, fastpath)", m.frames.clone());
         registry.register("rlm_verdicts", "Verdicts on queued packets", m.verdicts.clone());
@@ -146,6 +156,12 @@ impl Metrics {
         registry.register("rlm_pageview_rt_seconds", "Response time of finished pageviews, by class", m.pageview_rt.clone());
         registry.register("rlm_rule_firing", "1 while a rule holds, by rule (file:line)", m.rule_firing.clone());
         registry.register("rlm_connections", "Connections tracked", m.connections.clone());
+        registry.register(
+            "rlm_held",
+            "What rlm holds against its [limits]: connections tracked, bytes held for later, bytes of open pageviews' lists",
+            m.held.clone(),
+        );
+        registry.register("rlm_limit", "rlm's [limits], derived from memory_mb: the bounds rlm_held is held to", m.limit.clone());
         registry.register("rlm_open_pageviews", "Pageviews open", m.open_pageviews.clone());
         registry.register("rlm_loop_lag_seconds", "How long frames waited between arrival and handling", m.loop_lag.clone());
         registry.register(

@@ -426,6 +426,8 @@ struct Loop {
     calls: calls::CallTimes,
     /// The time of the last ring report handed to the engine.
     last_report: rlm_core::Timestamp,
+    /// `[limits]`, derived.
+    limits: config::Limits,
 }
 
 impl Loop {
@@ -441,6 +443,7 @@ impl Loop {
         client_ifindex: u32,
         server_ifindex: u32,
     ) -> Loop {
+        let limits = cfg.limits.derive();
         let mut ecfg = Config {
             server_ports: cfg.server_ports.clone(),
             decode_bodies: false,
@@ -459,8 +462,11 @@ impl Loop {
                 max_per_s: cfg.inject_max_per_s,
                 ..Default::default()
             },
+            max_connections: limits.max_connections,
+            max_held_bytes: limits.max_held_bytes,
             ..Config::default()
         };
+        ecfg.pageview.max_list_bytes = limits.max_list_bytes;
         ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
         // A pageview's event graph is only written in its record; without the pageview output
         // only its response time and class are used, and the graph would cost memory for nothing.
@@ -506,6 +512,7 @@ impl Loop {
             panic_at: cfg.fault.map(|Fault::PanicAfter(d)| Instant::now() + d),
             calls: calls::CallTimes::default(),
             last_report: rlm_core::Timestamp::ZERO,
+            limits,
         }
     }
 
@@ -907,6 +914,14 @@ impl Loop {
     fn publish_status(&mut self) {
         let sizes = self.engine.table_sizes();
         self.metrics.connections.set(sizes.connections as i64);
+        for (bound, held, limit) in [
+            ("connections", sizes.connections, self.limits.max_connections),
+            ("held_bytes", sizes.held_bytes, self.limits.max_held_bytes),
+            ("pageview_list_bytes", sizes.pageview_list_bytes, self.limits.max_list_bytes),
+        ] {
+            self.metrics.held.get_or_create(&metrics::BoundLabel { bound }).set(held as i64);
+            self.metrics.limit.get_or_create(&metrics::BoundLabel { bound }).set(limit as i64);
+        }
         self.metrics.open_pageviews.set(sizes.open_pageviews as i64);
         match &mut self.source {
             Source::Tap(t) => {
@@ -1061,6 +1076,7 @@ impl Loop {
             "classes": classes,
             "rules": rules_state,
             "tables": sizes,
+            "limits": self.limits,
             "stats": self.engine.stats(),
             "engine_call_us": self.calls.summary(),
             "records": serde_json::Value::Object(records),

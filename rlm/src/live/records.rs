@@ -66,6 +66,11 @@ pub struct WriterOptions {
     /// Records are handed over in batches of up to 256 (fewer when this is smaller), so up to
     /// one batch more waits on the event loop's side.
     pub capacity: usize,
+    /// Bytes the queued records may hold in all, as [`record_bytes`] estimates them (at least
+    /// one record's worth is always taken when the queue is empty); records past it are dropped,
+    /// counted, like records past `capacity`. A batch is handed over once it holds an eighth of
+    /// it, so that the event loop's side holds little more.
+    pub capacity_bytes: usize,
     /// Rotate a file right after the write that takes it past this many bytes, so a rotated file
     /// holds at most this much plus one record. None: never rotate.
     pub max_bytes: Option<u64>,
@@ -77,7 +82,7 @@ pub struct WriterOptions {
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        WriterOptions { capacity: 16_384, max_bytes: None, keep: 5, close_timeout: Duration::from_secs(5) }
+        WriterOptions { capacity: 16_384, capacity_bytes: 8 << 20, max_bytes: None, keep: 5, close_timeout: Duration::from_secs(5) }
     }
 }
 
@@ -120,6 +125,48 @@ fn load(a: &[AtomicU64; 3]) -> [u64; 3] {
     std::array::from_fn(|k| a[k].load(Ordering::Relaxed))
 }
 
+/// About the bytes a record holds: its struct, and what its strings and lists hold on the heap
+/// (a few words of allocator overhead not counted). The same on both sides of the queue.
+pub fn record_bytes(ev: &Event) -> usize {
+    fn o(s: &Option<String>) -> usize {
+        s.as_ref().map_or(0, String::capacity)
+    }
+    std::mem::size_of::<Event>()
+        + match ev {
+            Event::Transaction(t) => {
+                t.uid.capacity()
+                    + [
+                        &t.method,
+                        &t.host,
+                        &t.uri,
+                        &t.original_uri,
+                        &t.referrer,
+                        &t.version,
+                        &t.request_version,
+                        &t.user_agent,
+                        &t.status_msg,
+                        &t.content_type,
+                    ]
+                    .into_iter()
+                    .map(o)
+                    .sum::<usize>()
+                    + t.anomalies.capacity() * std::mem::size_of::<&str>()
+            }
+            Event::Pageview(p) => {
+                p.client.capacity()
+                    + o(&p.host)
+                    + o(&p.container)
+                    + o(&p.server)
+                    + o(&p.class)
+                    + p.object_uris.capacity() * std::mem::size_of::<String>()
+                    + p.object_uris.iter().map(String::capacity).sum::<usize>()
+                    + p.events.capacity() * std::mem::size_of::<rlm_core::pageview::EventNode>()
+                    + p.events.iter().map(|e| o(&e.uri)).sum::<usize>()
+            }
+            Event::Decision(d) => d.rule.capacity() + d.class.capacity() + d.client.capacity() + d.server.capacity() + o(&d.target),
+        }
+}
+
 /// Counters and requests shared by the event loop and the writer thread.
 #[derive(Default)]
 struct Shared {
@@ -129,8 +176,9 @@ struct Shared {
     written: [AtomicU64; 3],
     /// Records dropped: refused by a full queue or a finished writer, or failed to write.
     dropped: [AtomicU64; 3],
-    /// Records in the queue (handed over, not yet written).
+    /// Records in the queue (handed over, not yet written), and their bytes ([`record_bytes`]).
     queued: AtomicUsize,
+    queued_bytes: AtomicUsize,
     reopen_errors: AtomicU64,
     /// Reopen every file before the next record.
     reopen: AtomicBool,
@@ -163,10 +211,12 @@ pub struct RecordWriter {
     written: Receiver<Vec<Event>>,
     /// Records gathered for the next batch, and when the first of them was.
     batch: Vec<Event>,
+    batch_bytes: usize,
     batch_since: Option<Instant>,
     /// Records a batch holds at most, and the queue.
     batch_max: usize,
     capacity: usize,
+    capacity_bytes: usize,
     /// Which kinds have an output.
     enabled: [bool; 3],
     shared: Arc<Shared>,
@@ -210,9 +260,11 @@ impl RecordWriter {
             queue,
             written,
             batch: Vec::new(),
+            batch_bytes: 0,
             batch_since: None,
             batch_max,
             capacity,
+            capacity_bytes: opts.capacity_bytes.max(1),
             enabled,
             shared,
             thread,
@@ -230,8 +282,9 @@ impl RecordWriter {
         }
         self.shared.sent[k].fetch_add(1, Ordering::Relaxed);
         self.batch_since.get_or_insert_with(Instant::now);
+        self.batch_bytes += record_bytes(&ev);
         self.batch.push(ev);
-        if self.batch.len() >= self.batch_max {
+        if self.batch.len() >= self.batch_max || self.batch_bytes >= self.capacity_bytes / 8 {
             self.hand_over();
         }
     }
@@ -255,12 +308,17 @@ impl RecordWriter {
             return;
         }
         let batch = std::mem::take(&mut self.batch);
+        let bytes = std::mem::take(&mut self.batch_bytes);
         let n = batch.len();
-        let room = self.shared.queued.load(Ordering::Acquire) + n <= self.capacity;
+        let queued_bytes = self.shared.queued_bytes.load(Ordering::Acquire);
+        let room =
+            self.shared.queued.load(Ordering::Acquire) + n <= self.capacity && (queued_bytes == 0 || queued_bytes + bytes <= self.capacity_bytes);
         let refused = if room {
             self.shared.queued.fetch_add(n, Ordering::AcqRel);
+            self.shared.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
             self.queue.try_send(batch).err().map(|e| {
                 self.shared.queued.fetch_sub(n, Ordering::AcqRel);
+                self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
                 match e {
                     mpsc::TrySendError::Full(b) | mpsc::TrySendError::Disconnected(b) => b,
                 }
@@ -368,6 +426,7 @@ impl Worker {
             match self.rx.recv_timeout(wait) {
                 Ok(batch) => {
                     let n = batch.len();
+                    let bytes: usize = batch.iter().map(record_bytes).sum();
                     for ev in &batch {
                         if self.shared.abandon.load(Ordering::Acquire) {
                             return;
@@ -376,6 +435,7 @@ impl Worker {
                         self.write(ev);
                     }
                     self.shared.queued.fetch_sub(n, Ordering::AcqRel);
+                    self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
                     let _ = self.back.try_send(batch);
                     if self.dirty_since.is_some_and(|t| t.elapsed() >= FLUSH_EVERY) {
                         self.flush_all();

@@ -300,3 +300,29 @@ fn the_writer_runs_on_idle_time_only() {
     w.close();
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// The queue is bounded in bytes too: 1,000 records of 1 MB each (a decision whose target is
+/// 1 MB) with an 8 MB queue behind a blocked output are dropped and counted, never held: at
+/// most 8 MB of them wait (plus the batch being gathered, an eighth of it).
+#[test]
+fn the_queue_holds_at_most_its_bytes() {
+    let sink = GatedSink::default();
+    let mb = 1 << 20;
+    let mut w = gated_writer(&sink, WriterOptions { capacity: 16_384, capacity_bytes: 8 * mb, ..WriterOptions::default() });
+    let big = |i: usize| match decision(i) {
+        Event::Decision(d) => Event::Decision(DecisionRecord { target: Some("x".repeat(mb)), ..d }),
+        _ => unreachable!(),
+    };
+    assert!(record_bytes(&big(0)) > mb && record_bytes(&big(0)) < mb + 1024);
+    let sent = 1000;
+    for i in 0..sent {
+        w.send(big(i));
+    }
+    w.tick();
+    let c = w.counts();
+    assert!(c.decisions_dropped >= 990, "{c:?}");
+    sink.open_gate();
+    let c = w.close();
+    assert_eq!(c.decisions_written + c.decisions_dropped, sent as u64);
+    assert!((1..=9).contains(&c.decisions_written), "{c:?}");
+}
