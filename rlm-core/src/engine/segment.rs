@@ -396,8 +396,14 @@ impl Engine {
                     pv.class = Some(policy.class_name(class).to_string());
                     // Only a pageview with evidence of a real client enters the class statistics.
                     if !pv.incomplete && pv.evidence != Evidence::None {
-                        self.stats.window_evicted += policy.on_pageview(self.last_now, class, pv.rt_s);
-                        pv.window_ts = Some(UnixMicros::of(self.last_now));
+                        let taken = policy.on_pageview(self.last_now, class, pv.rt_s, crate::policy::source_of(ip));
+                        self.stats.window_evicted += taken.evicted;
+                        if taken.over_share {
+                            self.stats.pageviews_over_share += 1;
+                        }
+                        if taken.counted {
+                            pv.window_ts = Some(UnixMicros::of(self.last_now));
+                        }
                     }
                 }
             }

@@ -152,4 +152,7 @@ pub struct Stats {
     /// all pageviews') before their time, to make room for a new one: the window then covers
     /// less than `class_window`.
     pub window_evicted: u64,
+    /// Pageviews their class's window did not take: their client held its share of it already
+    /// (twice the window's mean per source, once it holds 16).
+    pub pageviews_over_share: u64,
 }

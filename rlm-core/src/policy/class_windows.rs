@@ -4,6 +4,13 @@
 //! below its nearest rank, and the rest), updated with each pageview and each expiry: O(log n)
 //! per sample and percentile kept, and O(log n) per read, never a sort of the window once it is
 //! kept. A window holds at most [`MAX_WINDOW_SAMPLES`] samples: past it the oldest leaves first.
+//!
+//! Each sample has a source (its client's address, an IPv6 client's /64), and no source holds
+//! more than twice its fair share of a window: once a source holds [`SOURCE_MIN`] samples, a
+//! further one is refused while it holds at least `2 n / k` of the window's `n` samples from
+//! `k` sources. One client alone in its class is never refused (its fair share is everything),
+//! and one real client that makes many slow pageviews among sixty others moves its class's
+//! statistics by at most twice as much as each of them.
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
@@ -19,6 +26,9 @@ use crate::time::Timestamp;
 /// length. Bounds a window's memory (with a few percentiles kept, about 100 bytes a sample) and
 /// the depth of its ordered sets.
 pub(super) const MAX_WINDOW_SAMPLES: usize = 65_536;
+
+/// Samples a source holds in a window before its share is looked at.
+pub(super) const SOURCE_MIN: u32 = 16;
 
 /// A sample in a percentile's ordered sets: its response time, ordered by `f64::total_cmp` (the
 /// order the nearest rank is taken in), then its sequence number in the window, so that equal
@@ -126,7 +136,10 @@ impl Split {
 /// Response times of the pageviews that finished within a sliding window.
 #[derive(Debug)]
 pub(super) struct Window {
-    samples: VecDeque<(Timestamp, f64)>,
+    /// (when, response time, source), oldest first.
+    samples: VecDeque<(Timestamp, f64, u64)>,
+    /// Samples each source holds.
+    per_source: std::collections::HashMap<u64, u32>,
     /// Sequence number of the oldest sample: the `i`-th sample's is `first_seq + i`.
     first_seq: u64,
     sum: f64,
@@ -150,6 +163,7 @@ impl Window {
     fn with_cap(cap: usize) -> Window {
         Window {
             samples: VecDeque::new(),
+            per_source: std::collections::HashMap::new(),
             first_seq: 0,
             sum: 0.0,
             splits: RefCell::new(Vec::new()),
@@ -164,25 +178,50 @@ impl Window {
         self.samples.len()
     }
 
-    /// A pageview finished at `at`. True when the window was full and its oldest sample left
-    /// first.
+    /// A pageview finished at `at`, from one source. True when the window was full and its
+    /// oldest sample left first.
+    #[cfg(test)]
     pub(super) fn push(&mut self, at: Timestamp, rt: f64) -> bool {
+        self.push_from(at, rt, 0).expect("one source is never over its share")
+    }
+
+    /// Whether `source` holds its share of the window already: [`SOURCE_MIN`] samples or more,
+    /// and at least twice the window's mean per source.
+    fn over_share(&self, source: u64) -> bool {
+        let held = self.per_source.get(&source).copied().unwrap_or(0);
+        held >= SOURCE_MIN && u64::from(held) * self.per_source.len() as u64 >= 2 * self.samples.len() as u64
+    }
+
+    /// A pageview of `source` finished at `at`: `None` when the source holds its share of the
+    /// window already (the sample is not taken), else whether the window was full and its
+    /// oldest sample left first.
+    pub(super) fn push_from(&mut self, at: Timestamp, rt: f64, source: u64) -> Option<bool> {
+        if self.over_share(source) {
+            return None;
+        }
         let evicted = self.samples.len() >= self.cap;
         if evicted {
             self.pop_front();
         }
         let key = Key { rt, seq: self.first_seq + self.samples.len() as u64 };
-        self.samples.push_back((at, rt));
+        self.samples.push_back((at, rt, source));
+        *self.per_source.entry(source).or_insert(0) += 1;
         self.sum += rt;
         let n = self.samples.len();
         for s in self.splits.get_mut() {
             s.insert(key, n);
         }
-        evicted
+        Some(evicted)
     }
 
     fn pop_front(&mut self) {
-        let Some((_, rt)) = self.samples.pop_front() else { return };
+        let Some((_, rt, source)) = self.samples.pop_front() else { return };
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_source.entry(source) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
         let key = Key { rt, seq: self.first_seq };
         self.first_seq += 1;
         self.sum -= rt;
@@ -196,7 +235,7 @@ impl Window {
     }
 
     pub(super) fn expire(&mut self, now: Timestamp, window: Duration) {
-        while self.samples.front().is_some_and(|(t, _)| now.saturating_since(*t) > window) {
+        while self.samples.front().is_some_and(|(t, _, _)| now.saturating_since(*t) > window) {
             self.pop_front();
         }
     }
@@ -219,7 +258,7 @@ impl Window {
         if let Some(s) = splits.iter().find(|s| s.p == p) {
             return s.value();
         }
-        let keys = self.samples.iter().enumerate().map(|(i, &(_, rt))| Key { rt, seq: self.first_seq + i as u64 });
+        let keys = self.samples.iter().enumerate().map(|(i, &(_, rt, _))| Key { rt, seq: self.first_seq + i as u64 });
         let s = Split::new(p, keys);
         #[cfg(test)]
         self.builds.set(self.builds.get() + 1);
@@ -263,7 +302,7 @@ mod tests {
     const PS: [u8; 6] = [1, 50, 90, 95, 99, 100];
 
     /// The nearest-rank percentile of `samples` by sorting them, as the windows did before.
-    fn naive_percentile(samples: &VecDeque<(Timestamp, f64)>, p: u8) -> Option<f64> {
+    fn naive_percentile<S>(samples: &VecDeque<(Timestamp, f64, S)>, p: u8) -> Option<f64> {
         let mut v: Vec<f64> = samples.iter().map(|s| s.1).collect();
         v.sort_by(f64::total_cmp);
         (!v.is_empty()).then(|| v[rank(p, v.len()) - 1])
@@ -306,7 +345,7 @@ mod tests {
         ) {
             let window = Duration::from_millis(window_ms);
             let mut w = Window::with_cap(cap);
-            let mut model: VecDeque<(Timestamp, f64)> = VecDeque::new();
+            let mut model: VecDeque<(Timestamp, f64, ())> = VecDeque::new();
             let mut now = 0;
             // The running sum's rounding: at most an ulp of the samples' total per operation.
             let mut pushed = 0.0;
@@ -320,13 +359,13 @@ mod tests {
                         if full {
                             model.pop_front();
                         }
-                        model.push_back((Timestamp::from_millis(now), v));
+                        model.push_back((Timestamp::from_millis(now), v, ()));
                         prop_assert_eq!(w.push(Timestamp::from_millis(now), v), full);
                     }
                     Op::Expire(dt) => {
                         now += dt;
                         let t = Timestamp::from_millis(now);
-                        while model.front().is_some_and(|(s, _)| t.saturating_since(*s) > window) {
+                        while model.front().is_some_and(|(s, _, _)| t.saturating_since(*s) > window) {
                             model.pop_front();
                         }
                         w.expire(t, window);
@@ -413,5 +452,33 @@ mod tests {
         assert_eq!(w.stat(Stat::Percentile(100)), Some(1_000.0));
         assert_eq!(w.stat(Stat::Percentile(1)), naive_percentile(&w.samples, 1));
         assert_eq!(w.samples.front().map(|s| s.1), Some(1.0));
+    }
+
+    /// One source among sixty holds at most twice its fair share; one source alone in its
+    /// window, or one of two, is never refused; a source's refused samples come back in once
+    /// its old ones expire.
+    #[test]
+    fn no_source_holds_more_than_twice_its_share() {
+        let mut w = Window::default();
+        let t = Timestamp::from_millis;
+        for i in 0..600u64 {
+            assert_eq!(w.push_from(t(i), 1.0, i % 60), Some(false));
+        }
+        let taken = (0..1_000).filter(|i| w.push_from(t(600 + i), 21.0, 999).is_some()).count();
+        // 20 samples of the 61st source (twice the others' 10), and no more.
+        let held = w.per_source[&999];
+        assert!(held as usize == taken && (20..=21).contains(&held), "held {held}");
+        let mean = w.stat(Stat::Mean).unwrap();
+        assert!(mean < 1.0 + 21.0 * 21.0 / 600.0, "mean {mean}");
+        // Alone: every sample counts.
+        let mut one = Window::default();
+        assert!((0..1_000).all(|i| one.push_from(t(i), 1.0, 7) == Some(false)));
+        // One of two: never refused either (each holds at most the whole).
+        let mut two = Window::default();
+        assert!((0..1_000).all(|i| two.push_from(t(i), 1.0, if i < 10 { 1 } else { 2 }) == Some(false)));
+        // Expiry gives the heavy source room again.
+        w.expire(t(600 + 1_000 + 10_000), Duration::from_millis(5_000));
+        assert!(w.per_source.is_empty());
+        assert_eq!(w.push_from(t(11_600), 21.0, 999), Some(false));
     }
 }

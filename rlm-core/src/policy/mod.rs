@@ -105,6 +105,26 @@ pub fn rule_text(rules: &RuleSet, rule: RuleId) -> String {
     rules.rule(rule).map(|r| r.to_string().replace("\n  ", " ")).unwrap_or_default()
 }
 
+/// What the class statistics made of a pageview ([`Policy::on_pageview`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageviewTaken {
+    /// Its class's window took it.
+    pub counted: bool,
+    /// Its source held its share of its class's window already.
+    pub over_share: bool,
+    /// Samples that left full windows before their time to make room.
+    pub evicted: u64,
+}
+
+/// A client's source for the windows' shares: its IPv4 address, or its IPv6 /64 (one host
+/// commonly has a whole /64).
+pub fn source_of(ip: std::net::IpAddr) -> u64 {
+    match ip {
+        std::net::IpAddr::V4(a) => (1 << 32) | u64::from(u32::from(a)),
+        std::net::IpAddr::V6(a) => (u128::from(a) >> 64) as u64,
+    }
+}
+
 /// The rule set in force and its state.
 pub struct Policy {
     rules: RuleSet,
@@ -202,22 +222,29 @@ impl Policy {
         self.rules.class_name(c)
     }
 
-    /// A pageview of a client finished at `now` with this response time. Returns the samples
-    /// that left full windows (its class's, all pageviews') before their time to make room
-    /// (`MAX_WINDOW_SAMPLES`): 0, 1 or 2.
-    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) -> u64 {
-        let mut evicted = 0;
+    /// A pageview of a client (`source`: [`source_of`] its address) finished at `now` with this
+    /// response time. Returns whether its class's window took it (not if the source holds its
+    /// share of it already, see `class_windows`), and the samples that left full windows (its
+    /// class's, all pageviews') before their time to make room (`MAX_WINDOW_SAMPLES`): 0, 1 or 2.
+    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64, source: u64) -> PageviewTaken {
+        let mut taken = PageviewTaken::default();
         if let Some(w) = self.windows.0.get_mut(class.index()) {
-            evicted += u64::from(w.push(now, rt_s));
+            match w.push_from(now, rt_s, source) {
+                Some(evicted) => {
+                    taken.counted = true;
+                    taken.evicted += u64::from(evicted);
+                }
+                None => taken.over_share = true,
+            }
         }
         if let Some(all) = self.windows.0.last_mut() {
-            evicted += u64::from(all.push(now, rt_s));
+            taken.evicted += u64::from(all.push_from(now, rt_s, source).unwrap_or(false));
         }
         if let Some(c) = self.class_counters.get_mut(class.index()) {
             c.pageviews += 1;
         }
         self.refresh(now);
-        evicted
+        taken
     }
 
     /// Expire old samples and advance the `FOR` tests.
@@ -322,8 +349,8 @@ mod tests {
         assert_eq!(p.at_syn(ts(0), sa("10.5.0.1:1000"), srv, low, Some(Duration::ZERO)), SynDecision::Pass);
         let empty = p.readings(ts(0), RuleId(0));
         assert_eq!((empty.len(), empty[0].value_s, empty[0].pageviews), (1, None, 0));
-        p.on_pageview(ts(1_000), high, 5.0);
-        p.on_pageview(ts(2_000), high, 2.0);
+        p.on_pageview(ts(1_000), high, 5.0, 0);
+        p.on_pageview(ts(2_000), high, 2.0, 0);
         assert!(matches!(p.at_syn(ts(2_500), sa("10.5.0.1:1001"), srv, low, None), SynDecision::Drop { limited: false, .. }));
         // What made it fire: the mean of the two HIGH pageviews in the window.
         let mean = AggregateReading {
@@ -368,11 +395,11 @@ mod tests {
         let high = p.rules().class_id("HIGH").unwrap();
         let srv = sa("10.9.0.1:80");
         for i in 0..19 {
-            p.on_pageview(ts(100 + i), high, 1.0);
+            p.on_pageview(ts(100 + i), high, 1.0, 0);
         }
-        p.on_pageview(ts(200), high, 9.0);
+        p.on_pageview(ts(200), high, 9.0, 0);
         assert_eq!(p.class_rt(high, Stat::Percentile(95)), Some(1.0));
-        p.on_pageview(ts(300), high, 9.0);
+        p.on_pageview(ts(300), high, 9.0, 0);
         assert_eq!(p.class_rt(high, Stat::Percentile(95)), Some(9.0));
         // The raw comparison holds from 0.3 s; the rule sees it only 2 s later.
         assert_eq!(p.at_syn(ts(1_000), sa("10.4.0.1:3000"), srv, high, None), SynDecision::Pass);
@@ -388,11 +415,11 @@ mod tests {
         let mut p = policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH.P95 > 4s THEN DROP SYN\n");
         let high = p.rules().class_id("HIGH").unwrap();
         let n = class_windows::MAX_WINDOW_SAMPLES;
-        let evicted: u64 = (0..n).map(|i| p.on_pageview(ts(1_000), high, if i == 0 { 9.0 } else { 1.0 })).sum();
+        let evicted: u64 = (0..n).map(|i| p.on_pageview(ts(1_000), high, if i == 0 { 9.0 } else { 1.0 }, 0).evicted).sum();
         assert_eq!((evicted, p.class_samples(high)), (0, n));
         assert_eq!(p.class_rt(high, Stat::Percentile(100)), Some(9.0));
         // One more: the class's window and all pageviews' each drop their oldest, the 9 s one.
-        assert_eq!(p.on_pageview(ts(1_001), high, 1.0), 2);
+        assert_eq!(p.on_pageview(ts(1_001), high, 1.0, 0).evicted, 2);
         assert_eq!(p.class_samples(high), n);
         assert_eq!(p.class_rt(high, Stat::Percentile(100)), Some(1.0));
     }
@@ -401,11 +428,39 @@ mod tests {
     fn reload_keeps_class_statistics_by_name() {
         let mut p = policy("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH > 3s THEN DROP SYN\n");
         let high = p.rules().class_id("HIGH").unwrap();
-        p.on_pageview(ts(100), high, 5.0);
+        p.on_pageview(ts(100), high, 5.0, 0);
         p.replace_rules(rules::compile("new.rlm", "CLASS LOW IF IP.SRC == 10.5.*.*\nCLASS HIGH IF IP.SRC == 10.4.*.*\n").unwrap());
         let high2 = p.rules().class_id("HIGH").unwrap();
         assert_ne!(high, high2);
         assert_eq!(p.class_rt(high2, Stat::Mean), Some(5.0));
         assert_eq!(p.class_counters[high2.index()].pageviews, 1);
+    }
+
+    #[test]
+    fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_ne!(source_of(ip("10.4.0.1")), source_of(ip("10.4.0.2")));
+        assert_eq!(source_of(ip("2001:db8:1:2::1")), source_of(ip("2001:db8:1:2:ffff::9")));
+        assert_ne!(source_of(ip("2001:db8:1:2::1")), source_of(ip("2001:db8:1:3::1")));
+        assert_ne!(source_of(ip("0.0.0.0")), source_of(ip("::")));
+    }
+
+    /// The policy takes a pageview's source: a heavy client among others stops counting at
+    /// twice its share, a class's only client never does.
+    #[test]
+    fn a_heavy_source_stops_counting_at_twice_its_share() {
+        let rules = rules::compile("t.rlm", "CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH > 5s THEN DROP SYN\n").unwrap();
+        let mut p = Policy::new(rules, Duration::from_secs(600));
+        let high = ClassId(0);
+        for i in 0..100u64 {
+            assert!(p.on_pageview(ts(1_000 + i), high, 1.0, i % 10).counted);
+        }
+        let heavy: Vec<PageviewTaken> = (0..100).map(|i| p.on_pageview(ts(2_000 + i), high, 30.0, 99)).collect();
+        let counted = heavy.iter().filter(|t| t.counted).count();
+        // Taken while it holds less than twice the mean per source: 11 h < 2 (100 + h) up to h = 22.
+        assert_eq!(counted, 23, "twice the mean per source of 11 sources");
+        assert!(heavy.iter().all(|t| t.counted != t.over_share));
+        let mean = p.class_rt(high, Stat::Mean).unwrap();
+        assert!((mean - (100.0 + 30.0 * 23.0) / 123.0).abs() < 1e-9, "{mean}");
     }
 }
