@@ -58,26 +58,10 @@ pub enum Op {
 }
 
 fn tcp_frame(conn: u8, to_server: bool, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
-    let client = [10, 4, 0, conn % 8];
-    let server = [10, 9, 0, 1];
-    let cport = 40_000 + (conn % 8) as u16;
-    let (s, d, sp, dp) = if to_server { (client, server, cport, 80) } else { (server, client, 80, cport) };
-    let mut b = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4(s, d, 64).tcp(sp, dp, seq, 1024);
-    if flags & 1 != 0 {
-        b = b.syn();
-    }
-    if flags & 2 != 0 {
-        b = b.ack(ack);
-    }
-    if flags & 4 != 0 {
-        b = b.fin();
-    }
-    if flags & 8 != 0 {
-        b = b.rst();
-    }
-    let mut v = Vec::new();
-    let _ = b.write(&mut v, payload);
-    v
+    let client = std::net::SocketAddr::from(([10, 4, 0, conn % 8], 40_000 + u16::from(conn % 8)));
+    let server = std::net::SocketAddr::from(([10, 9, 0, 1], 80));
+    let (src, dst) = if to_server { (client, server) } else { (server, client) };
+    crate::net::tcp_frame(LinkType::Ethernet, src, dst, seq, ack, flags, payload)
 }
 
 /// The target: `data` read as a sequence of [`Op`]s.

@@ -2,54 +2,30 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use rlm_core::wire::LinkType;
 
-/// TCP flag bits of an operation's `flags`.
+/// TCP flag bits of an operation's `flags` (the inputs' encoding, kept so that the corpora and
+/// regressions keep their meaning; [`tcp_bits`] turns them into the header's).
 pub const SYN: u8 = 1;
 pub const ACK: u8 = 2;
 pub const FIN: u8 = 4;
 pub const RST: u8 = 8;
 pub const PSH: u8 = 16;
 
-/// A TCP segment from `src` to `dst` (both IPv4 or both IPv6), as an Ethernet frame or a bare
-/// IP packet (`link`: `Ethernet` or `RawIp`), checksums computed.
-#[allow(clippy::too_many_arguments)]
-pub fn tcp_frame(link: LinkType, src: SocketAddr, dst: SocketAddr, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
-    let eth = link == LinkType::Ethernet;
-    let b = match (src.ip(), dst.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) if eth => PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4(s.octets(), d.octets(), 64),
-        (IpAddr::V4(s), IpAddr::V4(d)) => PacketBuilder::ipv4(s.octets(), d.octets(), 64),
-        (s, d) if eth => PacketBuilder::ethernet2([1; 6], [2; 6]).ipv6(v6(s).octets(), v6(d).octets(), 64),
-        (s, d) => PacketBuilder::ipv6(v6(s).octets(), v6(d).octets(), 64),
-    };
-    let mut b = b.tcp(src.port(), dst.port(), seq, 1024);
-    if flags & SYN != 0 {
-        b = b.syn();
-    }
-    if flags & ACK != 0 {
-        b = b.ack(ack);
-    }
-    if flags & FIN != 0 {
-        b = b.fin();
-    }
-    if flags & RST != 0 {
-        b = b.rst();
-    }
-    if flags & PSH != 0 {
-        b = b.psh();
-    }
-    let mut v = Vec::with_capacity(b.size(payload.len()));
-    // Only a payload too long for IP fails; the callers' are not.
-    let _ = b.write(&mut v, payload);
-    v
+/// An operation's `flags` as the TCP header's bits.
+pub fn tcp_bits(flags: u8) -> u8 {
+    use rlm_core::testkit as t;
+    [(SYN, t::SYN), (ACK, t::ACK), (FIN, t::FIN), (RST, t::RST), (PSH, t::PSH)]
+        .iter()
+        .filter(|(ours, _)| flags & ours != 0)
+        .fold(0, |b, (_, tcp)| b | tcp)
 }
 
-fn v6(a: IpAddr) -> Ipv6Addr {
-    match a {
-        IpAddr::V6(a) => a,
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-    }
+/// A TCP segment from `src` to `dst` with an operation's `flags`, as an Ethernet frame or a
+/// bare IP packet (`link`), checksums computed ([`rlm_core::testkit::tcp_frame`]).
+pub fn tcp_frame(link: LinkType, src: SocketAddr, dst: SocketAddr, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    rlm_core::testkit::tcp_frame(link, src, dst, seq, ack, tcp_bits(flags), payload)
 }
 
 /// Why `frame` (of `link`) is not a well-formed TCP/IP frame with good IPv4 and TCP

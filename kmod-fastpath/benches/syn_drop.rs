@@ -12,13 +12,14 @@
 //! This is the program alone, from the frame in an `skb` to its verdict; on the wire the veth,
 //! the bridge and br_netfilter add their own cost.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
 use kmod_fastpath::inline::{InlinePath, Mode, SynAction};
-use kmod_fastpath::testrun::frames;
 use kmod_fastpath::{classid, FlowKey, SrptEgress, SrptMode, SrptParams};
+use rlm_core::testkit::{tcp_frame, ACK, PSH, SYN};
+use rlm_core::wire::LinkType;
 
 const REPEAT: u32 = 50_000;
 const CALLS: usize = 40;
@@ -67,7 +68,7 @@ fn main() -> Result<()> {
         if let Some(a) = action {
             path.set_syn_verdict(client, server, 1, a)?;
         }
-        let syn = frames::tcp(SocketAddrV4::new(client, 40000), server, frames::SYN, 1000, &[]);
+        let syn = tcp_frame(LinkType::Ethernet, SocketAddr::V4(SocketAddrV4::new(client, 40000)), server.into(), 1000, 1, SYN, &[]);
         let before = path.counters()?;
         let mut ns = Vec::with_capacity(CALLS);
         let (mut retval, mut reports) = (0, 0u64);
@@ -103,7 +104,7 @@ fn main() -> Result<()> {
     egress.watch_heartbeat(Some(Duration::from_secs(3600)))?;
     egress.beat()?;
     egress.set_response(FlowKey::new(server, client), 1, Some(1 + 100_000))?;
-    let seg = frames::tcp(server, client, frames::PSH | frames::ACK, 1, &[0u8; 1448]);
+    let seg = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 1, 1, PSH | ACK, &[0u8; 1448]);
     let mut ns = Vec::with_capacity(CALLS);
     let mut retval = 0;
     for _ in 0..CALLS {

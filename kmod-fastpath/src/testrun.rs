@@ -124,52 +124,6 @@ pub fn run_as(prog: &impl AsFd, frame: &[u8], repeat: u32, arrival: Arrival) -> 
     Ok(TestRun { retval: attr.retval, ns_per_run: attr.duration, skb })
 }
 
-/// Ethernet/IPv4/TCP frames for test runs, built with etherparse (valid checksums).
-pub mod frames {
-    use std::net::SocketAddrV4;
-
-    /// TCP flag bits.
-    pub const FIN: u8 = 0x01;
-    pub const SYN: u8 = 0x02;
-    pub const RST: u8 = 0x04;
-    pub const PSH: u8 = 0x08;
-    pub const ACK: u8 = 0x10;
-
-    /// An IPv4 TCP segment from `src` to `dst` with `flags`, sequence `seq`, and `payload`
-    /// (acknowledging 1 if ACK is set).
-    pub fn tcp(src: SocketAddrV4, dst: SocketAddrV4, flags: u8, seq: u32, payload: &[u8]) -> Vec<u8> {
-        tcp_ack(src, dst, flags, seq, 1, payload)
-    }
-
-    /// The same with the acknowledgment number `ack`.
-    pub fn tcp_ack(src: SocketAddrV4, dst: SocketAddrV4, flags: u8, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
-        let mut b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]).ipv4(src.ip().octets(), dst.ip().octets(), 64).tcp(
-            src.port(),
-            dst.port(),
-            seq,
-            65535,
-        );
-        if flags & SYN != 0 {
-            b = b.syn();
-        }
-        if flags & ACK != 0 {
-            b = b.ack(ack);
-        }
-        if flags & FIN != 0 {
-            b = b.fin();
-        }
-        if flags & RST != 0 {
-            b = b.rst();
-        }
-        if flags & PSH != 0 {
-            b = b.psh();
-        }
-        let mut f = Vec::with_capacity(54 + payload.len());
-        b.write(&mut f, payload).expect("a frame builds");
-        f
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,21 +139,6 @@ mod tests {
         assert_eq!(std::mem::offset_of!(SkBuffHead, priority), 32);
         // ingress_ifindex follows priority.
         assert_eq!(INGRESS_IFINDEX_AT, std::mem::size_of::<SkBuffHead>());
-    }
-
-    #[test]
-    fn frames_carry_valid_checksums() {
-        // Checked by an independent parser: etherparse computes both sums afresh.
-        let (a, b) = ("10.1.0.2:40000".parse().unwrap(), "10.1.0.1:80".parse().unwrap());
-        let f = frames::tcp(a, b, frames::PSH | frames::ACK, 7, b"abc");
-        let p = etherparse::SlicedPacket::from_ethernet(&f).expect("a frame");
-        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else { panic!("not IPv4") };
-        let Some(etherparse::TransportSlice::Tcp(tcp)) = &p.transport else { panic!("not TCP") };
-        let ip_header = ip.header().to_header();
-        assert_eq!(ip_header.header_checksum, ip_header.calc_header_checksum());
-        let tcp_header = tcp.to_header();
-        assert_eq!(tcp_header.checksum, tcp_header.calc_checksum_ipv4(&ip_header, tcp.payload()).unwrap());
-        assert_eq!((tcp_header.sequence_number, tcp.payload()), (7, &b"abc"[..]));
     }
 }
 

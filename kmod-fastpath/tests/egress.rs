@@ -8,6 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use kmod_fastpath::{classid, ClassCount, FlowKey, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
+use rlm_core::testkit::{tcp_frame, ACK, PSH};
+use rlm_core::wire::LinkType;
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("iproute2 installed");
@@ -159,6 +161,6 @@ fn ranks_responses_by_remaining_bytes_into_htb_leaves() {
     let mut fair = params.clone();
     fair.mode = SrptMode::Fair;
     fp.set_params(&fair).unwrap();
-    let frame = kmod_fastpath::testrun::frames::tcp(server, "10.250.7.2:40000".parse().unwrap(), 0x18, 1, &[0; 100]);
+    let frame = tcp_frame(LinkType::Ethernet, server.into(), "10.250.7.2:40000".parse().unwrap(), 1, 1, PSH | ACK, &[0; 100]);
     assert_eq!(fp.test_run(&frame, 1).unwrap().skb.priority, classid(1, 0x10));
 }

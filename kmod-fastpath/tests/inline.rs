@@ -7,6 +7,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
 use kmod_fastpath::inline::{EventKind, EventRing, InlinePath, Mode, SynAction};
+use rlm_core::testkit::{tcp_frame, ACK, PSH, SYN};
+use rlm_core::wire::LinkType;
 
 const CLIENT: &str = "10.78.0.2";
 const SERVER: &str = "10.78.0.1";
@@ -44,9 +46,6 @@ fn drain(ring: &mut EventRing) -> Vec<(EventKind, u8)> {
     });
     out
 }
-
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
 
 #[test]
 fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
@@ -155,14 +154,23 @@ fn syn_admit_decides_crafted_frames_in_a_test_run() {
         eprintln!("skipped: needs root (eBPF)");
         return;
     }
-    use kmod_fastpath::testrun::frames;
     const MARK: u32 = 0x80_0000;
     let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
     path.watch_heartbeat(None).unwrap();
     let mut ring = path.take_events().unwrap();
     let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
     let (low, high, new) = (Ipv4Addr::new(10, 5, 0, 2), Ipv4Addr::new(10, 4, 0, 2), Ipv4Addr::new(10, 6, 0, 2));
-    let syn = |c: Ipv4Addr, port: u16| frames::tcp(SocketAddrV4::new(c, 40000), SocketAddrV4::new(*server.ip(), port), frames::SYN, 1, &[]);
+    let syn = |c: Ipv4Addr, port: u16| {
+        tcp_frame(
+            LinkType::Ethernet,
+            SocketAddr::V4(SocketAddrV4::new(c, 40000)),
+            SocketAddr::V4(SocketAddrV4::new(*server.ip(), port)),
+            1,
+            1,
+            SYN,
+            &[],
+        )
+    };
     path.set_mode(Mode::Verdicts, 5).unwrap();
     path.set_syn_verdict(low, server, 5, SynAction::Drop { rule: 3 }).unwrap();
     path.set_syn_verdict(high, server, 5, SynAction::Pass).unwrap();
@@ -184,7 +192,7 @@ fn syn_admit_decides_crafted_frames_in_a_test_run() {
     // Not a server port, or not a SYN: untouched and unreported.
     let r = path.test_run(true, &syn(low, 8080), 1).unwrap();
     assert_eq!((r.retval, r.skb.mark & MARK), (0, 0));
-    let ack = frames::tcp(SocketAddrV4::new(low, 40000), server, frames::ACK, 2, &[]);
+    let ack = tcp_frame(LinkType::Ethernet, SocketAddr::V4(SocketAddrV4::new(low, 40000)), server.into(), 2, 1, ACK, &[]);
     assert_eq!(path.test_run(true, &ack, 1).unwrap().retval, 0);
     assert!(drain(&mut ring).is_empty());
     let c = path.counters().unwrap();
@@ -200,13 +208,12 @@ fn programs_fail_open_on_a_stale_heartbeat_and_report_the_side() {
         eprintln!("skipped: needs root (eBPF)");
         return;
     }
-    use kmod_fastpath::testrun::frames;
     const MARK: u32 = 0x80_0000;
     let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
     let mut ring = path.take_events().unwrap();
     let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
     let client = SocketAddrV4::new(Ipv4Addr::new(10, 5, 0, 2), 40000);
-    let syn = frames::tcp(client, server, frames::SYN, 1, &[]);
+    let syn = tcp_frame(LinkType::Ethernet, client.into(), server.into(), 1, 1, SYN, &[]);
     path.set_mode(Mode::Verdicts, 5).unwrap();
     path.set_syn_verdict(*client.ip(), server, 5, SynAction::Drop { rule: 3 }).unwrap();
 
@@ -217,7 +224,7 @@ fn programs_fail_open_on_a_stale_heartbeat_and_report_the_side() {
     assert_eq!((path.counters().unwrap().stale, path.counters().unwrap().syn_dropped), (1, 0));
     // A server's data: not reported either, nor marked when responses are queued.
     path.set_queue_responses(true).unwrap();
-    let data = frames::tcp(server, client, frames::PSH | frames::ACK, 1, b"HTTP/1.1 200 OK\r\n\r\n");
+    let data = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 1, 1, PSH | ACK, b"HTTP/1.1 200 OK\r\n\r\n");
     let r = path.test_run_from_server(&data).unwrap();
     assert_eq!((r.retval, r.skb.mark & MARK), (0, 0));
     path.set_queue_responses(false).unwrap();
@@ -231,14 +238,11 @@ fn programs_fail_open_on_a_stale_heartbeat_and_report_the_side() {
 
     // The side of what observe reports.
     path.test_run_from_server(&data).unwrap();
-    let request = frames::tcp(client, server, frames::PSH | frames::ACK, 1, b"GET / HTTP/1.1\r\n\r\n");
+    let request = tcp_frame(LinkType::Ethernet, client.into(), server.into(), 1, 1, PSH | ACK, b"GET / HTTP/1.1\r\n\r\n");
     path.test_run(false, &request, 1).unwrap();
     assert_eq!(
         drain(&mut ring),
-        vec![
-            (EventKind::Observed { from_server: true }, frames::PSH | frames::ACK),
-            (EventKind::Observed { from_server: false }, frames::PSH | frames::ACK)
-        ]
+        vec![(EventKind::Observed { from_server: true }, PSH | ACK), (EventKind::Observed { from_server: false }, PSH | ACK)]
     );
 
     // A 1 ms watch, beaten, then 20 ms of silence: stale again.

@@ -5,8 +5,9 @@
 
 use std::net::SocketAddrV4;
 
-use kmod_fastpath::testrun::frames::{self, ACK, FIN, PSH, SYN};
 use kmod_fastpath::{classid, FlowKey, SrptEgress, SrptMode, SrptParams};
+use rlm_core::testkit::{tcp_frame, ACK, FIN, PSH, SYN};
+use rlm_core::wire::LinkType;
 
 use lab_netns::is_root;
 
@@ -35,7 +36,7 @@ impl Flow {
 
     /// The band the program gives a server packet (its priority less the base).
     fn send(&self, flags: u8, seq: u32, len: usize) -> u32 {
-        let f = frames::tcp(self.server, self.client, flags, seq, &vec![0u8; len]);
+        let f = tcp_frame(LinkType::Ethernet, self.server.into(), self.client.into(), seq, 1, flags, &vec![0u8; len]);
         let r = self.fp.test_run(&f, 1).expect("test run");
         assert_eq!(r.retval, 0, "the classifier never drops");
         r.skb.priority - BASE
@@ -47,7 +48,7 @@ impl Flow {
 
     /// The client acknowledges everything before `ack`.
     fn ack(&self, ack: u32) {
-        let f = frames::tcp_ack(self.client, self.server, ACK, 1, ack, &[]);
+        let f = tcp_frame(LinkType::Ethernet, self.client.into(), self.server.into(), 1, ack, ACK, &[]);
         assert_eq!(self.fp.test_run_ack(&f).unwrap().retval, u32::MAX, "srpt_acks passes every packet on (TC_ACT_UNSPEC)");
     }
 }
@@ -158,7 +159,7 @@ fn open_ended_responses_and_other_packets() {
     assert_eq!(t.data(5_000 + 60_000, 1448), 6, "60,000 sent: the lowest data band");
     assert_eq!(t.fp.counters().unwrap().midflow, 1);
     // TCP from a port that is not a server's, and IPv6: the other band (the lowest); ARP: 0.
-    let other = frames::tcp(t.client, t.server, PSH | ACK, 1, &[0; 10]);
+    let other = tcp_frame(LinkType::Ethernet, t.client.into(), t.server.into(), 1, 1, PSH | ACK, &[0; 10]);
     assert_eq!(t.fp.test_run(&other, 1).unwrap().skb.priority, BASE + 6);
     let mut v6 = vec![0u8; 14 + 40 + 20];
     v6[12..14].copy_from_slice(&[0x86, 0xdd]);
@@ -176,7 +177,7 @@ fn open_ended_responses_and_other_packets() {
     // Off: the priority is left alone.
     p.mode = SrptMode::Off;
     t.fp.set_params(&p).unwrap();
-    let f = frames::tcp(t.server, t.client, PSH | ACK, 5_000 + 80_000, &[0; 100]);
+    let f = tcp_frame(LinkType::Ethernet, t.server.into(), t.client.into(), 5_000 + 80_000, 1, PSH | ACK, &[0; 100]);
     assert_eq!(t.fp.test_run(&f, 1).unwrap().skb.priority, 0);
     // The connection closed: both maps forget it.
     t.fp.end_flow(t.key()).unwrap();
