@@ -13,18 +13,8 @@ use rlm::live::{self, RunConfig};
 /// `rlm run`'s flags; each overrides the same key of `--config`.
 #[derive(Args, Debug, Default)]
 pub struct RunArgs {
-    /// A TOML file with the settings below (see rlm.sample.toml); flags override it.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The bridge to sit on.
-    #[arg(long, value_name = "BR")]
-    pub bridge: Option<String>,
-    /// The bridge port toward the clients.
-    #[arg(long, value_name = "IF")]
-    pub client_port: Option<String>,
-    /// The bridge port toward the servers.
-    #[arg(long, value_name = "IF")]
-    pub server_port: Option<String>,
+    #[command(flatten)]
+    pub at: BridgeArgs,
     /// The rule file (`rlm check FILE` validates it).
     #[arg(long, value_name = "FILE")]
     pub rules: Option<PathBuf>,
@@ -146,8 +136,27 @@ pub struct RunArgs {
     pub fault: Option<live::config::Fault>,
 }
 
-impl RunArgs {
-    fn into_config(self) -> anyhow::Result<RunConfig> {
+/// Where rlm sits, for `rlm run` and `rlm cleanup`: the configuration file and the bridge and
+/// ports, each flag overriding its key of the file.
+#[derive(Args, Debug, Default)]
+pub struct BridgeArgs {
+    /// A TOML file with `rlm run`'s settings (see rlm.sample.toml); flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The bridge rlm sits on.
+    #[arg(long, value_name = "BR")]
+    pub bridge: Option<String>,
+    /// The bridge port toward the clients.
+    #[arg(long, value_name = "IF")]
+    pub client_port: Option<String>,
+    /// The bridge port toward the servers.
+    #[arg(long, value_name = "IF")]
+    pub server_port: Option<String>,
+}
+
+impl BridgeArgs {
+    /// The configuration file read (or the defaults), with the bridge and ports given here.
+    fn load(self) -> anyhow::Result<RunConfig> {
         let mut c = match &self.config {
             Some(p) => RunConfig::from_file(p)?,
             None => RunConfig::default(),
@@ -161,6 +170,13 @@ impl RunArgs {
         if let Some(v) = self.server_port {
             c.server_port = v;
         }
+        Ok(c)
+    }
+}
+
+impl RunArgs {
+    fn into_config(self) -> anyhow::Result<RunConfig> {
+        let mut c = self.at.load()?;
         if self.rules.is_some() {
             c.rules = self.rules;
         }
@@ -269,7 +285,7 @@ impl RunArgs {
     /// opened or installed and without privileges: one that would overwrite the rule file, the
     /// configuration file or another output is a usage error.
     fn into_settings(self) -> anyhow::Result<(RunConfig, RecordOutputs)> {
-        let config_file = self.config.clone();
+        let config_file = self.at.config.clone();
         let c = self.into_config()?;
         let outputs = c.record_outputs(config_file.as_deref())?;
         Ok((c, outputs))
@@ -279,31 +295,15 @@ impl RunArgs {
 /// `rlm cleanup`'s flags; each overrides the same key of `--config`.
 #[derive(Args, Debug, Default)]
 pub struct CleanupArgs {
-    /// The `rlm run` configuration file (only its bridge and ports are read).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The bridge rlm sat on.
-    #[arg(long, value_name = "BR")]
-    pub bridge: Option<String>,
-    /// The bridge port toward the clients.
-    #[arg(long, value_name = "IF")]
-    pub client_port: Option<String>,
-    /// The bridge port toward the servers.
-    #[arg(long, value_name = "IF")]
-    pub server_port: Option<String>,
+    /// (Only the configuration's bridge and ports are read.)
+    #[command(flatten)]
+    pub at: BridgeArgs,
 }
 
 impl CleanupArgs {
     fn into_plan(self) -> anyhow::Result<live::cleanup::CleanupPlan> {
-        let c = match &self.config {
-            Some(p) => RunConfig::from_file(p)?,
-            None => RunConfig::default(),
-        };
-        let plan = live::cleanup::CleanupPlan {
-            bridge: self.bridge.unwrap_or(c.bridge),
-            client_port: self.client_port.unwrap_or(c.client_port),
-            server_port: self.server_port.unwrap_or(c.server_port),
-        };
+        let c = self.at.load()?;
+        let plan = live::cleanup::CleanupPlan { bridge: c.bridge, client_port: c.client_port, server_port: c.server_port };
         if plan.bridge.is_empty() || plan.client_port.is_empty() || plan.server_port.is_empty() {
             anyhow::bail!("--bridge, --client-port and --server-port are required (or bridge, client_port, server_port in the config)");
         }
