@@ -82,7 +82,14 @@ pub struct WriterOptions {
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        WriterOptions { capacity: 16_384, capacity_bytes: 8 << 20, max_bytes: None, keep: 5, close_timeout: Duration::from_secs(5) }
+        WriterOptions {
+            capacity: 16_384,
+            // The default `[limits]`' share for records.
+            capacity_bytes: super::config::LimitsConfig::default().derive().records_queue_bytes,
+            max_bytes: None,
+            keep: 5,
+            close_timeout: Duration::from_secs(5),
+        }
     }
 }
 
