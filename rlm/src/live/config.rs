@@ -153,7 +153,7 @@ impl LimitsConfig {
     pub const FIXED_MB: u64 = 48;
     pub const MIN_MB: u64 = 64;
     /// Heap per tracked connection, its timers included: 5,000 connections of a SYN flood hold
-    /// 5.2 MB (`rlm-core/tests/flood.rs`), so 1 KiB with a margin for the hash table's growth.
+    /// 3.7 MB, the table reserved whole (`rlm-core/tests/flood.rs`), so 1 KiB with a margin.
     pub const CONNECTION_BYTES: u64 = 1024;
     /// Shares of what is left past [`LimitsConfig::FIXED_MB`], in percent: connections, bytes
     /// held, pageview lists, the records' queue; the remaining 10% is for the other tables
