@@ -52,14 +52,35 @@ pub fn unescape_uri(uri: &str) -> String {
 
 /// Bytes as text: valid UTF-8 as it is, anything else as `\xNN`.
 pub fn escape_bytes(b: &[u8]) -> String {
-    let mut s = String::with_capacity(b.len());
+    escape_bytes_past(b, usize::MAX)
+}
+
+/// [`escape_bytes`], stopping once the text is longer than `limit` bytes (it is then at most a
+/// character or an escape, 4 bytes, longer): a field rlm keeps only `limit` bytes of costs no
+/// more than that to escape, whatever its length on the wire (a 30 KiB target that is not UTF-8
+/// took a millisecond, escaped whole into 120 KiB, twice).
+pub fn escape_bytes_past(b: &[u8], limit: usize) -> String {
+    let mut s = String::with_capacity(b.len().min(limit.saturating_add(4)));
     for chunk in b.utf8_chunks() {
-        s.push_str(chunk.valid());
+        let valid = chunk.valid();
+        if s.len() + valid.len() > limit {
+            // Up to the first character boundary past the limit.
+            let mut end = limit.saturating_sub(s.len()).saturating_add(1).min(valid.len());
+            while !valid.is_char_boundary(end) {
+                end += 1;
+            }
+            s.push_str(&valid[..end]);
+            return s;
+        }
+        s.push_str(valid);
         for &x in chunk.invalid() {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             s.push_str("\\x");
             s.push(char::from(HEX[usize::from(x >> 4)]));
             s.push(char::from(HEX[usize::from(x & 15)]));
+            if s.len() > limit {
+                return s;
+            }
         }
     }
     s

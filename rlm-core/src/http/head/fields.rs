@@ -1,13 +1,14 @@
 //! What header field values say: a field's value as text, a value's first token, the lengths
 //! `Content-Length` and `Content-Range` give, and the request's navigation hints.
 
-use super::escape::escape_bytes;
+use super::escape::escape_bytes_past;
 use super::split::{is_blank, trim_blanks, Field};
 use super::Destination;
 
-/// A field's value as text, if the field is there (the first of its name).
+/// A field's value as text, if the field is there (the first of its name); escaped only as far
+/// as rlm keeps a field ([`super::MAX_FIELD`], then cut by `RequestHead::bound_fields`).
 pub(super) fn header_str(fields: &[Field<'_>], name: &str) -> Option<String> {
-    fields.iter().find(|f| f.name.eq_ignore_ascii_case(name.as_bytes())).map(|f| escape_bytes(&f.value))
+    fields.iter().find(|f| f.name.eq_ignore_ascii_case(name.as_bytes())).map(|f| escape_bytes_past(&f.value, super::MAX_FIELD))
 }
 
 /// The first token of a value, as Zeek's MIME code takes it (up to a blank, `,` or `;`).

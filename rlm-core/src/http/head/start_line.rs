@@ -1,7 +1,7 @@
 //! Start lines as Zeek's HTTP analyzer reads them: the request line (method, target, version)
 //! and the status line (version, code, reason).
 
-use super::escape::escape_bytes;
+use super::escape::{escape_bytes, escape_bytes_past};
 use super::split::{is_blank, trim_blanks};
 use super::{Anomalies, Version};
 
@@ -86,7 +86,9 @@ pub fn parse_request_line(line: &[u8]) -> Option<RequestLine> {
         return None;
     }
     let target = if found { trim_blanks(&rest[..vs]) } else { trim_blanks(rest) };
-    Some(RequestLine { method: escape_bytes(&line[..m]), target: escape_bytes(target), zeek_target: escape_bytes(zeek_target), version, anomalies })
+    // Escaped only as far as rlm keeps them (`RequestHead::bound_fields` cuts them there).
+    let text = |b: &[u8]| escape_bytes_past(b, super::MAX_FIELD);
+    Some(RequestLine { method: text(&line[..m]), target: text(target), zeek_target: text(zeek_target), version, anomalies })
 }
 
 /// A status line as Zeek reads it: `HTTP/x.y`, blanks, a 3-digit code (0 if not digits), and

@@ -174,3 +174,19 @@ fn a_long_target_is_kept_cut_at_max_field_and_flagged() {
     let short = parse_request(b"GET /a HTTP/1.1\r\nHost: shop\r\n\r\n").expect("a request");
     assert!(!short.anomalies.contains(Anomalies::FIELD_TRUNCATED));
 }
+
+proptest::proptest! {
+    /// Escaping stopped past a limit gives the whole escape's start: all of it when it is not
+    /// longer than the limit, else at most 4 bytes past the limit.
+    #[test]
+    fn escape_bytes_past_is_a_bounded_prefix(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600), limit in 0usize..700) {
+        let whole = super::escape::escape_bytes(&b);
+        let cut = super::escape::escape_bytes_past(&b, limit);
+        proptest::prop_assert!(whole.starts_with(&cut));
+        if whole.len() <= limit {
+            proptest::prop_assert_eq!(&cut, &whole);
+        } else {
+            proptest::prop_assert!(cut.len() > limit && cut.len() <= limit + 4, "{} for {}", cut.len(), limit);
+        }
+    }
+}
