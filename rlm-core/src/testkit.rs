@@ -171,9 +171,13 @@ impl TcpConv {
     /// or the client, its sequence number `offset` from that side's next one: what a blind
     /// spoofer or a stale copy sends.
     pub fn forged(&self, from_server: bool, offset: i64, flags: &str) -> Vec<u8> {
+        self.forged_ack(from_server, offset, 0, flags)
+    }
+    /// The same, its acknowledgement number `ack_offset` from the other side's next byte.
+    pub fn forged_ack(&self, from_server: bool, offset: i64, ack_offset: i64, flags: &str) -> Vec<u8> {
         let (src, dst, next, ack) =
             if from_server { (self.server, self.client, self.sseq, self.cseq) } else { (self.client, self.server, self.cseq, self.sseq) };
-        frame(src, dst, next.wrapping_add(offset as u32), Some(ack), flags, &[])
+        frame(src, dst, next.wrapping_add(offset as u32), Some(ack.wrapping_add(ack_offset as u32)), flags, &[])
     }
     /// RST answering a SYN (connection refused).
     pub fn refuse(&self) -> Vec<u8> {

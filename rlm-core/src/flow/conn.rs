@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::stream::{Chunk, HalfStream, SegFate};
+use super::stream::{seq_lt, Chunk, HalfStream, SegFate};
 use super::{Dir, StreamAnalyzer};
 use crate::time::Timestamp;
 use crate::wire::{Endpoint, Segment};
@@ -247,7 +247,7 @@ impl<A: StreamAnalyzer> Conn<A> {
                 } else {
                     notes.push(FlowNote::OutOfWindow);
                 }
-            } else if self.in_window(seg.seq, dir) {
+            } else if self.rst_acceptable(seg.seq, dir) {
                 notes.push(FlowNote::Rst);
             } else {
                 notes.push(FlowNote::OutOfWindow);
@@ -350,26 +350,52 @@ impl<A: StreamAnalyzer> Conn<A> {
         }
     }
 
-    /// Whether sequence number `seq` from `dir`'s sender can be the sender's: near where its
-    /// stream is ([`RST_BEHIND`] before it to [`RST_AHEAD`] past it), or anywhere while its stream
-    /// has not started. A passive box does not know the receiver's window scale; these bounds
-    /// hold any window it could miss, and leave a blind spoofer one chance in about 4,000 per
-    /// packet.
-    fn in_window(&self, seq: u32, dir: Dir) -> bool {
+    /// Whether an RST from `dir`'s sender resets the connection as its receiver takes it (RFC
+    /// 5961 3.2: only an RST at exactly the next byte it expects does; one elsewhere in its window
+    /// gets a challenge ACK). The receiver expects a byte between its last acknowledgement of the
+    /// stream and the stream's next byte as seen here (both the same unless bytes are in
+    /// flight): an RST there, or anywhere while the stream has not started. A blind spoofer then
+    /// has one chance in 2^32 per packet on a quiet connection (with a window of 1 MiB it had
+    /// one in about 4,000, and ended rlm's view of live kept-alive connections).
+    fn rst_acceptable(&self, seq: u32, dir: Dir) -> bool {
         let this = self.stream(dir);
         let Some(next) = this.next_seq() else { return true };
-        let d = seq.wrapping_sub(next) as i32;
-        (-RST_BEHIND..=RST_AHEAD).contains(&d)
+        let acked = this.acked().unwrap_or(next);
+        // The span between the two, whichever is first (the capture may have missed bytes the
+        // receiver acknowledged); a span wider than any window is not trusted.
+        let (lo, hi) = if seq_lt(next, acked) { (next, acked) } else { (acked, next) };
+        let span = hi.wrapping_sub(lo);
+        if span > RST_AHEAD as u32 {
+            return seq == next;
+        }
+        seq.wrapping_sub(lo) <= span
     }
 
     /// Whether a FIN from `dir`'s sender can be the sender's: its place (after the segment's
     /// payload) is not behind the stream's next byte while the stream has not ended (a FIN up to
-    /// 2^31 behind would rewind it), nor further ahead than [`RST_AHEAD`].
+    /// 2^31 behind would rewind it), nor further ahead than [`RST_AHEAD`]; and what it
+    /// acknowledges of the other way is near what the other way sent (RFC 5961 5: from
+    /// [`RST_BEHIND`] before the sender's last acknowledgement to [`RST_AHEAD`] past the other
+    /// way's next byte, room for bytes the capture missed), which a blind spoofer guesses one
+    /// time in about 4,000.
     fn fin_in_window(&self, seg: &Segment<'_>, dir: Dir) -> bool {
         let this = self.stream(dir);
         let Some(next) = this.next_seq().filter(|_| !this.fin_seen) else { return true };
         let d = seg.seq.wrapping_add(seg.payload_len).wrapping_sub(next) as i32;
-        (0..=RST_AHEAD).contains(&d)
+        if !(0..=RST_AHEAD).contains(&d) {
+            return false;
+        }
+        let other = self.stream(match dir {
+            Dir::ToServer => Dir::ToClient,
+            Dir::ToClient => Dir::ToServer,
+        });
+        match (seg.flags.ack, other.next_seq()) {
+            (true, Some(other_next)) => {
+                let from = other.acked().unwrap_or(other_next).wrapping_sub(RST_BEHIND as u32);
+                seg.ack.wrapping_sub(from) <= other_next.wrapping_add(RST_AHEAD as u32).wrapping_sub(from)
+            }
+            _ => true,
+        }
     }
 
     /// A segment with the FIN flag: the direction ends once every byte before the FIN has been

@@ -104,6 +104,11 @@ impl HalfStream {
         self.started.then_some(self.next)
     }
 
+    /// The highest sequence number the receiver acknowledged (as seen here), if any.
+    pub fn acked(&self) -> Option<u32> {
+        self.acked
+    }
+
     /// Take a segment's payload, `len` bytes on the wire of which `payload` (its first bytes)
     /// was seen; call `sink` with what is now in order.
     pub(super) fn accept(&mut self, now: Timestamp, seq: u32, payload: &[u8], len: u32, sink: &mut dyn FnMut(Chunk<'_>)) -> SegFate {
