@@ -271,8 +271,12 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
         // Pageviews under way at the deadline finish (a failing connection takes the profile's
         // connect timeout), then whatever is left is cut.
+        // The attacker starts with the browsers and sends from the end of their ramp to the end
+        // of the run.
+        let attacker = arm.attack.clone().map(|a| crate::attack::start(a, &info, arm.ramp_s(), arm.duration_s));
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
         let waited = wait_or_kill(&mut child, limit);
+        let attack = attacker.map(|t| t.join().map_err(|_| anyhow::anyhow!("the attacker panicked"))?).transpose()?;
         let t_ran = t0.elapsed() - t_up;
         let farm_tcp = sampler.and_then(Sampler::finish);
         let rlm = rlm.map(Inline::stop).transpose()?;
@@ -345,6 +349,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             timeline: timeline(&pvs, arm.duration_s),
             capture_fidelity,
             live_fidelity,
+            attack,
         })
     })();
     plan.down()?;
@@ -427,6 +432,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         timeline: Vec::new(),
         capture_fidelity: None,
         live_fidelity: None,
+        attack: None,
     })
 }
 

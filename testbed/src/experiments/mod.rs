@@ -22,6 +22,7 @@ use crate::report::Fidelity;
 use crate::runner::run_arm;
 use crate::topology::Offloads;
 
+pub mod attacks;
 pub mod baseline_lan;
 pub mod baseline_wan;
 pub mod fast_syn;
@@ -219,6 +220,7 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
         rlm: None,
         syn_capture: false,
         offloads: Offloads::Off,
+        attack: None,
     }
 }
 
@@ -513,6 +515,7 @@ pub(crate) mod testing {
                 timeline: timeline(&pvs, spec.duration_s),
                 capture_fidelity: None,
                 live_fidelity: None,
+                attack: None,
             });
         }
         (arms, note)
