@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{arm, arm_in, class_mean, farm, live_fidelity_check, num, with_rlm, Checks, Experiment, Results, CLASS_RULES};
+use super::{arm, arm_in, class_mean, farm, live_fidelity_check, num, rlm_exited_clean, with_rlm, Checks, Experiment, Results, CLASS_RULES};
 use crate::arm::ArmSpec;
 use crate::attack::{Attack, AttackKind};
 
@@ -99,7 +99,7 @@ impl Experiment for Attacks {
             return;
         }
         bounds(c, &none);
-        exited_clean(c, &none);
+        c.v.push(rlm_exited_clean("attacks", &none));
         let none_ratio = rt_high_ratio(r, "none");
         let none_live = live_matched(&none);
         for a in r["arms"].as_array().into_iter().flatten().filter(|a| a["name"] != "none") {
@@ -118,7 +118,7 @@ impl Experiment for Attacks {
                 continue;
             }
             bounds(c, a);
-            exited_clean(c, a);
+            c.v.push(rlm_exited_clean("attacks", a));
             let high = class_mean(r, name, "HIGH");
             c.v.push((
                 (high - none_high).abs() <= HIGH_MEAN_TOLERANCE * none_high,
@@ -210,16 +210,6 @@ fn bounds(c: &mut Checks, a: &Value) {
     ));
 }
 
-/// rlm exited 0 on SIGTERM with its rules installed before and none left after.
-fn exited_clean(c: &mut Checks, a: &Value) {
-    let r = &a["rlm"];
-    let ok = r["clean_exit"].as_bool() == Some(true) && r["rules_installed"].as_bool() == Some(true);
-    c.v.push((
-        ok,
-        format!("attacks/{}: rlm exited {} on SIGTERM, rules left {}", a["name"].as_str().unwrap_or("?"), r["exit_code"], r["rules_left"]),
-    ));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +256,10 @@ mod tests {
         assert!(!line(&v, "attacks/syn-flood: HIGH's mean").0);
         assert!(!line(&v, "attacks/syn-flood: rlm's resident memory at most 130.0 MiB").0);
         assert!(!line(&v, "attacks/syn-flood: engine calls p99.99 1200 µs").0);
+        // Killed, or its rules left behind.
+        let mut dirty = arm("syn-flood", Some("syn-flood"), 0.5, 40.0, 200.0, 0.5);
+        (dirty["rlm"]["clean_exit"], dirty["rlm"]["exit_code"]) = (json!(false), json!(null));
+        assert!(!line(&check(vec![none(), dirty]), "attacks/syn-flood: rlm inline exited null on SIGTERM").0);
         // None over the bounds fails too.
         let v = check(vec![arm("none", None, 0.50, 140.0, 200.0, 0.52)]);
         assert!(!line(&v, "attacks/none: rlm's resident memory").0);
