@@ -128,6 +128,8 @@ pub struct ArmResult {
     pub capture_fidelity: Option<Fidelity>,
     /// rlm's live pageview records against the ground truth; null without rlm's records.
     pub live_fidelity: Option<LiveFidelity>,
+    /// The same, each class's pageviews of the ground truth apart; empty without rlm's records.
+    pub live_fidelity_by_class: BTreeMap<String, LiveFidelity>,
     /// What the attacker sent (the arm's `attack`); null without one.
     pub attack: Option<AttackOutcome>,
 }

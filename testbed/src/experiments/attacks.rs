@@ -101,7 +101,7 @@ impl Experiment for Attacks {
         bounds(c, &none);
         c.v.push(rlm_exited_clean("attacks", &none));
         let none_ratio = rt_high_ratio(r, "none");
-        let none_live = live_matched(&none);
+        let none_live = high_live_matched(&none);
         for a in r["arms"].as_array().into_iter().flatten().filter(|a| a["name"] != "none") {
             let name = a["name"].as_str().unwrap_or("?");
             let at = &a["attack"];
@@ -148,10 +148,10 @@ impl Experiment for Attacks {
                 }
                 "rst-fin" => {
                     live_fidelity_check(&mut c.v, "attacks", a, super::fidelity::LIVE_MIN_MATCHED);
-                    let live = live_matched(a);
+                    let live = high_live_matched(a);
                     c.v.push((
                         live >= none_live - LIVE_MATCHED_DROP_MAX,
-                        format!("attacks/{name}: rlm's live pageviews matched {:.1}% of the truth's, none's {:.1}%", live * 100.0, none_live * 100.0),
+                        format!("attacks/{name}: rlm's live pageviews matched {:.1}% of HIGH's, none's {:.1}%", live * 100.0, none_live * 100.0),
                     ));
                     let ignored = num(&rob["out_of_window"]) + num(&rob["wrong_side"]);
                     c.v.push((
@@ -186,9 +186,11 @@ pub fn rt_high_ratio(r: &Value, name: &str) -> f64 {
     crate::stats::mean(&rts) / class_mean(r, name, "HIGH")
 }
 
-/// The share of the truth's pageviews rlm's live records matched (NaN without them).
-fn live_matched(a: &Value) -> f64 {
-    num(&a["live_fidelity"]["all"]["matched"]) / num(&a["live_fidelity"]["all"]["truth_pageviews"])
+/// The share of HIGH's pageviews in the truth that rlm's live records matched (NaN without
+/// them).
+fn high_live_matched(a: &Value) -> f64 {
+    let f = &a["live_fidelity_by_class"]["HIGH"]["all"];
+    num(&f["matched"]) / num(&f["truth_pageviews"])
 }
 
 /// rlm's resident memory under 128 MiB and an engine call's 99.99th percentile under 1 ms.
@@ -225,7 +227,8 @@ mod tests {
                 "syn_drops": {}, "samples": samples, "clean_exit": true, "rules_installed": true, "exit_code": 0, "rules_left": [],
                 "robustness": {"out_of_window": 0, "wrong_side": 0}},
             "live_fidelity": {"all": {"truth_pageviews": 500, "matched": 499, "median_rel_err": 0.001, "p90_rel_err": 0.01}, "acted": {},
-                "seen": 500, "seen_acted": 0}});
+                "seen": 500, "seen_acted": 0},
+            "live_fidelity_by_class": {"HIGH": {"all": {"truth_pageviews": 250, "matched": 250}}}});
         if let Some(k) = kind {
             a["attack"] = json!({"kind": k, "frames_sent": 100_000, "frames_failed": 0, "planned_frames": 100_000, "seconds": 33.0,
                 "rate_per_s": 3000.0, "connections": 40});
@@ -319,12 +322,16 @@ mod tests {
         let mut taken = ok.clone();
         taken["rlm"]["robustness"] = json!({"out_of_window": 0, "wrong_side": 0});
         assert!(!line(&check(vec![none(), taken]), "attacks/rst-fin: rlm ignored").0);
-        // Connections ended by the blind RSTs: 5 points fewer pageviews matched.
+        // Connections ended by the blind RSTs: HIGH's containers missed, 2 points of HIGH's
+        // (1 of all the truth's: the check of all passes).
         let mut cut = ok;
+        (cut["live_fidelity"]["all"]["matched"], cut["live_fidelity_by_class"]["HIGH"]["all"]["matched"]) = (json!(494), json!(245));
+        let v = check(vec![none(), cut.clone()]);
+        assert!(!line(&v, "attacks/rst-fin: rlm's live pageviews matched 98.0% of HIGH's, none's 100.0%").0);
+        assert!(line(&v, "attacks/rst-fin: rlm's live pageviews matched 494").0);
+        // 5 points of all fewer: the bound of every live arm fails too.
         cut["live_fidelity"]["all"]["matched"] = json!(474);
-        let v = check(vec![none(), cut]);
-        assert!(!line(&v, "attacks/rst-fin: rlm's live pageviews matched 94.8% of the truth's, none's 99.8%").0);
-        assert!(!line(&v, "attacks/rst-fin: rlm's live pageviews matched 474").0);
+        assert!(!line(&check(vec![none(), cut]), "attacks/rst-fin: rlm's live pageviews matched 474").0);
     }
 
     #[test]

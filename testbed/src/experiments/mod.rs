@@ -522,6 +522,7 @@ pub(crate) mod testing {
                 timeline: timeline(&pvs, spec.duration_s),
                 capture_fidelity: None,
                 live_fidelity: None,
+                live_fidelity_by_class: Default::default(),
                 attack: None,
             });
         }
