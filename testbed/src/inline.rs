@@ -3,8 +3,9 @@
 //! [`Inline::start`] writes the arm's rule file, starts
 //! `ip netns exec {p}-app rlm run --bridge br0 --client-port app-c --server-port app-s --rules FILE
 //! --metrics 127.0.0.1:PORT --transactions ... --pageviews ... --decisions ... [extra]` with its
-//! log and its records in the arm's directory and waits until `GET /status` answers;
-//! [`Inline::stop`] saves `/status` and `/metrics`, sends SIGTERM, and checks that rlm exited 0
+//! log and its records in the arm's directory and waits until `GET /status` answers; while it
+//! runs, its resident memory, open descriptors and classes' response times are sampled each
+//! second ([`RlmSample`]); [`Inline::stop`] saves `/status` and `/metrics`, sends SIGTERM, and checks that rlm exited 0
 //! and left no netfilter rule behind. rlm runs with a guard process (`rlm guard`, which cleans up
 //! when rlm dies without a clean exit): [`Inline::stop`] and [`Inline::kill`] return once it has
 //! exited too, [`Inline::kill_with_guard`] kills both as a stop of the whole service would. What rlm reports (its SYN drops, its verdict latency, its
