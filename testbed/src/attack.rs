@@ -9,7 +9,8 @@
 //! The kinds ([`AttackKind`]): a SYN flood from random sources outside the lab's ranges, spoofed
 //! SYNs from HIGH's addresses with forged refusals (poisoning RT.HIGH), connections joined
 //! mid-stream pipelining requests with 30 KiB targets that are not UTF-8, slowloris heads, and
-//! blind RSTs and FINs on HIGH's live connections. The attacker runs in a thread of the lab's
+//! blind RSTs and FINs on HIGH's live connections. Frames are built by the workspace's one TCP
+//! frame builder (`rlm_core::testkit::tcp_frame`, etherparse), given the lab's link addresses. The attacker runs in a thread of the lab's
 //! runner from the end of the browsers' ramp to the end of the run, and reports what it sent
 //! ([`AttackOutcome`]): the experiment's regime check reads that, not rlm.
 
@@ -21,7 +22,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::raw::{mac_of, tcp_frame, Flags, RawSender};
+use rlm_core::testkit::{ACK, FIN, PSH, RST, SYN};
+
+use crate::raw::{mac_of, RawSender};
 use crate::topology::{Info, FARM_ADDR};
 
 /// What the attacker sends.
@@ -118,8 +121,13 @@ pub struct Wire {
 }
 
 impl Wire {
-    fn macs(self) -> ([u8; 6], [u8; 6]) {
-        (self.client_mac, self.farm_mac)
+    /// A TCP frame (the workspace's one builder, [`rlm_core::testkit::tcp_frame`]) from the
+    /// clients' link address to the farm's, whatever its IP addresses say.
+    fn frame(self, src: SocketAddrV4, dst: SocketAddrV4, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = rlm_core::testkit::tcp_frame(rlm_core::wire::LinkType::Ethernet, src.into(), dst.into(), seq, ack, flags, payload);
+        f[0..6].copy_from_slice(&self.farm_mac);
+        f[6..12].copy_from_slice(&self.client_mac);
+        f
     }
 }
 
@@ -131,7 +139,7 @@ fn farm() -> Ipv4Addr {
 pub fn flood_syn(w: Wire, rng: &mut impl Rng) -> Vec<u8> {
     let src = Ipv4Addr::new(198, 18 + rng.random_range(0..2u8), rng.random(), rng.random_range(1..255u8));
     let sport = rng.random_range(1024..=u16::MAX);
-    tcp_frame(w.macs(), SocketAddrV4::new(src, sport), SocketAddrV4::new(farm(), 80), rng.random(), 0, Flags::SYN, b"")
+    w.frame(SocketAddrV4::new(src, sport), SocketAddrV4::new(farm(), 80), rng.random(), 0, SYN, b"")
 }
 
 /// The `i`-th poisoning SYN: from one of `browsing` (HIGH's browsers) for even `i`, else from an
@@ -147,9 +155,9 @@ pub fn poison_frames(w: Wire, i: u64, rng: &mut impl Rng, browsing: &[Ipv4Addr])
     let client = SocketAddrV4::new(src, rng.random_range(1024..=u16::MAX));
     let server = SocketAddrV4::new(farm(), 80);
     let isn: u32 = rng.random();
-    let mut out = vec![tcp_frame(w.macs(), client, server, isn, 0, Flags::SYN, b"")];
+    let mut out = vec![w.frame(client, server, isn, 0, SYN, b"")];
     if i.is_multiple_of(4) {
-        out.push(tcp_frame(w.macs(), server, client, 0, isn.wrapping_add(1), Flags::RST_ACK, b""));
+        out.push(w.frame(server, client, 0, isn.wrapping_add(1), RST | ACK, b""));
     }
     out
 }
@@ -177,7 +185,7 @@ pub fn stream_segment(w: Wire, end: SocketAddrV4, stream: &[u8], piece: usize, k
     let at = k * piece;
     let bytes = stream.get(at..(at + piece).min(stream.len())).filter(|b| !b.is_empty())?;
     let isn = 0x1000_0000u32;
-    Some(tcp_frame(w.macs(), end, SocketAddrV4::new(SILENT_ADDR, 80), isn.wrapping_add(at as u32), 0x2000_0000, Flags::PSH_ACK, bytes))
+    Some(w.frame(end, SocketAddrV4::new(SILENT_ADDR, 80), isn.wrapping_add(at as u32), 0x2000_0000, PSH | ACK, bytes))
 }
 
 /// A slowloris head: a request line and header lines of [`SLOWLORIS_HEAD`] bytes in all, with
@@ -198,8 +206,8 @@ pub fn slowloris_head() -> Vec<u8> {
 pub fn blind_frame(w: Wire, i: u64, client: SocketAddrV4, rng: &mut impl Rng) -> Vec<u8> {
     let server = SocketAddrV4::new(farm(), 80);
     let (src, dst) = if i % 4 < 2 { (client, server) } else { (server, client) };
-    let flags = if i.is_multiple_of(2) { Flags::RST } else { Flags::FIN_ACK };
-    tcp_frame(w.macs(), src, dst, rng.random(), rng.random(), flags, b"")
+    let flags = if i.is_multiple_of(2) { RST } else { FIN | ACK };
+    w.frame(src, dst, rng.random(), rng.random(), flags, b"")
 }
 
 /// HIGH's established connections to the farm, as `ss -Htn state established` prints them in

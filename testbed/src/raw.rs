@@ -1,8 +1,6 @@
 //! Whole Ethernet frames sent as they are out of an interface of a lab namespace (an AF_PACKET
 //! socket), as a spoofer sends them: the attacks of the `attacks` experiment and the inline
-//! tests' floods. Frames are built with etherparse ([`tcp_frame`]).
-
-use std::net::SocketAddrV4;
+//! tests' floods.
 
 use anyhow::{bail, Context, Result};
 
@@ -65,76 +63,4 @@ pub fn mac_of(ns: &str, dev: &str) -> Result<[u8; 6]> {
     let text = crate::topology::in_ns(ns, "cat", &[&format!("/sys/class/net/{dev}/address")])?;
     let v: Vec<u8> = text.trim().split(':').map(|h| u8::from_str_radix(h, 16)).collect::<Result<_, _>>().with_context(|| format!("{dev}: {text}"))?;
     v.try_into().map_err(|_| anyhow::anyhow!("{dev}: not a MAC address: {text}"))
-}
-
-/// The TCP flags of a frame [`tcp_frame`] builds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Flags {
-    pub syn: bool,
-    pub ack: bool,
-    pub rst: bool,
-    pub fin: bool,
-    pub psh: bool,
-}
-
-impl Flags {
-    pub const SYN: Flags = Flags { syn: true, ack: false, rst: false, fin: false, psh: false };
-    pub const ACK: Flags = Flags { syn: false, ack: true, rst: false, fin: false, psh: false };
-    pub const RST: Flags = Flags { syn: false, ack: false, rst: true, fin: false, psh: false };
-    pub const RST_ACK: Flags = Flags { syn: false, ack: true, rst: true, fin: false, psh: false };
-    pub const FIN_ACK: Flags = Flags { syn: false, ack: true, rst: false, fin: true, psh: false };
-    pub const PSH_ACK: Flags = Flags { syn: false, ack: true, rst: false, fin: false, psh: true };
-}
-
-/// An Ethernet II / IPv4 / TCP frame with good checksums: `src` to `dst` at these link
-/// addresses, sequence number `seq`, acknowledgement `ack` (sent only with the ACK flag), a
-/// 64 KiB window, `payload`.
-pub fn tcp_frame(macs: ([u8; 6], [u8; 6]), src: SocketAddrV4, dst: SocketAddrV4, seq: u32, ack: u32, flags: Flags, payload: &[u8]) -> Vec<u8> {
-    let mut b =
-        etherparse::PacketBuilder::ethernet2(macs.0, macs.1).ipv4(src.ip().octets(), dst.ip().octets(), 64).tcp(src.port(), dst.port(), seq, 65_535);
-    if flags.syn {
-        b = b.syn();
-    }
-    if flags.ack {
-        b = b.ack(ack);
-    }
-    if flags.rst {
-        b = b.rst();
-    }
-    if flags.fin {
-        b = b.fin();
-    }
-    if flags.psh {
-        b = b.psh();
-    }
-    let mut out = Vec::with_capacity(b.size(payload.len()));
-    b.write(&mut out, payload).expect("a Vec takes any frame");
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames_parse_back_with_their_fields_and_checksums() {
-        let (a, b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-        let (src, dst) = ("10.4.0.7:40000".parse().unwrap(), "10.9.0.1:80".parse().unwrap());
-        let f = tcp_frame((a, b), src, dst, 7, 99, Flags::RST_ACK, b"");
-        let p = etherparse::SlicedPacket::from_ethernet(&f).unwrap();
-        let Some(etherparse::LinkSlice::Ethernet2(eth)) = &p.link else { panic!("not Ethernet II") };
-        assert_eq!((eth.source(), eth.destination()), (a, b));
-        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else { panic!("not IPv4") };
-        assert_eq!((ip.header().source(), ip.header().destination()), ([10, 4, 0, 7], [10, 9, 0, 1]));
-        let Some(etherparse::TransportSlice::Tcp(tcp)) = &p.transport else { panic!("not TCP") };
-        assert_eq!((tcp.source_port(), tcp.destination_port(), tcp.sequence_number(), tcp.acknowledgment_number()), (40000, 80, 7, 99));
-        assert!(tcp.rst() && tcp.ack() && !tcp.syn() && !tcp.fin());
-        let sum = tcp.to_header().calc_checksum_ipv4(&ip.header().to_header(), tcp.payload()).unwrap();
-        assert_eq!(sum, tcp.checksum());
-        // Without ACK the acknowledgement is not sent.
-        let f = tcp_frame((a, b), src, dst, 7, 99, Flags::SYN, b"");
-        let Some(etherparse::TransportSlice::Tcp(tcp)) = etherparse::SlicedPacket::from_ethernet(&f).unwrap().transport else { panic!() };
-        assert!(tcp.syn() && !tcp.ack());
-        assert_eq!(tcp.acknowledgment_number(), 0);
-    }
 }
