@@ -150,6 +150,9 @@ pub struct RlmOutcome {
     pub engine_call_us: Option<serde_json::Value>,
     /// The counters of `/status` `stats` about what rlm refused or evicted ([`ROBUSTNESS_STATS`]).
     pub robustness: BTreeMap<String, f64>,
+    /// `/status`'s `limits`: rlm's `[limits]` as it derived them (`memory_mb`, its bounds); None
+    /// from an rlm without them.
+    pub limits: Option<serde_json::Value>,
 }
 
 /// One second of a running rlm.
@@ -553,6 +556,7 @@ impl Inline {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
                 out.engine_call_us = (!v["engine_call_us"].is_null()).then(|| v["engine_call_us"].clone());
                 out.robustness = stats_of(&v, &ROBUSTNESS_STATS);
+                out.limits = (!v["limits"].is_null()).then(|| v["limits"].clone());
                 out.transactions = v["stats"]["transactions"].as_u64();
                 out.cut_frames = v["stats"]["cut_frames"].as_u64();
                 out.truncated = v["stats"]["malformed"]["truncated"].as_u64();

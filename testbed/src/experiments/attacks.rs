@@ -193,21 +193,30 @@ fn high_live_matched(a: &Value) -> f64 {
     num(&f["matched"]) / num(&f["truth_pageviews"])
 }
 
-/// rlm's resident memory under 128 MiB and an engine call's 99.99th percentile under 1 ms.
+/// rlm's resident memory under 128 MiB, and under its `[limits]` `memory_mb` when it reports a
+/// smaller one; an engine call's 99.99th percentile under 1 ms.
 fn bounds(c: &mut Checks, a: &Value) {
     let name = a["name"].as_str().unwrap_or("?");
     let rss = num(&a["rlm"]["rss_max_kib"]);
+    let limit_kib = num(&a["rlm"]["limits"]["memory_mb"]) * 1024.0;
+    let bound = if limit_kib < RSS_MAX_KIB { limit_kib } else { RSS_MAX_KIB };
+    let limit = if limit_kib.is_nan() { "none reported".to_string() } else { format!("{:.0}", limit_kib / 1024.0) };
     c.v.push((
-        rss < RSS_MAX_KIB,
-        format!("attacks/{name}: rlm's resident memory at most {:.1} MiB (under {:.0})", rss / 1024.0, RSS_MAX_KIB / 1024.0),
+        rss < bound,
+        format!(
+            "attacks/{name}: rlm's resident memory at most {:.1} MiB (under {:.0}; its [limits] memory_mb {limit})",
+            rss / 1024.0,
+            bound / 1024.0
+        ),
     ));
     let calls = &a["rlm"]["engine_call_us"];
     let p9999 = num(&calls["p9999"]);
     c.v.push((
         p9999 <= ENGINE_CALL_P9999_MAX_US,
         format!(
-            "attacks/{name}: engine calls p99.99 {p9999} µs (at most {ENGINE_CALL_P9999_MAX_US:.0}); p50 {}, p99 {}, max {} µs, {} timed",
-            calls["p50"], calls["p99"], calls["max"], calls["timed"]
+            "attacks/{name}: engine calls p99.99 {p9999} µs (at most {ENGINE_CALL_P9999_MAX_US:.0}); p50 {}, p99 {}, max {} µs, {} timed; \
+             on the loop thread's CPU clock p99.99 {} µs, max {} µs (not judged)",
+            calls["p50"], calls["p99"], calls["max"], calls["timed"], calls["cpu"]["p9999"], calls["cpu"]["max"]
         ),
     ));
 }
@@ -253,7 +262,7 @@ mod tests {
         assert!(v.iter().all(|(ok, _)| *ok), "{v:?}");
         assert!(line(&v, "attacks/syn-flood: regime reached: attacks/syn-flood: the attacker sent 100000 frames").0);
         assert!(line(&v, "attacks/syn-flood: HIGH's mean 0.530 s within 10% of none's 0.500 s (+6.0%)").0);
-        assert!(line(&v, "attacks/syn-flood: rlm's resident memory at most 60.0 MiB (under 128)").0);
+        assert!(line(&v, "attacks/syn-flood: rlm's resident memory at most 60.0 MiB (under 128; its [limits] memory_mb none reported)").0);
         // 12% slower, 130 MiB, a 1.2 ms call: each fails.
         let v = check(vec![none(), arm("syn-flood", Some("syn-flood"), 0.56, 130.0, 1200.0, 0.55)]);
         assert!(!line(&v, "attacks/syn-flood: HIGH's mean").0);
@@ -263,6 +272,15 @@ mod tests {
         let mut dirty = arm("syn-flood", Some("syn-flood"), 0.5, 40.0, 200.0, 0.5);
         (dirty["rlm"]["clean_exit"], dirty["rlm"]["exit_code"]) = (json!(false), json!(null));
         assert!(!line(&check(vec![none(), dirty]), "attacks/syn-flood: rlm inline exited null on SIGTERM").0);
+        // Under 128 MiB but over the [limits] rlm reports: fails; under both passes.
+        let limited = |rss_mib: f64| {
+            let mut a = arm("slowloris", Some("slowloris"), 0.5, rss_mib, 200.0, 0.5);
+            a["rlm"]["limits"] = json!({"memory_mb": 96});
+            line(&check(vec![none(), a]), "attacks/slowloris: rlm's resident memory").clone()
+        };
+        let (ok, l) = limited(100.0);
+        assert!(!ok && l.ends_with("at most 100.0 MiB (under 96; its [limits] memory_mb 96)"), "{l}");
+        assert!(limited(90.0).0);
         // None over the bounds fails too.
         let v = check(vec![arm("none", None, 0.50, 140.0, 200.0, 0.52)]);
         assert!(!line(&v, "attacks/none: rlm's resident memory").0);
