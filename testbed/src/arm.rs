@@ -11,6 +11,7 @@ use sim_clients::browser::{GeneratorStats, GroundTruth};
 use sim_clients::openloop::Schedule;
 use sim_clients::tcp_profile::TcpProfile;
 
+use crate::attack::{Attack, AttackOutcome};
 use crate::farm::sampler::ServerView;
 use crate::farm::{FarmConfig, FarmUsage};
 pub use crate::inline::RlmArm;
@@ -49,6 +50,9 @@ pub struct ArmSpec {
     /// Which of the lab's ports keep their offloads: none, but in an arm that measures with them
     /// on (fidelity's live-offloads).
     pub offloads: Offloads,
+    /// An attack sent while the browsers run (the `attacks` experiment), from the end of their
+    /// ramp to the end of the run.
+    pub attack: Option<Attack>,
 }
 
 /// The open-loop load of an arm: Poisson arrivals at a load of a shaped uplink.
@@ -124,6 +128,10 @@ pub struct ArmResult {
     pub capture_fidelity: Option<Fidelity>,
     /// rlm's live pageview records against the ground truth; null without rlm's records.
     pub live_fidelity: Option<LiveFidelity>,
+    /// The same, each class's pageviews of the ground truth apart; empty without rlm's records.
+    pub live_fidelity_by_class: BTreeMap<String, LiveFidelity>,
+    /// What the attacker sent (the arm's `attack`); null without one.
+    pub attack: Option<AttackOutcome>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

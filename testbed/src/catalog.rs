@@ -7,6 +7,7 @@ use anyhow::{bail, Result};
 use serde_json::{Map, Value};
 
 use crate::arm::ArmSpec;
+use crate::experiments::attacks::Attacks;
 use crate::experiments::baseline_lan::BaselineLan;
 use crate::experiments::baseline_wan::BaselineWan;
 use crate::experiments::fast_syn::FastSyn;
@@ -46,6 +47,7 @@ pub const ALL: &[&dyn Experiment] = &[
     &RewriteEmbeds,
     &Predict,
     &Throughput,
+    &Attacks,
 ];
 
 /// The experiments' names, in order.

@@ -3,8 +3,9 @@
 //! [`Inline::start`] writes the arm's rule file, starts
 //! `ip netns exec {p}-app rlm run --bridge br0 --client-port app-c --server-port app-s --rules FILE
 //! --metrics 127.0.0.1:PORT --transactions ... --pageviews ... --decisions ... [extra]` with its
-//! log and its records in the arm's directory and waits until `GET /status` answers;
-//! [`Inline::stop`] saves `/status` and `/metrics`, sends SIGTERM, and checks that rlm exited 0
+//! log and its records in the arm's directory and waits until `GET /status` answers; while it
+//! runs, its resident memory, open descriptors and classes' response times are sampled each
+//! second ([`RlmSample`]); [`Inline::stop`] saves `/status` and `/metrics`, sends SIGTERM, and checks that rlm exited 0
 //! and left no netfilter rule behind. rlm runs with a guard process (`rlm guard`, which cleans up
 //! when rlm dies without a clean exit): [`Inline::stop`] and [`Inline::kill`] return once it has
 //! exited too, [`Inline::kill_with_guard`] kills both as a stop of the whole service would. What rlm reports (its SYN drops, its verdict latency, its
@@ -15,6 +16,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -136,6 +139,31 @@ pub struct RlmOutcome {
     pub metrics: Option<PathBuf>,
     /// rlm's records of the arm; None when they were off.
     pub records: Option<RlmRecords>,
+    /// rlm's resident memory and open descriptors each second while it ran (`/proc/PID`), with
+    /// its classes' response times from `/status` at that second.
+    pub samples: Vec<RlmSample>,
+    /// The largest of the samples' resident memory (KiB) and open descriptors.
+    pub rss_max_kib: Option<u64>,
+    pub fds_max: Option<u64>,
+    /// `/status`'s `engine_call_us` at the end: how long the engine's calls took (one call in
+    /// `sample` timed; `timed`, `p50`, `p99`, `p9999`, `max` in µs).
+    pub engine_call_us: Option<serde_json::Value>,
+    /// The counters of `/status` `stats` about what rlm refused or evicted ([`ROBUSTNESS_STATS`]).
+    pub robustness: BTreeMap<String, f64>,
+    /// `/status`'s `limits`: rlm's `[limits]` as it derived them (`memory_mb`, its bounds); None
+    /// from an rlm without them.
+    pub limits: Option<serde_json::Value>,
+}
+
+/// One second of a running rlm.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RlmSample {
+    pub unix_s: f64,
+    pub rss_kib: u64,
+    pub fds: u64,
+    /// Each class's `rt_mean_s` in `/status` (the rules' `RT.CLASS`); a class without one (an
+    /// empty window) is absent.
+    pub rt_mean_s: BTreeMap<String, f64>,
 }
 
 /// Where rlm wrote its records in an arm, and how many it said it wrote and dropped.
@@ -180,6 +208,21 @@ pub const ADAPT_STATS: [&str; 14] = [
     "adapt_patch_failed",
 ];
 
+/// The counters of rlm's /status `stats` about what it refused, evicted or did not count (issue
+/// 24: evidence, sides, windows and budgets).
+pub const ROBUSTNESS_STATS: [&str; 10] = [
+    "connections_midstream",
+    "failures_unproven",
+    "pageviews_unproven",
+    "wrong_side",
+    "out_of_window",
+    "evicted_held",
+    "pageviews_evicted",
+    "connections_evicted",
+    "window_evicted",
+    "untracked_segments",
+];
+
 /// Those of `keys` that a /status document's `stats` has.
 fn stats_of(status: &serde_json::Value, keys: &[&str]) -> BTreeMap<String, f64> {
     keys.iter().filter_map(|&k| status["stats"][k].as_f64().map(|x| (k.to_string(), x))).collect()
@@ -213,6 +256,8 @@ pub struct Inline {
     records: Option<RlmRecords>,
     started: Instant,
     rules_installed: bool,
+    /// The sampler of rlm's memory, descriptors and class response times, and its stop.
+    sampler: Option<(Arc<AtomicBool>, std::thread::JoinHandle<Vec<RlmSample>>)>,
 }
 
 /// GET `path` from `addr` inside namespace `ns`; returns (status code, body).
@@ -268,6 +313,44 @@ fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let v: Vec<&str> = text.lines().collect();
     v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The resident memory of a process (KiB, `VmRSS` of /proc/PID/status); None once it is gone.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
+}
+
+/// The open descriptors of a process (entries of /proc/PID/fd); None once it is gone.
+pub fn open_fds(pid: u32) -> Option<u64> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
+}
+
+/// Each class's `rt_mean_s` in a /status document.
+fn class_rts(status: &serde_json::Value) -> BTreeMap<String, f64> {
+    let classes = status["classes"].as_array().into_iter().flatten();
+    classes.filter_map(|c| Some((c["class"].as_str()?.to_string(), c["rt_mean_s"].as_f64()?))).collect()
+}
+
+/// Sample rlm (`pid`, its /status at `addr` in `ns`) each second until `stop` is set.
+fn sample_each_second(pid: u32, ns: String, addr: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<RlmSample>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let next = Instant::now() + Duration::from_secs(1);
+            let (Some(rss_kib), Some(fds)) = (rss_kib(pid), open_fds(pid)) else { break };
+            let rt_mean_s = match http_get(&ns, addr, "/status", Duration::from_millis(500)) {
+                Ok((200, body)) => serde_json::from_str(&body).map(|v| class_rts(&v)).unwrap_or_default(),
+                _ => BTreeMap::new(),
+            };
+            let unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+            out.push(RlmSample { unix_s, rss_kib, fds, rt_mean_s });
+            while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        out
+    })
 }
 
 /// CPU seconds (user + system) of a process, from /proc/PID/stat.
@@ -326,6 +409,7 @@ impl Inline {
             started: Instant::now(),
             rules_installed: false,
             guard: None,
+            sampler: None,
         };
         let deadline = Instant::now() + ready_timeout;
         loop {
@@ -348,6 +432,8 @@ impl Inline {
             std::thread::sleep(Duration::from_millis(100));
         }
         me.rules_installed = !rlm_rules(ns).is_empty();
+        let stop = Arc::new(AtomicBool::new(false));
+        me.sampler = Some((stop.clone(), sample_each_second(pid, ns.to_string(), addr, stop)));
         // rlm starts its guard before it installs anything; the guard names itself at once.
         let until = Instant::now() + Duration::from_secs(1);
         while me.guard.is_none() && Instant::now() < until {
@@ -379,6 +465,9 @@ impl Inline {
     /// SIGKILL, as a crash would: rlm cleans nothing up itself; its guard process does, and this
     /// waits for the guard to finish (at most 5 s).
     pub fn kill(&mut self) -> Result<()> {
+        if let Some((stop, _)) = &self.sampler {
+            stop.store(true, Ordering::Relaxed);
+        }
         if let Some(mut c) = self.child.take() {
             c.kill()?;
             c.wait()?;
@@ -465,6 +554,9 @@ impl Inline {
             std::fs::write(&p, &s)?;
             out.status = Some(p);
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
+                out.engine_call_us = (!v["engine_call_us"].is_null()).then(|| v["engine_call_us"].clone());
+                out.robustness = stats_of(&v, &ROBUSTNESS_STATS);
+                out.limits = (!v["limits"].is_null()).then(|| v["limits"].clone());
                 out.transactions = v["stats"]["transactions"].as_u64();
                 out.cut_frames = v["stats"]["cut_frames"].as_u64();
                 out.truncated = v["stats"]["malformed"]["truncated"].as_u64();
@@ -483,6 +575,12 @@ impl Inline {
             std::fs::write(&p, &m)?;
             out.metrics = Some(p);
             metrics_text = m;
+        }
+        if let Some((stop, sampler)) = self.sampler.take() {
+            stop.store(true, Ordering::Relaxed);
+            out.samples = sampler.join().unwrap_or_default();
+            out.rss_max_kib = out.samples.iter().map(|s| s.rss_kib).max();
+            out.fds_max = out.samples.iter().map(|s| s.fds).max();
         }
         out.cpu_s = cpu_seconds(self.pid);
         out.wall_s = self.started.elapsed().as_secs_f64();

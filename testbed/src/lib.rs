@@ -2,6 +2,7 @@
 //! network namespaces, with the appliance as a bridge between them.
 
 pub mod arm;
+pub mod attack;
 pub mod calibrate;
 pub mod catalog;
 pub mod experiments;
@@ -9,6 +10,7 @@ pub mod farm;
 pub mod inline;
 pub mod live;
 pub mod netns;
+pub mod raw;
 pub mod report;
 pub mod runner;
 pub mod stats;

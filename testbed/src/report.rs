@@ -119,6 +119,27 @@ fn synack_table(arms: &[ArmResult]) -> String {
     md
 }
 
+/// attacks (issue 24): per arm, what the attacker sent and rlm's memory, descriptors and
+/// engine call times, beside HIGH's mean by the browsers.
+fn attack_table(arms: &[ArmResult]) -> String {
+    let mut md = String::from(
+        "\n| arm | attacker: frames (refused), seconds, per second | rlm RSS max | fds max | engine call p99.99 / max, timed | HIGH mean | rlm's RT.HIGH at the end |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for a in arms {
+        let attacker =
+            a.attack.as_ref().map_or("-".into(), |o| format!("{} ({}), {:.1} s, {:.0}", o.frames_sent, o.frames_failed, o.seconds, o.rate_per_s));
+        let r = a.rlm.as_ref();
+        let rss = r.and_then(|r| r.rss_max_kib).map_or("-".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+        let fds = r.and_then(|r| r.fds_max).map_or("-".into(), |n| n.to_string());
+        let calls = r.and_then(|r| r.engine_call_us.as_ref()).map_or("-".into(), |c| format!("{} / {} µs, {}", c["p9999"], c["max"], c["timed"]));
+        let high = a.pageviews.by_class.get("HIGH").map_or("-".into(), |h| format!("{:.3} s", h.mean_s));
+        let rt = r.and_then(|r| r.samples.last()).and_then(|s| s.rt_mean_s.get("HIGH")).map_or("-".into(), |x| format!("{x:.3} s"));
+        md.push_str(&format!("| {} | {attacker} | {rss} | {fds} | {calls} | {high} | {rt} |\n", a.name));
+    }
+    md
+}
+
 /// fast-syn and think-gap (004 Figures 16 and 17): each class of each arm, and what rlm did to
 /// the SYNs.
 fn class_table(arms: &[ArmResult]) -> String {
@@ -405,6 +426,7 @@ pub fn write(
     match experiment {
         "fast-synack" => md.push_str(&synack_table(arms)),
         "fast-syn" | "think-gap" => md.push_str(&class_table(arms)),
+        "attacks" => md.push_str(&attack_table(arms)),
         "predict" => {
             md.push_str(&embeds_table(experiment, arms));
             goals_png(&dir.join("predict-goals.png"), arms)?;

@@ -271,8 +271,12 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
         // Pageviews under way at the deadline finish (a failing connection takes the profile's
         // connect timeout), then whatever is left is cut.
+        // The attacker starts with the browsers and sends from the end of their ramp to the end
+        // of the run.
+        let attacker = arm.attack.clone().map(|a| crate::attack::start(a, &info, arm.ramp_s(), arm.duration_s));
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
         let waited = wait_or_kill(&mut child, limit);
+        let attack = attacker.map(|t| t.join().map_err(|_| anyhow::anyhow!("the attacker panicked"))?).transpose()?;
         let t_ran = t0.elapsed() - t_up;
         let farm_tcp = sampler.and_then(Sampler::finish);
         let rlm = rlm.map(Inline::stop).transpose()?;
@@ -317,14 +321,16 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let (generator, bottleneck) = generator_stats(dir);
         let by_class = classes_of(&pvs).into_iter().map(|c| (c.clone(), pv_stats(pvs.iter().filter(|p| p.class == c)))).collect();
         let capture_fidelity = capture.as_deref().map(|c| fidelity::of_capture(c, &pvs, arm.profile.connect_timeout())).transpose()?;
-        let live_fidelity = rlm.as_ref().and_then(|r| r.records.as_ref()).and_then(|r| match fidelity::of_live(&r.pageviews, &pvs) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                // The arm's other figures stand; its checks say the live figure is missing.
-                eprintln!("rlm-lab: arm {}: no live fidelity: {e:#}", arm.name);
-                None
-            }
-        });
+        let (live_fidelity, live_fidelity_by_class) =
+            match rlm.as_ref().and_then(|r| r.records.as_ref()).map(|r| fidelity::of_live(&r.pageviews, &pvs)) {
+                Some(Ok((all, by_class))) => (Some(all), by_class),
+                Some(Err(e)) => {
+                    // The arm's other figures stand; its checks say the live figure is missing.
+                    eprintln!("rlm-lab: arm {}: no live fidelity: {e:#}", arm.name);
+                    (None, BTreeMap::new())
+                }
+                None => (None, BTreeMap::new()),
+            };
         Ok(ArmResult {
             name: arm.name.clone(),
             config: arm.clone(),
@@ -345,6 +351,8 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             timeline: timeline(&pvs, arm.duration_s),
             capture_fidelity,
             live_fidelity,
+            live_fidelity_by_class,
+            attack,
         })
     })();
     plan.down()?;
@@ -427,6 +435,8 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         timeline: Vec::new(),
         capture_fidelity: None,
         live_fidelity: None,
+        live_fidelity_by_class: BTreeMap::new(),
+        attack: None,
     })
 }
 

@@ -296,6 +296,8 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
         timeline: Vec::new(),
         capture_fidelity: None,
         live_fidelity: None,
+        live_fidelity_by_class: Default::default(),
+        attack: None,
     }
 }
 

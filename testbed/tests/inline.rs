@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use testbed::inline::{rlm_rules, Inline, RlmArm, RlmRecords};
 use testbed::netns;
+use testbed::raw::RawSender;
 use testbed::topology::{Info, Plan, FARM_ADDR};
 
 const CLASSES: &str = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\n";
@@ -704,15 +705,11 @@ fn fast_syn_and_synack_frames_are_well_formed_and_make_one_connection_each() {
 
 /// The MAC address of a device in a namespace.
 fn mac_of(ns: &str, dev: &str) -> [u8; 6] {
-    let out = std::process::Command::new("ip").args(["netns", "exec", ns, "cat", &format!("/sys/class/net/{dev}/address")]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: Vec<u8> = text.trim().split(':').map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
-    v.try_into().unwrap()
+    testbed::raw::mac_of(ns, dev).unwrap()
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap()
+    testbed::inline::rss_kib(pid).expect("rlm runs")
 }
 
 /// With the offloads every real box keeps on (TSO/GSO at the farm, GRO/GSO on the appliance's
@@ -797,9 +794,6 @@ fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A SYN flood from 20,000 spoofed sources (inside the lab) while `FAST SYN + SYN/ACK` holds for
-/// every client: none of them completes a handshake, so none earns its class a budget, and rlm
-/// sends at most the class's burst (here 200) in all: no amplification. Its memory stays
 /// Issue 24: under a ring that fills faster than the engine empties it (a flood of data
 /// segments on made-up connections, sent as fast as one thread can, each reported by the fast
 /// path), rlm's loop still gives every turn to verdicts, timers, the status and signals: a
@@ -840,7 +834,7 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
         .map(|_| {
             let (ns, iface, frames, flooding) = (info.namespaces.clients.clone(), info.clients.interface.clone(), frames.clone(), stop.clone());
             std::thread::spawn(move || {
-                let out = RawSender::new(&ns, &iface);
+                let out = RawSender::new(&ns, &iface).unwrap();
                 let mut sent = 0u64;
                 let until = Instant::now() + Duration::from_secs(30);
                 'out: loop {
@@ -906,54 +900,6 @@ fn rlm_answers_signals_and_verdicts_under_a_full_ring() {
     assert!(out.rules_left.is_empty(), "{:?}", out.rules_left);
 }
 
-/// Frames sent as they are out of an interface of a namespace (AF_PACKET), as a spoofer
-/// sends them: the calling thread enters the namespace.
-struct RawSender {
-    fd: i32,
-    sll: libc::sockaddr_ll,
-}
-
-impl RawSender {
-    fn new(ns: &str, iface: &str) -> RawSender {
-        netns::enter(ns).unwrap();
-        // SAFETY: socket(2); the descriptor is closed on drop.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-        assert!(fd >= 0);
-        // SAFETY: sockaddr_ll is plain data; all zero is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        let name = std::ffi::CString::new(iface).unwrap();
-        // SAFETY: a NUL-terminated name; this thread is in the namespace.
-        sll.sll_ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
-        assert!(sll.sll_ifindex > 0);
-        sll.sll_halen = 6;
-        RawSender { fd, sll }
-    }
-
-    /// Send one whole Ethernet frame; whether it went.
-    fn send(&self, frame: &[u8]) -> bool {
-        // SAFETY: valid buffers of the lengths given.
-        let n = unsafe {
-            libc::sendto(
-                self.fd,
-                frame.as_ptr() as *const _,
-                frame.len(),
-                0,
-                &self.sll as *const _ as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        n == frame.len() as isize
-    }
-}
-
-impl Drop for RawSender {
-    fn drop(&mut self) {
-        // SAFETY: our own descriptor, closed once.
-        unsafe { libc::close(self.fd) };
-    }
-}
-
 /// The time of day (UTC seconds since midnight) of a log line that starts with an RFC 3339
 /// time (`2026-11-26T08:20:20.472796Z`, after any colour codes).
 fn time_of_day(line: &str) -> Option<f64> {
@@ -964,6 +910,9 @@ fn time_of_day(line: &str) -> Option<f64> {
     Some(h * 3600.0 + m * 60.0 + s)
 }
 
+/// A SYN flood from 20,000 spoofed sources (inside the lab) while `FAST SYN + SYN/ACK` holds for
+/// every client: none of them completes a handshake, so none earns its class a budget, and rlm
+/// sends at most the class's burst (here 200) in all: no amplification. Its memory stays
 /// bounded, and a real client still gets its pages.
 #[test]
 fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
@@ -979,7 +928,7 @@ fn a_spoofed_syn_flood_gets_no_amplification_from_rlm() {
     let (ns, iface) = (info.namespaces.clients.clone(), info.clients.interface.clone());
     const FLOOD: u32 = 20_000;
     let flood = std::thread::spawn(move || {
-        let out = RawSender::new(&ns, &iface);
+        let out = RawSender::new(&ns, &iface).unwrap();
         for i in 0..FLOOD {
             let c = rlm_core::testkit::TcpConv::new(
                 &format!("10.5.{}.{}:{}", 100 + i / 250 % 100, 1 + i % 250, 1024 + i % 60_000),

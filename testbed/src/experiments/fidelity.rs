@@ -3,7 +3,7 @@
 //! records `rlm run` writes inline). The lab's matching of both with the ground truth is here; it
 //! is the only file of the lab that uses the engine (`rlm_core`), for the offline replay.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
@@ -156,10 +156,18 @@ pub fn of_capture(cap: &Path, truth: &[GroundTruth], connect_timeout: Duration) 
     Ok(compare(truth, &seen).all)
 }
 
-/// rlm's live pageviews (its `--pageviews` file) against the ground truth.
-pub fn of_live(pageviews: &Path, truth: &[GroundTruth]) -> Result<report::LiveFidelity> {
+/// rlm's live pageviews (its `--pageviews` file) against the ground truth: all of it, and each
+/// class's pageviews apart (the file is read once: an attack can make it gigabytes).
+pub fn of_live(pageviews: &Path, truth: &[GroundTruth]) -> Result<(report::LiveFidelity, BTreeMap<String, report::LiveFidelity>)> {
     let seen: Vec<Seen> = read_pageviews(pageviews)?.into_iter().map(Seen::from).collect();
-    Ok(compare(truth, &seen))
+    let by_class = crate::arm::classes_of(truth)
+        .into_iter()
+        .map(|c| {
+            let of_class: Vec<GroundTruth> = truth.iter().filter(|t| t.class == c).cloned().collect();
+            (c, compare(&of_class, &seen))
+        })
+        .collect();
+    Ok((compare(truth, &seen), by_class))
 }
 
 /// How far apart a truth pageview and the appliance's may start and still be matched (s): the

@@ -22,6 +22,7 @@ use crate::report::Fidelity;
 use crate::runner::run_arm;
 use crate::topology::Offloads;
 
+pub mod attacks;
 pub mod baseline_lan;
 pub mod baseline_wan;
 pub mod fast_syn;
@@ -219,6 +220,7 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
         rlm: None,
         syn_capture: false,
         offloads: Offloads::Off,
+        attack: None,
     }
 }
 
@@ -318,8 +320,20 @@ pub fn injected(a: &Value, counter: &str) -> f64 {
     num(&a["rlm"]["injected"][counter])
 }
 
-/// rlm ran, installed its rules, exited 0 on SIGTERM and left nothing behind.
+/// rlm ran, installed its rules, exited 0 on SIGTERM and left nothing behind; it lost no packet
+/// report; its records were counted.
 pub fn rlm_clean(v: &mut Vec<(bool, String)>, exp: &str, a: &Value) {
+    let r = &a["rlm"];
+    v.push(rlm_exited_clean(exp, a));
+    let lost = r["reports_lost"].as_f64().unwrap_or(f64::NAN);
+    v.push((lost == 0.0, format!("{exp}/{}: rlm kept up: {lost} packet reports lost", a["name"].as_str().unwrap_or("?"))));
+    if r["records"].is_object() {
+        v.push(records_counted(exp, a));
+    }
+}
+
+/// rlm installed its rules, exited 0 on SIGTERM and left nothing behind.
+pub fn rlm_exited_clean(exp: &str, a: &Value) -> (bool, String) {
     let r = &a["rlm"];
     let what = format!(
         "{exp}/{}: rlm inline exited {} on SIGTERM, rules installed {}, rules left {}",
@@ -328,12 +342,7 @@ pub fn rlm_clean(v: &mut Vec<(bool, String)>, exp: &str, a: &Value) {
         r["rules_installed"],
         r["rules_left"]
     );
-    v.push((r["clean_exit"].as_bool() == Some(true) && r["rules_installed"].as_bool() == Some(true), what));
-    let lost = r["reports_lost"].as_f64().unwrap_or(f64::NAN);
-    v.push((lost == 0.0, format!("{exp}/{}: rlm kept up: {lost} packet reports lost", a["name"].as_str().unwrap_or("?"))));
-    if r["records"].is_object() {
-        v.push(records_counted(exp, a));
-    }
+    (r["clean_exit"].as_bool() == Some(true) && r["rules_installed"].as_bool() == Some(true), what)
 }
 
 /// Every record rlm lost is counted: its exit line gave what it wrote and dropped of each kind,
@@ -513,6 +522,8 @@ pub(crate) mod testing {
                 timeline: timeline(&pvs, spec.duration_s),
                 capture_fidelity: None,
                 live_fidelity: None,
+                live_fidelity_by_class: Default::default(),
+                attack: None,
             });
         }
         (arms, note)
