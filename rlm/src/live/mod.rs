@@ -711,7 +711,8 @@ impl Loop {
         Ok(n)
     }
 
-    /// Hand the waiting measured packets to the engine (up to a batch); returns how many.
+    /// Hand the waiting measured packets to the engine (up to a batch, and for the ring at most
+    /// [`TURN_BUDGET`] of them); returns how many, or a whole batch when the ring still holds more.
     fn drain_source(&mut self) -> usize {
         match self.source {
             Source::Tap(_) => self.drain_tap(),
@@ -726,7 +727,15 @@ impl Loop {
         let mut n = 0;
         let mut observed = 0u64;
         let mut syns = 0u64;
+        let started = Instant::now();
         while n < RING_BATCH {
+            // A batch is bounded in time too: when each report costs the engine much (connections
+            // evicted and made at every frame, a debug build), 4,096 of them took a second, and
+            // the turn's signals and verdicts waited for them.
+            if n % 64 == 63 && started.elapsed() >= TURN_BUDGET {
+                n = RING_BATCH;
+                break;
+            }
             let Some(item) = f.ring.next() else { break };
             n += 1;
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
