@@ -89,7 +89,7 @@ impl Heartbeat {
 
 /// CLOCK_MONOTONIC in nanoseconds: `bpf_ktime_get_ns`'s clock.
 #[cfg(feature = "bpf")]
-pub fn monotonic_ns() -> u64 {
+fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec, which `ts` is.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };

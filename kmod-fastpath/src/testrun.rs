@@ -81,16 +81,12 @@ const INGRESS_IFINDEX_AT: usize = 36;
 pub(crate) fn run_program(bpf: &aya::Ebpf, name: &str, frame: &[u8], repeat: u32, arrival: Arrival) -> Result<TestRun> {
     use anyhow::Context;
     let p: &aya::programs::SchedClassifier = bpf.program(name).with_context(|| format!("program {name} missing"))?.try_into()?;
-    run_as(p.fd()?, frame, repeat, arrival)
+    run(p.fd()?, frame, repeat, arrival)
 }
 
-/// Run the program `prog` on `frame` (an Ethernet frame) `repeat` times on this CPU.
-pub fn run(prog: &impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
-    run_as(prog, frame, repeat, Arrival::Leaving)
-}
-
-/// The same, with the `skb` where `arrival` says.
-pub fn run_as(prog: &impl AsFd, frame: &[u8], repeat: u32, arrival: Arrival) -> Result<TestRun> {
+/// Run the program `prog` on `frame` (an Ethernet frame) `repeat` times on this CPU, the `skb`
+/// where `arrival` says.
+pub fn run(prog: &impl AsFd, frame: &[u8], repeat: u32, arrival: Arrival) -> Result<TestRun> {
     if frame.len() < 14 {
         bail!("a test frame needs at least an Ethernet header ({} bytes)", frame.len());
     }

@@ -385,10 +385,7 @@ impl<A: StreamAnalyzer> Conn<A> {
         if !(0..=RST_AHEAD).contains(&d) {
             return false;
         }
-        let other = self.stream(match dir {
-            Dir::ToServer => Dir::ToClient,
-            Dir::ToClient => Dir::ToServer,
-        });
+        let other = self.stream(opposite(dir));
         match (seg.flags.ack, other.next_seq()) {
             (true, Some(other_next)) => {
                 let from = other.acked().unwrap_or(other_next).wrapping_sub(RST_BEHIND as u32);

@@ -139,7 +139,7 @@ pub(super) struct Window {
     /// (when, response time, source), oldest first.
     samples: VecDeque<(Timestamp, f64, u64)>,
     /// Samples each source holds.
-    per_source: std::collections::HashMap<u64, u32>,
+    per_source: ahash::AHashMap<u64, u32>,
     /// Sequence number of the oldest sample: the `i`-th sample's is `first_seq + i`.
     first_seq: u64,
     sum: f64,
@@ -163,7 +163,7 @@ impl Window {
     fn with_cap(cap: usize) -> Window {
         Window {
             samples: VecDeque::new(),
-            per_source: std::collections::HashMap::new(),
+            per_source: ahash::AHashMap::new(),
             first_seq: 0,
             sum: 0.0,
             splits: RefCell::new(Vec::new()),

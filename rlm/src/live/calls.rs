@@ -10,12 +10,9 @@ use std::time::Instant;
 
 use hdrhistogram::Histogram;
 
-/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), in nanoseconds.
+/// The calling thread's CPU time, in nanoseconds.
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec, which `ts` is.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    super::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).max(0) as u64
 }
 
 /// One call in this many is timed.
