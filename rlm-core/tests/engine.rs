@@ -664,6 +664,38 @@ fn acts_on_the_connections_of_a_spoofed_drop_syn_flood_stay_bounded_and_go_with_
     assert!(r.pv.is_empty(), "{:?}", r.pv.first());
 }
 
+#[test]
+fn a_spoofed_drop_syn_flood_makes_at_most_the_unproven_rate_of_decision_records() {
+    let mut r = Run::with(Config { unproven_records_per_s: Some(10.0), ..Config::default() });
+    // A real client: its handshake seen before the rule.
+    let mut real = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut real, 0);
+    r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN DROP SYN\n")));
+    // 5,000 first SYNs from spoofed sources in 5 s, each dropped.
+    for i in 0..5_000u64 {
+        let c = TcpConv::new(&format!("10.{}.{}.{}:{}", 100 + i / 65_536, (i >> 8) & 255, i & 255, 1024 + i), "10.9.0.1:80");
+        r.feed(100 + i, c.syn());
+    }
+    assert_eq!(r.engine.stats().syns_dropped, 5_000);
+    // A second's worth at once, then ten a second.
+    assert!(r.decisions.len() <= 10 + 51, "{} decision records", r.decisions.len());
+    assert!(r.decisions.len() >= 50, "{} decision records", r.decisions.len());
+    assert_eq!(r.engine.stats().records_unproven_skipped as usize, 5_000 - r.decisions.len());
+    // The real client's SYN, dropped while the bucket is empty (20 more spoofed SYNs in the same
+    // millisecond took what was left), is recorded.
+    for i in 0..20u64 {
+        r.feed(5_100, TcpConv::new(&format!("10.99.0.{}:{}", i + 1, 1024 + i), "10.9.0.1:80").syn());
+    }
+    let skipped = r.engine.stats().records_unproven_skipped;
+    let again = TcpConv::new("10.5.0.7:40002", "10.9.0.1:80");
+    let before = r.decisions.len();
+    r.feed(5_100, again.syn());
+    assert_eq!(r.engine.stats().records_unproven_skipped, skipped, "not skipped");
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    assert_eq!(r.decisions.len(), before + 1, "a known client's drop is always recorded");
+    assert_eq!(r.decisions.last().map(|d| d.client.as_str()), Some("10.5.0.7:40002"));
+}
+
 /// A page of one transaction from `client` that the client sees take `rt_ms`: its SYN at `t`,
 /// the handshake's RTT, and its last response byte `rt_ms - RTT` after the SYN (half an RTT is
 /// added at each end on the client's clock).

@@ -29,8 +29,12 @@ fn request(i: usize) -> Vec<u8> {
     v
 }
 
+/// The heap is counted for the whole process: its tests run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn midstream_pipelines_of_huge_targets_stay_within_the_budget() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let connections = connections();
     // Budgets small enough for 24 connections to overrun them many times over: without them
     // the 24 would hold about 50 MB (each request's target kept by its connection and by its
@@ -70,4 +74,73 @@ fn midstream_pipelines_of_huge_targets_stay_within_the_budget() {
     // hundred bytes each, and the tables.
     assert!(s.pageviews_evicted > 0, "the lists' budget cut the oldest pageviews short");
     assert!(peak < budget + lists + (4 << 20), "heap {:.1} MB against budgets of {} and {} MB", peak as f64 / 1e6, budget >> 20, lists >> 20);
+}
+
+/// What the same attack makes rlm write: without a rate every unanswered request on a
+/// connection the server never sent on is a record of 8 KiB targets (the lab's full mid-stream
+/// run wrote 2.0 GB of pageview records in 120 s); with `unproven_records_per_s` at most that
+/// many a second (a second's worth at once), each cut to 256 bytes a field and 4 object URIs,
+/// the rest counted.
+#[test]
+fn records_of_unproven_connections_are_rated_and_cut() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    /// Unproven records allowed a second.
+    const RATE: f64 = 5.0;
+    let run = |rate: Option<f64>| {
+        let mut e = Engine::new(Config { unproven_records_per_s: rate, ..Config::default() });
+        let mut events = Vec::new();
+        // 40 connections, 4 requests each, one every 12.5 ms: the attack lasts 2 s.
+        for c in 0..40u32 {
+            let mut conv = TcpConv::new(&format!("10.5.0.{}:{}", c + 1, 40_000 + c), "10.9.0.1:80");
+            for r in 0..4 {
+                let now = Timestamp::from_micros(u64::from(c * 4 + r) * 12_500);
+                e.handle(now, Port::Client, &conv.client_data(&request(r as usize)));
+            }
+            let now = Timestamp::from_micros(u64::from(c * 4 + 3) * 12_500);
+            e.handle(now, Port::Client, &conv.forged(false, 0, "R"));
+            events.extend(std::iter::from_fn(|| e.poll_event()));
+        }
+        let during = events.len();
+        // Everything still open ends at once, ten minutes on.
+        e.handle_timeout(Timestamp::from_millis(600_000));
+        events.extend(std::iter::from_fn(|| e.poll_event()));
+        (e, events, during)
+    };
+    let longest = |events: &[rlm_core::Event]| {
+        events
+            .iter()
+            .flat_map(|ev| match ev {
+                rlm_core::Event::Transaction(t) => vec![t.uri.clone().unwrap_or_default().len(), t.original_uri.clone().unwrap_or_default().len()],
+                rlm_core::Event::Pageview(p) => p.object_uris.iter().chain(&p.container).map(String::len).collect(),
+                rlm_core::Event::Decision(_) => vec![],
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let (whole, all, _) = run(None);
+    let transactions = all.iter().filter(|e| matches!(e, rlm_core::Event::Transaction(_))).count();
+    assert_eq!(transactions, 160, "without a rate every request is a record");
+    assert!(longest(&all) > 8000, "of its whole 8 KiB target");
+    assert_eq!(whole.stats().records_unproven_skipped, 0);
+
+    let (rated, some, during) = run(Some(RATE));
+    println!(
+        "records: {} without a rate, {} with {RATE}/s ({during} in the attack's 2 s), {} skipped",
+        all.len(),
+        some.len(),
+        rated.stats().records_unproven_skipped
+    );
+    // A second's worth at the start, the rate over the attack's 2 s, a second's worth at the end.
+    assert!(during as f64 <= RATE + 2.0 * RATE + 1.0, "{during} records in 2 s");
+    assert!(some.len() as f64 <= during as f64 + RATE, "{} records", some.len());
+    assert!(some.len() >= 2, "some go out");
+    assert_eq!(rated.stats().records_unproven_skipped as usize, all.len() - some.len(), "the others are counted");
+    assert!(longest(&some) <= rlm_core::engine::UNPROVEN_FIELD, "cut to 256 bytes a field: {}", longest(&some));
+    for ev in &some {
+        match ev {
+            rlm_core::Event::Transaction(t) => assert!(t.anomalies.contains(&"unproven"), "{:?}", t.anomalies),
+            rlm_core::Event::Pageview(p) => assert!(p.object_uris.len() <= rlm_core::engine::UNPROVEN_URIS),
+            rlm_core::Event::Decision(_) => {}
+        }
+    }
 }

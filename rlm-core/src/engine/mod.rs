@@ -46,7 +46,7 @@ use rules::{RuleId, RuleSet};
 use syn::{Keep, SynNode};
 
 pub use fastpath::{FastpathUpdate, SynMode};
-pub use records::{conn_uid, DecisionRecord, TransactionRecord, UnixMicros};
+pub use records::{conn_uid, DecisionRecord, TransactionRecord, UnixMicros, UNPROVEN_FIELD, UNPROVEN_URIS};
 pub use stats::{Stats, TableSizes};
 
 /// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).
@@ -113,6 +113,14 @@ pub struct Config {
     /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
     /// which keeps pageviews only, turns it off and saves building them).
     pub transaction_records: bool,
+    /// Records of what nothing shows is real, at most this many a second (one second's worth at
+    /// once), each cut to [`UNPROVEN_FIELD`] bytes a field and [`UNPROVEN_URIS`] object URIs; the
+    /// rest counted in `stats.records_unproven_skipped`. Unproven are a pageview with no
+    /// `evidence`, a transaction that was not answered on a connection the server never sent
+    /// on, and a dropped first SYN from a client with no handshake seen within
+    /// `client_rtt_ttl`: what a spoofer or a connection joined mid-stream makes, so that an
+    /// attack cannot make rlm write more than this. None (`rlm analyze`): every record whole.
+    pub unproven_records_per_s: Option<f64>,
     /// Sliding window of the per-class response-time statistics the rules read (`RT.<CLASS>`).
     pub class_window: Duration,
     /// Tunables of the pageview correlation.
@@ -135,6 +143,7 @@ impl Default for Config {
             fast_limit: 20,
             inject_budget: InjectBudget::default(),
             fast_release_per_s: 20.0,
+            unproven_records_per_s: None,
             class_window: Duration::from_secs(30),
             pageview: PageviewConfig::default(),
         }
@@ -228,6 +237,8 @@ pub struct Engine {
     adapt: Adaptation,
     /// The bytes connections hold for later, against `max_held_bytes`.
     held: budget::Held,
+    /// The rate of records of unproven things ([`Config::unproven_records_per_s`]).
+    unproven: records::UnprovenRecords,
 }
 
 impl Engine {
@@ -248,6 +259,7 @@ impl Engine {
             flows: FlowTable::new(cfg.max_connections),
             pageviews: Pageviews::new(cfg.pageview.clone()),
             syn: SynNode::new(cfg.inject_budget.clone(), cfg.fast_release_per_s),
+            unproven: records::UnprovenRecords::new(cfg.unproven_records_per_s),
             cfg,
             timers,
             timers_compacted: 0,

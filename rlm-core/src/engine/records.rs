@@ -9,7 +9,7 @@ use serde::Serialize;
 use rules::{ClassId, RuleId};
 
 use crate::http::Txn;
-use crate::policy::{AggregateReading, Policy};
+use crate::policy::{AggregateReading, Policy, TokenBucket};
 use crate::time::Timestamp;
 use crate::wire::Endpoint;
 
@@ -227,6 +227,65 @@ impl TransactionRecord {
             pageview,
             anomalies: txn.anomalies.labels().collect(),
         }
+    }
+}
+
+/// A record of something unproven ([`crate::Config::unproven_records_per_s`]) keeps at most
+/// this many bytes of each text field...
+pub const UNPROVEN_FIELD: usize = 256;
+/// ... and a pageview's first this many object URIs (`objects` still counts them all).
+pub const UNPROVEN_URIS: usize = 4;
+
+impl TransactionRecord {
+    /// Cut to what a record of an unproven transaction keeps ([`UNPROVEN_FIELD`] bytes a text
+    /// field), flagged `unproven` among its anomalies.
+    pub(super) fn cut_unproven(&mut self) {
+        for f in
+            [&mut self.method, &mut self.host, &mut self.uri, &mut self.original_uri, &mut self.referrer, &mut self.user_agent].into_iter().flatten()
+        {
+            crate::http::head::bound_field(f, UNPROVEN_FIELD);
+        }
+        self.anomalies.push("unproven");
+    }
+}
+
+impl crate::pageview::PageviewRecord {
+    /// Cut to what a record of an unproven pageview keeps: its first [`UNPROVEN_URIS`] object
+    /// URIs, [`UNPROVEN_FIELD`] bytes of each text field.
+    pub(super) fn cut_unproven(&mut self) {
+        self.object_uris.truncate(UNPROVEN_URIS);
+        for f in self.object_uris.iter_mut().chain([&mut self.host, &mut self.container].into_iter().flatten()) {
+            crate::http::head::bound_field(f, UNPROVEN_FIELD);
+        }
+    }
+}
+
+/// The rate of records of unproven things ([`crate::Config::unproven_records_per_s`]): a
+/// bucket of a second's worth (at least one), from the first of them.
+#[derive(Debug, Default)]
+pub(super) struct UnprovenRecords {
+    rate: Option<f64>,
+    bucket: Option<TokenBucket>,
+}
+
+impl UnprovenRecords {
+    pub(super) fn new(rate: Option<f64>) -> UnprovenRecords {
+        UnprovenRecords { rate, bucket: None }
+    }
+
+    /// Whether records of unproven things are rated (else every record goes out whole).
+    pub(super) fn rated(&self) -> bool {
+        self.rate.is_some()
+    }
+
+    /// Whether one may be reported at `now`: always without a rate; with one, while the bucket
+    /// has a token (the caller counts the others in `stats.records_unproven_skipped`).
+    pub(super) fn passes(&mut self, now: Timestamp) -> bool {
+        let Some(rate) = self.rate else { return true };
+        let cap = rate.max(1.0);
+        let bucket = self.bucket.get_or_insert_with(|| TokenBucket::full(cap, now));
+        bucket.refill(now, rate, cap);
+        bucket.take()
     }
 }
 

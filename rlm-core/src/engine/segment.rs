@@ -312,7 +312,7 @@ impl Engine {
 
     fn txn_done(&mut self, now: Timestamp, id: ConnId, mut txn: Box<Txn>) {
         let c = self.flows.get(id).expect("live");
-        let (client, server, first_seen) = (c.client, c.server, c.first_seen);
+        let (client, server, first_seen, server_heard) = (c.client, c.server, c.first_seen, c.server_heard());
         if c.midstream {
             // Read from a resynchronisation point: what came before the capture joined is unknown.
             txn.anomalies.insert(crate::http::Anomalies::MIDSTREAM);
@@ -324,7 +324,17 @@ impl Engine {
             self.stats.transactions_with_anomalies += 1;
         }
         if self.cfg.transaction_records {
-            self.events.push_back(Event::Transaction(TransactionRecord::of(&txn, client, server, first_seen, pv)));
+            // Unanswered, on a connection the server never sent on: nothing shows it is real.
+            let unproven = self.unproven.rated() && txn.response_first_ts.is_none() && !server_heard;
+            if unproven && !self.unproven.passes(now) {
+                self.stats.records_unproven_skipped += 1;
+            } else {
+                let mut record = TransactionRecord::of(&txn, client, server, first_seen, pv);
+                if unproven {
+                    record.cut_unproven();
+                }
+                self.events.push_back(Event::Transaction(record));
+            }
         }
     }
 
@@ -406,6 +416,13 @@ impl Engine {
                         }
                     }
                 }
+            }
+            if self.unproven.rated() && pv.evidence == Evidence::None {
+                if !self.unproven.passes(self.last_now) {
+                    self.stats.records_unproven_skipped += 1;
+                    continue;
+                }
+                pv.cut_unproven();
             }
             self.events.push_back(Event::Pageview(pv));
         }

@@ -155,4 +155,7 @@ pub struct Stats {
     /// Pageviews their class's window did not take: their client held its share of it already
     /// (twice the window's mean per source, once it holds 16).
     pub pageviews_over_share: u64,
+    /// Records of what nothing shows is real (see [`crate::Config::unproven_records_per_s`])
+    /// left unwritten past their rate.
+    pub records_unproven_skipped: u64,
 }

@@ -192,6 +192,12 @@ pub struct Conn<A> {
 }
 
 impl<A: StreamAnalyzer> Conn<A> {
+    /// Whether the server has sent on it (a SYN/ACK, or any segment): what a spoofer cannot
+    /// bring about from the clients' side.
+    pub fn server_heard(&self) -> bool {
+        self.hs.synack.count > 0 || self.s2c.started
+    }
+
     pub(super) fn new(now: Timestamp, client: Endpoint, server: Endpoint, midstream: bool, app: Option<A>) -> Conn<A> {
         Conn {
             client,

@@ -229,12 +229,12 @@ impl Coding {
 /// is not UTF-8 would be kept escaped at up to four times its length, twice.
 pub const MAX_FIELD: usize = 8 * 1024;
 
-/// `s` cut to [`MAX_FIELD`] bytes at a character boundary; true if it was cut.
-fn bound_field(s: &mut String) -> bool {
-    if s.len() <= MAX_FIELD {
+/// `s` cut to `max` bytes at a character boundary; true if it was cut.
+pub(crate) fn bound_field(s: &mut String, max: usize) -> bool {
+    if s.len() <= max {
         return false;
     }
-    let mut end = MAX_FIELD;
+    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -276,9 +276,9 @@ pub struct RequestHead {
 impl RequestHead {
     /// Cut each kept field to [`MAX_FIELD`] bytes (flagging `field_truncated`).
     pub(crate) fn bound_fields(mut self) -> RequestHead {
-        let mut cut = bound_field(&mut self.method) | bound_field(&mut self.uri) | bound_field(&mut self.zeek_uri);
+        let mut cut = bound_field(&mut self.method, MAX_FIELD) | bound_field(&mut self.uri, MAX_FIELD) | bound_field(&mut self.zeek_uri, MAX_FIELD);
         for f in [&mut self.host, &mut self.referrer, &mut self.user_agent].into_iter().flatten() {
-            cut |= bound_field(f);
+            cut |= bound_field(f, MAX_FIELD);
         }
         if cut {
             self.anomalies.insert(Anomalies::FIELD_TRUNCATED);

@@ -130,11 +130,17 @@ pub struct LimitsConfig {
     pub pageview_lists_mb: Option<u64>,
     /// MiB of records waiting for the writer (further records are dropped, counted).
     pub records_queue_mb: Option<u64>,
+    /// Records a second of what nothing shows is real (a pageview with no evidence, an
+    /// unanswered request on a connection the server never sent on, a dropped first SYN from
+    /// an address with no handshake seen), each cut to 256 bytes a field; the rest are counted
+    /// (`stats.records_unproven_skipped`), not written. Not memory: what an attacker can make
+    /// rlm write to disk.
+    pub unproven_records_per_s: u32,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        LimitsConfig { memory_mb: 128, connections: None, held_mb: None, pageview_lists_mb: None, records_queue_mb: None }
+        LimitsConfig { memory_mb: 128, connections: None, held_mb: None, pageview_lists_mb: None, records_queue_mb: None, unproven_records_per_s: 20 }
     }
 }
 
@@ -146,6 +152,7 @@ pub struct Limits {
     pub max_held_bytes: usize,
     pub max_list_bytes: usize,
     pub records_queue_bytes: usize,
+    pub unproven_records_per_s: u32,
 }
 
 impl LimitsConfig {
@@ -171,6 +178,7 @@ impl LimitsConfig {
             max_held_bytes: mb(self.held_mb, 1),
             max_list_bytes: mb(self.pageview_lists_mb, 2),
             records_queue_bytes: mb(self.records_queue_mb, 3),
+            unproven_records_per_s: self.unproven_records_per_s,
         }
     }
 
@@ -180,8 +188,11 @@ impl LimitsConfig {
         if !(Self::MIN_MB..=1 << 20).contains(&self.memory_mb) {
             bail!("[limits] memory_mb must be between {} and 1048576 (MiB)", Self::MIN_MB);
         }
-        if self.connections == Some(0) || [self.held_mb, self.pageview_lists_mb, self.records_queue_mb].contains(&Some(0)) {
-            bail!("[limits] connections, held_mb, pageview_lists_mb and records_queue_mb must be at least 1");
+        if self.connections == Some(0)
+            || [self.held_mb, self.pageview_lists_mb, self.records_queue_mb].contains(&Some(0))
+            || self.unproven_records_per_s == 0
+        {
+            bail!("[limits] connections, held_mb, pageview_lists_mb, records_queue_mb and unproven_records_per_s must be at least 1");
         }
         let l = self.derive();
         let used = (l.max_connections as u64).saturating_mul(Self::CONNECTION_BYTES)
@@ -649,7 +660,14 @@ mod tests {
         let l = RunConfig::default().limits.derive();
         assert_eq!(
             l,
-            Limits { memory_mb: 128, max_connections: 39_321, max_held_bytes: 23_488_102, max_list_bytes: 5_033_164, records_queue_bytes: 6_710_886 }
+            Limits {
+                memory_mb: 128,
+                max_connections: 39_321,
+                max_held_bytes: 23_488_102,
+                max_list_bytes: 5_033_164,
+                records_queue_bytes: 6_710_886,
+                unproven_records_per_s: 20
+            }
         );
         // What the parts take adds up to 90% of what is left past the fixed 48 MiB.
         let parts = l.max_connections * 1024 + l.max_held_bytes + l.max_list_bytes + l.records_queue_bytes;
@@ -663,6 +681,7 @@ mod tests {
         for (text, says) in [
             ("memory_mb = 32", "memory_mb must be between 64"),
             ("connections = 0", "at least 1"),
+            ("unproven_records_per_s = 0", "at least 1"),
             ("held_mb = 200", "the parts need"),
             ("memory_mb = 64\nconnections = 40000", "the parts need"),
         ] {

@@ -464,6 +464,7 @@ impl Loop {
             },
             max_connections: limits.max_connections,
             max_held_bytes: limits.max_held_bytes,
+            unproven_records_per_s: Some(f64::from(limits.unproven_records_per_s)),
             ..Config::default()
         };
         ecfg.pageview.max_list_bytes = limits.max_list_bytes;
