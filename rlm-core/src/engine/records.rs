@@ -155,6 +155,11 @@ pub struct DecisionRecord {
     /// The class-aggregate tests of the rule's condition, in the rule's order, read at the
     /// decision: what made it fire (empty for a rule that names none).
     pub aggregates: Vec<AggregateReading>,
+    /// Not to be written: a first SYN dropped from an address with no recent handshake, past
+    /// [`crate::Config::unproven_records_per_s`] (reported still, so that a driver's counts of
+    /// drops stay whole; counted in `stats.records_unproven_skipped`).
+    #[serde(skip)]
+    pub unwritten: bool,
 }
 
 impl DecisionRecord {
@@ -180,6 +185,7 @@ impl DecisionRecord {
             retransmission: false,
             target: None,
             aggregates: policy.readings(now, rule),
+            unwritten: false,
         }
     }
 

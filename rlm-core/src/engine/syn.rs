@@ -141,14 +141,14 @@ impl Engine {
             step.drop = Some(DropCause::SynDropped);
             self.stats.syns_dropped += 1;
             let action = if limited { "LIMIT SYN" } else { "DROP SYN" };
-            let record = DecisionRecord { retransmission, ..DecisionRecord::of(policy, now, rule, action, class, client, server) };
+            let mut record = DecisionRecord { retransmission, ..DecisionRecord::of(policy, now, rule, action, class, client, server) };
             // A first SYN from a client with no handshake seen lately: anyone's to spoof.
             let unproven = self.unproven.rated() && !retransmission && !self.pageviews.client_known(client.ip, now);
             if unproven && !self.unproven.passes(now) {
                 self.stats.records_unproven_skipped += 1;
-            } else {
-                self.events.push_back(Event::Decision(record));
+                record.unwritten = true;
             }
+            self.events.push_back(Event::Decision(record));
             self.pageviews.on_conn_act(id, |a| if limited { a.syns_limited += 1 } else { a.syns_dropped += 1 });
         }
         // A SYN that came for a verdict: tell the kernel what to do with the next ones, under the

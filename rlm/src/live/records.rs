@@ -281,10 +281,11 @@ impl RecordWriter {
 
     /// Takes `ev` for the writer without ever waiting: it joins the next batch, which goes to
     /// the writer once full or at the next [`RecordWriter::tick`] past [`BATCH_WAIT`]. A record
-    /// of a kind with no output is ignored.
+    /// of a kind with no output is ignored, and so is a decision the engine marked `unwritten`
+    /// (past `[limits] unproven_records_per_s`, counted by the engine).
     pub fn send(&mut self, ev: Event) {
         let k = kind_of(&ev);
-        if !self.enabled[k] {
+        if !self.enabled[k] || matches!(&ev, Event::Decision(d) if d.unwritten) {
             return;
         }
         self.shared.sent[k].fetch_add(1, Ordering::Relaxed);

@@ -34,6 +34,7 @@ fn decision(i: usize) -> Event {
         retransmission: i.is_multiple_of(3),
         target: None,
         aggregates: Vec::new(),
+        unwritten: false,
     })
 }
 
@@ -179,6 +180,23 @@ fn a_blocked_output_costs_records_never_a_wait() {
     assert!(c.decisions_dropped > 0);
     assert_eq!(sink.lines(), c.decisions_written);
     assert_eq!((c.transactions_written, c.transactions_dropped, c.pageviews_written, c.pageviews_dropped), (0, 0, 0, 0));
+}
+
+#[test]
+fn a_decision_the_engine_marked_unwritten_is_not_written_nor_counted() {
+    let (d, f, mut w) = decisions_writer("unwritten", WriterOptions::default());
+    for i in 0..10 {
+        let Event::Decision(mut r) = decision(i) else { unreachable!() };
+        r.unwritten = i % 2 == 1;
+        w.send(Event::Decision(r));
+    }
+    let c = w.close();
+    assert_eq!((c.decisions_written, c.decisions_dropped), (5, 0));
+    assert_eq!(
+        rules_of(&std::fs::read_to_string(&f).unwrap()),
+        ["rules.rlm:0:1", "rules.rlm:2:1", "rules.rlm:4:1", "rules.rlm:6:1", "rules.rlm:8:1"]
+    );
+    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
