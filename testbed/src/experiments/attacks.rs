@@ -140,6 +140,9 @@ impl Experiment for Attacks {
             c.v.push(rlm_exited_clean("attacks", a));
             let high = class_mean(r, name, "HIGH");
             let within = |reference: f64| (high - reference).abs() <= HIGH_MEAN_TOLERANCE * reference;
+            // Against the same attack without rlm, only slower counts: rlm may well spare HIGH
+            // some of what the farm loses.
+            let no_slower = |reference: f64| high <= (1.0 + HIGH_MEAN_TOLERANCE) * reference;
             let line = format!(
                 "attacks/{name}: HIGH's mean {high:.3} s within {:.0}% of none's {none_high:.3} s ({:+.1}%)",
                 HIGH_MEAN_TOLERANCE * 100.0,
@@ -150,9 +153,10 @@ impl Experiment for Attacks {
                 // same attack without rlm when the farm's own loss is past the tolerance.
                 let bare_high = class_mean(r, &bare(name), "HIGH");
                 c.v.push((
-                    within(none_high) || within(bare_high),
+                    within(none_high) || no_slower(bare_high),
                     format!(
-                        "{line}, or of the same attack's without rlm {bare_high:.3} s ({:+.1}%; the farm's own loss: {:+.1}% over none's)",
+                        "{line}, or at most {:.0}% over the same attack's without rlm {bare_high:.3} s ({:+.1}%; the farm's own loss: {:+.1}% over none's)",
+                        HIGH_MEAN_TOLERANCE * 100.0,
                         (high / bare_high - 1.0) * 100.0,
                         (bare_high / none_high - 1.0) * 100.0
                     ),
@@ -242,13 +246,17 @@ fn bounds(c: &mut Checks, a: &Value) {
         ),
     ));
     let calls = &a["rlm"]["engine_call_us"];
-    let p9999 = num(&calls["p9999"]);
+    // Judged on the loop thread's CPU clock: the engine's own work. On this two-core machine the
+    // wall clock also holds the time the loop waited for a core the lab's own attacker, farm and
+    // browsers held (run 6: none's wall p99.99 731 µs for 135 µs of CPU; the flood's 4.2 ms for
+    // 104 µs), which an appliance with its own cores does not wait.
+    let cpu = num(&calls["cpu"]["p9999"]);
     c.v.push((
-        p9999 <= ENGINE_CALL_P9999_MAX_US,
+        cpu <= ENGINE_CALL_P9999_MAX_US,
         format!(
-            "attacks/{name}: engine calls p99.99 {p9999} µs (at most {ENGINE_CALL_P9999_MAX_US:.0}); p50 {}, p99 {}, max {} µs, {} timed; \
-             on the loop thread's CPU clock p99.99 {} µs, max {} µs (not judged)",
-            calls["p50"], calls["p99"], calls["max"], calls["timed"], calls["cpu"]["p9999"], calls["cpu"]["max"]
+            "attacks/{name}: engine calls p99.99 {cpu} µs on the loop thread's CPU clock (at most {ENGINE_CALL_P9999_MAX_US:.0}), max {} µs; \
+             on the wall clock p50 {}, p99 {}, p99.99 {}, max {} µs (not judged), {} timed",
+            calls["cpu"]["max"], calls["p50"], calls["p99"], calls["p9999"], calls["max"], calls["timed"]
         ),
     ));
 }
@@ -264,7 +272,8 @@ mod tests {
             (0..40).map(|t| json!({"unix_s": 1000.0 + t as f64, "rss_kib": 1, "fds": 9, "rt_mean_s": {"HIGH": rlm_rt}})).collect();
         let mut a = json!({"name": name, "config": {"think_mean_s": 7.0, "duration_s": 40.0},
             "pageviews": {"by_class": {"HIGH": {"mean_s": high}, "LOW": {"mean_s": 0.6}}},
-            "rlm": {"rss_max_kib": rss_mib * 1024.0, "engine_call_us": {"timed": 5000, "p50": 2.0, "p99": 30.0, "p9999": p9999, "max": p9999 * 2.0},
+            "rlm": {"rss_max_kib": rss_mib * 1024.0, "engine_call_us": {"timed": 5000, "p50": 2.0, "p99": 30.0, "p9999": p9999 * 5.0, "max": p9999 * 10.0,
+                "cpu": {"p9999": p9999, "max": p9999 * 2.0}},
                 "syn_drops": {}, "samples": samples, "clean_exit": true, "rules_installed": true, "exit_code": 0, "rules_left": [],
                 "robustness": {"out_of_window": 0, "wrong_side": 0}},
             "live_fidelity": {"all": {"truth_pageviews": 500, "matched": 499, "median_rel_err": 0.001, "p90_rel_err": 0.01}, "acted": {},
@@ -299,7 +308,7 @@ mod tests {
         let v = check(vec![none(), arm("syn-flood", Some("syn-flood"), 0.56, 130.0, 1200.0, 0.55)]);
         assert!(!line(&v, "attacks/syn-flood: HIGH's mean").0);
         assert!(!line(&v, "attacks/syn-flood: rlm's resident memory at most 130.0 MiB").0);
-        assert!(!line(&v, "attacks/syn-flood: engine calls p99.99 1200 µs").0);
+        assert!(!line(&v, "attacks/syn-flood: engine calls p99.99 1200 µs on the loop thread's CPU clock").0);
         // Killed, or its rules left behind.
         let mut dirty = arm("syn-flood", Some("syn-flood"), 0.5, 40.0, 200.0, 0.5);
         (dirty["rlm"]["clean_exit"], dirty["rlm"]["exit_code"]) = (json!(false), json!(null));
@@ -329,8 +338,10 @@ mod tests {
         };
         // 20% over none's, and the farm alone loses 18% to it: not rlm's.
         let v = check(vec![none(), slow(), bare(0.59)]);
-        let l = line(&v, "attacks/slow-read: HIGH's mean 0.600 s within 10% of none's 0.500 s (+20.0%), or of the same attack's without rlm 0.590 s (+1.7%; the farm's own loss: +18.0% over none's)");
+        let l = line(&v, "attacks/slow-read: HIGH's mean 0.600 s within 10% of none's 0.500 s (+20.0%), or at most 10% over the same attack's without rlm 0.590 s (+1.7%; the farm's own loss: +18.0% over none's)");
         assert!(l.0, "{v:?}");
+        // rlm spares HIGH some of the farm's loss (run 6: 0.742 s with rlm, 0.840 without): passes.
+        assert!(line(&check(vec![none(), slow(), bare(0.70)]), "attacks/slow-read: HIGH's mean").0);
         assert!(!v.iter().any(|(_, l)| l.starts_with("attacks/slow-read-bare")), "the arm without rlm is a reference only: {v:?}");
         // The farm alone loses nothing to it: rlm's 20% fails, and so it does with no arm without rlm.
         assert!(!line(&check(vec![none(), slow(), bare(0.50)]), "attacks/slow-read: HIGH's mean").0);
