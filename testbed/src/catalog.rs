@@ -19,6 +19,7 @@ use crate::experiments::openloop::Openloop;
 use crate::experiments::predict::Predict;
 use crate::experiments::remove_embeds::RemoveEmbeds;
 use crate::experiments::rewrite_embeds::RewriteEmbeds;
+use crate::experiments::soak::Soak;
 use crate::experiments::srpt::Srpt;
 use crate::experiments::srpt_transient::SrptTransient;
 use crate::experiments::syn_police::SynPolice;
@@ -48,6 +49,7 @@ pub const ALL: &[&dyn Experiment] = &[
     &Predict,
     &Throughput,
     &Attacks,
+    &Soak,
 ];
 
 /// The experiments' names, in order.

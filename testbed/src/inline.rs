@@ -38,13 +38,24 @@ pub struct RlmArm {
     /// ([`RlmRecords`]), which the lab reads back for the live fidelity. On unless an arm
     /// measures rlm's cost without them.
     pub records: bool,
+    /// Each [`MAP_SAMPLE_EVERY`]th second the lab also counts the entries of the fast path's
+    /// tables ([`FASTPATH_MAPS`], with [`crate::bpfmaps`]) into the sample.
+    pub count_maps: bool,
 }
 
 impl Default for RlmArm {
     fn default() -> Self {
-        RlmArm { rules: String::new(), extra_args: Vec::new(), records: true }
+        RlmArm { rules: String::new(), extra_args: Vec::new(), records: true, count_maps: false }
     }
 }
+
+/// The fast path's tables keyed by what arrives (`kmod-fastpath/bpf`): LRU hashes, bounded by
+/// their size, whose entries a soak watches.
+pub const FASTPATH_MAPS: &[&str] = &["syn_verdicts", "handshakes", "resp_size", "flow_state"];
+
+/// How often (in samples, one a second) the fast path's entries are counted: a walk of 65,536
+/// keys is a syscall each.
+pub const MAP_SAMPLE_EVERY: usize = 10;
 
 /// The lab's `REWRITE EMBEDS` mapping (`testbed/maps/ims.map`: every image to its small
 /// variant), written beside every arm's rule file so that rules can say `USING "ims.map"`.
@@ -164,6 +175,18 @@ pub struct RlmSample {
     /// Each class's `rt_mean_s` in `/status` (the rules' `RT.CLASS`); a class without one (an
     /// empty window) is absent.
     pub rt_mean_s: BTreeMap<String, f64>,
+    /// `/status`'s `tables` (connections, timers, open pageviews, bytes held, ...).
+    pub tables: BTreeMap<String, f64>,
+    /// The fast path's map entries, counted by the lab ([`RlmArm::count_maps`]; empty in the
+    /// samples between counts).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub map_entries: BTreeMap<String, u64>,
+}
+
+/// `/status`'s `tables`, each a number.
+fn status_tables(status: &serde_json::Value) -> BTreeMap<String, f64> {
+    let t = status["tables"].as_object().into_iter().flatten();
+    t.filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect()
 }
 
 /// Where rlm wrote its records in an arm, and how many it said it wrote and dropped.
@@ -333,18 +356,24 @@ fn class_rts(status: &serde_json::Value) -> BTreeMap<String, f64> {
 }
 
 /// Sample rlm (`pid`, its /status at `addr` in `ns`) each second until `stop` is set.
-fn sample_each_second(pid: u32, ns: String, addr: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<RlmSample>> {
+fn sample_each_second(pid: u32, ns: String, addr: SocketAddr, count_maps: bool, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<RlmSample>> {
     std::thread::spawn(move || {
         let mut out = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let next = Instant::now() + Duration::from_secs(1);
             let (Some(rss_kib), Some(fds)) = (rss_kib(pid), open_fds(pid)) else { break };
-            let rt_mean_s = match http_get(&ns, addr, "/status", Duration::from_millis(500)) {
-                Ok((200, body)) => serde_json::from_str(&body).map(|v| class_rts(&v)).unwrap_or_default(),
-                _ => BTreeMap::new(),
+            let status = match http_get(&ns, addr, "/status", Duration::from_millis(500)) {
+                Ok((200, body)) => serde_json::from_str(&body).unwrap_or_default(),
+                _ => serde_json::Value::Null,
+            };
+            let (rt_mean_s, tables) = (class_rts(&status), status_tables(&status));
+            let map_entries = if count_maps && out.len() % MAP_SAMPLE_EVERY == 0 {
+                crate::bpfmaps::entries(FASTPATH_MAPS).unwrap_or_default()
+            } else {
+                BTreeMap::new()
             };
             let unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-            out.push(RlmSample { unix_s, rss_kib, fds, rt_mean_s });
+            out.push(RlmSample { unix_s, rss_kib, fds, rt_mean_s, tables, map_entries });
             while Instant::now() < next && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -433,7 +462,7 @@ impl Inline {
         }
         me.rules_installed = !rlm_rules(ns).is_empty();
         let stop = Arc::new(AtomicBool::new(false));
-        me.sampler = Some((stop.clone(), sample_each_second(pid, ns.to_string(), addr, stop)));
+        me.sampler = Some((stop.clone(), sample_each_second(pid, ns.to_string(), addr, arm.count_maps, stop)));
         // rlm starts its guard before it installs anything; the guard names itself at once.
         let until = Instant::now() + Duration::from_secs(1);
         while me.guard.is_none() && Instant::now() < until {

@@ -3,6 +3,7 @@
 
 pub mod arm;
 pub mod attack;
+pub mod bpfmaps;
 pub mod calibrate;
 pub mod catalog;
 pub mod experiments;

@@ -34,6 +34,7 @@ pub mod openloop;
 pub mod predict;
 pub mod remove_embeds;
 pub mod rewrite_embeds;
+pub mod soak;
 pub mod srpt;
 pub mod srpt_transient;
 pub mod syn_police;
