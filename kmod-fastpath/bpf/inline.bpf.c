@@ -328,6 +328,12 @@ int observe(struct __sk_buff *skb)
                 return TC_ACT_OK;
             }
             bpf_map_delete_elem(&handshakes, &k);
+        } else if (to_server && !tcp->syn && (p.payload > 0 || tcp->fin || tcp->rst)) {
+            // The client's data, FIN or RST: its handshake is over (its ACK lost and carried
+            // by the data, or the connection ended), so its entry goes rather than waiting for
+            // the LRU (a soak counted them growing by one every few seconds over a lossy WAN).
+            struct conn_key k = { .client = p.saddr, .server = p.daddr, .client_port = tcp->source, .server_port = tcp->dest };
+            bpf_map_delete_elem(&handshakes, &k);
         }
     }
     count(C_OBSERVED);

@@ -245,6 +245,21 @@ fn programs_fail_open_on_a_stale_heartbeat_and_report_the_side() {
         vec![(EventKind::Observed { from_server: true }, PSH | ACK), (EventKind::Observed { from_server: false }, PSH | ACK)]
     );
 
+    // A handshake whose ACK was lost: the client's first data carries it, and its entry goes,
+    // so that a later bare ACK with that number is a duplicate, not reported.
+    let synack = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 7_000, 2, SYN | ACK, &[]);
+    path.test_run_from_server(&synack).unwrap();
+    let first_data = tcp_frame(LinkType::Ethernet, client.into(), server.into(), 2, 7_001, PSH | ACK, b"GET / HTTP/1.1\r\n\r\n");
+    path.test_run(false, &first_data, 1).unwrap();
+    let skipped = path.counters().unwrap().ack_skipped;
+    let late_ack = tcp_frame(LinkType::Ethernet, client.into(), server.into(), 20, 7_001, ACK, &[]);
+    path.test_run(false, &late_ack, 1).unwrap();
+    assert_eq!(path.counters().unwrap().ack_skipped, skipped + 1, "the handshake's entry went with the data");
+    assert_eq!(
+        drain(&mut ring),
+        vec![(EventKind::Observed { from_server: true }, SYN | ACK), (EventKind::Observed { from_server: false }, PSH | ACK)]
+    );
+
     // A 1 ms watch, beaten, then 20 ms of silence: stale again.
     path.watch_heartbeat(Some(Duration::from_millis(1))).unwrap();
     path.beat().unwrap();

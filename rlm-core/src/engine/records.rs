@@ -239,8 +239,10 @@ impl TransactionRecord {
 /// A record of something unproven ([`crate::Config::unproven_records_per_s`]) keeps at most
 /// this many bytes of each text field...
 pub const UNPROVEN_FIELD: usize = 256;
-/// ... and a pageview's first this many object URIs (`objects` still counts them all).
+/// ... and a pageview's first this many object URIs (`objects` still counts them all)...
 pub const UNPROVEN_URIS: usize = 4;
+/// ... and the first this many nodes of its event graph.
+pub const UNPROVEN_EVENTS: usize = 8;
 
 impl TransactionRecord {
     /// Cut to what a record of an unproven transaction keeps ([`UNPROVEN_FIELD`] bytes a text
@@ -257,10 +259,12 @@ impl TransactionRecord {
 
 impl crate::pageview::PageviewRecord {
     /// Cut to what a record of an unproven pageview keeps: its first [`UNPROVEN_URIS`] object
-    /// URIs, [`UNPROVEN_FIELD`] bytes of each text field.
+    /// URIs and [`UNPROVEN_EVENTS`] event nodes, [`UNPROVEN_FIELD`] bytes of each text field.
     pub(super) fn cut_unproven(&mut self) {
         self.object_uris.truncate(UNPROVEN_URIS);
-        for f in self.object_uris.iter_mut().chain([&mut self.host, &mut self.container].into_iter().flatten()) {
+        self.events.truncate(UNPROVEN_EVENTS);
+        let uris = self.events.iter_mut().filter_map(|e| e.uri.as_mut());
+        for f in self.object_uris.iter_mut().chain(uris).chain([&mut self.host, &mut self.container].into_iter().flatten()) {
             crate::http::head::bound_field(f, UNPROVEN_FIELD);
         }
     }

@@ -38,7 +38,7 @@ use crate::flow::ConnId;
 use crate::http::EmbedKind;
 use crate::time::Timestamp;
 use open::OpenPv;
-use record::build_record;
+use record::{build_record, evidence};
 
 pub use record::{Acts, EventNode, Evidence, PageviewRecord};
 pub use requests::RequestInfo;
@@ -76,8 +76,8 @@ pub struct PageviewConfig {
     /// and frames); further ones are left out and counted in `capped`.
     pub max_referrers: usize,
     /// Most bytes the open pageviews' lists may hold together (their connections, requests and
-    /// listed references). Past it the oldest open pageview is finished, cut short
-    /// (`incomplete`), until it is met again.
+    /// listed references). Past it the oldest open pageview with no evidence of a real client
+    /// (else the oldest) is finished, cut short (`incomplete`), until it is met again.
     pub max_list_bytes: usize,
 }
 
@@ -138,6 +138,11 @@ pub struct Pageviews {
     /// Open pageviews in the order they opened (finished ones are dropped when they come to the
     /// front, or at a compaction).
     opened: VecDeque<u64>,
+    /// The same, less those found since with evidence of a real client (a handshake, an
+    /// answered request: evidence is never lost, so each leaves at most once): the lists'
+    /// budget cuts these short first, so that what a spoofer or a connection joined mid-stream
+    /// opens cannot push a real client's pageview out.
+    opened_unproven: VecDeque<u64>,
     /// Pageviews finished early to keep `max_list_bytes`.
     evicted: u64,
     /// The heap's size after its last compaction ([`Pageviews::schedule`]).
@@ -160,6 +165,7 @@ impl Pageviews {
             deadlines: BinaryHeap::new(),
             list_bytes: 0,
             opened: VecDeque::new(),
+            opened_unproven: VecDeque::new(),
             evicted: 0,
             deadlines_compacted: 0,
             next_id: 1,
@@ -271,7 +277,8 @@ impl Pageviews {
     }
 
     /// Activity on a pageview: its quiet period starts again, and what its lists grew by is
-    /// counted (over `max_list_bytes`, the oldest open pageviews are cut short, possibly it).
+    /// counted (over `max_list_bytes`, the oldest open pageviews, those with no evidence of a
+    /// real client first, are cut short, possibly it).
     fn touch(&mut self, id: u64, now: Timestamp) {
         if let Some(p) = self.open.get_mut(&id) {
             if now > p.last_activity {
@@ -282,12 +289,23 @@ impl Pageviews {
             self.schedule(id);
         }
         while self.list_bytes > self.cfg.max_list_bytes {
-            let Some(oldest) = self.opened.pop_front() else { break };
+            let Some(oldest) = self.oldest_unproven().or_else(|| self.opened.pop_front()) else { break };
             if self.open.contains_key(&oldest) {
                 self.finish_cut(oldest);
                 self.evicted += 1;
             }
         }
+    }
+
+    /// The oldest open pageview with no evidence of a real client, taken off
+    /// `opened_unproven` with those before it that closed or have shown evidence since.
+    fn oldest_unproven(&mut self) -> Option<u64> {
+        while let Some(id) = self.opened_unproven.pop_front() {
+            if self.open.get(&id).is_some_and(|p| evidence(p) == Evidence::None) {
+                return Some(id);
+            }
+        }
+        None
     }
 
     /// Pageviews finished early to keep the lists within `max_list_bytes`.
@@ -339,8 +357,10 @@ impl Pageviews {
         if self.opened.len() > 2 * self.open.len() + 1024 {
             let open = &self.open;
             self.opened.retain(|i| open.contains_key(i));
+            self.opened_unproven.retain(|i| open.get(i).is_some_and(|p| evidence(p) == Evidence::None));
         }
         self.opened.push_back(id);
+        self.opened_unproven.push_back(id);
         let list = self.by_client.entry(client).or_default();
         list.push(id);
         let overflow = if list.len() > self.cfg.max_open_per_client { Some(list[0]) } else { None };

@@ -182,7 +182,7 @@ pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
 
 /// What the pageview itself shows of its client (`Address` is the tracker's to add): a
 /// handshake or an answered request, else failures that are there only when proven.
-fn evidence(p: &OpenPv) -> Evidence {
+pub(super) fn evidence(p: &OpenPv) -> Evidence {
     if p.conns.iter().any(|c| c.acked) || p.txns.iter().any(|t| t.response_first.is_some()) {
         Evidence::Handshake
     } else if p.conns.iter().any(|c| c.failed_at.is_some()) {

@@ -126,7 +126,8 @@ pub struct LimitsConfig {
     /// MiB all connections may hold for later: partial heads, requests waiting for their
     /// responses, out-of-order segments (the connections that began holding first are evicted).
     pub held_mb: Option<u64>,
-    /// MiB the open pageviews' lists may hold (the oldest open pageview is cut short).
+    /// MiB the open pageviews' lists may hold (the oldest open pageview with no evidence of a
+    /// real client is cut short, else the oldest).
     pub pageview_lists_mb: Option<u64>,
     /// MiB of records waiting for the writer (further records are dropped, counted).
     pub records_queue_mb: Option<u64>,
