@@ -92,7 +92,7 @@ bench-analyze: deps
 # runs kept (fuzz/target/corpus/<target>/, where new inputs go); crashes land in
 # fuzz/artifacts/<target>/. run_config needs the rlm crate (--features appliance). make test
 # replays the seeds and fuzz/regressions/ (fuzzkit/tests/corpora.rs). See docs/testing.md.
-FUZZ_TARGETS ?= engine_frames rules_parse capture run_config mapping ring_record raw_ip engine_rules
+FUZZ_TARGETS ?= engine_frames rules_parse capture run_config mapping ring_record raw_ip engine_rules tls_records
 FUZZ_SECONDS ?= 300
 define fuzz_each
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked

@@ -15,6 +15,7 @@
 //! | [`ring_record`] | the fast path's ring buffer records, into an engine as `rlm run` does |
 //! | [`raw_ip`] | bare IP packets (NFQUEUE's) on any port, under rules |
 //! | [`engine_rules`] | a configured engine under rules: segments, decided SYNs, deadlines, reloads, with its bounds checked |
+//! | [`tls_records`] | a TLS connection's two streams, piece by piece, into the TLS analyzer, and into its handshake readers |
 
 pub mod capture;
 pub mod engine_frames;
@@ -28,6 +29,7 @@ pub mod rules_parse;
 #[cfg(feature = "appliance")]
 pub mod run_config;
 pub mod seed;
+pub mod tls_records;
 
 pub use capture::capture;
 pub use engine_frames::engine_frames;
@@ -38,6 +40,7 @@ pub use ring_record::ring_record;
 pub use rules_parse::rules_parse;
 #[cfg(feature = "appliance")]
 pub use run_config::run_config;
+pub use tls_records::tls_records;
 
 /// A target: it takes any bytes, and panics only on a bug.
 pub type Target = fn(&[u8]);
@@ -54,4 +57,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("ring_record", ring_record),
     ("raw_ip", raw_ip),
     ("engine_rules", engine_rules),
+    ("tls_records", tls_records),
 ];

@@ -23,8 +23,9 @@ pub mod policy;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod time;
+pub mod tls;
 pub mod wire;
 
-pub use engine::{Config, DecisionRecord, Engine, Event, FastpathUpdate, Port, Stats, SynMode, TransactionRecord, Verdict};
+pub use engine::{Config, DecisionRecord, Engine, Event, FastpathUpdate, Port, Stats, SynMode, TlsRecord, TransactionRecord, Verdict};
 pub use pageview::{PageviewConfig, PageviewRecord};
 pub use time::Timestamp;

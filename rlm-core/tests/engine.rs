@@ -61,6 +61,7 @@ impl Run {
                 Event::Transaction(t) => self.tx.push(t),
                 Event::Pageview(p) => self.pv.push(p),
                 Event::Decision(d) => self.decisions.push(d),
+                Event::Tls(_) => {}
             }
         }
     }

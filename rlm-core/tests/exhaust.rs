@@ -114,7 +114,7 @@ fn records_of_unproven_connections_are_rated_and_cut() {
                 rlm_core::Event::Pageview(p) => {
                     p.object_uris.iter().chain(&p.container).chain(p.events.iter().filter_map(|e| e.uri.as_ref())).map(String::len).collect()
                 }
-                rlm_core::Event::Decision(_) => vec![],
+                rlm_core::Event::Decision(_) | rlm_core::Event::Tls(_) => vec![],
             })
             .max()
             .unwrap_or(0)
@@ -143,12 +143,13 @@ fn records_of_unproven_connections_are_rated_and_cut() {
             rlm_core::Event::Transaction(t) => serde_json::to_string(t).unwrap().len(),
             rlm_core::Event::Pageview(p) => serde_json::to_string(p).unwrap().len(),
             rlm_core::Event::Decision(d) => serde_json::to_string(d).unwrap().len(),
+            rlm_core::Event::Tls(t) => serde_json::to_string(t).unwrap().len(),
         };
         assert!(bytes <= 4096, "a record of {bytes} bytes");
         match ev {
             rlm_core::Event::Transaction(t) => assert!(t.anomalies.contains(&"unproven"), "{:?}", t.anomalies),
             rlm_core::Event::Pageview(p) => assert!(p.object_uris.len() <= rlm_core::engine::UNPROVEN_URIS),
-            rlm_core::Event::Decision(_) => {}
+            rlm_core::Event::Decision(_) | rlm_core::Event::Tls(_) => {}
         }
     }
 }

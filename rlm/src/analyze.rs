@@ -38,6 +38,8 @@ pub struct AnalyzeOptions {
     pub rules: Option<rules::RuleSet>,
     /// Where the rules' decisions go as JSON lines; `-` is standard output.
     pub decisions: Option<PathBuf>,
+    /// Where TLS connections go as JSON lines (Zeek's ssl.log fields); `-` is standard output.
+    pub tls: Option<PathBuf>,
 }
 
 /// Class response times are reported over time in buckets of this many seconds.
@@ -480,6 +482,7 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
             ("--pageviews", &opts.pageviews),
             ("--summary-json", &opts.summary_json),
             ("--decisions", &opts.decisions),
+            ("--tls", &opts.tls),
         ],
     )?;
     let summary_to_stderr = dests.iter().flatten().any(|d| *d == Dest::Stdout);
@@ -492,7 +495,8 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
         File::create(p).with_context(|| format!("cannot write {}", p.display()))?;
     }
     let mut dec_out = dests[3].as_ref().map(RecordOut::create).transpose()?;
-    let mut engine = Engine::new(opts.config);
+    let mut tls_out = dests[4].as_ref().map(RecordOut::create).transpose()?;
+    let mut engine = Engine::new(Config { tls_records: tls_out.is_some() || opts.config.tls_records, ..opts.config });
     let mut what_if = opts.rules.as_ref().map(|r| WhatIf {
         rules_file: r.file_name().to_string(),
         rules: (0..r.rule_count())
@@ -576,6 +580,11 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
                     w.write(&p)?;
                 }
             }
+            Event::Tls(t) => {
+                if let Some(w) = tls_out.as_mut() {
+                    w.write(&t)?;
+                }
+            }
         }
         Ok(())
     };
@@ -589,7 +598,12 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
         b.finish_and_clear();
     }
     // What was written is flushed whatever happened.
-    let flushed = [tx_out.as_mut().map(RecordOut::flush), pv_out.as_mut().map(RecordOut::flush), dec_out.as_mut().map(RecordOut::flush)];
+    let flushed = [
+        tx_out.as_mut().map(RecordOut::flush),
+        pv_out.as_mut().map(RecordOut::flush),
+        dec_out.as_mut().map(RecordOut::flush),
+        tls_out.as_mut().map(RecordOut::flush),
+    ];
     let replayed = replayed?;
     for f in flushed.into_iter().flatten() {
         f?;

@@ -110,6 +110,9 @@ enum Command {
         /// Write each decision the rules would have taken as a JSON line (`-`: standard output).
         #[arg(long, value_name = "FILE", requires = "rules")]
         decisions: Option<PathBuf>,
+        /// Write one JSON object per TLS connection, with Zeek's ssl.log fields (`-`: standard output).
+        #[arg(long, value_name = "FILE")]
+        tls: Option<PathBuf>,
     },
 }
 
@@ -121,7 +124,7 @@ fn main() -> ExitCode {
         Command::Guard { plan, log_json } => commands::guard(&plan, log_json),
         Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
         Command::Status { metrics } => commands::status(metrics),
-        Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions } => {
+        Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions, tls } => {
             let rules = match rules.as_deref().map(rules::check_file).transpose() {
                 Ok(r) => r,
                 Err(e) => {
@@ -135,7 +138,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             config.pageview.connect_timeout = Duration::from_secs_f64(connect_timeout);
-            match analyze::run(AnalyzeOptions { capture, transactions, pageviews, summary_json, config, progress: !quiet, rules, decisions }) {
+            match analyze::run(AnalyzeOptions { capture, transactions, pageviews, summary_json, config, progress: !quiet, rules, decisions, tls }) {
                 Ok(report) => {
                     // With an output on standard output, the summary keeps out of its way.
                     let text = report.summary.text();

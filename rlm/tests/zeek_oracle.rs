@@ -15,11 +15,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::time::Duration;
 
-use rlm::capture::replay;
-use rlm_core::{Config, Engine, Event, TransactionRecord};
+use rlm_core::{Config, Event, TransactionRecord};
+
+#[path = "common/zeek_log.rs"]
+mod zeek_log;
+use zeek_log::{read_baseline, replay_records, zeek_str};
 
 /// The bar the issue sets: at least 97% of transactions agree.
 const BAR: f64 = 0.97;
@@ -45,83 +46,8 @@ fn testdata() -> PathBuf {
     p
 }
 
-/// Baseline rows as column → value maps.
-fn read_baseline(path: &Path) -> Vec<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut header: Option<Vec<String>> = None;
-    let mut rows = Vec::new();
-    for line in text.lines() {
-        if let Some(f) = line.strip_prefix("#fields\t") {
-            header = Some(f.split('\t').map(String::from).collect());
-            continue;
-        }
-        if line.starts_with('#') || line.trim().is_empty() {
-            continue;
-        }
-        match &header {
-            None => header = Some(line.split('\t').map(String::from).collect()),
-            Some(h) => rows.push(h.iter().cloned().zip(line.split('\t').map(String::from)).collect()),
-        }
-    }
-    rows
-}
-
 fn run_trace(path: PathBuf) -> Result<Vec<TransactionRecord>, String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut engine = Engine::new(Config::default());
-        let mut out = Vec::new();
-        let r = replay(
-            &path,
-            &mut engine,
-            &mut |ev| {
-                if let Event::Transaction(t) = ev {
-                    out.push(t);
-                }
-                Ok(())
-            },
-            None,
-        );
-        let _ = tx.send(r.map(|_| out).map_err(|e| e.to_string()));
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(r) => r,
-        Err(_) => Err("hung or crashed (no answer in 30 s)".into()),
-    }
-}
-
-/// A value of Zeek's TSV log: `-` unset, `(empty)` empty; the log's own escapes (`\xNN` for a
-/// byte it would not print, `\\` for a backslash) are undone, and the bytes rendered as rlm
-/// renders them (UTF-8 as it is, other bytes as `\xNN`), so that values are compared, not
-/// log formats.
-fn zeek_str(v: Option<&String>) -> Option<String> {
-    let s = match v.map(String::as_str) {
-        None | Some("-") => return None,
-        Some("(empty)") => return Some(String::new()),
-        Some(s) => s,
-    };
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match &b[i..] {
-            [b'\\', b'\\', ..] => {
-                out.push(b'\\');
-                i += 2;
-            }
-            [b'\\', b'x', h, l, ..] if hex(*h).is_some() && hex(*l).is_some() => {
-                out.push((hex(*h).unwrap_or(0) * 16 + hex(*l).unwrap_or(0)) as u8);
-                i += 4;
-            }
-            [c, ..] => {
-                out.push(*c);
-                i += 1;
-            }
-            [] => break,
-        }
-    }
-    Some(rlm_core::http::head::escape_bytes(&out))
+    replay_records(path, Config::default(), |ev| if let Event::Transaction(t) = ev { Some(t) } else { None })
 }
 
 fn ours(t: &TransactionRecord, field: &str) -> Option<String> {

@@ -46,7 +46,7 @@ use rules::{RuleId, RuleSet};
 use syn::{Keep, SynNode};
 
 pub use fastpath::{FastpathUpdate, SynMode};
-pub use records::{conn_uid, DecisionRecord, TransactionRecord, UnixMicros, UNPROVEN_EVENTS, UNPROVEN_FIELD, UNPROVEN_URIS};
+pub use records::{conn_uid, DecisionRecord, TlsRecord, TransactionRecord, UnixMicros, UNPROVEN_EVENTS, UNPROVEN_FIELD, UNPROVEN_URIS};
 pub use stats::{Stats, TableSizes};
 
 /// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).
@@ -113,6 +113,8 @@ pub struct Config {
     /// Report each finished HTTP transaction as an [`Event::Transaction`] (the inline driver,
     /// which keeps pageviews only, turns it off and saves building them).
     pub transaction_records: bool,
+    /// Report each TLS connection as an [`Event::Tls`] when it ends (`rlm analyze --tls`).
+    pub tls_records: bool,
     /// Records of what nothing shows is real, at most this many a second (one second's worth at
     /// once), each cut to [`UNPROVEN_FIELD`] bytes a field and [`UNPROVEN_URIS`] object URIs; the
     /// rest counted in `stats.records_unproven_skipped`. Unproven are a pageview with no
@@ -138,6 +140,7 @@ impl Default for Config {
             scan_embeds: true,
             decode_bodies: true,
             transaction_records: true,
+            tls_records: false,
             inject: false,
             adapt: false,
             fast_limit: 20,
@@ -157,6 +160,8 @@ pub enum Event {
     Transaction(TransactionRecord),
     /// A finished pageview.
     Pageview(PageviewRecord),
+    /// A TLS connection that ended (when [`Config::tls_records`] is on).
+    Tls(TlsRecord),
     /// A rule acted: a SYN dropped (`DROP SYN`, or `LIMIT SYN` with an empty bucket), once per
     /// connection a SYN or SYN/ACK kept to send (`FAST SYN`, `DELAY FIRST SYN`, `FAST SYN/ACK`),
     /// once per reference a reference blanked or a request rewritten (`REMOVE EMBEDS`, `REWRITE
@@ -251,6 +256,9 @@ impl Engine {
         }
         for i in Ignored::ALL {
             stats.ignored.insert(i.name(), 0);
+        }
+        for b in crate::tls::TlsBad::ALL.iter().map(|b| b.name()).chain(["server_not_tls"]) {
+            stats.tls_bad.insert(b, 0);
         }
         // Compacted at twice the connections plus 4,096 (`push_timer`): reserved whole, so that
         // it never doubles in one call.

@@ -236,6 +236,104 @@ impl TransactionRecord {
     }
 }
 
+/// A TLS connection, as reported: Zeek's ssl.log fields with its names and spellings
+/// (`docs/architecture.md` lists them; unset is null), then rlm's own.
+#[derive(Clone, Debug, Serialize)]
+pub struct TlsRecord {
+    /// Zeek `ts`: its first TLS message (the connection's first segment when none was read).
+    pub ts: UnixMicros,
+    /// Zeek `uid`: the connection's, as its transactions'.
+    pub uid: String,
+    /// Zeek `id.orig_h`, `id.orig_p`: the client.
+    #[serde(rename = "id.orig_h")]
+    pub orig_h: IpAddr,
+    #[serde(rename = "id.orig_p")]
+    #[allow(missing_docs)]
+    pub orig_p: u16,
+    /// Zeek `id.resp_h`, `id.resp_p`: the server.
+    #[serde(rename = "id.resp_h")]
+    pub resp_h: IpAddr,
+    #[serde(rename = "id.resp_p")]
+    #[allow(missing_docs)]
+    pub resp_p: u16,
+    /// Zeek `version`: `TLSv12`, `TLSv13`, `TLSv13-draft23`, `unknown-N`.
+    pub version: Option<String>,
+    /// Zeek `cipher`: the suite's IANA name.
+    pub cipher: Option<String>,
+    /// Zeek `curve`: the key exchange's group.
+    pub curve: Option<String>,
+    /// Zeek `server_name`: the ClientHello's SNI.
+    pub server_name: Option<String>,
+    /// Zeek `resumed`: the session resumed (an echoed session id, a ticket, a PSK taken).
+    pub resumed: bool,
+    /// Zeek `last_alert`: the last alert read in the clear.
+    pub last_alert: Option<String>,
+    /// Zeek `next_protocol`: the protocol the server's ALPN chose.
+    pub next_protocol: Option<String>,
+    /// Zeek `established`: a record read as ciphertext while both sides encrypted.
+    pub established: bool,
+    /// Zeek `ssl_history`: a letter per message, upper case the client's.
+    pub ssl_history: String,
+    /// The protocols the client's ALPN offered.
+    pub client_alpn: Vec<String>,
+    /// The versions the client's supported_versions offered.
+    pub client_versions: Vec<String>,
+    /// Records of the client's, of the server's, and their body bytes.
+    pub records_client: u64,
+    #[allow(missing_docs)]
+    pub records_server: u64,
+    #[allow(missing_docs)]
+    pub record_bytes_client: u64,
+    #[allow(missing_docs)]
+    pub record_bytes_server: u64,
+    /// Joined after it began: its handshake was not seen.
+    pub midstream: bool,
+    /// Exchanges read from its application records (client bursts and the server's records
+    /// after them), and the server's application records before any request.
+    pub exchanges: u64,
+    #[allow(missing_docs)]
+    pub unsolicited_records: u32,
+    /// Why bytes were not read as TLS (`record_too_long`, `bad_handshake`, `gap`,
+    /// `server_not_tls`, ...).
+    pub anomalies: Vec<&'static str>,
+}
+
+impl TlsRecord {
+    /// The record of TLS connection `s` between `client` and `server`, first seen at
+    /// `first_seen`.
+    pub fn of(s: &crate::tls::TlsSession, client: Endpoint, server: Endpoint, first_seen: Timestamp) -> TlsRecord {
+        use crate::http::head::escape_bytes;
+        use crate::tls::names;
+        TlsRecord {
+            ts: UnixMicros::of(s.first_ts.unwrap_or(first_seen)),
+            uid: conn_uid(client, server, first_seen),
+            orig_h: client.ip,
+            orig_p: client.port,
+            resp_h: server.ip,
+            resp_p: server.port,
+            version: s.version.map(names::version),
+            cipher: s.cipher.map(names::cipher),
+            curve: s.curve.map(names::curve),
+            server_name: s.server_name.as_deref().map(escape_bytes),
+            resumed: s.resumed,
+            last_alert: s.last_alert.map(names::alert),
+            next_protocol: s.next_protocol.as_deref().map(escape_bytes),
+            established: s.established,
+            ssl_history: s.history.clone(),
+            client_alpn: s.client_alpn.iter().map(|p| escape_bytes(p)).collect(),
+            client_versions: s.client_versions.iter().map(|v| names::version(*v)).collect(),
+            records_client: s.records[0],
+            records_server: s.records[1],
+            record_bytes_client: s.record_bytes[0],
+            record_bytes_server: s.record_bytes[1],
+            midstream: s.midstream,
+            exchanges: s.exchanges,
+            unsolicited_records: s.unsolicited,
+            anomalies: s.bad.clone(),
+        }
+    }
+}
+
 /// A record of something unproven ([`crate::Config::unproven_records_per_s`]) keeps at most
 /// this many bytes of each text field...
 pub const UNPROVEN_FIELD: usize = 256;

@@ -7,14 +7,15 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::adaptation::AdaptStep;
-use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TransactionRecord, UnixMicros, WELL_KNOWN_HTTP_PORTS};
-use crate::analyzer::Analyzer;
+use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TlsRecord, TransactionRecord, UnixMicros, WELL_KNOWN_HTTP_PORTS};
+use crate::analyzer::{Analyzer, AppEvent};
 use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote};
 use crate::http::HttpOptions;
 use crate::http::{HttpEvent, Txn};
 use crate::pageview::{Evidence, Failure, RequestInfo};
 use crate::policy::SynDecision;
 use crate::time::Timestamp;
+use crate::tls::TlsEvent;
 use crate::wire::{Endpoint, Segment};
 
 impl Engine {
@@ -45,7 +46,7 @@ impl Engine {
         self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
         self.stats.absent_bytes += u64::from(seg.payload_len) - seg.payload.len() as u64;
         let close = self.on_notes(now, id, &notes, decided, &mut out);
-        let rewrite_due = self.process_http(now, id, &mut app_events, window);
+        let rewrite_due = self.process_app(now, id, &mut app_events, window);
         for depth in rewrite_due {
             self.decide_rewrite(now, id, depth, seg);
         }
@@ -113,7 +114,7 @@ impl Engine {
             detect: self.cfg.server_ports.is_empty() && !WELL_KNOWN_HTTP_PORTS.contains(&server.port),
             decode_bodies: self.cfg.decode_bodies,
         };
-        let id = self.flows.insert(now, client, server, midstream, Some(Analyzer::http(midstream, http)));
+        let id = self.flows.insert(now, client, server, midstream, Some(Analyzer::pending(midstream, http)));
         self.stats.connections += 1;
         if midstream {
             self.stats.connections_midstream += 1;
@@ -218,17 +219,28 @@ impl Engine {
         self.pageviews.on_established(now, id, client, rtt);
     }
 
-    /// The HTTP analyzer's events on a connection, in order, into the pageviews and the
-    /// response and request nodes. `window`: the server segment being handled
-    /// ([`Engine::remove_embeds`]). Returns the depths of the requests whose heads completed,
-    /// for a `REWRITE EMBEDS` (when one is in the rules).
-    fn process_http(&mut self, now: Timestamp, id: ConnId, evs: &mut Vec<HttpEvent>, window: Option<(u32, u32)>) -> Vec<u32> {
+    /// The application analyzer's events on a connection, in order: HTTP's into the pageviews
+    /// and the response and request nodes, TLS's sessions into records. `window`: the server
+    /// segment being handled ([`Engine::remove_embeds`]). Returns the depths of the requests
+    /// whose heads completed, for a `REWRITE EMBEDS` (when one is in the rules).
+    fn process_app(&mut self, now: Timestamp, id: ConnId, evs: &mut Vec<AppEvent>, window: Option<(u32, u32)>) -> Vec<u32> {
         let mut rewrite_due = Vec::new();
         let mut i = 0;
         while i < evs.len() {
             // Taken out in order; what follows stays readable (a transaction that ended in the
             // same segment is no longer on the connection, only in its `Done` further on).
-            let ev = std::mem::replace(&mut evs[i], HttpEvent::Request { depth: 0 });
+            let ev = match std::mem::replace(&mut evs[i], AppEvent::Http(HttpEvent::Request { depth: 0 })) {
+                AppEvent::Http(ev) => ev,
+                AppEvent::Tls(TlsEvent::Session(s)) => {
+                    i += 1;
+                    self.tls_session(id, &s);
+                    continue;
+                }
+                AppEvent::Tls(TlsEvent::Exchange(_)) => {
+                    i += 1;
+                    continue;
+                }
+            };
             i += 1;
             match ev {
                 HttpEvent::Request { depth } => {
@@ -252,14 +264,38 @@ impl Engine {
             }
         }
         evs.clear();
-        if let Some(c) = self.flows.get_mut(id) {
-            if c.app.as_ref().is_some_and(Analyzer::gave_up) {
-                // Counted once: the analyzer is dropped.
-                self.stats.connections_not_http += 1;
-                c.app = None;
+        // An analyzer that gave up is dropped, counted once (a TLS one with its session).
+        let gave_up = self.flows.get_mut(id).filter(|c| c.app.as_ref().is_some_and(Analyzer::gave_up)).and_then(|c| c.app.take());
+        match gave_up {
+            Some(Analyzer::Tls(mut t)) => {
+                self.stats.connections_not_tls += 1;
+                let mut sessions = Vec::new();
+                t.close(&mut sessions);
+                for ev in sessions {
+                    if let TlsEvent::Session(s) = ev {
+                        self.tls_session(id, &s);
+                    }
+                }
             }
+            Some(_) => self.stats.connections_not_http += 1,
+            None => {}
         }
         rewrite_due
+    }
+
+    /// A TLS connection ended: counted, and its record reported when asked for.
+    fn tls_session(&mut self, id: ConnId, s: &crate::tls::TlsSession) {
+        self.stats.tls_connections += 1;
+        if s.established {
+            self.stats.tls_established += 1;
+        }
+        for bad in &s.bad {
+            *self.stats.tls_bad.entry(bad).or_default() += 1;
+        }
+        if self.cfg.tls_records {
+            let c = self.flows.get(id).expect("live");
+            self.events.push_back(Event::Tls(TlsRecord::of(s, c.client, c.server, c.first_seen)));
+        }
     }
 
     /// A request's head: into the pageviews.
@@ -286,7 +322,7 @@ impl Engine {
 
     /// A response's head: into the pageviews, its size to the SRPT classifier, and the
     /// response node (`REMOVE EMBEDS`). `rest`: the events after it from the same segment.
-    fn on_response_head(&mut self, now: Timestamp, id: ConnId, depth: u32, rest: &[HttpEvent]) {
+    fn on_response_head(&mut self, now: Timestamp, id: ConnId, depth: u32, rest: &[AppEvent]) {
         let c = self.flows.get(id).expect("live");
         let on_conn = c.http().and_then(|h| h.txn(depth));
         if let Some(txn) = on_conn {
@@ -357,7 +393,7 @@ impl Engine {
         let (first_syn, syns, backoff) = (c.hs.syn.first, c.hs.syn.count, c.hs.syn_shows_backoff());
         // What a flush at a close brings is read; requests it completes are not rewritten (no
         // segment of theirs is being handled).
-        self.process_http(now, id, &mut evs, None);
+        self.process_app(now, id, &mut evs, None);
         // After the flush, which can start a removal.
         self.adapt.forget(id);
         self.release_held(id);
@@ -431,9 +467,9 @@ impl Engine {
 
 /// A transaction that ended among `rest` (the events after its response's head, from the same
 /// segment): it is no longer on its connection.
-fn done_in(rest: &[HttpEvent], depth: u32) -> Option<&Txn> {
+fn done_in(rest: &[AppEvent], depth: u32) -> Option<&Txn> {
     rest.iter().find_map(|e| match e {
-        HttpEvent::Done(t) if t.depth == depth => Some(&**t),
+        AppEvent::Http(HttpEvent::Done(t)) if t.depth == depth => Some(&**t),
         _ => None,
     })
 }

@@ -155,6 +155,15 @@ pub struct Stats {
     /// Pageviews their class's window did not take: their client held its share of it already
     /// (twice the window's mean per source, once it holds 16).
     pub pageviews_over_share: u64,
+    /// Connections whose client's first bytes opened TLS but whose records could not be read.
+    pub connections_not_tls: u64,
+    /// TLS connections that ended, those of them established, and what was not read as TLS,
+    /// by reason (connections).
+    pub tls_connections: u64,
+    #[allow(missing_docs)]
+    pub tls_established: u64,
+    #[allow(missing_docs)]
+    pub tls_bad: std::collections::BTreeMap<&'static str, u64>,
     /// Records of what nothing shows is real (see [`crate::Config::unproven_records_per_s`])
     /// left unwritten past their rate.
     pub records_unproven_skipped: u64,

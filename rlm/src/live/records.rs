@@ -42,12 +42,14 @@ const CLOSE_POLL: Duration = Duration::from_millis(5);
 /// The kinds of record, in the order of the per-kind arrays.
 const KINDS: [&str; 3] = ["transactions", "pageviews", "decisions"];
 
-/// The index of `ev`'s kind in [`KINDS`].
-fn kind_of(ev: &Event) -> usize {
+/// The index of `ev`'s kind in [`KINDS`]; None for a TLS connection's record, which `rlm run`
+/// does not ask the engine for (`rlm analyze --tls` writes them).
+fn kind_of(ev: &Event) -> Option<usize> {
     match ev {
-        Event::Transaction(_) => 0,
-        Event::Pageview(_) => 1,
-        Event::Decision(_) => 2,
+        Event::Transaction(_) => Some(0),
+        Event::Pageview(_) => Some(1),
+        Event::Decision(_) => Some(2),
+        Event::Tls(_) => None,
     }
 }
 
@@ -171,6 +173,7 @@ pub fn record_bytes(ev: &Event) -> usize {
                     + p.events.iter().map(|e| o(&e.uri)).sum::<usize>()
             }
             Event::Decision(d) => d.rule.capacity() + d.class.capacity() + d.client.capacity() + d.server.capacity() + o(&d.target),
+            Event::Tls(_) => 0,
         }
 }
 
@@ -284,7 +287,7 @@ impl RecordWriter {
     /// of a kind with no output is ignored, and so is a decision the engine marked `unwritten`
     /// (past `[limits] unproven_records_per_s`, counted by the engine).
     pub fn send(&mut self, ev: Event) {
-        let k = kind_of(&ev);
+        let Some(k) = kind_of(&ev) else { return };
         if !self.enabled[k] || matches!(&ev, Event::Decision(d) if d.unwritten) {
             return;
         }
@@ -334,8 +337,8 @@ impl RecordWriter {
         } else {
             Some(batch)
         };
-        for ev in refused.iter().flatten() {
-            self.shared.dropped[kind_of(ev)].fetch_add(1, Ordering::Relaxed);
+        for k in refused.iter().flatten().filter_map(kind_of) {
+            self.shared.dropped[k].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -471,7 +474,7 @@ impl Worker {
 
     /// Writes one record to its kind's output, counts it, and rotates the file when it is full.
     fn write(&mut self, ev: &Event) {
-        let k = kind_of(ev);
+        let Some(k) = kind_of(ev) else { return };
         let Some(sink) = self.sinks[k].as_mut() else {
             return;
         };
@@ -479,6 +482,7 @@ impl Worker {
             Event::Transaction(t) => sink.out.write(t),
             Event::Pageview(p) => sink.out.write(p),
             Event::Decision(d) => sink.out.write(d),
+            Event::Tls(t) => sink.out.write(t),
         };
         if self.dirty_since.is_none() {
             self.dirty_since = Some(Instant::now());
