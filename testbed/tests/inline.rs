@@ -1118,7 +1118,13 @@ fn chromium_loads_pages_with_references_removed_or_rewritten_and_fetches_exactly
 /// 20-40 KB images through `rlm run`; the page writes its own Navigation and Resource Timing
 /// into the DOM at `load`. Each load's time by the browser's clock (its first connect to the
 /// last byte of the last object) is matched by one of rlm's live pageview records within
-/// max(5%, 30 ms).
+/// max(5%, 30 ms). Chromium sometimes opens the page's first connection before its navigation
+/// begins (a preconnect) and reports `connectStart` when the navigation takes over the connect
+/// under way, so that its connect lasts less than the handshake did on the wire. When rlm's
+/// connect (its SYN to ACK on the connection) is longer than the browser's (connectStart to
+/// connectEnd) by more than the tolerance, that much of the connect went by before the
+/// navigation and is taken off rlm's time before the comparison (46 ms in the two loads of
+/// five runs that failed without it; 2 to 20 ms otherwise, not taken off).
 #[test]
 fn chromium_load_times_match_rlms_live_pageviews() {
     if std::process::Command::new("chromium").arg("--version").output().is_err() {
@@ -1132,7 +1138,7 @@ fn chromium_load_times_match_rlms_live_pageviews() {
            const n = performance.getEntriesByType('navigation')[0];\n\
            const ends = performance.getEntriesByType('resource').map(r => r.responseEnd);\n\
            document.getElementById('timing').textContent = JSON.stringify({{origin: performance.timeOrigin,\n\
-             connect: n.connectStart, nav_end: n.responseEnd, ends: ends}});\n\
+             connect: n.connectStart, connect_end: n.connectEnd, nav_end: n.responseEnd, ends: ends}});\n\
          }});\n</script></body></html>\n"
     );
     let respond: Responder = Arc::new(move |target: &str| {
@@ -1176,7 +1182,7 @@ fn chromium_load_times_match_rlms_live_pageviews() {
         assert_eq!(ends.len(), 8, "every image loaded: {t}");
         let last = ends.iter().copied().fold(ms(&t["nav_end"]), f64::max);
         let start = (ms(&t["origin"]) + ms(&t["connect"])) / 1e3;
-        loads.push((start, (last - ms(&t["connect"])) / 1e3));
+        loads.push((start, (last - ms(&t["connect"])) / 1e3, (ms(&t["connect_end"]) - ms(&t["connect"])) / 1e3));
         std::fs::remove_dir_all(&profile).ok();
     }
     // The last pageview ends past its quiet period (or at rlm's stop).
@@ -1188,7 +1194,7 @@ fn chromium_load_times_match_rlms_live_pageviews() {
     println!("rlm's live pageviews (start, rt_s): {:?}", live.iter().map(|p| (p["start_ts"].clone(), p["rt_s"].clone())).collect::<Vec<_>>());
     assert!(loads.iter().all(|l| l.1 > 0.4), "the WAN and the link are in the path: {loads:?}");
     let mut used = vec![false; live.len()];
-    for (start, rt) in &loads {
+    for (start, rt, browser_connect) in &loads {
         let best =
             live.iter().enumerate().filter(|(i, p)| !used[*i] && (p["start_ts"].as_f64().unwrap_or(0.0) - start).abs() < 2.0).min_by(|a, b| {
                 let d = |p: &serde_json::Value| (p["start_ts"].as_f64().unwrap_or(0.0) - start).abs();
@@ -1196,9 +1202,17 @@ fn chromium_load_times_match_rlms_live_pageviews() {
             });
         let Some((i, p)) = best else { panic!("no live pageview for the load at {start} ({rt} s)") };
         used[i] = true;
-        let live_rt = p["rt_s"].as_f64().expect("rt_s");
+        // rlm's connect on the page's connection: its SYN to its ACK, on the client's clock.
+        let event =
+            |kind: &str| p["events"].as_array().into_iter().flatten().find(|e| e["kind"] == kind && e["conn"] == 0).and_then(|e| e["t_s"].as_f64());
+        let rlm_connect = event("ack").zip(event("syn")).map_or(0.0, |(a, s)| a - s);
         let tolerance = (0.05 * rt).max(0.030);
-        println!("load at {start:.3}: browser {rt:.3} s, rlm {live_rt:.3} s ({:+.1}%)", (live_rt - rt) / rt * 100.0);
+        let early = Some(rlm_connect - browser_connect).filter(|d| *d > tolerance).unwrap_or(0.0);
+        let live_rt = p["rt_s"].as_f64().expect("rt_s") - early;
+        println!(
+            "load at {start:.3}: browser {rt:.3} s, rlm {live_rt:.3} s ({:+.1}%; connect: rlm {rlm_connect:.3} s, browser {browser_connect:.3} s)",
+            (live_rt - rt) / rt * 100.0
+        );
         assert!((live_rt - rt).abs() <= tolerance, "browser {rt:.3} s, rlm {live_rt:.3} s: more than {tolerance:.3} s apart");
     }
     let _ = std::fs::remove_dir_all(&dir);
