@@ -20,7 +20,7 @@ use rlm_core::{Config, Event, TransactionRecord};
 
 #[path = "common/zeek_log.rs"]
 mod zeek_log;
-use zeek_log::{read_baseline, replay_records, zeek_str};
+use zeek_log::{print_breakdown, read_baseline, replay_records, zeek_str, Tally};
 
 /// The bar the issue sets: at least 97% of transactions agree.
 const BAR: f64 = 0.97;
@@ -79,12 +79,6 @@ fn key_of_row(r: &BTreeMap<String, String>) -> Option<(String, String, String, S
 
 fn key_of(t: &TransactionRecord) -> (String, String, String, String, String) {
     (t.orig_h.to_string(), t.orig_p.to_string(), t.resp_h.to_string(), t.resp_p.to_string(), t.trans_depth.to_string())
-}
-
-#[derive(Default)]
-struct Tally {
-    agree: usize,
-    total: usize,
 }
 
 #[test]
@@ -167,17 +161,7 @@ fn zeek_http_logs_agree_and_every_trace_survives() {
     println!("Zeek agreement: {}/{} transactions ({:.1}%) over {traces} traces", all.agree, all.total, share * 100.0);
     println!("Zeek rows with no request and no response, left out: {phantoms}");
     println!("our transactions of connections joined mid-stream, which Zeek does not analyze, left out: {partial}");
-    println!("per trace:");
-    for l in &per_trace {
-        println!("{l}");
-    }
-    println!("per field:");
-    for (f, t) in &per_field {
-        println!("  {f:<18} {}/{} ({:.1}%)", t.agree, t.total, 100.0 * t.agree as f64 / t.total.max(1) as f64);
-    }
-    for r in &report {
-        println!("  disagreement: {r}");
-    }
+    print_breakdown(&per_trace, &per_field, &report);
     assert!(failures.is_empty(), "traces that did not survive: {failures:#?}");
     assert!(traces >= 28 && all.total >= 35, "expected the whole oracle, found {traces} traces and {} transactions", all.total);
     assert!(share >= BAR, "agreement {:.1}% is below {:.0}%", share * 100.0, BAR * 100.0);

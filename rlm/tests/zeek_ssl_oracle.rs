@@ -13,7 +13,7 @@ use rlm_core::{Config, Event, TlsRecord};
 
 #[path = "common/zeek_log.rs"]
 mod zeek_log;
-use zeek_log::{read_baseline, replay_records, zeek_str};
+use zeek_log::{print_breakdown, read_baseline, replay_records, zeek_str, Tally};
 
 /// The bar: at least 95% of the connections agree.
 const BAR: f64 = 0.95;
@@ -62,12 +62,6 @@ fn same_connection(row: &BTreeMap<String, String>, t: &TlsRecord) -> bool {
         ("id.resp_p", t.resp_p.to_string()),
     ];
     ours.iter().all(|(k, v)| row.get(*k).is_none_or(|r| r == v)) && row.contains_key("id.orig_h")
-}
-
-#[derive(Default)]
-struct Tally {
-    agree: usize,
-    total: usize,
 }
 
 #[test]
@@ -128,17 +122,7 @@ fn zeek_ssl_logs_agree_and_every_trace_survives() {
     }
     let share = all.agree as f64 / all.total.max(1) as f64;
     println!("Zeek TLS agreement: {}/{} connections ({:.1}%) over {traces} traces", all.agree, all.total, share * 100.0);
-    println!("per trace:");
-    for l in &per_trace {
-        println!("{l}");
-    }
-    println!("per field:");
-    for (f, t) in &per_field {
-        println!("  {f:<14} {}/{} ({:.1}%)", t.agree, t.total, 100.0 * t.agree as f64 / t.total.max(1) as f64);
-    }
-    for r in &report {
-        println!("  disagreement: {r}");
-    }
+    print_breakdown(&per_trace, &per_field, &report);
     assert!(failures.is_empty(), "traces that did not survive: {failures:#?}");
     assert!(traces >= 18 && all.total >= 26, "expected the whole oracle, found {traces} traces and {} connections", all.total);
     assert!(share >= BAR, "agreement {:.1}% is below {:.0}%", share * 100.0, BAR * 100.0);

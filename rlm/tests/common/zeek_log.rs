@@ -86,3 +86,25 @@ pub fn zeek_str(v: Option<&String>) -> Option<String> {
     }
     Some(rlm_core::http::head::escape_bytes(&out))
 }
+
+/// Rows agreed and rows compared.
+#[derive(Default)]
+pub struct Tally {
+    pub agree: usize,
+    pub total: usize,
+}
+
+/// The agreement per trace, per field, and each disagreement.
+pub fn print_breakdown(per_trace: &[String], per_field: &BTreeMap<&str, Tally>, report: &[String]) {
+    println!("per trace:");
+    for l in per_trace {
+        println!("{l}");
+    }
+    println!("per field:");
+    for (f, t) in per_field {
+        println!("  {f:<18} {}/{} ({:.1}%)", t.agree, t.total, 100.0 * t.agree as f64 / t.total.max(1) as f64);
+    }
+    for r in report {
+        println!("  disagreement: {r}");
+    }
+}
