@@ -122,23 +122,20 @@ impl Analyzer {
     /// A probe's server spoke first: TLS or HTTP from here on; the other is closed, its
     /// events (a TLS session flagged `server_not_tls`, an HTTP transaction) reported.
     fn settle(&mut self, now: Timestamp, data: &[u8], out: &mut Vec<AppEvent>) {
-        let Analyzer::Probe(b) = self else { return };
-        let (http, tls) = &mut **b;
-        if server_speaks_tls(data) {
-            let mut evs = Vec::new();
-            http.close(now, false, &mut evs);
-            out.extend(evs.into_iter().map(AppEvent::Http));
-            *self = Analyzer::Tls(Box::new(std::mem::take(tls)));
-        } else {
-            let mut evs = Vec::new();
-            tls.not_answered_in_tls();
-            tls.close(&mut evs);
-            out.extend(evs.into_iter().map(AppEvent::Tls));
-            *self = Analyzer::Http(std::mem::replace(
-                http,
-                HttpConn::new(false, HttpOptions { scan_embeds: false, detect: false, decode_bodies: false }),
-            ));
+        if !matches!(self, Analyzer::Probe(_)) {
+            return;
         }
+        let placeholder = Analyzer::Pending { midstream: false, opts: HttpOptions { scan_embeds: false, detect: false, decode_bodies: false } };
+        let Analyzer::Probe(both) = std::mem::replace(self, placeholder) else { return };
+        let (mut http, mut tls) = *both;
+        *self = if server_speaks_tls(data) {
+            http_into(out, |e| http.close(now, false, e));
+            Analyzer::Tls(Box::new(tls))
+        } else {
+            tls.not_answered_in_tls();
+            tls_into(out, |e| tls.close(e));
+            Analyzer::Http(http)
+        };
     }
 }
 
@@ -216,17 +213,11 @@ impl StreamAnalyzer for Analyzer {
     fn on_close(&mut self, now: Timestamp, cut_off: bool, out: &mut Vec<AppEvent>) {
         match self {
             Analyzer::Http(h) => http_into(out, |e| h.close(now, cut_off, e)),
-            Analyzer::Tls(t) => {
-                let mut evs = Vec::new();
-                t.close(&mut evs);
-                out.extend(evs.into_iter().map(AppEvent::Tls));
-            }
+            Analyzer::Tls(t) => tls_into(out, |e| t.close(e)),
             Analyzer::Probe(b) => {
                 let (h, t) = &mut **b;
                 http_into(out, |e| h.close(now, cut_off, e));
-                let mut evs = Vec::new();
-                t.close(&mut evs);
-                out.extend(evs.into_iter().map(AppEvent::Tls));
+                tls_into(out, |e| t.close(e));
             }
             Analyzer::Pending { .. } => {}
         }
