@@ -4,6 +4,9 @@
 //!   bookkeeping): the per-packet cost every forwarded packet pays.
 //! - `http_pageviews`: whole pageviews (handshakes, requests, HTML with embeds scanned, images,
 //!   FINs): the full measurement path, per packet.
+//! - `inline_connection_close_per_connection`: `rlm run`'s load in the throughput experiment, a
+//!   new connection per small page, per connection; `inline_tls_connection_close_per_connection`
+//!   the same over TLS 1.3 (handshake records read, the exchange made a pageview).
 //! - `embed_scanner`: the HTML scanner alone, per byte, on dense markup (a tag every ~40 bytes,
 //!   an image in every other tag).
 //! - `embed_scanner_realistic`: the HTML scanner alone, per byte, on a ~80 KB news-style page
@@ -365,34 +368,56 @@ fn bench(c: &mut Criterion) {
             f
         })
         .collect();
-    g.throughput(Throughput::Elements(1));
-    // As `rlm run` configures it.
-    let mut cfg = Config { decode_bodies: false, transaction_records: false, ..Config::default() };
-    cfg.pageview.max_events = 0;
-    let mut e = Engine::new(cfg);
-    e.enable_fastpath();
-    let (mut t, mut i) = (1_000_000_000_000u64, 0);
-    run(&mut g, "inline_connection_close_per_connection", |iters| {
-        let start = Instant::now();
-        for _ in 0..iters {
-            let frames = &conns[i % conns.len()];
-            i += 1;
-            for (k, f) in frames.iter().enumerate() {
-                t += 5_000;
-                if k == 0 {
-                    e.handle_decided(Timestamp(t), Port::Client, rlm_core::wire::LinkType::Ethernet, f, rlm_core::policy::SynDecision::Pass);
-                } else {
-                    e.handle(Timestamp(t), Port::Unknown, f);
+    // The same load over TLS 1.3 (issue 25: within 20% of HTTP's per connection): the
+    // ClientHello, the server's flight (its ServerHello, ChangeCipherSpec and 3 KB of encrypted
+    // handshake, certificates included), the client's Finished with its request, the response in
+    // one record, the server's close_notify, the FINs.
+    let tls_conns: Vec<Vec<Vec<u8>>> = (0..20_000)
+        .map(|i| {
+            use rlm_core::testkit::tls::{app, client_finished_13, client_hello_record_offering, message, record, server_hello_body};
+            let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:443");
+            let mut f = vec![c.syn(), c.synack(), c.ack()];
+            f.push(c.client_data(&client_hello_record_offering(&[b"http/1.1"])));
+            let flight = [record(22, &message(2, &server_hello_body())), record(20, &[1]), app(3_000)].concat();
+            f.extend(c.server_data(&flight));
+            f.push(c.client_data(&[client_finished_13(), app(17 + 70)].concat()));
+            f.extend(c.server_data(&app(17 + 512 + 150)));
+            f.extend(c.server_data(&app(19)));
+            f.push(c.server_fin());
+            f.push(c.client_fin());
+            f
+        })
+        .collect();
+    for (name, conns) in [("inline_connection_close_per_connection", &conns), ("inline_tls_connection_close_per_connection", &tls_conns)] {
+        g.throughput(Throughput::Elements(1));
+        // As `rlm run` configures it.
+        let mut cfg = Config { decode_bodies: false, transaction_records: false, ..Config::default() };
+        cfg.pageview.max_events = 0;
+        let mut e = Engine::new(cfg);
+        e.enable_fastpath();
+        let (mut t, mut i) = (1_000_000_000_000u64, 0);
+        run(&mut g, name, |iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                let frames = &conns[i % conns.len()];
+                i += 1;
+                for (k, f) in frames.iter().enumerate() {
+                    t += 5_000;
+                    if k == 0 {
+                        e.handle_decided(Timestamp(t), Port::Client, rlm_core::wire::LinkType::Ethernet, f, rlm_core::policy::SynDecision::Pass);
+                    } else {
+                        e.handle(Timestamp(t), Port::Unknown, f);
+                    }
                 }
+                if e.poll_timeout().is_some_and(|d| d.0 <= t) {
+                    e.handle_timeout(Timestamp(t));
+                }
+                while e.poll_event().is_some() {}
+                while e.poll_fastpath().is_some() {}
             }
-            if e.poll_timeout().is_some_and(|d| d.0 <= t) {
-                e.handle_timeout(Timestamp(t));
-            }
-            while e.poll_event().is_some() {}
-            while e.poll_fastpath().is_some() {}
-        }
-        start.elapsed()
-    });
+            start.elapsed()
+        });
+    }
 
     let html: Vec<u8> = (0..2000).flat_map(|i| format!("<p class=x>para {i}</p><img src=\"/i/{i}.gif\" width=10>").into_bytes()).collect();
     g.throughput(Throughput::Bytes(html.len() as u64));

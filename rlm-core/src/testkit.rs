@@ -7,6 +7,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use etherparse::PacketBuilder;
 
+pub mod tls;
+
 use crate::wire::LinkType;
 
 /// One TCP connection between a client and a server, generating frames in either direction.

@@ -5,72 +5,10 @@ use std::time::Duration;
 use rlm_core::pageview::{Acts, Evidence};
 use rlm_core::testkit::TcpConv;
 use rlm_core::wire::LinkType;
-use rlm_core::{Config, Engine, Event, PageviewRecord, Port, Timestamp, TransactionRecord};
+use rlm_core::{Config, PageviewRecord, Port};
 
-/// Appliance-side time base (seconds), so client-side estimates never go below zero.
-const BASE_S: u64 = 1_000;
-const RTT_MS: u64 = 80;
-
-struct Run {
-    engine: Engine,
-    tx: Vec<TransactionRecord>,
-    pv: Vec<PageviewRecord>,
-    decisions: Vec<rlm_core::DecisionRecord>,
-    /// The verdict on the last frame fed.
-    verdict: Option<rlm_core::Verdict>,
-}
-
-fn at(ms: u64) -> Timestamp {
-    Timestamp::from_millis(BASE_S * 1000 + ms)
-}
-
-fn secs(ts: f64) -> f64 {
-    ts - BASE_S as f64
-}
-
-impl Run {
-    fn new() -> Run {
-        Run::with(Config::default())
-    }
-    fn with(cfg: Config) -> Run {
-        Run { engine: Engine::new(cfg), tx: Vec::new(), pv: Vec::new(), decisions: Vec::new(), verdict: None }
-    }
-    fn advance(&mut self, ms: u64) {
-        let now = at(ms);
-        while let Some(t) = self.engine.poll_timeout() {
-            if t > now {
-                break;
-            }
-            self.engine.handle_timeout(t);
-        }
-        self.drain();
-    }
-    fn feed(&mut self, ms: u64, frame: Vec<u8>) {
-        self.advance(ms);
-        self.verdict = Some(self.engine.handle(at(ms), Port::Unknown, &frame));
-        self.drain();
-    }
-    fn feed_all(&mut self, ms: u64, frames: Vec<Vec<u8>>) {
-        for f in frames {
-            self.feed(ms, f);
-        }
-    }
-    fn drain(&mut self) {
-        while let Some(ev) = self.engine.poll_event() {
-            match ev {
-                Event::Transaction(t) => self.tx.push(t),
-                Event::Pageview(p) => self.pv.push(p),
-                Event::Decision(d) => self.decisions.push(d),
-                Event::Tls(_) => {}
-            }
-        }
-    }
-    fn finish(&mut self, ms: u64) {
-        self.advance(ms);
-        self.engine.shutdown(at(ms));
-        self.drain();
-    }
-}
+mod common;
+use common::*;
 
 fn get(uri: &str, extra: &str) -> Vec<u8> {
     format!("GET {uri} HTTP/1.1\r\nHost: shop\r\n{extra}\r\n").into_bytes()
@@ -87,13 +25,6 @@ fn gif_response(len: usize) -> Vec<u8> {
 }
 
 const PAGE: &str = r#"<html><body><img src="/img/a.gif"><p>text</p><img src='img/b.gif'><IMG SRC=/img/c.gif></body></html>"#;
-
-/// Handshake with the client's RTT: SYN and SYN/ACK at `t`, the ACK one RTT later.
-fn handshake(r: &mut Run, c: &mut TcpConv, t: u64) {
-    r.feed(t, c.syn());
-    r.feed(t, c.synack());
-    r.feed(t + RTT_MS, c.ack());
-}
 
 /// One page: container on conn 1, images a and b on conn 2, c on conn 1. Returns (conn1, conn2).
 fn standard_page(r: &mut Run, t0: u64, client: &str) -> (TcpConv, TcpConv) {
@@ -114,10 +45,6 @@ fn standard_page(r: &mut Run, t0: u64, client: &str) -> (TcpConv, TcpConv) {
     r.feed_all(t0 + 345, c1.server_data(&gif_response(300)));
     r.feed(t0 + 385, c1.client_ack());
     (c1, c2)
-}
-
-fn approx(a: f64, b: f64, tol: f64) -> bool {
-    (a - b).abs() <= tol
 }
 
 #[test]

@@ -46,7 +46,9 @@ use rules::{RuleId, RuleSet};
 use syn::{Keep, SynNode};
 
 pub use fastpath::{FastpathUpdate, SynMode};
-pub use records::{conn_uid, DecisionRecord, TlsRecord, TransactionRecord, UnixMicros, UNPROVEN_EVENTS, UNPROVEN_FIELD, UNPROVEN_URIS};
+pub use records::{
+    conn_uid, DecisionRecord, ExchangeFacts, TlsRecord, TransactionRecord, UnixMicros, UNPROVEN_EVENTS, UNPROVEN_FIELD, UNPROVEN_URIS,
+};
 pub use stats::{Stats, TableSizes};
 
 /// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).

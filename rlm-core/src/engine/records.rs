@@ -1,5 +1,5 @@
-//! The Zeek-style records the engine reports: one per finished HTTP transaction (the fields of
-//! Zeek's http.log, [`TransactionRecord`]), one per action a rule took ([`DecisionRecord`]);
+//! The Zeek-style records the engine reports: one per finished HTTP transaction or exchange of
+//! encrypted records (the fields of Zeek's http.log, [`TransactionRecord`]), one per action a rule took ([`DecisionRecord`]);
 //! pageviews are [`crate::pageview::PageviewRecord`]s.
 
 use std::net::IpAddr;
@@ -11,6 +11,7 @@ use rules::{ClassId, RuleId};
 use crate::http::Txn;
 use crate::policy::{AggregateReading, Policy, TokenBucket};
 use crate::time::Timestamp;
+use crate::tls::exchange::Exchange;
 use crate::wire::Endpoint;
 
 /// A finished HTTP transaction, as reported. Fields named like a field of Zeek's http.log
@@ -76,6 +77,25 @@ pub struct TransactionRecord {
     pub pageview: Option<u64>,
     /// What was odd about it (bad_content_length, bad_chunking, capture_gap, incomplete, ...).
     pub anomalies: Vec<&'static str>,
+    /// An exchange of encrypted records (TLS), not a request read: `host` is the SNI, the
+    /// bodies' wire lengths are the records' bytes each way, method, URI, versions and status
+    /// are unknown. Absent for HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ExchangeFacts>,
+}
+
+/// What a transaction record of an encrypted exchange says that HTTP's do not.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExchangeFacts {
+    /// The requests it carried, as estimated from the client's records (1 on HTTP/1.1; on
+    /// HTTP/2 its records that could carry a HEADERS frame).
+    pub requests_estimated: u32,
+    /// Application records each way (client's, server's).
+    pub records_client: u32,
+    #[allow(missing_docs)]
+    pub records_server: u32,
+    /// Whether it may be HTTP/2 (ALPN `h2` chosen, or offered and the choice encrypted).
+    pub h2: bool,
 }
 
 /// Unix seconds, rounded to the microsecond, serialised without float noise
@@ -232,6 +252,52 @@ impl TransactionRecord {
             response_last_ts: txn.response_last_ts.map(UnixMicros::of),
             pageview,
             anomalies: txn.anomalies.labels().collect(),
+            tls: None,
+        }
+    }
+
+    /// The record of a finished exchange of encrypted records on a connection (`midstream`:
+    /// joined after it began) to the site `sni`, `h2` as [`ExchangeFacts::h2`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn of_exchange(
+        x: &Exchange,
+        client: Endpoint,
+        server: Endpoint,
+        first_seen: Timestamp,
+        sni: Option<String>,
+        h2: bool,
+        midstream: bool,
+        pageview: Option<u64>,
+    ) -> TransactionRecord {
+        TransactionRecord {
+            ts: UnixMicros::of(x.request_first),
+            uid: conn_uid(client, server, first_seen),
+            orig_h: client.ip,
+            orig_p: client.port,
+            resp_h: server.ip,
+            resp_p: server.port,
+            trans_depth: x.depth,
+            method: None,
+            host: sni,
+            uri: None,
+            original_uri: None,
+            referrer: None,
+            version: None,
+            request_version: None,
+            user_agent: None,
+            request_body_len: x.request_bytes,
+            response_body_len: x.response_bytes,
+            request_body_wire_len: x.request_bytes,
+            response_body_wire_len: x.response_bytes,
+            status_code: None,
+            status_msg: None,
+            info_code: None,
+            content_type: None,
+            response_first_ts: x.response_first.map(UnixMicros::of),
+            response_last_ts: x.response_last.map(UnixMicros::of),
+            pageview,
+            anomalies: if midstream { vec!["midstream"] } else { Vec::new() },
+            tls: Some(ExchangeFacts { requests_estimated: x.requests, records_client: x.request_records, records_server: x.response_records, h2 }),
         }
     }
 }
@@ -293,6 +359,8 @@ pub struct TlsRecord {
     pub exchanges: u64,
     #[allow(missing_docs)]
     pub unsolicited_records: u32,
+    /// The client's application records taken for HTTP/2 control, not requests.
+    pub control_records: u32,
     /// Why bytes were not read as TLS (`record_too_long`, `bad_handshake`, `gap`,
     /// `server_not_tls`, ...).
     pub anomalies: Vec<&'static str>,
@@ -329,6 +397,7 @@ impl TlsRecord {
             midstream: s.midstream,
             exchanges: s.exchanges,
             unsolicited_records: s.unsolicited,
+            control_records: s.control_records,
             anomalies: s.bad.clone(),
         }
     }
@@ -381,20 +450,32 @@ impl UnprovenRecords {
         UnprovenRecords { rate, bucket: None }
     }
 
-    /// Whether records of unproven things are rated (else every record goes out whole).
-    pub(super) fn rated(&self) -> bool {
-        self.rate.is_some()
-    }
-
-    /// Whether one may be reported at `now`: always without a rate; with one, while the bucket
-    /// has a token (the caller counts the others in `stats.records_unproven_skipped`).
-    pub(super) fn passes(&mut self, now: Timestamp) -> bool {
-        let Some(rate) = self.rate else { return true };
+    /// How a record goes out at `now` of something `unproven` (or not): whole when proven or
+    /// when there is no rate; cut to what an unproven record keeps while the bucket has a
+    /// token; else not at all, counted in `skipped` (`stats.records_unproven_skipped`).
+    pub(super) fn writing(&mut self, now: Timestamp, unproven: bool, skipped: &mut u64) -> Writing {
+        let Some(rate) = self.rate.filter(|_| unproven) else { return Writing::Whole };
         let cap = rate.max(1.0);
         let bucket = self.bucket.get_or_insert_with(|| TokenBucket::full(cap, now));
         bucket.refill(now, rate, cap);
-        bucket.take()
+        if bucket.take() {
+            Writing::Cut
+        } else {
+            *skipped += 1;
+            Writing::Skip
+        }
     }
+}
+
+/// How a record goes out ([`UnprovenRecords::writing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Writing {
+    /// As it is.
+    Whole,
+    /// Cut to what a record of something unproven keeps.
+    Cut,
+    /// Not written.
+    Skip,
 }
 
 #[cfg(test)]

@@ -7,14 +7,16 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::adaptation::AdaptStep;
+use super::records::Writing;
 use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TlsRecord, TransactionRecord, UnixMicros, WELL_KNOWN_HTTP_PORTS};
 use crate::analyzer::{Analyzer, AppEvent};
 use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote};
 use crate::http::HttpOptions;
 use crate::http::{HttpEvent, Txn};
-use crate::pageview::{Evidence, Failure, RequestInfo};
+use crate::pageview::{Asked, Evidence, Failure, RequestInfo};
 use crate::policy::SynDecision;
 use crate::time::Timestamp;
+use crate::tls::exchange::ExchangeEvent;
 use crate::tls::TlsEvent;
 use crate::wire::{Endpoint, Segment};
 
@@ -236,8 +238,9 @@ impl Engine {
                     self.tls_session(id, &s);
                     continue;
                 }
-                AppEvent::Tls(TlsEvent::Exchange(_)) => {
+                AppEvent::Tls(TlsEvent::Exchange(x)) => {
                     i += 1;
+                    self.on_exchange(now, id, x);
                     continue;
                 }
             };
@@ -298,6 +301,59 @@ impl Engine {
         }
     }
 
+    /// An exchange of encrypted records began, was answered (a server record), or ended: into
+    /// the pageviews as a transaction whose request is the client's burst; its record reported
+    /// when it ends.
+    fn on_exchange(&mut self, now: Timestamp, id: ConnId, ev: ExchangeEvent) {
+        match ev {
+            ExchangeEvent::Request { depth, at } => {
+                let c = self.flows.get(id).expect("live");
+                let Some(tls) = c.tls() else { return };
+                let site = tls.session().server_name.as_deref().and_then(|s| std::str::from_utf8(s).ok());
+                let info = RequestInfo {
+                    conn: id,
+                    client: c.client.ip,
+                    server: c.server.to_string(),
+                    depth,
+                    asked: Asked::Encrypted { site },
+                    ts: at,
+                    conn_first_syn: c.hs.syn.first,
+                    conn_established: c.hs.established,
+                    conn_ready: tls.ready().or(c.hs.established),
+                    conn_syns: c.hs.syn.count,
+                    conn_synacks: c.hs.synack.count,
+                    conn_first_synack: c.hs.synack.first,
+                    rtt: c.rtt(),
+                };
+                self.pageviews.on_request(now, &info);
+            }
+            ExchangeEvent::Response { depth, first, last, requests, .. } => self.pageviews.on_encrypted_response(id, depth, first, last, requests),
+            ExchangeEvent::Done(x) => {
+                let pv = self.pageviews.on_txn_done(now, id, x.depth, x.response_first, x.response_last);
+                self.stats.transactions += 1;
+                self.stats.tls_exchanges += 1;
+                if !self.cfg.transaction_records {
+                    return;
+                }
+                let c = self.flows.get(id).expect("live");
+                // Unanswered, on a connection the server never sent on: nothing shows it is real.
+                let unproven = x.response_first.is_none() && !c.server_heard();
+                let writing = self.unproven.writing(now, unproven, &mut self.stats.records_unproven_skipped);
+                if writing == Writing::Skip {
+                    return;
+                }
+                let (sni, h2) = c
+                    .tls()
+                    .map_or((None, false), |t| (t.session().server_name.as_deref().map(|s| String::from_utf8_lossy(s).into_owned()), t.may_be_h2()));
+                let mut record = TransactionRecord::of_exchange(&x, c.client, c.server, c.first_seen, sni, h2, c.midstream, pv);
+                if writing == Writing::Cut {
+                    record.cut_unproven();
+                }
+                self.events.push_back(Event::Transaction(record));
+            }
+        }
+    }
+
     /// A request's head: into the pageviews.
     fn on_request(&mut self, now: Timestamp, id: ConnId, depth: u32) {
         let c = self.flows.get(id).expect("live");
@@ -308,10 +364,11 @@ impl Engine {
             client: c.client.ip,
             server: c.server.to_string(),
             depth,
-            head,
+            asked: Asked::Head(head),
             ts: txn.request_ts,
             conn_first_syn: c.hs.syn.first,
             conn_established: c.hs.established,
+            conn_ready: c.hs.established,
             conn_syns: c.hs.syn.count,
             conn_synacks: c.hs.synack.count,
             conn_first_synack: c.hs.synack.first,
@@ -361,12 +418,11 @@ impl Engine {
         }
         if self.cfg.transaction_records {
             // Unanswered, on a connection the server never sent on: nothing shows it is real.
-            let unproven = self.unproven.rated() && txn.response_first_ts.is_none() && !server_heard;
-            if unproven && !self.unproven.passes(now) {
-                self.stats.records_unproven_skipped += 1;
-            } else {
+            let unproven = txn.response_first_ts.is_none() && !server_heard;
+            let writing = self.unproven.writing(now, unproven, &mut self.stats.records_unproven_skipped);
+            if writing != Writing::Skip {
                 let mut record = TransactionRecord::of(&txn, client, server, first_seen, pv);
-                if unproven {
+                if writing == Writing::Cut {
                     record.cut_unproven();
                 }
                 self.events.push_back(Event::Transaction(record));
@@ -453,12 +509,10 @@ impl Engine {
                     }
                 }
             }
-            if self.unproven.rated() && pv.evidence == Evidence::None {
-                if !self.unproven.passes(self.last_now) {
-                    self.stats.records_unproven_skipped += 1;
-                    continue;
-                }
-                pv.cut_unproven();
+            match self.unproven.writing(self.last_now, pv.evidence == Evidence::None, &mut self.stats.records_unproven_skipped) {
+                Writing::Skip => continue,
+                Writing::Cut => pv.cut_unproven(),
+                Writing::Whole => {}
             }
             self.events.push_back(Event::Pageview(pv));
         }

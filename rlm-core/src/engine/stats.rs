@@ -162,6 +162,8 @@ pub struct Stats {
     pub tls_connections: u64,
     #[allow(missing_docs)]
     pub tls_established: u64,
+    /// Exchanges of encrypted records that ended (each also counted in `transactions`).
+    pub tls_exchanges: u64,
     #[allow(missing_docs)]
     pub tls_bad: std::collections::BTreeMap<&'static str, u64>,
     /// Records of what nothing shows is real (see [`crate::Config::unproven_records_per_s`])

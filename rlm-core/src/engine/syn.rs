@@ -7,6 +7,7 @@
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
+use super::records::Writing;
 use super::{DecisionRecord, DropCause, Engine, Event, Port, TimerKind, Transmit};
 use crate::actions::{Budgets, InjectBudget, Kept, LinkAddrs, Release};
 use crate::flow::{ConnId, ConnState};
@@ -143,11 +144,8 @@ impl Engine {
             let action = if limited { "LIMIT SYN" } else { "DROP SYN" };
             let mut record = DecisionRecord { retransmission, ..DecisionRecord::of(policy, now, rule, action, class, client, server) };
             // A first SYN from a client with no handshake seen lately: anyone's to spoof.
-            let unproven = self.unproven.rated() && !retransmission && !self.pageviews.client_known(client.ip, now);
-            if unproven && !self.unproven.passes(now) {
-                self.stats.records_unproven_skipped += 1;
-                record.unwritten = true;
-            }
+            let unproven = !retransmission && !self.pageviews.client_known(client.ip, now);
+            record.unwritten = self.unproven.writing(now, unproven, &mut self.stats.records_unproven_skipped) == Writing::Skip;
             self.events.push_back(Event::Decision(record));
             self.pageviews.on_conn_act(id, |a| if limited { a.syns_limited += 1 } else { a.syns_dropped += 1 });
         }

@@ -41,7 +41,7 @@ use open::OpenPv;
 use record::{build_record, evidence};
 
 pub use record::{Acts, EventNode, Evidence, PageviewRecord};
-pub use requests::RequestInfo;
+pub use requests::{Asked, RequestInfo};
 pub use urls::{request_url, simple_request_key, url_key};
 
 /// Tunables of the correlation.
@@ -56,6 +56,10 @@ pub struct PageviewConfig {
     /// A connection idle longer than this between its handshake and its first request was opened in
     /// advance: its pageview starts at the request, not at the SYN.
     pub preconnect_idle: Duration,
+    /// A pageview of encrypted exchanges (TLS) ends after this much quiet with nothing in flight,
+    /// and its client's next exchange then starts a pageview of its own: the gap that tells a
+    /// page's objects from the next page when nothing names them.
+    pub encrypted_gap: Duration,
     /// Open pageviews kept per client; the oldest is closed beyond this.
     pub max_open_per_client: usize,
     /// Event nodes kept per pageview.
@@ -88,6 +92,7 @@ impl Default for PageviewConfig {
             linger: Duration::from_millis(1500),
             quiet: Duration::from_secs(5),
             preconnect_idle: Duration::from_secs(1),
+            encrypted_gap: Duration::from_secs(1),
             max_open_per_client: 4,
             max_events: 512,
             max_client_rtts: 65_536,
@@ -317,7 +322,13 @@ impl Pageviews {
     fn schedule(&mut self, id: u64) {
         let Some(p) = self.open.get_mut(&id) else { return };
         p.check_gen = p.check_gen.wrapping_add(1);
-        let wait = if p.all_required_fetched() && p.has_container_response() { self.cfg.linger } else { self.cfg.quiet };
+        let wait = if p.encrypted {
+            self.cfg.encrypted_gap
+        } else if p.all_required_fetched() && p.has_container_response() {
+            self.cfg.linger
+        } else {
+            self.cfg.quiet
+        };
         // Failed-handshake deadlines are the flow layer's; here only quiet periods.
         self.deadlines.push(Reverse((p.last_activity + wait, id, p.check_gen)));
         // Deadlines are superseded, not removed: drop the stale ones once they dominate (and
@@ -345,8 +356,17 @@ impl Pageviews {
         let ids = self.by_client.get(&client)?;
         ids.iter().rev().copied().find(|id| {
             let p = &self.open[id];
+            if p.encrypted {
+                return p.has_container_response() && self.is_active(p, now);
+            }
             p.has_container_response() && (!p.all_required_fetched() || p.in_flight > 0 || now.saturating_since(p.last_activity) < self.cfg.linger)
         })
+    }
+
+    /// Whether a pageview of encrypted exchanges is active: something in flight, a handshake of
+    /// it under way, or quiet for less than `encrypted_gap`.
+    fn is_active(&self, p: &OpenPv, now: Timestamp) -> bool {
+        p.in_flight > 0 || p.pending_handshakes() || now.saturating_since(p.last_activity) < self.cfg.encrypted_gap
     }
 
     /// Open a pageview of `client` that started at `start` (closing the client's oldest beyond
@@ -421,8 +441,11 @@ impl Pageviews {
                 self.conn_pv.remove(&c.conn);
             }
         }
+        // An encrypted exchange is done only at its connection's next burst or end, which can
+        // come long after its pageview: its entry stays until then (one a connection at most),
+        // so that its record still names the pageview.
         for t in &p.txns {
-            if !t.done {
+            if !t.done && !t.encrypted {
                 self.txn_pv.remove(&(p.conns[t.conn as usize].conn, t.depth));
             }
         }

@@ -64,7 +64,15 @@ impl PvConn {
 pub(super) struct PvTxn {
     pub(super) conn: u16,
     pub(super) depth: u32,
+    /// Its request target as sent; empty for an encrypted exchange.
     pub(super) uri: String,
+    /// An exchange of encrypted records (TLS), not a request read.
+    pub(super) encrypted: bool,
+    /// Requests it carried: 1 for HTTP; an encrypted exchange's estimate.
+    pub(super) requests: u32,
+    /// Counted in its pageview's `in_flight`: from its request to its end (HTTP) or to its
+    /// response's first record (encrypted).
+    pub(super) in_flight: bool,
     pub(super) request_ts: Timestamp,
     pub(super) response_first: Option<Timestamp>,
     pub(super) response_last: Option<Timestamp>,
@@ -124,6 +132,8 @@ pub(super) struct OpenPv {
     pub(super) bytes_counted: usize,
     /// The container's embed list is complete and trustworthy (scanned, not encoded).
     pub(super) list_reliable: bool,
+    /// Started by an encrypted exchange (TLS): its requests are joined by time alone.
+    pub(super) encrypted: bool,
     pub(super) in_flight: u32,
     pub(super) last_activity: Timestamp,
     /// Generation of the finalisation check, to drop stale deadlines.
@@ -158,6 +168,7 @@ impl OpenPv {
             bytes: 0,
             bytes_counted: 0,
             list_reliable: false,
+            encrypted: false,
             in_flight: 0,
             last_activity: now,
             check_gen: 0,
@@ -262,6 +273,14 @@ impl OpenPv {
         let later = c.last_responded.and_then(|l| self.txns[l as usize].response_first).is_none_or(|l| l <= at);
         if later {
             c.last_responded = Some(ti as u32);
+        }
+    }
+
+    /// Transaction `ti` is no longer in flight (if it was).
+    pub(super) fn land(&mut self, ti: usize) {
+        let t = &mut self.txns[ti];
+        if std::mem::take(&mut t.in_flight) {
+            self.in_flight = self.in_flight.saturating_sub(1);
         }
     }
 

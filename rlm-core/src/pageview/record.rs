@@ -46,8 +46,12 @@ pub struct PageviewRecord {
     pub end_ts: f64,
     /// The response time the client saw: `end_ts - start_ts`, in seconds.
     pub rt_s: f64,
-    /// Its transactions other than the container's.
+    /// Its transactions other than the container's (over TLS: the requests its exchanges are
+    /// estimated to have carried, less the container).
     pub objects: u32,
+    /// Read from encrypted exchanges (TLS): `host` is the SNI, `container` and `object_uris`
+    /// are unknown, `objects` is estimated ([`crate::tls::exchange`]).
+    pub tls: bool,
     /// Connections, requests and listed references left out of it past the per-pageview caps
     /// (`max_conns`, `max_txns`, `max_expected`, `max_referrers`): 0 for a browser's page; more
     /// says the client sent what no browser does, and the counts above stop at the caps.
@@ -152,6 +156,8 @@ pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
     let events = event_graph(p, cfg.max_events);
     let (t_conn, t_server, t_transfer) = critical_path(p);
     let objects: Vec<&PvTxn> = p.txns.iter().filter(|t| !t.container).collect();
+    // Each transaction's requests (an encrypted exchange's estimate), less the container.
+    let requests: u32 = p.txns.iter().map(|t| t.requests).sum::<u32>().saturating_sub(u32::from(p.txns.iter().any(|t| t.container)));
     PageviewRecord {
         id: p.id,
         client: p.client.to_string(),
@@ -160,9 +166,10 @@ pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
         start_ts: p.start.as_secs_f64(),
         end_ts: end.as_secs_f64(),
         rt_s: end.saturating_since(p.start).as_secs_f64(),
-        objects: objects.len() as u32,
+        objects: requests,
+        tls: p.encrypted,
         capped: p.capped,
-        object_uris: objects.iter().map(|t| t.uri.clone()).collect(),
+        object_uris: objects.iter().filter(|t| !t.encrypted).map(|t| t.uri.clone()).collect(),
         expected_objects: p.expected.iter().filter(|e| e.required).count() as u32,
         syn_retransmissions: p.conns.iter().map(|c| c.syns.saturating_sub(1) as u32).sum(),
         failed_connections: p.conns.iter().filter(|c| c.failed_at.is_some()).count() as u32,
@@ -246,11 +253,13 @@ fn event_graph(p: &OpenPv, max_events: usize) -> Vec<EventNode> {
     let txns = if max_events == 0 { &p.txns[..0] } else { &p.txns[..] };
     for t in txns {
         let c = &p.conns[t.conn as usize];
-        events.push(EventNode { kind: "request", conn: t.conn, t_s: rel(t.request_ts, c, false), uri: Some(t.uri.clone()) });
+        let uri = Some(t.uri.clone()).filter(|_| !t.encrypted);
+        events.push(EventNode { kind: "request", conn: t.conn, t_s: rel(t.request_ts, c, false), uri });
         if let Some(f) = t.response_first {
             events.push(EventNode { kind: "response_head", conn: t.conn, t_s: rel(f, c, true), uri: None });
         }
-        if let Some(l) = t.response_last.filter(|_| t.done) {
+        // An encrypted exchange's end is its last record seen, whether it is done or not.
+        if let Some(l) = t.response_last.filter(|_| t.done || t.encrypted) {
             events.push(EventNode { kind: "last_byte", conn: t.conn, t_s: rel(l, c, true), uri: None });
         }
     }

@@ -1,5 +1,10 @@
 //! What a transaction does to the pageviews: the pageview its request joins (or starts), its
 //! response, the embedded references its body lists, its end.
+//!
+//! An exchange of encrypted records (TLS: no URL, no header, no list of references) joins by
+//! time alone: the pageview its connection joined (at its SYN, or with an earlier exchange), else
+//! its client's latest, while that pageview is active (something in flight, a handshake under
+//! way, or quiet for less than `encrypted_gap`); else it starts a pageview of its own.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -19,16 +24,20 @@ pub struct RequestInfo<'a> {
     pub client: IpAddr,
     /// The server, as `ip:port`.
     pub server: String,
-    /// Its position on the connection ([`crate::http::Txn::depth`]).
+    /// Its position on the connection ([`crate::http::Txn::depth`], or an exchange's).
     pub depth: u32,
-    /// Its parsed head.
-    pub head: &'a RequestHead,
+    /// What was asked.
+    pub asked: Asked<'a>,
     /// When it began: the segment with its head's first byte.
     pub ts: Timestamp,
     /// The connection's handshake (first SYN seen, completion), if it was seen.
     pub conn_first_syn: Option<Timestamp>,
     /// When the connection's handshake completed, if that was seen.
     pub conn_established: Option<Timestamp>,
+    /// When the connection was ready for the client's requests: its handshake's completion, or,
+    /// on TLS, its TLS handshake's (a connection idle longer than `preconnect_idle` after this
+    /// was opened in advance).
+    pub conn_ready: Option<Timestamp>,
     /// SYNs seen on the connection.
     pub conn_syns: u16,
     /// SYN/ACKs seen on the connection.
@@ -37,6 +46,18 @@ pub struct RequestInfo<'a> {
     pub conn_first_synack: Option<Timestamp>,
     /// The connection's measured RTT (SYN/ACK to ACK), if it has one.
     pub rtt: Option<Duration>,
+}
+
+/// What a request asked, as far as it can be read.
+#[derive(Clone, Copy)]
+pub enum Asked<'a> {
+    /// An HTTP request: its parsed head.
+    Head(&'a RequestHead),
+    /// A burst of encrypted records (TLS): the site its ClientHello named (SNI), if any.
+    Encrypted {
+        /// The SNI.
+        site: Option<&'a str>,
+    },
 }
 
 /// What a request is matched against the open pageviews by.
@@ -52,21 +73,21 @@ struct RequestKeys {
 }
 
 impl RequestKeys {
-    fn of(r: &RequestInfo<'_>) -> RequestKeys {
+    fn of(r: &RequestInfo<'_>, head: &RequestHead) -> RequestKeys {
         // The URL itself is needed only as the base of a new pageview's embedded references, and
         // is then made when the container's embeds come; the key is made without it when simple.
-        let (url, key) = match simple_request_key(r.head.host.as_deref(), &r.server, &r.head.uri) {
+        let (url, key) = match simple_request_key(head.host.as_deref(), &r.server, &head.uri) {
             Some(k) => (None, Some(k)),
             None => {
-                let url = request_url(r.head.host.as_deref(), &r.server, &r.head.uri);
+                let url = request_url(head.host.as_deref(), &r.server, &head.uri);
                 let key = url.as_ref().and_then(url_key);
                 (url, key)
             }
         };
-        let referrer_key = r.head.referrer.as_deref().and_then(|s| url::Url::parse(s).ok()).as_ref().and_then(url_key);
+        let referrer_key = head.referrer.as_deref().and_then(|s| url::Url::parse(s).ok()).as_ref().and_then(url_key);
         let is_favicon = match &url {
             Some(u) => u.path() == "/favicon.ico",
-            None => key.is_some() && r.head.uri.split('?').next() == Some("/favicon.ico"),
+            None => key.is_some() && head.uri.split('?').next() == Some("/favicon.ico"),
         };
         RequestKeys { url, key, referrer_key, is_favicon }
     }
@@ -97,8 +118,14 @@ fn request_conn(p: &mut OpenPv, r: &RequestInfo<'_>, is_container: bool, rtt: Du
 impl Pageviews {
     /// Decide which pageview a request belongs to; returns its id.
     pub fn on_request(&mut self, now: Timestamp, r: &RequestInfo<'_>) -> u64 {
-        let keys = RequestKeys::of(r);
-        let embed_of = self.joined_pageview(now, r, &keys);
+        let (keys, embed_of) = match r.asked {
+            Asked::Head(head) => {
+                let keys = RequestKeys::of(r, head);
+                let joined = self.joined_pageview(now, r, head, &keys);
+                (Some(keys), joined)
+            }
+            Asked::Encrypted { .. } => (None, self.joined_by_time(now, r).map(|id| (id, None))),
+        };
         let rtt = self.rtt_for(r.client, r.rtt);
         let id = match embed_of {
             Some((id, idx)) => {
@@ -108,7 +135,7 @@ impl Pageviews {
                 }
                 id
             }
-            None => self.start_pageview(now, r, &keys, rtt),
+            None => self.start_pageview(now, r, keys.as_ref(), rtt),
         };
         self.attach_conn(r.conn, id);
         self.settle_acts(r.conn, id);
@@ -118,7 +145,7 @@ impl Pageviews {
 
     /// The open pageview of the client a request joins, with the index of the listed object it
     /// fetches if it was listed; `None`: it starts a pageview of its own.
-    fn joined_pageview(&self, now: Timestamp, r: &RequestInfo<'_>, keys: &RequestKeys) -> Option<(u64, Option<usize>)> {
+    fn joined_pageview(&self, now: Timestamp, r: &RequestInfo<'_>, head: &RequestHead, keys: &RequestKeys) -> Option<(u64, Option<usize>)> {
         let ids = self.by_client.get(&r.client)?;
         for &id in ids.iter().rev() {
             let p = &self.open[&id];
@@ -130,21 +157,30 @@ impl Pageviews {
             }
             let referred = keys.referrer_key.as_ref().is_some_and(|rk| p.referrers.contains(rk));
             let recent = now.saturating_since(p.last_activity) < self.cfg.quiet || p.in_flight > 0;
-            let sub = r.head.destination == Destination::Subresource;
-            let weak_ok = !p.list_reliable && r.head.destination != Destination::Document && recent && p.has_container_response();
-            if (referred && (sub || weak_ok)) || (r.head.referrer.is_none() && weak_ok && sub) {
+            let sub = head.destination == Destination::Subresource;
+            let weak_ok = !p.list_reliable && head.destination != Destination::Document && recent && p.has_container_response();
+            if (referred && (sub || weak_ok)) || (head.referrer.is_none() && weak_ok && sub) {
                 return Some((id, None));
             }
         }
         None
     }
 
+    /// The open pageview an encrypted request joins: its connection's, else its client's
+    /// latest, if active ([`Pageviews::is_active`]).
+    fn joined_by_time(&self, now: Timestamp, r: &RequestInfo<'_>) -> Option<u64> {
+        let active = |id: &u64| self.open.get(id).is_some_and(|p| self.is_active(p, now));
+        if let Some(id) = self.conn_pv.get(&r.conn).filter(|id| active(id)) {
+            return Some(*id);
+        }
+        self.by_client.get(&r.client)?.iter().rev().copied().find(active)
+    }
+
     /// Start the pageview of a request that joined none, with it as the container; returns its id.
-    fn start_pageview(&mut self, now: Timestamp, r: &RequestInfo<'_>, keys: &RequestKeys, rtt: Duration) -> u64 {
+    fn start_pageview(&mut self, now: Timestamp, r: &RequestInfo<'_>, keys: Option<&RequestKeys>, rtt: Duration) -> u64 {
         // A navigation: a pageview of its own. It starts at the connection's first SYN if the
         // request went out right after the handshake, else at the request itself.
-        let fresh =
-            r.depth == 1 && r.conn_first_syn.is_some() && r.conn_established.is_some_and(|e| r.ts.saturating_since(e) <= self.cfg.preconnect_idle);
+        let fresh = r.depth == 1 && r.conn_first_syn.is_some() && r.conn_ready.is_some_and(|e| r.ts.saturating_since(e) <= self.cfg.preconnect_idle);
         let start = if fresh { r.conn_first_syn.expect("checked") } else { r.ts } - rtt / 2;
         // Previous pageviews of this client with nothing in flight are over.
         let idle: Vec<u64> = self
@@ -157,16 +193,24 @@ impl Pageviews {
         }
         let id = self.new_pageview(r.client, start, now);
         let p = self.open.get_mut(&id).expect("just created");
-        p.host = r.head.host.clone().or_else(|| Some(r.server.clone()));
         p.server = Some(r.server.clone());
-        p.container = Some(r.head.uri.clone());
+        let (Asked::Head(head), Some(keys)) = (r.asked, keys) else {
+            // Encrypted: the site its ClientHello named, else the server.
+            let Asked::Encrypted { site } = r.asked else { unreachable!("a head has its keys") };
+            p.host = Some(site.map_or_else(|| r.server.clone(), str::to_string));
+            p.encrypted = true;
+            p.bytes += 2 * r.server.len() + site.map_or(0, str::len);
+            return id;
+        };
+        p.host = head.host.clone().or_else(|| Some(r.server.clone()));
+        p.container = Some(head.uri.clone());
         p.base = keys.url.clone();
         if keys.url.is_none() && keys.key.is_some() {
-            p.base_target = Some((r.head.host.clone(), r.server.clone(), r.head.uri.clone()));
+            p.base_target = Some((head.host.clone(), r.server.clone(), head.uri.clone()));
         }
         // Its container's target, host and URL, kept twice at most.
         p.bytes +=
-            2 * (r.head.uri.len() + r.head.host.as_ref().map_or(0, String::len) + r.server.len()) + keys.url.as_ref().map_or(0, |u| u.as_str().len());
+            2 * (head.uri.len() + head.host.as_ref().map_or(0, String::len) + r.server.len()) + keys.url.as_ref().map_or(0, |u| u.as_str().len());
         if let Some(k) = &keys.key {
             p.add_referrer(k.clone(), self.cfg.max_referrers);
         }
@@ -207,7 +251,13 @@ impl Pageviews {
             PvTxn {
                 conn: ci as u16,
                 depth: r.depth,
-                uri: r.head.uri.clone(),
+                uri: match r.asked {
+                    Asked::Head(h) => h.uri.clone(),
+                    Asked::Encrypted { .. } => String::new(),
+                },
+                encrypted: matches!(r.asked, Asked::Encrypted { .. }),
+                requests: 1,
+                in_flight: true,
                 request_ts: r.ts,
                 response_first: None,
                 response_last: None,
@@ -294,6 +344,7 @@ impl Pageviews {
     ) -> Option<u64> {
         let id = self.txn_pv.remove(&(conn, depth))?;
         if let Some(p) = self.open.get_mut(&id) {
+            let mut active = now;
             if let Some(ti) = p.txn_index(conn, depth).filter(|&ti| !p.txns[ti].done) {
                 if let Some(f) = response_first {
                     p.respond(ti, f);
@@ -305,11 +356,32 @@ impl Pageviews {
                     (Some(a), Some(b)) => Some(a.max(b)),
                     (a, b) => a.or(b),
                 };
-                p.in_flight = p.in_flight.saturating_sub(1);
+                // An encrypted exchange ends at the client's next burst, or its connection's end,
+                // long after its last record: that is no activity of its pageview.
+                if t.encrypted {
+                    active = t.response_last.unwrap_or(t.request_ts).min(now);
+                }
+                p.land(ti);
             }
-            self.touch(id, now);
+            self.touch(id, active);
         }
         Some(id)
+    }
+
+    /// A server record of encrypted exchange `depth` on `conn`, from `first` to `last`, after a
+    /// burst of `requests` requests (as estimated): its response began (it is no longer in
+    /// flight: whether more is coming, only the quiet after it tells) or goes on.
+    pub fn on_encrypted_response(&mut self, conn: ConnId, depth: u32, first: Timestamp, last: Timestamp, requests: u32) {
+        let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
+        let Some(p) = self.open.get_mut(&id) else { return };
+        if let Some(ti) = p.txn_index(conn, depth) {
+            p.respond(ti, first);
+            p.land(ti);
+            let t = &mut p.txns[ti];
+            t.requests = requests;
+            t.response_last = Some(t.response_last.map_or(last, |l| l.max(last)));
+        }
+        self.touch(id, last);
     }
 
     /// The server resent data on a connection that the client had not received (lost past the

@@ -55,7 +55,23 @@ pub struct TlsConn {
     /// TLS 1.3: the client's first encrypted record (its Finished) went by.
     client_finished: bool,
     exchanges: Exchanges,
+    /// When both sides began encrypting: the connection is ready for requests.
+    ready: Option<Timestamp>,
+    /// Bytes an application record adds to what it carries (nonce, tag, content type), as the
+    /// version and cipher chosen make it; 0 when unknown.
+    overhead: u16,
+    /// The client sent an application record after its Finished.
+    client_spoke: bool,
 }
+
+/// The fewest bytes of an HTTP/2 client record that may carry a request's HEADERS frame (9 of
+/// frame header and at least 11 of compressed header block): shorter ones are control frames
+/// (a WINDOW_UPDATE 13, a SETTINGS acknowledgement 9, a PING 17).
+pub const H2_REQUEST_MIN: usize = 20;
+
+/// The most bytes of an HTTP/2 client's first record that carry only its preface: the 24-byte
+/// magic, a SETTINGS frame of up to six settings and a WINDOW_UPDATE.
+pub const H2_PREFACE_MAX: usize = 24 + 9 + 6 * 6 + 13;
 
 impl TlsConn {
     /// A connection whose first client bytes opened TLS; `midstream`: joined after it began
@@ -120,7 +136,8 @@ impl TlsConn {
             out.extend(evs.into_iter().map(TlsEvent::Exchange));
             self.session.exchanges = u64::from(self.exchanges.depth());
             self.session.unsolicited = self.exchanges.unsolicited;
-            out.push(TlsEvent::Session(Box::new(std::mem::take(&mut self.session))));
+            // Kept too: the exchanges' events just made are read with it (their site).
+            out.push(TlsEvent::Session(Box::new(self.session.clone())));
         }
     }
 
@@ -145,6 +162,9 @@ impl TlsConn {
                     self.record_start[side] = None;
                     self.session.records[side] += 1;
                     self.record_done(now, client, header.ctype);
+                    if self.session.established {
+                        self.ready.get_or_insert(now);
+                    }
                     if header.ctype == parser::APPLICATION_DATA {
                         self.app_record(start, now, client, header.len, out);
                     }
@@ -197,27 +217,53 @@ impl TlsConn {
 
     /// A whole application record of one side, from `first` to `last`, `len` bytes: into the
     /// exchanges once both sides encrypt (before, it is TLS 1.3's encrypted handshake), but the
-    /// client's Finished (TLS 1.3: its first encrypted record) and, on TLS 1.3, its encrypted
-    /// alerts and KeyUpdates (19 and 22 bytes: one byte of content, its type, and 16 of tag).
+    /// client's Finished (TLS 1.3: its first encrypted record) and, on TLS 1.3, either side's
+    /// encrypted alerts and KeyUpdates (19 and 22 bytes: one byte of content, its type, and 16
+    /// of tag). On a connection that may be HTTP/2, the client's records too short to carry a
+    /// request and its first record when it holds no more than the preface are control, not
+    /// requests (counted in the session's `control_records`); each other record may carry one
+    /// request. On HTTP/1.1 a burst is one request.
     fn app_record(&mut self, first: Timestamp, last: Timestamp, client: bool, len: u16, out: &mut Vec<TlsEvent>) {
         if !(self.encrypted[0] && self.encrypted[1]) {
             return;
         }
         let tls13 = self.past_tls12();
+        if tls13 && matches!(len, 19 | 22) {
+            return;
+        }
         let mut evs = Vec::new();
         if client {
             if tls13 && !self.client_finished {
                 self.client_finished = true;
                 return;
             }
-            if tls13 && matches!(len, 19 | 22) {
+            let plain = usize::from(len).saturating_sub(usize::from(self.overhead));
+            let first_record = !std::mem::replace(&mut self.client_spoke, true);
+            let h2 = self.may_be_h2();
+            if h2 && (plain < H2_REQUEST_MIN || (first_record && plain <= H2_PREFACE_MAX)) {
+                self.session.control_records += 1;
                 return;
             }
-            self.exchanges.client_record(first, last, u64::from(len), &mut evs);
+            self.exchanges.client_record(first, last, u64::from(len), u32::from(h2), &mut evs);
         } else {
             self.exchanges.server_record(first, last, u64::from(len), &mut evs);
         }
         out.extend(evs.into_iter().map(TlsEvent::Exchange));
+    }
+
+    /// Whether the connection may carry HTTP/2: its server chose `h2` by ALPN, or the choice
+    /// was encrypted (TLS 1.3) and the client offered it.
+    pub fn may_be_h2(&self) -> bool {
+        match &self.session.next_protocol {
+            Some(p) => p == b"h2",
+            None => self.past_tls12() && self.session.client_alpn.iter().any(|p| p == b"h2"),
+        }
+    }
+
+    /// When both sides began encrypting (the handshake's end, as the client's requests may
+    /// follow it), if they have.
+    pub fn ready(&self) -> Option<Timestamp> {
+        self.ready
     }
 
     /// Whether the version chosen is past TLS 1.2 (1.3, its drafts, or one Zeek does not
@@ -266,6 +312,7 @@ impl TlsConn {
                     if sh.alpn.is_some() {
                         self.session.next_protocol = sh.alpn;
                     }
+                    self.overhead = record_overhead(self.session.version.unwrap_or(sh.version), sh.cipher);
                     let v = self.session.version.unwrap_or(sh.version);
                     if sh.session_id.is_some() && sh.session_id == self.facts.client_session_id && v / 0xFF != 0x7F && v != 0x0304 {
                         self.session.resumed = true;
@@ -286,6 +333,23 @@ impl TlsConn {
             _ => {}
         }
         self.session.history(client, history_letter(msg_type));
+    }
+}
+
+/// Bytes an application record adds to its content under `version` and `cipher`: TLS 1.3's
+/// content type and 16-byte tag; TLS 1.2's AEADs their explicit nonce (none for ChaCha20) and
+/// tag; a CBC suite at least an IV, a MAC and a byte of padding (taken as 16 + 20 + 1).
+fn record_overhead(version: u16, cipher: u16) -> u16 {
+    if !matches!(version, 0x0002 | 0x0300 | 0x0301 | 0x0302 | 0x0303) {
+        return 17;
+    }
+    let name = super::names::cipher(u32::from(cipher));
+    if name.contains("CHACHA20") {
+        16
+    } else if name.contains("GCM") || name.contains("CCM") {
+        24
+    } else {
+        37
     }
 }
 
@@ -320,9 +384,9 @@ fn history_letter(msg_type: u8) -> char {
 #[cfg(test)]
 mod tests {
     use super::super::exchange::ExchangeEvent;
-    use super::super::parser::build::*;
     use super::super::parser::{ALERT, APPLICATION_DATA, CHANGE_CIPHER_SPEC, HANDSHAKE};
     use super::*;
+    use crate::testkit::tls::*;
 
     /// The connection's session after `flights` (client's when true), fed in one piece each.
     fn session(flights: &[(bool, Vec<u8>)]) -> TlsSession {
@@ -334,10 +398,6 @@ mod tests {
         c.close(&mut out);
         let Some(TlsEvent::Session(s)) = out.last() else { panic!("{out:?}") };
         (**s).clone()
-    }
-
-    fn hello() -> Vec<u8> {
-        record(HANDSHAKE, &message(1, &client_hello_body()))
     }
 
     #[test]
@@ -352,9 +412,15 @@ mod tests {
         .concat();
         let client = [record(HANDSHAKE, &message(16, &[0; 66])), record(CHANGE_CIPHER_SPEC, &[1]), record(HANDSHAKE, &[0x5a; 40])].concat();
         let server_end = [record(CHANGE_CIPHER_SPEC, &[1]), record(HANDSHAKE, &[0x6b; 40])].concat();
-        let s = session(&[(true, hello()), (false, server.clone()), (true, client.clone())]);
+        let s = session(&[(true, client_hello_record()), (false, server.clone()), (true, client.clone())]);
         assert!(!s.established, "the server has not yet encrypted");
-        let s = session(&[(true, hello()), (false, server), (true, client), (false, server_end), (true, record(APPLICATION_DATA, &[1; 100]))]);
+        let s = session(&[
+            (true, client_hello_record()),
+            (false, server),
+            (true, client),
+            (false, server_end),
+            (true, record(APPLICATION_DATA, &[1; 100])),
+        ]);
         assert_eq!((s.version, s.cipher, s.curve, s.established, s.resumed), (Some(0x0303), Some(0xc02f), Some(23), true, false));
         assert_eq!(s.history, "CsxknGIi");
         assert_eq!(s.server_name.as_deref(), Some(&b"shop.example"[..]));
@@ -366,10 +432,10 @@ mod tests {
     fn tls13_is_established_at_the_clients_finished_and_not_resumed_by_its_echoed_id() {
         let server =
             [record(HANDSHAKE, &message(2, &server_hello_body())), record(CHANGE_CIPHER_SPEC, &[1]), record(APPLICATION_DATA, &[0x17; 900])].concat();
-        let s = session(&[(true, hello()), (false, server.clone())]);
+        let s = session(&[(true, client_hello_record()), (false, server.clone())]);
         assert!(!s.established);
         let client = [record(CHANGE_CIPHER_SPEC, &[1]), record(APPLICATION_DATA, &[0x17; 53])].concat();
-        let s = session(&[(true, hello()), (false, server), (true, client)]);
+        let s = session(&[(true, client_hello_record()), (false, server), (true, client)]);
         assert_eq!((s.version, s.cipher, s.curve, s.established, s.resumed), (Some(0x0304), Some(0x1301), Some(29), true, false));
         assert_eq!(s.history, "CsiI");
         assert_eq!(s.client_versions, vec![0x0304, 0x0303]);
@@ -381,10 +447,10 @@ mod tests {
             [record(HANDSHAKE, &message(2, &server_hello_12(0xc02f, &[9; 32], &[]))), record(CHANGE_CIPHER_SPEC, &[1]), record(HANDSHAKE, &[1; 40])]
                 .concat();
         let client = [record(CHANGE_CIPHER_SPEC, &[1]), record(HANDSHAKE, &[2; 40])].concat();
-        let s = session(&[(true, hello()), (false, server), (true, client)]);
+        let s = session(&[(true, client_hello_record()), (false, server), (true, client)]);
         assert!(s.resumed && s.established, "{s:?}");
         // A handshake refused with an alert: not established, the alert kept.
-        let s = session(&[(true, hello()), (false, record(ALERT, &[2, 40]))]);
+        let s = session(&[(true, client_hello_record()), (false, record(ALERT, &[2, 40]))]);
         assert_eq!((s.last_alert, s.established, s.history.as_str()), (Some(40), false, "Cl"));
     }
 
@@ -393,7 +459,7 @@ mod tests {
         let t = Timestamp::from_millis;
         let mut c = TlsConn::new(false);
         let mut out = Vec::new();
-        c.on_data(t(0), true, &hello(), &mut out);
+        c.on_data(t(0), true, &client_hello_record(), &mut out);
         let server = [record(HANDSHAKE, &message(2, &server_hello_body())), record(CHANGE_CIPHER_SPEC, &[1]), record(APPLICATION_DATA, &[0x17; 900])];
         c.on_data(t(40), false, &server.concat(), &mut out);
         // The client's Finished and its first request in one segment.
@@ -406,7 +472,7 @@ mod tests {
         c.on_data(t(1000), true, &record(APPLICATION_DATA, &[5; 280]), &mut out);
         c.close(&mut out);
         let ex: Vec<&ExchangeEvent> = out.iter().filter_map(|e| if let TlsEvent::Exchange(x) = e { Some(x) } else { None }).collect();
-        let [ExchangeEvent::Request { depth: 1 }, ExchangeEvent::ResponseStart { depth: 1 }, ExchangeEvent::Done(first), ExchangeEvent::Request { depth: 2 }, ExchangeEvent::Done(second)] =
+        let [ExchangeEvent::Request { depth: 1, .. }, ExchangeEvent::Response { depth: 1, start: true, .. }, ExchangeEvent::Response { depth: 1, start: false, .. }, ExchangeEvent::Done(first), ExchangeEvent::Request { depth: 2, .. }, ExchangeEvent::Done(second)] =
             &ex[..]
         else {
             panic!("{ex:?}")

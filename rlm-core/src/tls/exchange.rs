@@ -2,9 +2,14 @@
 //! An exchange is a burst of the client's request-like application records (consecutive, no
 //! server record between them) and the server's application records after it, until the
 //! client's next burst. On HTTP/1.1 a burst is one request (pipelining aside); on HTTP/2 a
-//! burst may carry several, estimated by the caller from the records' sizes. Which records are
-//! request-like (not an encrypted alert, a KeyUpdate, the client's Finished, an HTTP/2 control
-//! frame) is the caller's to say ([`super::conn`]); here only their order and times count.
+//! burst may carry several: the caller says how many requests each record may carry (one for a
+//! record that can hold an HTTP/2 HEADERS frame). Which records are request-like at all (not an
+//! encrypted alert, a KeyUpdate, the client's Finished, an HTTP/2 control frame) is the caller's
+//! to say too ([`super::conn`]); here only their order, times and counts count.
+//!
+//! The response's end is not known from the records (their lengths say nothing of the
+//! response's): every server record of the exchange is reported as it comes, and the reader
+//! of the events (the pageviews) takes the last one seen before the client went quiet.
 
 use crate::time::Timestamp;
 
@@ -19,6 +24,8 @@ pub struct Exchange {
     pub request_last: Timestamp,
     pub request_records: u32,
     pub request_bytes: u64,
+    /// Requests it carried, as estimated: the records that could carry one (at least one).
+    pub requests: u32,
     /// The server's records after it: the first one's first byte, the last one's last.
     pub response_first: Option<Timestamp>,
     pub response_last: Option<Timestamp>,
@@ -30,10 +37,12 @@ pub struct Exchange {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[allow(missing_docs)]
 pub enum ExchangeEvent {
-    /// A burst began: a request (or several).
-    Request { depth: u32 },
-    /// The server's first record after it.
-    ResponseStart { depth: u32 },
+    /// A burst began at `at` (its first record's first byte): a request (or several).
+    Request { depth: u32, at: Timestamp },
+    /// A server record of the exchange, from `first` to `last` (its first and last bytes);
+    /// `start`: the first of its response; `requests`: the burst's requests (it ended at the
+    /// response's first record), at least one.
+    Response { depth: u32, first: Timestamp, last: Timestamp, start: bool, requests: u32 },
     /// It ended: the client's next burst began, or the connection closed.
     Done(Box<Exchange>),
 }
@@ -48,17 +57,17 @@ pub struct Exchanges {
 }
 
 impl Exchanges {
-    /// A request-like application record of the client, `bytes` long, from `first` to `last`.
-    pub fn client_record(&mut self, first: Timestamp, last: Timestamp, bytes: u64, out: &mut Vec<ExchangeEvent>) {
+    /// A request-like application record of the client, `bytes` long, from `first` to `last`,
+    /// that may carry `requests` requests (as the caller estimates).
+    pub fn client_record(&mut self, first: Timestamp, last: Timestamp, bytes: u64, requests: u32, out: &mut Vec<ExchangeEvent>) {
         if let Some(x) = self.open.as_mut().filter(|x| x.response_records == 0) {
             x.request_last = last;
             x.request_records += 1;
             x.request_bytes += bytes;
+            x.requests += requests;
             return;
         }
-        if let Some(done) = self.open.take() {
-            out.push(ExchangeEvent::Done(Box::new(done)));
-        }
+        self.close(out);
         self.depth += 1;
         self.open = Some(Exchange {
             depth: self.depth,
@@ -66,12 +75,13 @@ impl Exchanges {
             request_last: last,
             request_records: 1,
             request_bytes: bytes,
+            requests,
             response_first: None,
             response_last: None,
             response_records: 0,
             response_bytes: 0,
         });
-        out.push(ExchangeEvent::Request { depth: self.depth });
+        out.push(ExchangeEvent::Request { depth: self.depth, at: first });
     }
 
     /// An application record of the server, `bytes` long, from `first` to `last`.
@@ -80,10 +90,9 @@ impl Exchanges {
             self.unsolicited += 1;
             return;
         };
-        if x.response_first.is_none() {
-            x.response_first = Some(first);
-            out.push(ExchangeEvent::ResponseStart { depth: x.depth });
-        }
+        let start = x.response_first.is_none();
+        x.response_first.get_or_insert(first);
+        out.push(ExchangeEvent::Response { depth: x.depth, first, last, start, requests: x.requests.max(1) });
         x.response_last = Some(last);
         x.response_records += 1;
         x.response_bytes += bytes;
@@ -101,7 +110,8 @@ impl Exchanges {
 
     /// The connection ended: the exchange under way is done.
     pub fn close(&mut self, out: &mut Vec<ExchangeEvent>) {
-        if let Some(done) = self.open.take() {
+        if let Some(mut done) = self.open.take() {
+            done.requests = done.requests.max(1);
             out.push(ExchangeEvent::Done(Box::new(done)));
         }
     }
@@ -123,16 +133,24 @@ mod tests {
         x.server_record(ms(0), ms(0), 200, &mut out);
         assert_eq!((x.unsolicited, out.len()), (1, 0));
         // A request of two records, its response of three.
-        x.client_record(ms(10), ms(10), 300, &mut out);
-        x.client_record(ms(11), ms(12), 40, &mut out);
+        x.client_record(ms(10), ms(10), 300, 1, &mut out);
+        x.client_record(ms(11), ms(12), 40, 1, &mut out);
         x.server_record(ms(50), ms(51), 16_000, &mut out);
         x.server_record(ms(52), ms(60), 16_000, &mut out);
         x.server_record(ms(61), ms(70), 900, &mut out);
-        assert_eq!(out, vec![ExchangeEvent::Request { depth: 1 }, ExchangeEvent::ResponseStart { depth: 1 }]);
+        assert_eq!(
+            out,
+            vec![
+                ExchangeEvent::Request { depth: 1, at: ms(10) },
+                ExchangeEvent::Response { depth: 1, first: ms(50), last: ms(51), start: true, requests: 2 },
+                ExchangeEvent::Response { depth: 1, first: ms(52), last: ms(60), start: false, requests: 2 },
+                ExchangeEvent::Response { depth: 1, first: ms(61), last: ms(70), start: false, requests: 2 },
+            ]
+        );
         // The next request ends it.
         out.clear();
-        x.client_record(ms(500), ms(500), 280, &mut out);
-        let [ExchangeEvent::Done(d), ExchangeEvent::Request { depth: 2 }] = &out[..] else { panic!("{out:?}") };
+        x.client_record(ms(500), ms(500), 280, 0, &mut out);
+        let [ExchangeEvent::Done(d), ExchangeEvent::Request { depth: 2, .. }] = &out[..] else { panic!("{out:?}") };
         assert_eq!(
             **d,
             Exchange {
@@ -141,6 +159,7 @@ mod tests {
                 request_last: ms(12),
                 request_records: 2,
                 request_bytes: 340,
+                requests: 2,
                 response_first: Some(ms(50)),
                 response_last: Some(ms(70)),
                 response_records: 3,
@@ -151,7 +170,8 @@ mod tests {
         out.clear();
         x.close(&mut out);
         let [ExchangeEvent::Done(d)] = &out[..] else { panic!("{out:?}") };
-        assert_eq!((d.depth, d.response_first, d.request_records), (2, None, 1));
+        // A burst with no record that could carry a request still stands for one.
+        assert_eq!((d.depth, d.response_first, d.request_records, d.requests), (2, None, 1, 1));
         out.clear();
         x.close(&mut out);
         assert!(out.is_empty(), "once");

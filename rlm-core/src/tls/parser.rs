@@ -433,52 +433,9 @@ pub fn is_client_hello(msg: &[u8]) -> bool {
 
 /// Handshake bytes for the TLS analyzer's tests.
 #[cfg(test)]
-pub(super) mod build {
-    /// A handshake message of `msg_type` around `body`.
-    pub fn message(msg_type: u8, body: &[u8]) -> Vec<u8> {
-        let n = body.len();
-        [&[msg_type, (n >> 16) as u8, (n >> 8) as u8, n as u8][..], body].concat()
-    }
-
-    /// A record of `ctype` around `body`.
-    pub fn record(ctype: u8, body: &[u8]) -> Vec<u8> {
-        [&[ctype, 3, 3, (body.len() >> 8) as u8, body.len() as u8][..], body].concat()
-    }
-
-    /// An extension of `ext_type` around `data`.
-    pub fn ext(ext_type: u16, data: &[u8]) -> Vec<u8> {
-        [&ext_type.to_be_bytes()[..], &(data.len() as u16).to_be_bytes(), data].concat()
-    }
-
-    /// A ClientHello body offering `shop.example` by SNI, h2 and http/1.1 by ALPN, TLS 1.3 and
-    /// 1.2, with a 32-byte session id.
-    pub fn client_hello_body() -> Vec<u8> {
-        let name = b"shop.example";
-        let sni = [&((name.len() + 3) as u16).to_be_bytes()[..], &[0], &(name.len() as u16).to_be_bytes(), name].concat();
-        let alpn_list = [&[2u8][..], b"h2", &[8], b"http/1.1"].concat();
-        let alpn = [&(alpn_list.len() as u16).to_be_bytes()[..], &alpn_list].concat();
-        let versions = [4u8, 3, 4, 3, 3];
-        let exts = [ext(0, &sni), ext(16, &alpn), ext(43, &versions)].concat();
-        [&[3u8, 3][..], &[7; 32], &[32], &[9; 32], &[0, 2, 0x13, 0x01], &[1, 0], &(exts.len() as u16).to_be_bytes(), &exts].concat()
-    }
-
-    /// A TLS 1.3 ServerHello body: TLS_AES_128_GCM_SHA256, supported_versions 1.3, an x25519
-    /// key share, the client's session id echoed.
-    pub fn server_hello_body() -> Vec<u8> {
-        let exts = [ext(43, &[3, 4]), ext(51, &[[0u8, 29, 0, 32].as_slice(), &[5; 32]].concat())].concat();
-        [&[3u8, 3][..], &[8; 32], &[32], &[9; 32], &[0x13, 0x01], &[0], &(exts.len() as u16).to_be_bytes(), &exts].concat()
-    }
-
-    /// A TLS 1.2 ServerHello body choosing `cipher`, with session id `sid` and `exts`.
-    pub fn server_hello_12(cipher: u16, sid: &[u8], exts: &[u8]) -> Vec<u8> {
-        [&[3u8, 3][..], &[8; 32], &[sid.len() as u8], sid, &cipher.to_be_bytes(), &[0], &(exts.len() as u16).to_be_bytes(), exts].concat()
-    }
-}
-
-#[cfg(test)]
 mod tests {
-    use super::build::*;
     use super::*;
+    use crate::testkit::tls::*;
 
     #[test]
     fn a_client_hello_gives_its_name_protocols_and_versions() {

@@ -48,6 +48,9 @@ pub struct TlsSession {
     pub exchanges: u64,
     #[allow(missing_docs)]
     pub unsolicited: u32,
+    /// The client's application records taken for HTTP/2 control (its preface, WINDOW_UPDATEs,
+    /// acknowledgements), not requests.
+    pub control_records: u32,
 }
 
 impl TlsSession {

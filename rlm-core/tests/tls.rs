@@ -1,0 +1,128 @@
+//! Pageviews from encrypted traffic (issue 25): TLS connections' exchanges (a client burst of
+//! application records and the server's records after it) made into transactions and pageviews,
+//! by time alone, with the SNI as the host and the objects estimated.
+
+use rlm_core::testkit::tls::{app, client_finished_13, client_hello_record, client_hello_record_offering, server_flight_13};
+use rlm_core::testkit::TcpConv;
+
+mod common;
+use common::*;
+
+const SERVER: &str = "10.9.0.1:443";
+
+/// A TLS 1.3 connection's handshakes at `t`: TCP's (the ACK one RTT later), then the ClientHello
+/// with it, the server's flight 20 ms later; the client's Finished comes with its first request.
+fn tls_open(r: &mut Run, c: &mut TcpConv, t: u64, hello: &[u8]) {
+    handshake(r, c, t);
+    r.feed(t + RTT_MS, c.client_data(hello));
+    r.feed_all(t + RTT_MS + 20, c.server_data(&server_flight_13()));
+}
+
+/// The client's Finished and first request (`len` bytes of record body) in one segment.
+fn finished_and_request(c: &mut TcpConv, len: usize) -> Vec<u8> {
+    c.client_data(&[client_finished_13(), app(len)].concat())
+}
+
+#[test]
+fn an_http1_page_over_tls_is_a_pageview_from_the_syn_to_the_last_record() {
+    let mut r = Run::new();
+    let http1: &[&[u8]] = &[b"http/1.1"];
+    // The container on the first connection.
+    let mut c1 = TcpConv::new("10.4.0.1:40001", SERVER);
+    tls_open(&mut r, &mut c1, 0, &client_hello_record_offering(http1));
+    r.feed(180, finished_and_request(&mut c1, 400));
+    r.feed_all(210, c1.server_data(&app(5_000)));
+    r.feed_all(215, c1.server_data(&app(3_000)));
+    // The browser opens a second connection for the objects, and asks for one more on the first.
+    let mut c2 = TcpConv::new("10.4.0.1:40002", SERVER);
+    tls_open(&mut r, &mut c2, 300, &client_hello_record_offering(http1));
+    r.feed(480, finished_and_request(&mut c2, 350));
+    r.feed_all(500, c2.server_data(&app(2_000)));
+    r.feed(500, c1.client_data(&app(300)));
+    r.feed_all(505, c2.server_data(&app(800)));
+    r.feed_all(560, c1.server_data(&app(1_200)));
+    r.feed(640, c1.client_ack());
+    // The server's close_notify later (TLS 1.3: 19 bytes) is no response.
+    r.feed_all(900, c2.server_data(&app(19)));
+    assert!(r.pv.is_empty(), "not over before its quiet");
+    r.advance(3_000);
+    assert_eq!(r.pv.len(), 1, "ended by its quiet: {:?}", r.pv);
+    let p = r.pv[0].clone();
+    assert!(p.tls);
+    assert_eq!(p.host.as_deref(), Some("shop.example"));
+    assert_eq!((p.container.as_deref(), p.objects, p.connections), (None, 2, 2));
+    assert!(p.object_uris.is_empty());
+    // From the first SYN (half an RTT earlier at the client) to the last record of the last
+    // response (half an RTT later).
+    assert!(approx(secs(p.start_ts), -0.040, 1e-6), "start {}", p.start_ts);
+    assert!(approx(p.rt_s, 0.560 + 0.040 + 0.040, 1e-6), "rt {}", p.rt_s);
+    assert_eq!(p.evidence, rlm_core::pageview::Evidence::Handshake);
+    let requests: Vec<_> = p.events.iter().filter(|e| e.kind == "request").collect();
+    assert_eq!(requests.len(), 3);
+    assert!(requests.iter().all(|e| e.uri.is_none()));
+    // The exchanges' records come as their connections end, each naming the pageview.
+    r.finish(4_000);
+    assert_eq!(r.tx.len(), 3, "{:?}", r.tx);
+    for t in &r.tx {
+        let facts = t.tls.as_ref().expect("an exchange");
+        assert_eq!((t.pageview, t.host.as_deref(), facts.requests_estimated, facts.h2), (Some(p.id), Some("shop.example"), 1, false));
+        assert_eq!((t.method.as_ref(), t.uri.as_ref()), (None, None));
+    }
+    let container = r.tx.iter().find(|t| t.orig_p == 40001 && t.trans_depth == 1).expect("the container's");
+    assert_eq!((container.request_body_wire_len, container.response_body_wire_len), (400, 8_000));
+    assert_eq!(r.engine.stats().tls_exchanges, 3);
+}
+
+#[test]
+fn an_h2_connection_counts_the_requests_of_its_bursts_and_not_its_control_records() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.2:40001", SERVER);
+    // h2 offered; TLS 1.3 hides the server's choice, so the records are read as h2's may be.
+    tls_open(&mut r, &mut c, 0, &client_hello_record());
+    // The Finished, the preface alone (24 + SETTINGS + WINDOW_UPDATE: 64 bytes + 17), then the
+    // container's HEADERS.
+    r.feed(180, c.client_data(&[client_finished_13(), app(64 + 17), app(180 + 17)].concat()));
+    r.feed_all(230, c.server_data(&app(6_000)));
+    // The objects' HEADERS, three records at once, and a WINDOW_UPDATE (13 + 17) during the
+    // responses.
+    r.feed(260, c.client_data(&[app(40 + 17), app(35 + 17), app(38 + 17)].concat()));
+    r.feed_all(300, c.server_data(&app(4_000)));
+    r.feed(310, c.client_data(&app(13 + 17)));
+    r.feed_all(330, c.server_data(&app(9_000)));
+    r.advance(3_000);
+    r.finish(3_500);
+    assert_eq!(r.pv.len(), 1, "{:?}", r.pv);
+    let p = &r.pv[0];
+    assert_eq!((p.tls, p.objects, p.connections), (true, 3, 1));
+    assert!(approx(p.rt_s, 0.330 + 0.080, 1e-6), "rt {}", p.rt_s);
+    let estimated: Vec<(u32, u32)> = r.tx.iter().map(|t| t.tls.as_ref().map(|f| (f.requests_estimated, f.records_client)).unwrap()).collect();
+    assert_eq!(estimated, vec![(1, 1), (3, 3)], "the preface and the WINDOW_UPDATE are no requests");
+    assert!(r.tx.iter().all(|t| t.tls.as_ref().unwrap().h2));
+}
+
+#[test]
+fn a_request_after_the_clients_quiet_is_the_next_page_from_itself() {
+    let mut r = Run::new();
+    let mut c = TcpConv::new("10.4.0.3:40001", SERVER);
+    tls_open(&mut r, &mut c, 0, &client_hello_record_offering(&[b"http/1.1"]));
+    r.feed(180, finished_and_request(&mut c, 400));
+    r.feed_all(220, c.server_data(&app(3_000)));
+    // Half a second later on the same connection: still the same page.
+    r.feed(720, c.client_data(&app(300)));
+    r.feed_all(750, c.server_data(&app(1_000)));
+    // Three seconds of quiet, then a request on the kept-alive connection: the next page, from
+    // its request (half an RTT earlier at the client), not from the connection's SYN. It comes
+    // before the driver fired the first page's deadline (a late timer): the quiet alone decides.
+    let request = c.client_data(&app(420));
+    r.engine.handle(at(3_750), rlm_core::Port::Unknown, &request);
+    r.drain();
+    r.feed_all(3_800, c.server_data(&app(2_500)));
+    r.finish(6_000);
+    assert_eq!(r.pv.len(), 2, "{:?}", r.pv);
+    let (a, b) = (&r.pv[0], &r.pv[1]);
+    assert_eq!((a.objects, b.objects), (1, 0));
+    assert!(approx(a.rt_s, 0.750 + 0.080, 1e-6), "first rt {}", a.rt_s);
+    assert!(approx(secs(b.start_ts), 3.750 - 0.040, 1e-6), "second start {}", b.start_ts);
+    assert!(approx(b.rt_s, 0.050 + 0.080, 1e-6), "second rt {}", b.rt_s);
+    assert!(!b.incomplete);
+}
