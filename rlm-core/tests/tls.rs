@@ -83,20 +83,30 @@ fn an_h2_connection_counts_the_requests_of_its_bursts_and_not_its_control_record
     // container's HEADERS.
     r.feed(180, c.client_data(&[client_finished_13(), app(64 + 17), app(180 + 17)].concat()));
     r.feed_all(230, c.server_data(&app(6_000)));
-    // The objects' HEADERS, three records at once, and a WINDOW_UPDATE (13 + 17) during the
-    // responses.
-    r.feed(260, c.client_data(&[app(40 + 17), app(35 + 17), app(38 + 17)].concat()));
+    // The objects' HEADERS, three records at once (one of 18 bytes: a repeated request HPACK
+    // indexed whole), and both WINDOW_UPDATEs (26 + 17) during the responses.
+    r.feed(260, c.client_data(&[app(40 + 17), app(18 + 17), app(38 + 17)].concat()));
     r.feed_all(300, c.server_data(&app(4_000)));
-    r.feed(310, c.client_data(&app(13 + 17)));
+    r.feed(310, c.client_data(&app(26 + 17)));
     r.feed_all(330, c.server_data(&app(9_000)));
+    // The server's SETTINGS acknowledgement (9 + 17) then, and its GOAWAY (17 + 17) when the
+    // client closes at once: no response data, so no later end.
+    r.feed_all(335, c.server_data(&app(9 + 17)));
+    r.feed(420, c.client_data(&app(17 + 17)));
+    r.feed_all(421, c.server_data(&app(17 + 17)));
     r.advance(3_000);
     r.finish(3_500);
     assert_eq!(r.pv.len(), 1, "{:?}", r.pv);
     let p = &r.pv[0];
     assert_eq!((p.tls, p.objects, p.connections), (true, 3, 1));
     assert!(approx(p.rt_s, 0.330 + 0.080, 1e-6), "rt {}", p.rt_s);
-    let estimated: Vec<(u32, u32)> = r.tx.iter().map(|t| t.tls.as_ref().map(|f| (f.requests_estimated, f.records_client)).unwrap()).collect();
-    assert_eq!(estimated, vec![(1, 1), (3, 3)], "the preface and the WINDOW_UPDATE are no requests");
+    let estimated: Vec<(u32, u32, u32)> =
+        r.tx.iter().map(|t| t.tls.as_ref().map(|f| (f.requests_estimated, f.records_client, f.records_server)).unwrap()).collect();
+    assert_eq!(
+        estimated,
+        vec![(1, 1, 1), (3, 3, 2)],
+        "the preface, the WINDOW_UPDATEs, the acknowledgement and the GOAWAYs are no requests nor responses"
+    );
     assert!(r.tx.iter().all(|t| t.tls.as_ref().unwrap().h2));
 }
 

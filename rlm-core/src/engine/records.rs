@@ -359,7 +359,7 @@ pub struct TlsRecord {
     pub exchanges: u64,
     #[allow(missing_docs)]
     pub unsolicited_records: u32,
-    /// The client's application records taken for HTTP/2 control, not requests.
+    /// Application records taken for HTTP/2 control, not requests nor response data.
     pub control_records: u32,
     /// Why bytes were not read as TLS (`record_too_long`, `bad_handshake`, `gap`,
     /// `server_not_tls`, ...).

@@ -64,10 +64,16 @@ pub struct TlsConn {
     client_spoke: bool,
 }
 
-/// The fewest bytes of an HTTP/2 client record that may carry a request's HEADERS frame (9 of
-/// frame header and at least 11 of compressed header block): shorter ones are control frames
-/// (a WINDOW_UPDATE 13, a SETTINGS acknowledgement 9, a PING 17).
-pub const H2_REQUEST_MIN: usize = 20;
+/// Whether `plain` bytes of an HTTP/2 record are taken for control frames rather than a
+/// request's HEADERS (client) or response data (server): less than 14 (a SETTINGS
+/// acknowledgement 9, a WINDOW_UPDATE or RST_STREAM 13), 17 (a PING or its acknowledgement, a
+/// GOAWAY without debug data), 22 (a SETTINGS acknowledgement and a WINDOW_UPDATE) or 26 (the
+/// stream's and the connection's WINDOW_UPDATE together). A repeated request whose header block
+/// HPACK has indexed whole can be as short as 18 bytes (a lab capture's was), so sizes alone
+/// cannot tell them apart everywhere: a request of exactly these sizes is missed.
+pub fn h2_control(plain: usize) -> bool {
+    plain < 14 || matches!(plain, 17 | 22 | 26)
+}
 
 /// The most bytes of an HTTP/2 client's first record that carry only its preface: the 24-byte
 /// magic, a SETTINGS frame of up to six settings and a WINDOW_UPDATE.
@@ -219,10 +225,11 @@ impl TlsConn {
     /// exchanges once both sides encrypt (before, it is TLS 1.3's encrypted handshake), but the
     /// client's Finished (TLS 1.3: its first encrypted record) and, on TLS 1.3, either side's
     /// encrypted alerts and KeyUpdates (19 and 22 bytes: one byte of content, its type, and 16
-    /// of tag). On a connection that may be HTTP/2, the client's records too short to carry a
-    /// request and its first record when it holds no more than the preface are control, not
-    /// requests (counted in the session's `control_records`); each other record may carry one
-    /// request. On HTTP/1.1 a burst is one request.
+    /// of tag). On a connection that may be HTTP/2, either side's records of control frames'
+    /// sizes ([`h2_control`]) and the client's first record when it holds no more than the
+    /// preface are control, not requests nor responses (counted in the session's
+    /// `control_records`); each other client record may carry one request. On HTTP/1.1 a burst
+    /// is one request.
     fn app_record(&mut self, first: Timestamp, last: Timestamp, client: bool, len: u16, out: &mut Vec<TlsEvent>) {
         if !(self.encrypted[0] && self.encrypted[1]) {
             return;
@@ -240,12 +247,19 @@ impl TlsConn {
             let plain = usize::from(len).saturating_sub(usize::from(self.overhead));
             let first_record = !std::mem::replace(&mut self.client_spoke, true);
             let h2 = self.may_be_h2();
-            if h2 && (plain < H2_REQUEST_MIN || (first_record && plain <= H2_PREFACE_MAX)) {
+            if h2 && (h2_control(plain) || (first_record && plain <= H2_PREFACE_MAX)) {
                 self.session.control_records += 1;
                 return;
             }
             self.exchanges.client_record(first, last, u64::from(len), u32::from(h2), &mut evs);
         } else {
+            // The server's control frames (its GOAWAY when the client closes, its
+            // acknowledgements) are no part of a response.
+            let plain = usize::from(len).saturating_sub(usize::from(self.overhead));
+            if self.may_be_h2() && h2_control(plain) {
+                self.session.control_records += 1;
+                return;
+            }
             self.exchanges.server_record(first, last, u64::from(len), &mut evs);
         }
         out.extend(evs.into_iter().map(TlsEvent::Exchange));

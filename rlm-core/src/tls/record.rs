@@ -48,8 +48,8 @@ pub struct TlsSession {
     pub exchanges: u64,
     #[allow(missing_docs)]
     pub unsolicited: u32,
-    /// The client's application records taken for HTTP/2 control (its preface, WINDOW_UPDATEs,
-    /// acknowledgements), not requests.
+    /// Application records taken for HTTP/2 control (the client's preface, either side's
+    /// WINDOW_UPDATEs, acknowledgements, GOAWAY), not requests nor response data.
     pub control_records: u32,
 }
 
