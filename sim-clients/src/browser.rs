@@ -6,8 +6,12 @@
 //! container has arrived. Connection failure follows 004 Figure 5: the image tied to a second
 //! connection that never connects is never fetched, the rest come over the first, and the
 //! pageview ends when TCP reports the failure. Between pageviews the browser thinks for a
-//! negative-exponential time. Every pageview is logged from the browser's own clock: that log
-//! is the lab's ground truth.
+//! negative-exponential time (at least `think_min_s`). Every pageview is logged from the
+//! browser's own clock: that log is the lab's ground truth.
+//!
+//! Over TLS ([`TlsSpec`], [`crate::tls`]) the same browser speaks HTTPS to the site's name:
+//! HTTP/1.1 as above, or HTTP/2, where, as a real browser does, it keeps one connection and
+//! asks for all of a page's images at once when the container has arrived.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
@@ -17,8 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -49,6 +52,44 @@ pub struct RunSpec {
     /// `{subject}` or `{term}` placeholder.
     pub pages: Vec<(String, f64)>,
     pub items: u32,
+    /// HTTPS instead of HTTP.
+    #[serde(default)]
+    pub tls: Option<TlsSpec>,
+    /// The shortest think time: the think time is this plus a negative-exponential time, of
+    /// mean `think_mean_s` in all.
+    #[serde(default)]
+    pub think_min_s: f64,
+}
+
+/// How a run's browsers speak HTTPS.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TlsSpec {
+    /// The lab authority's certificate, PEM ([`crate::tls::make_certs`]).
+    pub ca: std::path::PathBuf,
+    /// The site's name: the SNI and the Host.
+    pub site: String,
+    /// HTTP/2 (ALPN `h2`): one connection, a page's images asked for at once; else HTTP/1.1,
+    /// two connections, as in the clear.
+    pub h2: bool,
+}
+
+/// A run's TLS, made once: the connector, the site's name, the protocol.
+struct BrowserTls {
+    connector: tokio_rustls::TlsConnector,
+    name: rustls::pki_types::ServerName<'static>,
+    site: String,
+    h2: bool,
+}
+
+impl BrowserTls {
+    fn new(t: &TlsSpec) -> Result<BrowserTls> {
+        Ok(BrowserTls {
+            connector: tokio_rustls::TlsConnector::from(crate::tls::client_config(&t.ca, t.h2)?),
+            name: rustls::pki_types::ServerName::try_from(t.site.clone()).context("the site's name")?,
+            site: t.site.clone(),
+            h2: t.h2,
+        })
+    }
 }
 
 /// One pageview, as the browser saw it.
@@ -75,9 +116,29 @@ fn unix_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// An open HTTP/1.1 connection.
-struct Conn {
-    sender: SendRequest<Empty<Bytes>>,
+/// An open connection: HTTP/1.1 (in the clear or over TLS) or HTTP/2 (over TLS).
+enum Conn {
+    Http1(hyper::client::conn::http1::SendRequest<Empty<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Empty<Bytes>>),
+}
+
+impl Conn {
+    fn is_closed(&self) -> bool {
+        match self {
+            Conn::Http1(s) => s.is_closed(),
+            Conn::H2(s) => s.is_closed(),
+        }
+    }
+}
+
+/// HTTP/1.1 over `io`.
+async fn http1<I>(io: I) -> hyper::Result<Conn>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    tokio::spawn(conn);
+    Ok(Conn::Http1(sender))
 }
 
 /// Retransmissions so far on a socket (SYNs, for a socket that just connected).
@@ -95,7 +156,7 @@ fn total_retrans(fd: i32) -> u32 {
 
 /// Open a connection from `src` with the profile's SYN behaviour. Err carries the SYN count
 /// when the connect failed.
-async fn connect(src: IpAddr, server: SocketAddr, profile: TcpProfile) -> Result<(Conn, u32), (anyhow::Error, u32)> {
+async fn connect(src: IpAddr, server: SocketAddr, profile: TcpProfile, tls: Option<&BrowserTls>) -> Result<(Conn, u32), (anyhow::Error, u32)> {
     use std::os::fd::AsRawFd;
     let setup = || -> Result<tokio::net::TcpSocket> {
         let s = socket2::Socket::new(socket2::Domain::for_address(server), socket2::Type::STREAM, None)?;
@@ -108,16 +169,33 @@ async fn connect(src: IpAddr, server: SocketAddr, profile: TcpProfile) -> Result
     let sock = setup().map_err(|e| (e, 0))?;
     let stream = sock.connect(server).await.map_err(|e| (anyhow!(e), profile.syn_retries()))?;
     let retrans = total_retrans(stream.as_raw_fd());
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| (anyhow!(e), retrans))?;
-    tokio::spawn(conn);
-    Ok((Conn { sender }, retrans))
+    let Some(tls) = tls else {
+        return http1(stream).await.map(|c| (c, retrans)).map_err(|e| (anyhow!(e), retrans));
+    };
+    let stream = tls.connector.connect(tls.name.clone(), stream).await.map_err(|e| (anyhow!(e), retrans))?;
+    let conn = if tls.h2 {
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.map_err(|e| (anyhow!(e), retrans))?;
+        tokio::spawn(conn);
+        Conn::H2(sender)
+    } else {
+        http1(stream).await.map_err(|e| (anyhow!(e), retrans))?
+    };
+    Ok((conn, retrans))
 }
 
 /// GET a path; returns the body when its last byte has arrived.
 async fn fetch(c: &mut Conn, host: &str, path: &str) -> Result<Bytes> {
-    c.sender.ready().await?;
-    let req = hyper::Request::get(path).header("host", host).body(Empty::<Bytes>::new())?;
-    let resp = c.sender.send_request(req).await?;
+    let resp = match c {
+        Conn::Http1(s) => {
+            s.ready().await?;
+            s.send_request(hyper::Request::get(path).header("host", host).body(Empty::<Bytes>::new())?).await?
+        }
+        Conn::H2(s) => {
+            s.ready().await?;
+            s.send_request(hyper::Request::get(format!("https://{host}{path}")).body(Empty::<Bytes>::new())?).await?
+        }
+    };
     let status = resp.status();
     let body = resp.into_body().collect().await?.to_bytes();
     if !status.is_success() {
@@ -143,6 +221,7 @@ pub fn image_refs(html: &str) -> Vec<String> {
 struct Browser {
     spec: BrowserSpec,
     run: Arc<RunSpec>,
+    tls: Option<Arc<BrowserTls>>,
     conns: [Option<Conn>; 2],
     rng: StdRng,
 }
@@ -158,16 +237,19 @@ enum Got {
 
 impl Browser {
     fn host(&self) -> String {
-        self.run.server.to_string()
+        match &self.tls {
+            Some(t) => t.site.clone(),
+            None => self.run.server.to_string(),
+        }
     }
 
     /// Make sure slot `i` has a connection; returns SYN retransmissions spent, or the failure.
     async fn ensure(&mut self, i: usize) -> Result<u32, u32> {
-        if self.conns[i].as_ref().is_some_and(|c| !c.sender.is_closed()) {
+        if self.conns[i].as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(0);
         }
         self.conns[i] = None;
-        match connect(self.spec.addr, self.run.server, self.run.profile).await {
+        match connect(self.spec.addr, self.run.server, self.run.profile, self.tls.as_deref()).await {
             Ok((c, r)) => {
                 self.conns[i] = Some(c);
                 Ok(r)
@@ -252,12 +334,23 @@ impl Browser {
         let mut last = start.elapsed();
         let refs = image_refs(&html);
         record.objects_expected = refs.len() as u32;
+        if let Some(Conn::H2(sender)) = &self.conns[0] {
+            // HTTP/2: every image asked for at once on the one connection.
+            let (fetched, l) = fetch_all_h2(sender.clone(), self.host(), refs, start).await;
+            record.objects_fetched = fetched;
+            last = last.max(l);
+            record.end_ts = start_wall + last.as_secs_f64();
+            record.rt_s = last.as_secs_f64();
+            record.syn_retransmissions = retrans;
+            return record;
+        }
         let queue = Arc::new(Mutex::new(refs.into_iter().collect::<VecDeque<String>>()));
         // Both connections take images from the queue; the second connection's first image is
         // tied to it (taken before it connects).
         let mut second = Browser {
             spec: self.spec.clone(),
             run: self.run.clone(),
+            tls: self.tls.clone(),
             conns: [self.conns[1].take(), None],
             rng: StdRng::seed_from_u64(self.rng.random()),
         };
@@ -333,6 +426,30 @@ impl Browser {
     }
 }
 
+/// HTTP/2: GET every path at once on clones of `sender`; the images fetched and when the last
+/// arrived (since `start`).
+async fn fetch_all_h2(
+    sender: hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    host: String,
+    paths: Vec<String>,
+    start: Instant,
+) -> (u32, Duration) {
+    let mut set = tokio::task::JoinSet::new();
+    for path in paths {
+        let mut c = Conn::H2(sender.clone());
+        let host = host.clone();
+        set.spawn(async move { fetch(&mut c, &host, &path).await.is_ok().then(|| start.elapsed()) });
+    }
+    let (mut fetched, mut last) = (0, Duration::ZERO);
+    while let Some(done) = set.join_next().await {
+        if let Ok(Some(at)) = done {
+            fetched += 1;
+            last = last.max(at);
+        }
+    }
+    (fetched, last)
+}
+
 /// How the load generator itself fared (to tell whether it, not the farm, was the bottleneck).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GeneratorStats {
@@ -347,6 +464,7 @@ pub struct GeneratorStats {
 
 /// Run every browser until the duration is over; each finished pageview goes to `out`.
 pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTruth>) -> Result<GeneratorStats> {
+    let tls = spec.tls.as_ref().map(BrowserTls::new).transpose()?.map(Arc::new);
     let spec = Arc::new(spec);
     let wall = Instant::now();
     let cpu0 = cpu_seconds();
@@ -358,14 +476,16 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
         let spec = spec.clone();
         let out = out.clone();
         let b = b.clone();
+        let tls = tls.clone();
         tasks.push(tokio::spawn(async move {
             let mut br = Browser {
                 spec: b,
                 run: spec.clone(),
+                tls,
                 conns: [None, None],
                 rng: StdRng::seed_from_u64(spec.seed.wrapping_mul(1_000_003).wrapping_add(k as u64)),
             };
-            let think = ThinkTime::with_mean(spec.think_mean_s);
+            let think = ThinkTime::with_mean((spec.think_mean_s - spec.think_min_s).max(1e-3));
             tokio::time::sleep(Duration::from_secs_f64(spec.ramp_s * k as f64 / n as f64)).await;
             let mut count = 0u64;
             while Instant::now() < deadline {
@@ -374,7 +494,7 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
                 if out.send(pv).is_err() {
                     break;
                 }
-                let t = Duration::from_secs_f64(think.sample(&mut br.rng));
+                let t = Duration::from_secs_f64(spec.think_min_s + think.sample(&mut br.rng));
                 if Instant::now() + t >= deadline {
                     break;
                 }

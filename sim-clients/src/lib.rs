@@ -14,6 +14,7 @@ pub mod dist;
 pub mod openloop;
 pub mod syn_timeout;
 pub mod tcp_profile;
+pub mod tls;
 pub mod wan;
 
 pub use syn_timeout::{kernel_hz, SynTimeout};

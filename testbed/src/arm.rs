@@ -53,6 +53,21 @@ pub struct ArmSpec {
     /// An attack sent while the browsers run (the `attacks` experiment), from the end of their
     /// ramp to the end of the run.
     pub attack: Option<Attack>,
+    /// HTTPS: the browsers speak TLS to the farm (which terminates it: `farm.tls_sites`).
+    pub https: Option<Https>,
+}
+
+/// How an arm's browsers speak HTTPS.
+#[derive(Clone, Debug, Serialize)]
+pub struct Https {
+    /// The site they ask for (SNI and Host).
+    pub site: String,
+    /// HTTP/2 (one connection, a page's images at once), else HTTP/1.1.
+    pub h2: bool,
+    /// Their shortest think time (the rest negative-exponential, the mean unchanged): rlm tells
+    /// pageviews of encrypted traffic apart by the client's quiet (`encrypted_gap`, 1 s), so a
+    /// click sooner than that after a page is one pageview with it (docs/architecture.md).
+    pub think_min_s: f64,
 }
 
 /// The open-loop load of an arm: Poisson arrivals at a load of a shaped uplink.

@@ -13,6 +13,7 @@ use crate::experiments::baseline_wan::BaselineWan;
 use crate::experiments::fast_syn::FastSyn;
 use crate::experiments::fast_synack::FastSynack;
 use crate::experiments::fidelity::Fidelity;
+use crate::experiments::fidelity_tls::FidelityTls;
 use crate::experiments::heavy::Heavy;
 use crate::experiments::maxclients::Maxclients;
 use crate::experiments::openloop::Openloop;
@@ -24,6 +25,7 @@ use crate::experiments::srpt::Srpt;
 use crate::experiments::srpt_transient::SrptTransient;
 use crate::experiments::syn_police::SynPolice;
 use crate::experiments::syn_throttle::SynThrottle;
+use crate::experiments::syn_throttle_tls::SynThrottleTls;
 use crate::experiments::think_gap::ThinkGap;
 use crate::experiments::throughput::Throughput;
 use crate::experiments::{check_browsers, Checks, Experiment, Results};
@@ -35,11 +37,13 @@ pub const ALL: &[&dyn Experiment] = &[
     &BaselineWan,
     &Heavy,
     &Fidelity,
+    &FidelityTls,
     &Openloop,
     &Srpt,
     &SrptTransient,
     &Maxclients,
     &SynThrottle,
+    &SynThrottleTls,
     &SynPolice,
     &FastSynack,
     &FastSyn,

@@ -129,6 +129,9 @@ pub struct RlmOutcome {
     /// frames it counted truncated (from /status).
     pub cut_frames: Option<u64>,
     pub truncated: Option<u64>,
+    /// Exchanges of encrypted records it read (from /status), and TLS connections.
+    pub tls_exchanges: Option<u64>,
+    pub tls_connections: Option<u64>,
     /// Frames rlm sent or held back itself (from /status, see [`injection_counters`]): fast
     /// SYN and SYN/ACK retransmissions, client SYNs absorbed, first SYNs delayed, frames the
     /// injection budget refused, and the injector's own counts. A counter rlm did not report is
@@ -589,6 +592,8 @@ impl Inline {
                 out.transactions = v["stats"]["transactions"].as_u64();
                 out.cut_frames = v["stats"]["cut_frames"].as_u64();
                 out.truncated = v["stats"]["malformed"]["truncated"].as_u64();
+                out.tls_exchanges = v["stats"]["tls_exchanges"].as_u64();
+                out.tls_connections = v["stats"]["tls_connections"].as_u64();
                 out.pageviews = v["stats"]["pageviews"].as_u64();
                 out.injected = injection_counters(&v);
                 out.adapted = stats_of(&v, &ADAPT_STATS);

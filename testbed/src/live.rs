@@ -20,6 +20,9 @@ pub struct LivePageview {
     pub start_ts: f64,
     pub rt_s: f64,
     pub actions: Actions,
+    /// Read from encrypted traffic (TLS): no container, objects estimated.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// What rlm did to a pageview: the counters of the record's `actions` that make it one rlm acted

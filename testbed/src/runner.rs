@@ -235,8 +235,9 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             .enumerate()
             .flat_map(|(g, class)| info.clients.group(g).iter().map(|a| BrowserSpec { addr: a.parse().expect("address"), class: class.clone() }))
             .collect();
+        let port = arm.farm.front_port();
         let spec = RunSpec {
-            server: format!("{FARM_ADDR}:{FRONT_PORT}").parse()?,
+            server: format!("{FARM_ADDR}:{port}").parse()?,
             browsers,
             think_mean_s: arm.think_mean_s,
             duration_s: arm.duration_s,
@@ -245,6 +246,12 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             profile: arm.profile,
             pages: tpcw_pages(),
             items: arm.farm.items,
+            tls: match (&arm.https, &farm.certs) {
+                (Some(h), Some(c)) => Some(sim_clients::browser::TlsSpec { ca: c.ca.clone(), site: h.site.clone(), h2: h.h2 }),
+                (Some(_), None) => anyhow::bail!("an HTTPS arm on a farm without TLS (farm.tls_sites is empty)"),
+                _ => None,
+            },
+            think_min_s: arm.https.as_ref().map_or(0.0, |h| h.think_min_s),
         };
         let spec_path = dir.join("browsers.json");
         std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
@@ -252,21 +259,27 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
 
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let capture = arm.capture.then(|| dir.join("appliance-server-port.pcap"));
-        let cap_thread = capture
-            .as_ref()
-            .map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", format!("tcp port {FRONT_PORT}"), p.clone(), stop.clone()));
+        let cap_thread =
+            capture.as_ref().map(|p| start_capture(info.namespaces.appliance.clone(), "app-s", format!("tcp port {port}"), p.clone(), stop.clone()));
         let syn_capture = arm.syn_capture.then(|| dir.join("farm-syns.pcap"));
         let syn_thread = syn_capture.as_ref().map(|p| {
-            let filter = format!("tcp port {FRONT_PORT} and tcp[tcpflags] & tcp-syn != 0");
+            let filter = format!("tcp port {port} and tcp[tcpflags] & tcp-syn != 0");
             start_capture(info.namespaces.servers.clone(), "srv0", filter, p.clone(), stop.clone())
         });
         std::thread::sleep(Duration::from_millis(200));
-        let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
+        // Over HTTPS rlm watches the front's TLS port, as an operator would list it.
+        let rlm_arm = arm.rlm.clone().map(|mut r| {
+            if arm.https.is_some() {
+                r.extra_args.extend(["--server-ports".to_string(), port.to_string()]);
+            }
+            r
+        });
+        let rlm = rlm_arm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
 
         let started = unix_now();
         let t_up = t0.elapsed();
         let cpu_before = farm.usage().cpu_s;
-        let sampler = farm.pid().map(|pid| Sampler::start(pid, FRONT_PORT, Duration::from_secs(1)));
+        let sampler = farm.pid().map(|pid| Sampler::start(pid, port, Duration::from_secs(1)));
         let mut child =
             spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
         // Pageviews under way at the deadline finish (a failing connection takes the profile's
@@ -320,7 +333,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         );
         let (generator, bottleneck) = generator_stats(dir);
         let by_class = classes_of(&pvs).into_iter().map(|c| (c.clone(), pv_stats(pvs.iter().filter(|p| p.class == c)))).collect();
-        let capture_fidelity = capture.as_deref().map(|c| fidelity::of_capture(c, &pvs, arm.profile.connect_timeout())).transpose()?;
+        let capture_fidelity = capture.as_deref().map(|c| fidelity::of_capture(c, port, &pvs, arm.profile.connect_timeout())).transpose()?;
         let (live_fidelity, live_fidelity_by_class) =
             match rlm.as_ref().and_then(|r| r.records.as_ref()).map(|r| fidelity::of_live(&r.pageviews, &pvs)) {
                 Some(Ok((all, by_class))) => (Some(all), by_class),

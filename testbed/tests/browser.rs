@@ -56,6 +56,8 @@ fn second_connection_failure_as_in_figure_5() {
         profile: TcpProfile::Xp,
         pages: vec![("/home".into(), 1.0)],
         items: 1000,
+        tls: None,
+        think_min_s: 0.0,
     };
     std::fs::write(dir.join("spec.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
     let cg = ProfileCgroup::create(&format!("rlmb-xp-{}", std::process::id()), TcpProfile::Xp).unwrap();
@@ -89,5 +91,56 @@ fn second_connection_failure_as_in_figure_5() {
     let rt = v["rt_s"].as_f64().unwrap();
     assert!((21.0..23.0).contains(&rt), "the pageview ends when TCP reports the failure: {rt} s");
     assert!((v["end_ts"].as_f64().unwrap() - v["start_ts"].as_f64().unwrap() - rt).abs() < 1e-6);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The browser over HTTPS against the farm terminating TLS: HTTP/1.1 and HTTP/2, every page's
+/// images fetched, the ground truth as in the clear.
+#[test]
+fn browsers_speak_https_over_http1_and_http2() {
+    let plan = Plan { prefix: format!("rlmt{}", std::process::id()), high_clients: 2, low_clients: 0, ..Plan::default() };
+    let _guard = testbed::topology::DownOnDrop(plan.clone());
+    let info = plan.up().expect("up");
+    let lab = std::path::Path::new(env!("CARGO_BIN_EXE_rlm-lab"));
+    let cfg = FarmConfig { items: 1000, orders: 3000, cpu_cores: None, tls_sites: vec!["shop.example".into()], ..FarmConfig::default() };
+    let mut farm = Farm::start(&plan, &cfg, lab).expect("farm");
+    let certs = farm.certs.clone().expect("a TLS farm has its certificates");
+    let dir = std::env::temp_dir().join(format!("rlm-https-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for h2 in [false, true] {
+        let spec = RunSpec {
+            server: format!("{FARM_ADDR}:{}", cfg.front_port()).parse().unwrap(),
+            browsers: info.clients.high.iter().map(|a| BrowserSpec { addr: a.parse().unwrap(), class: "HIGH".into() }).collect(),
+            think_mean_s: 0.3,
+            duration_s: 3.0,
+            ramp_s: 0.0,
+            seed: 5,
+            profile: TcpProfile::Linux,
+            pages: vec![("/home".into(), 1.0), ("/product_detail?i_id={item}".into(), 1.0)],
+            items: 1000,
+            tls: Some(sim_clients::browser::TlsSpec { ca: certs.ca.clone(), site: "shop.example".into(), h2 }),
+            think_min_s: 0.1,
+        };
+        let spec_path = dir.join(format!("spec-{h2}.json"));
+        std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+        let out = dir.join(format!("truth-{h2}.jsonl"));
+        let st = Command::new(lab)
+            .args(["browsers", "--spec"])
+            .arg(&spec_path)
+            .args(["--netns", &info.namespaces.clients, "--out"])
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let text = std::fs::read_to_string(&out).unwrap();
+        let pvs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(pvs.len() >= 4, "h2 {h2}: {} pageviews", pvs.len());
+        for v in &pvs {
+            assert_eq!(v["failed"], false, "h2 {h2}: {v}");
+            assert!(v["objects_expected"].as_u64().unwrap() >= 5, "h2 {h2}: {v}");
+            assert_eq!(v["objects_fetched"], v["objects_expected"], "h2 {h2}: every image fetched: {v}");
+        }
+    }
+    farm.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -72,6 +72,11 @@ enum Command {
         /// Write the front's counters and per-request server times here when it stops.
         #[arg(long)]
         stats: Option<std::path::PathBuf>,
+        /// HTTPS: the certificate (PEM) and its key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        #[arg(long)]
+        tls_key: Option<std::path::PathBuf>,
     },
     /// Run emulated browsers from a spec (started by the lab in the client namespace).
     #[command(hide = true)]
@@ -154,10 +159,15 @@ fn main() -> ExitCode {
                 println!("{report}");
                 println!("report: {}", out.join("report.md").display());
             }),
-        Command::FarmFront { listen, max_clients, backlog, workers, keepalive, static_upstream, db, stats: stats_file } => {
+        Command::FarmFront { listen, max_clients, backlog, workers, keepalive, static_upstream, db, stats: stats_file, tls_cert, tls_key } => {
             let plan = Plan { prefix: cli.prefix, ..Plan::default() };
             testbed::netns::enter(&plan.ns("srv")).and_then(|_| {
+                let tls = match (&tls_cert, &tls_key) {
+                    (Some(c), Some(k)) => Some(sim_clients::tls::server_config(c, k)?),
+                    _ => None,
+                };
                 let cfg = testbed::farm::front::FrontConfig {
+                    tls,
                     listen,
                     max_clients,
                     backlog,

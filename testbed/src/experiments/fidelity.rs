@@ -120,25 +120,27 @@ pub struct Seen {
     pub rt_s: f64,
     /// rlm acted on it ([`LivePageview::acted`]). Never in a capture replayed: no rule runs.
     pub acted: bool,
+    /// Read from encrypted traffic: no container known.
+    pub tls: bool,
 }
 
 impl From<LivePageview> for Seen {
     fn from(p: LivePageview) -> Seen {
         let acted = p.acted();
-        Seen { client: p.client, container: p.container, start_ts: p.start_ts, rt_s: p.rt_s, acted }
+        Seen { client: p.client, container: p.container, start_ts: p.start_ts, rt_s: p.rt_s, acted, tls: p.tls }
     }
 }
 
 impl From<rlm_core::PageviewRecord> for Seen {
     fn from(p: rlm_core::PageviewRecord) -> Seen {
-        Seen { client: p.client, container: p.container, start_ts: p.start_ts, rt_s: p.rt_s, acted: false }
+        Seen { client: p.client, container: p.container, start_ts: p.start_ts, rt_s: p.rt_s, acted: false, tls: p.tls }
     }
 }
 
-/// Replay a capture of the server port through the engine and compare its pageviews with the
-/// ground truth (the clients' connect timeout as theirs).
-pub fn of_capture(cap: &Path, truth: &[GroundTruth], connect_timeout: Duration) -> Result<report::Fidelity> {
-    let mut cfg = rlm_core::Config { server_ports: vec![crate::farm::FRONT_PORT], ..rlm_core::Config::default() };
+/// Replay a capture of the server port (`port`, the front's) through the engine and compare its
+/// pageviews with the ground truth (the clients' connect timeout as theirs).
+pub fn of_capture(cap: &Path, port: u16, truth: &[GroundTruth], connect_timeout: Duration) -> Result<report::Fidelity> {
+    let mut cfg = rlm_core::Config { server_ports: vec![port], ..rlm_core::Config::default() };
     cfg.pageview.connect_timeout = connect_timeout;
     let mut engine = rlm_core::Engine::new(cfg);
     let mut seen = Vec::new();
@@ -184,21 +186,25 @@ const MATCH_AFTER_S: f64 = 4.0;
 /// same client and container that started nearest to it, within [`MATCH_AFTER_S`] after it or
 /// [`MATCH_BEFORE_S`] before, and take the relative
 /// errors of the matched response times: over all of them, and over those matched with a
-/// pageview rlm acted on. A pageview of `seen` is matched once at most.
+/// pageview rlm acted on. A pageview of `seen` is matched once at most. One read from encrypted
+/// traffic (`tls`: rlm cannot know its URL) is a candidate for any truth pageview of its client.
 pub fn compare(truth: &[GroundTruth], seen: &[Seen]) -> report::LiveFidelity {
     let mut by_page: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    let mut by_client: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, s) in seen.iter().enumerate() {
-        if let Some(c) = &s.container {
-            by_page.entry((s.client.as_str(), c.as_str())).or_default().push(i);
+        match &s.container {
+            Some(c) => by_page.entry((s.client.as_str(), c.as_str())).or_default().push(i),
+            None if s.tls => by_client.entry(s.client.as_str()).or_default().push(i),
+            None => {}
         }
     }
     let mut used = vec![false; seen.len()];
     let (mut errs, mut acted_errs) = (Vec::new(), Vec::new());
     let truth: Vec<&GroundTruth> = truth.iter().filter(|t| !t.failed).collect();
     for t in &truth {
-        let Some(candidates) = by_page.get(&(t.client.as_str(), t.url.as_str())) else { continue };
+        let named = by_page.get(&(t.client.as_str(), t.url.as_str())).into_iter().flatten();
+        let candidates = named.chain(by_client.get(t.client.as_str()).into_iter().flatten());
         let best = candidates
-            .iter()
             .filter(|&&i| !used[i])
             .map(|&i| (i, seen[i].start_ts - t.start_ts))
             .filter(|(_, d)| -MATCH_BEFORE_S < *d && *d < MATCH_AFTER_S)
@@ -255,7 +261,7 @@ mod tests {
     }
 
     fn seen(client: &str, url: &str, start_ts: f64, rt_s: f64, acted: bool) -> Seen {
-        Seen { client: client.into(), container: Some(url.into()), start_ts, rt_s, acted }
+        Seen { client: client.into(), container: Some(url.into()), start_ts, rt_s, acted, tls: false }
     }
 
     #[test]
@@ -305,6 +311,13 @@ mod tests {
         assert_eq!(f.all.matched, 1);
         assert!((f.all.median_rel_err - 3.1 / 3.8).abs() < 1e-9, "{f:?}");
         assert_eq!(compare(&lost, &late(504.5)).all.matched, 0);
+        // Read from encrypted traffic (no container): a candidate for any page of its client,
+        // the nearest start taken.
+        let pages = [super::tests::truth("10.4.0.4", "/home", 600.0, 1.0), super::tests::truth("10.4.0.4", "/item", 605.0, 2.0)];
+        let tls = |start_ts: f64, rt_s: f64| Seen { container: None, tls: true, ..super::tests::seen("10.4.0.4", "", start_ts, rt_s, false) };
+        let f = compare(&pages, &[tls(605.01, 2.02), tls(600.02, 1.01), tls(700.0, 1.0)]);
+        assert_eq!(f.all.matched, 2);
+        assert!((f.all.median_rel_err - 0.01).abs() < 1e-9, "{f:?}");
         // Nothing acted on: the subset is empty, its errors 0.
         let none = compare(&twice, &[]);
         assert_eq!((none.all.truth_pageviews, none.all.matched, none.acted.truth_pageviews, none.seen), (2, 0, 0, 0));

@@ -28,6 +28,7 @@ pub mod baseline_wan;
 pub mod fast_syn;
 pub mod fast_synack;
 pub mod fidelity;
+pub mod fidelity_tls;
 pub mod heavy;
 pub mod maxclients;
 pub mod openloop;
@@ -39,6 +40,7 @@ pub mod srpt;
 pub mod srpt_transient;
 pub mod syn_police;
 pub mod syn_throttle;
+pub mod syn_throttle_tls;
 pub mod think_gap;
 pub mod throughput;
 
@@ -222,7 +224,16 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
         syn_capture: false,
         offloads: Offloads::Off,
         attack: None,
+        https: None,
     }
+}
+
+/// The arm over HTTPS: the farm terminates TLS for `site`, the browsers speak HTTP/2 (`h2`) or
+/// HTTP/1.1 over it and think at least 2 s (twice rlm's `encrypted_gap`).
+pub fn with_https(mut a: ArmSpec, site: &str, h2: bool) -> ArmSpec {
+    a.farm.tls_sites = vec![site.to_string()];
+    a.https = Some(crate::arm::Https { site: site.to_string(), h2, think_min_s: 2.0 });
+    a
 }
 
 /// The arm with rlm inline, with these rules (empty: none) and arguments, writing its records.

@@ -74,35 +74,38 @@ impl Experiment for SynThrottle {
 
     /// 004 Figure 15: HIGH held at the target by dropping LOW's SYNs; LOW pays.
     fn check(&self, st: &Value, _all: &Results, c: &mut Checks) {
-        let target = num(&st["target_s"]);
-        let (un_high, th_high) = (class_mean(st, "unmanaged", "HIGH"), class_mean(st, "syn-throttle", "HIGH"));
-        let (un_low, th_low) = (class_mean(st, "unmanaged", "LOW"), class_mean(st, "syn-throttle", "LOW"));
-        let a = arm_in(st, "syn-throttle");
-        let drops = num(&a["rlm"]["syn_drops"]["LOW"]);
-        let busy = farm_busy(&arm_in(st, "unmanaged"));
-        let reached = un_high > target && busy >= OVERLOADED_BUSY && drops > 0.0;
-        let what = format!(
-            "unmanaged, the farm {:.0}% busy and HIGH's mean {un_high:.2} s against the target {target:.2} s; the rule dropped {drops} LOW SYNs",
-            busy * 100.0
-        );
-        if !c.regime("syn-throttle", reached, what) {
-            return;
-        }
-        let v = &mut c.v;
-        // The hold, judged once the browsers have all started (see think-gap).
-        let steady = class_mean_steady(st, "syn-throttle", "HIGH");
-        let tol = hold_tolerance(st);
-        v.push((
-            (steady - target).abs() <= tol * target,
-            format!(
-                "syn-throttle: HIGH mean {steady:.2} s after the ramp (whole run {th_high:.2} s) within {:.0}% of the target {target:.2} s",
-                tol * 100.0
-            ),
-        ));
-        v.push((th_low > un_low, format!("syn-throttle: LOW pays: mean {th_low:.2} s against {un_low:.2} s unmanaged")));
-        rlm_clean(v, "syn-throttle", &a);
-        live_fidelity_check(v, "syn-throttle", &a, THROTTLE_LIVE_MIN_MATCHED);
+        judge(self.name(), st, c)
     }
+}
+
+/// syn-throttle's checks of result `st` of experiment `exp` (syn-throttle, or its twin over
+/// HTTPS), whose arms are `unmanaged` and `syn-throttle`.
+pub fn judge(exp: &str, st: &Value, c: &mut Checks) {
+    let target = num(&st["target_s"]);
+    let (un_high, th_high) = (class_mean(st, "unmanaged", "HIGH"), class_mean(st, "syn-throttle", "HIGH"));
+    let (un_low, th_low) = (class_mean(st, "unmanaged", "LOW"), class_mean(st, "syn-throttle", "LOW"));
+    let a = arm_in(st, "syn-throttle");
+    let drops = num(&a["rlm"]["syn_drops"]["LOW"]);
+    let busy = farm_busy(&arm_in(st, "unmanaged"));
+    let reached = un_high > target && busy >= OVERLOADED_BUSY && drops > 0.0;
+    let what = format!(
+        "unmanaged, the farm {:.0}% busy and HIGH's mean {un_high:.2} s against the target {target:.2} s; the rule dropped {drops} LOW SYNs",
+        busy * 100.0
+    );
+    if !c.regime(exp, reached, what) {
+        return;
+    }
+    let v = &mut c.v;
+    // The hold, judged once the browsers have all started (see think-gap).
+    let steady = class_mean_steady(st, "syn-throttle", "HIGH");
+    let tol = hold_tolerance(st);
+    v.push((
+        (steady - target).abs() <= tol * target,
+        format!("{exp}: HIGH mean {steady:.2} s after the ramp (whole run {th_high:.2} s) within {:.0}% of the target {target:.2} s", tol * 100.0),
+    ));
+    v.push((th_low > un_low, format!("{exp}: LOW pays: mean {th_low:.2} s against {un_low:.2} s unmanaged")));
+    rlm_clean(v, exp, &a);
+    live_fidelity_check(v, exp, &a, THROTTLE_LIVE_MIN_MATCHED);
 }
 
 #[cfg(test)]

@@ -6,6 +6,11 @@
 //! alive between requests for `keepalive`. Images are passed to nginx (the static tier);
 //! container pages are built by a pool of `workers` that each hold a PostgreSQL connection
 //! (the dynamic tier), requests queueing for a free worker.
+//!
+//! With a TLS configuration it terminates HTTPS (rustls; [`sim_clients::tls`]): each connection's
+//! handshake within the keep-alive time, then HTTP/2 when the client's ALPN chose `h2` (an idle
+//! HTTP/2 connection is closed gracefully after the keep-alive time, as an HTTP/1.1 one is),
+//! else HTTP/1.1.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -42,6 +47,8 @@ pub struct FrontConfig {
     pub static_upstream: SocketAddr,
     /// libpq connection string of the bookstore.
     pub db: String,
+    /// HTTPS: the server's TLS configuration.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Counters of the front server.
@@ -280,6 +287,50 @@ async fn worker(id: usize, db: String, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) ->
     }
 }
 
+/// One HTTP/1.1 connection, kept alive for `keepalive` between requests.
+async fn serve_http1<I>(io: I, sh: Arc<Shared>, keepalive: Duration)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| handle(sh.clone(), req));
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(keepalive)
+        .keep_alive(true)
+        .serve_connection(io, svc)
+        .await;
+}
+
+/// One HTTP/2 connection, closed gracefully once no request came for `keepalive`.
+async fn serve_h2<I>(io: I, sh: Arc<Shared>, keepalive: Duration)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let started = std::time::Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let seen = last.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        seen.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        handle(sh.clone(), req)
+    });
+    let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new()).timer(TokioTimer::new()).serve_connection(io, svc);
+    tokio::pin!(conn);
+    let mut tick = tokio::time::interval(keepalive / 4);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = tick.tick(), if !closing => {
+                let idle = started.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+                if idle >= keepalive {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            }
+        }
+    }
+}
+
 /// Serve until `stop` resolves.
 pub async fn serve(cfg: FrontConfig, stats: Arc<FrontStats>, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     let (tx, rx) = mpsc::channel::<Job>(cfg.max_clients.max(1) * 2);
@@ -321,14 +372,19 @@ pub async fn serve(cfg: FrontConfig, stats: Arc<FrontStats>, stop: impl std::fut
         }
         let sh = shared.clone();
         let keepalive = cfg.keepalive;
+        let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| handle(sh.clone(), req));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(keepalive)
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+            match tls {
+                None => serve_http1(TokioIo::new(stream), sh, keepalive).await,
+                Some(acceptor) => {
+                    let Ok(Ok(s)) = tokio::time::timeout(keepalive, acceptor.accept(stream)).await else { return };
+                    if s.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        serve_h2(TokioIo::new(s), sh, keepalive).await
+                    } else {
+                        serve_http1(TokioIo::new(s), sh, keepalive).await
+                    }
+                }
+            }
             drop(permit);
         });
     }

@@ -26,6 +26,8 @@ use cgroup::CpuCgroup;
 use db::{Postgres, Scale};
 
 pub const FRONT_PORT: u16 = 80;
+/// The front server's port when it terminates HTTPS.
+pub const FRONT_TLS_PORT: u16 = 443;
 pub const STATIC_PORT: u16 = 8081;
 /// nginx serving the open-loop experiments' files directly (the link, not the farm, is their bottleneck).
 pub const FILES_PORT: u16 = 8080;
@@ -47,6 +49,21 @@ pub struct FarmConfig {
     /// Files `/files/{i}` for the open-loop experiments, sizes from 001 Table 1 (none: empty).
     #[serde(skip)]
     pub files: Vec<u64>,
+    /// HTTPS: the front server terminates TLS on [`FRONT_TLS_PORT`] with a certificate for
+    /// these names, made at its start by a lab authority ([`sim_clients::tls::make_certs`]);
+    /// empty: HTTP on [`FRONT_PORT`].
+    pub tls_sites: Vec<String>,
+}
+
+impl FarmConfig {
+    /// The front server's port: [`FRONT_TLS_PORT`] for HTTPS, else [`FRONT_PORT`].
+    pub fn front_port(&self) -> u16 {
+        if self.tls_sites.is_empty() {
+            FRONT_PORT
+        } else {
+            FRONT_TLS_PORT
+        }
+    }
 }
 
 impl Default for FarmConfig {
@@ -61,6 +78,7 @@ impl Default for FarmConfig {
             orders: 30_000,
             synack_timeout_s: Some(3.0),
             files: Vec::new(),
+            tls_sites: Vec::new(),
         }
     }
 }
@@ -79,6 +97,8 @@ pub struct FarmUsage {
 /// A running farm. Stopped on drop.
 pub struct Farm {
     pub dir: PathBuf,
+    /// Its certificates, when it serves HTTPS.
+    pub certs: Option<sim_clients::tls::LabCerts>,
     pg: Option<Postgres>,
     nginx: Option<Child>,
     front: Option<Child>,
@@ -133,7 +153,7 @@ impl Farm {
         if let Some(t) = cfg.synack_timeout_s {
             cgroup = cgroup.with_syn_timeout(&format!("{}-farm", plan.prefix), Duration::from_secs_f64(t))?;
         }
-        let mut farm = Farm { dir: dir.clone(), pg: None, nginx: None, front: None, cgroup: None };
+        let mut farm = Farm { dir: dir.clone(), certs: None, pg: None, nginx: None, front: None, cgroup: None };
 
         // The store is loaded once, outside the quota, and copied for each run (db::cached_store).
         let pg = Postgres::start_store(&dir.join("pg"), &ns, Some(&cgroup), Scale { items: cfg.items, orders: cfg.orders })?;
@@ -151,7 +171,7 @@ impl Farm {
         let mut front = Command::new(lab_bin);
         front
             .args(["--prefix", &plan.prefix, "farm-front"])
-            .args(["--listen", &format!("{FARM_ADDR}:{FRONT_PORT}")])
+            .args(["--listen", &format!("{FARM_ADDR}:{}", cfg.front_port())])
             .args(["--max-clients", &cfg.max_clients.to_string(), "--backlog", &cfg.backlog.to_string()])
             .args(["--workers", &cfg.workers.to_string(), "--keepalive", &cfg.keepalive_s.to_string()])
             .args(["--static-upstream", &format!("127.0.0.1:{STATIC_PORT}"), "--db", &conninfo])
@@ -159,9 +179,15 @@ impl Farm {
             .arg(dir.join("front-stats.json"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("front.log"))?);
+        if !cfg.tls_sites.is_empty() {
+            let names: Vec<&str> = cfg.tls_sites.iter().map(String::as_str).collect();
+            let certs = sim_clients::tls::make_certs(&dir.join("tls"), &names)?;
+            front.arg("--tls-cert").arg(&certs.cert).arg("--tls-key").arg(&certs.key);
+            farm.certs = Some(certs);
+        }
         cgroup.join_on_spawn(&mut front);
         farm.front = Some(front.spawn().context("starting the front server")?);
-        wait_tcp(&ns, FRONT_PORT, "the front server")?;
+        wait_tcp(&ns, cfg.front_port(), "the front server")?;
         farm.cgroup = Some(cgroup);
         Ok(farm)
     }
