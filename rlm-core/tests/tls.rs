@@ -136,3 +136,26 @@ fn a_request_after_the_clients_quiet_is_the_next_page_from_itself() {
     assert!(approx(b.rt_s, 0.050 + 0.080, 1e-6), "second rt {}", b.rt_s);
     assert!(!b.incomplete);
 }
+
+#[test]
+fn a_connection_whose_tls_handshake_is_slow_holds_its_pageview_open() {
+    let mut r = Run::new();
+    let http1: &[&[u8]] = &[b"http/1.1"];
+    let mut c1 = TcpConv::new("10.4.0.4:40001", SERVER);
+    tls_open(&mut r, &mut c1, 0, &client_hello_record_offering(http1));
+    r.feed(180, finished_and_request(&mut c1, 400));
+    r.feed_all(215, c1.server_data(&app(5_000)));
+    // The second connection: its TCP handshake at once, but the overloaded server answers its
+    // ClientHello 1.5 s later, longer than the client's quiet that ends a pageview.
+    let mut c2 = TcpConv::new("10.4.0.4:40002", SERVER);
+    handshake(&mut r, &mut c2, 300);
+    r.feed(380, c2.client_data(&client_hello_record_offering(http1)));
+    r.feed_all(1_900, c2.server_data(&server_flight_13()));
+    r.feed(1_980, finished_and_request(&mut c2, 350));
+    r.feed_all(2_000, c2.server_data(&app(2_000)));
+    r.finish(5_000);
+    assert_eq!(r.pv.len(), 1, "{:?}", r.pv);
+    let p = &r.pv[0];
+    assert_eq!((p.objects, p.connections), (1, 2));
+    assert!(approx(p.rt_s, 2.000 + 0.080, 1e-6), "rt {}", p.rt_s);
+}

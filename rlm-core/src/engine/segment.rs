@@ -243,6 +243,11 @@ impl Engine {
                     self.on_exchange(now, id, x);
                     continue;
                 }
+                AppEvent::Tls(TlsEvent::Handshake { done }) => {
+                    i += 1;
+                    self.pageviews.on_tls_handshake(now, id, !done);
+                    continue;
+                }
             };
             i += 1;
             match ev {

@@ -70,6 +70,19 @@ impl Pageviews {
         }
     }
 
+    /// A connection's TLS handshake began (`under_way`) or ended: while it is under way, the
+    /// connection is not ready for the page's requests and holds its pageview open, as its TCP
+    /// handshake does (a server slow to answer a ClientHello under overload would otherwise
+    /// leave the pageview quiet, and ended, before the connection's first request).
+    pub fn on_tls_handshake(&mut self, now: Timestamp, conn: ConnId, under_way: bool) {
+        let Some(&id) = self.conn_pv.get(&conn) else { return };
+        let Some(p) = self.open.get_mut(&id) else { return };
+        if let Some(i) = p.conn_index(conn) {
+            p.set_pending(i, under_way);
+        }
+        self.touch(id, now);
+    }
+
     /// A connection ended. `failed` when its handshake never completed (it failed when the
     /// client's TCP gives up, on the appliance's clock) or the server refused it. A failure
     /// charges the pageview it is in (or is a failed pageview of its own) only when `proven`; an

@@ -23,6 +23,9 @@ const HRR_RANDOM: [u8; 32] = [
 /// What the TLS analyzer reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TlsEvent {
+    /// The handshake began (the client's ClientHello was read: `done` false) or ended (both
+    /// sides encrypt: `done` true): the connection is not ready for requests in between.
+    Handshake { done: bool },
     /// An exchange began, was answered, or ended ([`super::exchange`]).
     Exchange(ExchangeEvent),
     /// The connection ended: what it was.
@@ -168,8 +171,9 @@ impl TlsConn {
                     self.record_start[side] = None;
                     self.session.records[side] += 1;
                     self.record_done(now, client, header.ctype);
-                    if self.session.established {
-                        self.ready.get_or_insert(now);
+                    if self.session.established && self.ready.is_none() {
+                        self.ready = Some(now);
+                        out.push(TlsEvent::Handshake { done: true });
                     }
                     if header.ctype == parser::APPLICATION_DATA {
                         self.app_record(start, now, client, header.len, out);
@@ -177,6 +181,9 @@ impl TlsConn {
                 }
             }
             Piece::Handshake { msg_type, body } => {
+                if client && msg_type == parser::CLIENT_HELLO && self.session.first_ts.is_none() {
+                    out.push(TlsEvent::Handshake { done: false });
+                }
                 self.session.first_ts.get_or_insert(now);
                 self.handshake(client, msg_type, &body);
             }
