@@ -257,7 +257,7 @@ impl TransactionRecord {
     }
 
     /// The record of a finished exchange of encrypted records on a connection (`midstream`:
-    /// joined after it began) to the site `sni`, `h2` as [`ExchangeFacts::h2`].
+    /// joined after it began) to the site `sni`.
     #[allow(clippy::too_many_arguments)]
     pub fn of_exchange(
         x: &Exchange,
@@ -265,7 +265,6 @@ impl TransactionRecord {
         server: Endpoint,
         first_seen: Timestamp,
         sni: Option<String>,
-        h2: bool,
         midstream: bool,
         pageview: Option<u64>,
     ) -> TransactionRecord {
@@ -297,7 +296,12 @@ impl TransactionRecord {
             response_last_ts: x.response_last.map(UnixMicros::of),
             pageview,
             anomalies: if midstream { vec!["midstream"] } else { Vec::new() },
-            tls: Some(ExchangeFacts { requests_estimated: x.requests, records_client: x.request_records, records_server: x.response_records, h2 }),
+            tls: Some(ExchangeFacts {
+                requests_estimated: x.requests,
+                records_client: x.request_records,
+                records_server: x.response_records,
+                h2: x.h2,
+            }),
         }
     }
 }

@@ -240,7 +240,7 @@ impl Engine {
                 }
                 AppEvent::Tls(TlsEvent::Exchange(x)) => {
                     i += 1;
-                    self.on_exchange(now, id, x);
+                    self.on_exchange(now, id, x, &evs[i..]);
                     continue;
                 }
                 AppEvent::Tls(TlsEvent::Handshake { done }) => {
@@ -308,8 +308,9 @@ impl Engine {
 
     /// An exchange of encrypted records began, was answered (a server record), or ended: into
     /// the pageviews as a transaction whose request is the client's burst; its record reported
-    /// when it ends.
-    fn on_exchange(&mut self, now: Timestamp, id: ConnId, ev: ExchangeEvent) {
+    /// when it ends. `rest`: the events after it from the same bytes (the connection's session,
+    /// when it closed).
+    fn on_exchange(&mut self, now: Timestamp, id: ConnId, ev: ExchangeEvent, rest: &[AppEvent]) {
         match ev {
             ExchangeEvent::Request { depth, at } => {
                 let c = self.flows.get(id).expect("live");
@@ -347,10 +348,14 @@ impl Engine {
                 if writing == Writing::Skip {
                     return;
                 }
-                let (sni, h2) = c
-                    .tls()
-                    .map_or((None, false), |t| (t.session().server_name.as_deref().map(|s| String::from_utf8_lossy(s).into_owned()), t.may_be_h2()));
-                let mut record = TransactionRecord::of_exchange(&x, c.client, c.server, c.first_seen, sni, h2, c.midstream, pv);
+                // The site from the connection's session, or, when it closed, from its record.
+                let session = rest.iter().find_map(|e| match e {
+                    AppEvent::Tls(TlsEvent::Session(s)) => Some(&**s),
+                    _ => None,
+                });
+                let sni =
+                    session.or(c.tls().map(|t| t.session())).and_then(|s| s.server_name.as_deref()).map(|s| String::from_utf8_lossy(s).into_owned());
+                let mut record = TransactionRecord::of_exchange(&x, c.client, c.server, c.first_seen, sni, c.midstream, pv);
                 if writing == Writing::Cut {
                     record.cut_unproven();
                 }

@@ -25,7 +25,10 @@ const HRR_RANDOM: [u8; 32] = [
 pub enum TlsEvent {
     /// The handshake began (the client's ClientHello was read: `done` false) or ended (both
     /// sides encrypt: `done` true): the connection is not ready for requests in between.
-    Handshake { done: bool },
+    Handshake {
+        /// It ended.
+        done: bool,
+    },
     /// An exchange began, was answered, or ended ([`super::exchange`]).
     Exchange(ExchangeEvent),
     /// The connection ended: what it was.
@@ -145,8 +148,7 @@ impl TlsConn {
             out.extend(evs.into_iter().map(TlsEvent::Exchange));
             self.session.exchanges = u64::from(self.exchanges.depth());
             self.session.unsolicited = self.exchanges.unsolicited;
-            // Kept too: the exchanges' events just made are read with it (their site).
-            out.push(TlsEvent::Session(Box::new(self.session.clone())));
+            out.push(TlsEvent::Session(Box::new(std::mem::take(&mut self.session))));
         }
     }
 
@@ -258,7 +260,7 @@ impl TlsConn {
                 self.session.control_records += 1;
                 return;
             }
-            self.exchanges.client_record(first, last, u64::from(len), u32::from(h2), &mut evs);
+            self.exchanges.client_record(first, last, u64::from(len), h2, &mut evs);
         } else {
             // The server's control frames (its GOAWAY when the client closes, its
             // acknowledgements) are no part of a response.

@@ -26,6 +26,8 @@ pub struct Exchange {
     pub request_bytes: u64,
     /// Requests it carried, as estimated: the records that could carry one (at least one).
     pub requests: u32,
+    /// Read as HTTP/2's (its records counted as requests each), not HTTP/1.1's.
+    pub h2: bool,
     /// The server's records after it: the first one's first byte, the last one's last.
     pub response_first: Option<Timestamp>,
     pub response_last: Option<Timestamp>,
@@ -57,9 +59,10 @@ pub struct Exchanges {
 }
 
 impl Exchanges {
-    /// A request-like application record of the client, `bytes` long, from `first` to `last`,
-    /// that may carry `requests` requests (as the caller estimates).
-    pub fn client_record(&mut self, first: Timestamp, last: Timestamp, bytes: u64, requests: u32, out: &mut Vec<ExchangeEvent>) {
+    /// A request-like application record of the client, `bytes` long, from `first` to `last`:
+    /// on HTTP/2 (`h2`) it may carry a request, on HTTP/1.1 a burst is one.
+    pub fn client_record(&mut self, first: Timestamp, last: Timestamp, bytes: u64, h2: bool, out: &mut Vec<ExchangeEvent>) {
+        let requests = u32::from(h2);
         if let Some(x) = self.open.as_mut().filter(|x| x.response_records == 0) {
             x.request_last = last;
             x.request_records += 1;
@@ -76,6 +79,7 @@ impl Exchanges {
             request_records: 1,
             request_bytes: bytes,
             requests,
+            h2,
             response_first: None,
             response_last: None,
             response_records: 0,
@@ -133,8 +137,8 @@ mod tests {
         x.server_record(ms(0), ms(0), 200, &mut out);
         assert_eq!((x.unsolicited, out.len()), (1, 0));
         // A request of two records, its response of three.
-        x.client_record(ms(10), ms(10), 300, 1, &mut out);
-        x.client_record(ms(11), ms(12), 40, 1, &mut out);
+        x.client_record(ms(10), ms(10), 300, true, &mut out);
+        x.client_record(ms(11), ms(12), 40, true, &mut out);
         x.server_record(ms(50), ms(51), 16_000, &mut out);
         x.server_record(ms(52), ms(60), 16_000, &mut out);
         x.server_record(ms(61), ms(70), 900, &mut out);
@@ -149,7 +153,7 @@ mod tests {
         );
         // The next request ends it.
         out.clear();
-        x.client_record(ms(500), ms(500), 280, 0, &mut out);
+        x.client_record(ms(500), ms(500), 280, false, &mut out);
         let [ExchangeEvent::Done(d), ExchangeEvent::Request { depth: 2, .. }] = &out[..] else { panic!("{out:?}") };
         assert_eq!(
             **d,
@@ -160,6 +164,7 @@ mod tests {
                 request_records: 2,
                 request_bytes: 340,
                 requests: 2,
+                h2: true,
                 response_first: Some(ms(50)),
                 response_last: Some(ms(70)),
                 response_records: 3,
