@@ -159,3 +159,59 @@ fn a_connection_whose_tls_handshake_is_slow_holds_its_pageview_open() {
     assert_eq!((p.objects, p.connections), (1, 2));
     assert!(approx(p.rt_s, 2.000 + 0.080, 1e-6), "rt {}", p.rt_s);
 }
+
+/// Sites as classes (issue 25): two sites behind one address, told apart by the SNI. A
+/// client's pageview is of its site's class; its first SYN, before rlm knows its site, is of
+/// no site class and passes a rule on NEWS's clients; its next SYN, once its last site was
+/// news.example, is NEWS's and is dropped. A SHOP client's SYN still passes.
+#[test]
+fn sites_behind_one_address_are_classes_by_their_sni() {
+    use rlm_core::testkit::tls::client_hello_record_for;
+    let mut r = Run::new();
+    r.engine.set_rules(Some(
+        rules::compile("t.rlm", "CLASS SHOP IF SITE == shop.example\nCLASS NEWS IF SITE == news.example\nIF CLASS == NEWS THEN DROP SYN\n").unwrap(),
+    ));
+    let http1: &[&[u8]] = &[b"http/1.1"];
+    let page = |r: &mut Run, client: &str, t: u64, site: &[u8]| {
+        let mut c = TcpConv::new(client, SERVER);
+        r.feed(t, c.syn());
+        let verdict = r.verdict.clone();
+        if verdict == Some(rlm_core::Verdict::Accept) {
+            r.feed(t, c.synack());
+            r.feed(t + RTT_MS, c.ack());
+            r.feed(t + RTT_MS, c.client_data(&client_hello_record_for(site, http1)));
+            r.feed_all(t + RTT_MS + 20, c.server_data(&server_flight_13()));
+            r.feed(t + 180, finished_and_request(&mut c, 400));
+            r.feed_all(t + 220, c.server_data(&app(3_000)));
+        }
+        verdict
+    };
+    assert_eq!(page(&mut r, "10.4.0.5:40001", 0, b"news.example"), Some(rlm_core::Verdict::Accept), "its site not known yet");
+    assert_eq!(page(&mut r, "10.4.0.6:40001", 0, b"shop.example"), Some(rlm_core::Verdict::Accept));
+    r.advance(3_000);
+    let class_of = |r: &Run, client: &str| r.pv.iter().find(|p| p.client == client).and_then(|p| p.class.clone());
+    assert_eq!(class_of(&r, "10.4.0.5").as_deref(), Some("NEWS"));
+    assert_eq!(class_of(&r, "10.4.0.6").as_deref(), Some("SHOP"));
+    assert_eq!(page(&mut r, "10.4.0.5:40002", 5_000, b"news.example"), Some(rlm_core::Verdict::Drop), "a NEWS client's SYN");
+    assert_eq!(page(&mut r, "10.4.0.6:40002", 5_000, b"shop.example"), Some(rlm_core::Verdict::Accept));
+    assert_eq!(r.decisions.iter().map(|d| d.class.as_str()).collect::<Vec<_>>(), ["NEWS"]);
+    // A pageview is of its own site's class, even when its client has asked for another site
+    // since (here before the driver fired the first page's deadline).
+    assert_eq!(page(&mut r, "10.4.0.8:40001", 10_000, b"shop.example"), Some(rlm_core::Verdict::Accept));
+    let mut c = TcpConv::new("10.4.0.8:40002", SERVER);
+    let later = [c.syn(), c.synack(), c.ack(), c.client_data(&client_hello_record_for(b"news.example", http1))];
+    for f in later {
+        r.engine.handle(at(12_000), rlm_core::Port::Unknown, &f);
+    }
+    for f in c.server_data(&server_flight_13()) {
+        r.engine.handle(at(12_020), rlm_core::Port::Unknown, &f);
+    }
+    r.engine.handle(at(12_100), rlm_core::Port::Unknown, &finished_and_request(&mut c, 400));
+    for f in c.server_data(&app(2_000)) {
+        r.engine.handle(at(12_150), rlm_core::Port::Unknown, &f);
+    }
+    r.drain();
+    r.advance(20_000);
+    let classes: Vec<_> = r.pv.iter().filter(|p| p.client == "10.4.0.8").map(|p| p.class.clone().unwrap_or_default()).collect();
+    assert_eq!(classes, ["SHOP", "NEWS"]);
+}

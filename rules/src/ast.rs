@@ -151,6 +151,9 @@ pub enum Test {
     Url { negated: bool, pattern: Glob },
     /// `HOST == "shop.example.com"`: the Host header without its port, any case.
     Host { negated: bool, pattern: Glob },
+    /// `SITE == shop.example.com`, `SITE == "*.example.com"`: the site a pageview is for, the
+    /// Host header on HTTP and the ClientHello's SNI on TLS, without its port, any case.
+    Site { negated: bool, pattern: Glob },
     /// `CONTENT-TYPE == "text/html"`: the response's media type without parameters, any case.
     ContentType { negated: bool, pattern: Glob },
     /// `CLASS == LOW`: the client's class.
@@ -301,6 +304,7 @@ impl fmt::Display for Test {
             }
             Test::Url { negated, pattern } => write!(f, "URL {} {pattern}", eq_op(*negated)),
             Test::Host { negated, pattern } => write!(f, "HOST {} {pattern}", eq_op(*negated)),
+            Test::Site { negated, pattern } => write!(f, "SITE {} {pattern}", eq_op(*negated)),
             Test::ContentType { negated, pattern } => write!(f, "CONTENT-TYPE {} {pattern}", eq_op(*negated)),
             Test::Class { negated, class } => write!(f, "CLASS {} {}", eq_op(*negated), class.name),
         }

@@ -40,13 +40,14 @@ const RESERVED: &[&str] = &[
     "RT",
     "URL",
     "HOST",
+    "SITE",
 ];
 
 /// The nodes at which a test can be decided.
 fn decidable(t: &Test) -> u8 {
     let all = Node::ALL.iter().fold(0, |m, n| m | n.bit());
     match t {
-        Test::Url { .. } | Test::Host { .. } => Node::Request.bit() | Node::Response.bit(),
+        Test::Url { .. } | Test::Host { .. } | Test::Site { .. } => Node::Request.bit() | Node::Response.bit(),
         Test::ContentType { .. } => Node::Response.bit(),
         _ => all,
     }
@@ -62,6 +63,7 @@ fn test_name(t: &Test) -> &'static str {
         Test::ClassRt { .. } => "RT.<class>",
         Test::Url { .. } => "URL",
         Test::Host { .. } => "HOST",
+        Test::Site { .. } => "SITE",
         Test::ContentType { .. } => "CONTENT-TYPE",
         Test::Class { .. } => "CLASS",
     }
@@ -89,7 +91,7 @@ fn why_unknown(t: &Test, node: Node) -> &'static str {
 fn tests_at(node: Node) -> &'static str {
     match node {
         Node::Syn | Node::SynAck => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT or RT.<class>",
-        Node::Request => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT, RT.<class>, URL or HOST",
+        Node::Request => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT, RT.<class>, URL, HOST or SITE",
         Node::Response => "any test",
     }
 }
@@ -178,6 +180,7 @@ impl Checker<'_> {
                 }
                 Test::Url { negated, pattern } => eval::Test::Url { negated: *negated, pattern: pattern.clone() },
                 Test::Host { negated, pattern } => eval::Test::Host { negated: *negated, pattern: pattern.clone() },
+                Test::Site { negated, pattern } => eval::Test::Site { negated: *negated, pattern: pattern.clone() },
                 Test::ContentType { negated, pattern } => eval::Test::ContentType { negated: *negated, pattern: pattern.clone() },
                 Test::Class { negated, class } => eval::Test::Class { negated: *negated, class: self.class(class, false).unwrap_or(ClassId(0)) },
             }),
@@ -211,17 +214,17 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
         let mut xs = Vec::new();
         atoms(&c.cond, &mut xs);
         for a in xs {
-            let ok = matches!(a.test, Test::Addr { .. } | Test::Port { end: ast::End::Dst, .. });
+            let ok = matches!(a.test, Test::Addr { .. } | Test::Port { end: ast::End::Dst, .. } | Test::Site { .. });
             if !ok {
                 ck.errors.push(
                     Error::new(
                         a.span,
                         format!(
-                            "a class cannot test {}: a client's class is decided at its pageview's first SYN, from its addresses",
+                            "a class cannot test {}: a client's class is decided at its pageview's first SYN, from its addresses and the site it last asked for",
                             test_name(&a.test)
                         ),
                     )
-                    .expected("IP.SRC, IP.DST or PORT.DST")
+                    .expected("IP.SRC, IP.DST, PORT.DST or SITE")
                     .help("put tests of response times, URLs and classes in IF ... THEN rules"),
                 );
             }
@@ -255,6 +258,7 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
                     .expected(format!("a test the {} node can decide: {}", node.name(), tests_at(node)))
                     .help(match a.test {
                         Test::ContentType { .. } => "CONTENT-TYPE is known at the response node only (REMOVE EMBEDS)",
+                        Test::Site { .. } => "SITE is known at the request and response nodes; at the SYN a site with an address of its own is IP.DST (and PORT.DST), or a class declared by SITE (its clients' latest site)",
                         _ => "URL and HOST are known at the request and response nodes (REWRITE EMBEDS, REMOVE EMBEDS)",
                     }),
                 );
@@ -345,7 +349,14 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
         return Err(ck.errors);
     }
     let class_names = ck.classes.into_iter().map(|(n, _)| n).collect();
+    let classes_by_site = file.items.iter().any(|i| {
+        let Item::Class(c) = i else { return false };
+        let mut xs = Vec::new();
+        atoms(&c.cond, &mut xs);
+        xs.iter().any(|a| matches!(a.test, Test::Site { .. }))
+    });
     let mut set = RuleSet {
+        classes_by_site,
         file_name: file_name.to_string(),
         ast: file,
         rule_items,

@@ -115,6 +115,9 @@ pub struct Facts<'a> {
     pub url: Option<&'a str>,
     /// The Host header at request and response nodes.
     pub host: Option<&'a str>,
+    /// The site: the Host header on HTTP, the SNI on TLS; at a SYN, the client's latest one
+    /// when the engine knows it (for classes declared by SITE).
+    pub site: Option<&'a str>,
     /// The Content-Type header at the response node.
     pub content_type: Option<&'a str>,
     pub aggregates: &'a dyn Aggregates,
@@ -126,7 +129,7 @@ pub struct Facts<'a> {
 impl<'a> Facts<'a> {
     /// Facts with only the connection and class known.
     pub fn new(client: SocketAddr, server: SocketAddr, class: ClassId, aggregates: &'a dyn Aggregates) -> Facts<'a> {
-        Facts { client, server, class, rt: None, url: None, host: None, content_type: None, aggregates, holds: None }
+        Facts { client, server, class, rt: None, url: None, host: None, site: None, content_type: None, aggregates, holds: None }
     }
 }
 
@@ -275,6 +278,7 @@ pub(crate) enum Test {
     Held(u32),
     Url { negated: bool, pattern: Glob },
     Host { negated: bool, pattern: Glob },
+    Site { negated: bool, pattern: Glob },
     ContentType { negated: bool, pattern: Glob },
     Class { negated: bool, class: ClassId },
 }
@@ -303,6 +307,8 @@ pub struct RuleSet {
     pub(crate) buckets: Vec<Bucket>,
     pub(crate) held: Vec<HeldTest>,
     pub(crate) aggregates: Vec<(Scope, Stat)>,
+    /// A class is declared by SITE.
+    pub(crate) classes_by_site: bool,
 }
 
 /// The name of the class of clients no `CLASS` declaration matches.
@@ -345,8 +351,19 @@ impl RuleSet {
     /// The class of a pageview's client: the first declaration whose condition holds for the
     /// pageview's first connection, else `DEFAULT`.
     pub fn classify(&self, client: SocketAddr, server: SocketAddr) -> ClassId {
-        let facts = Facts::new(client, server, self.default_class(), &NoAggregates);
+        self.classify_site(client, server, None)
+    }
+
+    /// [`RuleSet::classify`] with the site known (`SITE` tests of the declarations read it;
+    /// without one they are unknown, and their declaration does not match).
+    pub fn classify_site(&self, client: SocketAddr, server: SocketAddr, site: Option<&str>) -> ClassId {
+        let facts = Facts { site, ..Facts::new(client, server, self.default_class(), &NoAggregates) };
         self.class_conds.iter().position(|c| eval(c, &facts) == Some(true)).map_or(self.default_class(), |i| ClassId(i as u16))
+    }
+
+    /// Whether a class is declared by SITE: the engine then keeps each client's latest site.
+    pub fn classes_by_site(&self) -> bool {
+        self.classes_by_site
     }
 
     /// How many rules (`IF` statements) there are; [`RuleId`]s run from 0 to this.
@@ -571,13 +588,14 @@ fn test(t: &Test, f: &Facts<'_>) -> Option<bool> {
         Test::Held(i) => f.holds?.value(*i as usize),
         Test::Url { negated, pattern } => pattern.matches(f.url?, false) != *negated,
         Test::Host { negated, pattern } => pattern.matches(host_name(f.host?), true) != *negated,
+        Test::Site { negated, pattern } => pattern.matches(host_name(f.site?), true) != *negated,
         Test::ContentType { negated, pattern } => pattern.matches(media_type(f.content_type?), true) != *negated,
         Test::Class { negated, class } => (f.class == *class) != *negated,
     })
 }
 
 /// `shop.example.com:8080` → `shop.example.com`; `[2001:db8::1]:80` → `[2001:db8::1]`.
-pub(crate) fn host_name(host: &str) -> &str {
+pub fn host_name(host: &str) -> &str {
     let host = host.trim();
     if host.starts_with('[') {
         return host.find(']').map_or(host, |i| &host[..=i]);

@@ -56,8 +56,8 @@ pub use ast::{Cmp, EmbedSelect, End, Stat, DEFAULT_GAP};
 pub use check::MAX_CLASSES;
 pub use diag::{Diagnostic, Diagnostics, Span};
 pub use eval::{
-    AggregateTest, Aggregates, Bucket, BucketId, ClassId, Effect, Embeds, EmbedsId, Facts, Firing, HeldTest, Holds, NoAggregates, Node, RuleId,
-    RuleSet, Scope, DEFAULT_CLASS,
+    host_name, AggregateTest, Aggregates, Bucket, BucketId, ClassId, Effect, Embeds, EmbedsId, Facts, Firing, HeldTest, Holds, NoAggregates, Node,
+    RuleId, RuleSet, Scope, DEFAULT_CLASS,
 };
 pub use glob::Glob;
 pub use mapping::Mapping;

@@ -18,7 +18,7 @@ pub const MAX_EMBED_POS: u64 = 10_000;
 
 const ACTION_WORDS: &[&str] = &["DROP", "LIMIT", "FAST", "DELAY", "HALT", "REMOVE", "REWRITE"];
 const EXPECT_ACTION: &str = "an action: DROP SYN, LIMIT SYN, FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, HALT FAST SYN, REMOVE EMBEDS or REWRITE EMBEDS";
-const EXPECT_TEST: &str = "a test: IP.SRC, IP.DST, PORT.SRC, PORT.DST, RT, RT.<class>, URL, HOST, CONTENT-TYPE or CLASS, or NOT or '('";
+const EXPECT_TEST: &str = "a test: IP.SRC, IP.DST, PORT.SRC, PORT.DST, RT, RT.<class>, URL, HOST, SITE, CONTENT-TYPE or CLASS, or NOT or '('";
 const EXPECT_DURATION: &str = "a duration such as 500ms or 3.0s";
 
 pub(crate) struct Parser<'s> {
@@ -364,6 +364,15 @@ impl<'s> Parser<'s> {
                     "HOST" => Test::Host { negated, pattern },
                     _ => Test::ContentType { negated, pattern },
                 }
+            }
+            "SITE" => {
+                let negated = self.eq_op("SITE")?;
+                // A plain name needs no quotes; a glob does.
+                let pattern = match self.peek() {
+                    Some(t) if t.kind == Kind::Word && !self.at_line_keyword() => Glob::new(self.word("a site name")?.0.to_string()),
+                    _ => Glob::new(self.string("a site name, such as shop.example.com, or a \"glob\" such as \"*.example.com\"")?.0),
+                };
+                Test::Site { negated, pattern }
             }
             "CLASS" => {
                 let negated = self.eq_op("CLASS")?;

@@ -25,6 +25,8 @@ const CASES: &[(&str, u32, u32, &str)] = &[
     ("IF IP.SRC == 2001:zz8::/32 THEN DROP SYN", 1, 14, "not an IPv6 address"),
     ("IF IP.SRC == 10.4.* THEN DROP SYN", 1, 14, "did you mean 10.4.*.*?"),
     ("IF IP.SRC == \"10.4.*.*\" THEN DROP SYN", 1, 14, "write it without quotes"),
+    ("IF SITE == shop.example.com THEN DROP SYN", 1, 4, "a site with an address of its own is IP.DST"),
+    ("CLASS S IF SITE == shop.example.com AND URL == \"/a\"", 1, 41, "a class cannot test URL"),
     ("IF IP.SRC == 10.4.*.* THEN EXPLODE", 1, 28, "expected an action, found 'EXPLODE'"),
     ("IF IP.SRC == 10.4.*.*", 1, 22, "found the end of the file"),
     ("IF IP.SRC == 10.4.*.*\n  DROP SYN", 1, 22, "expected AND, OR or THEN after the condition, found the end of the line"),

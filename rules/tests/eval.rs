@@ -376,3 +376,27 @@ fn shareable_across_threads() {
     send_sync::<rules::Holds>();
     send_sync::<Firing>();
 }
+
+/// Classes by site: a pageview's class by the site it is for (the Host header, the SNI), a
+/// SYN's by its client's latest site; a client whose site is not known matches no SITE
+/// declaration; SITE written plain or as a glob, in any case.
+#[test]
+fn classes_by_site() {
+    let rs = set("CLASS SHOP IF SITE == shop.example.com\nCLASS NEWS IF SITE == \"*.news.example\"\nCLASS HIGH IF IP.SRC == 10.4.*.*\n");
+    assert!(rs.classes_by_site());
+    let (c, s) = (sa("10.5.0.1:4000"), sa(SERVER));
+    let class = |site: Option<&str>| rs.class_name(rs.classify_site(c, s, site)).to_string();
+    assert_eq!(class(Some("Shop.Example.com:443")), "SHOP");
+    assert_eq!(class(Some("www.news.example")), "NEWS");
+    assert_eq!(class(Some("other.example")), "DEFAULT");
+    // No site known: the SITE tests are unknown, the declarations by address still decide.
+    assert_eq!(class(None), "DEFAULT");
+    assert_eq!(rs.class_name(rs.classify_site(sa("10.4.0.1:4000"), s, None)), "HIGH");
+    assert_eq!(rs.class_name(rs.classify(sa("10.4.0.1:4000"), s)), "HIGH");
+    assert!(!set("CLASS HIGH IF IP.SRC == 10.4.*.*\n").classes_by_site());
+    // At the request node a rule reads the site as HOST reads the Host header.
+    let rs = set("IF SITE != shop.example.com THEN REWRITE EMBEDS\n");
+    let facts = |site| Facts { site: Some(site), ..Facts::new(c, s, ClassId(0), &NoAggregates) };
+    assert_eq!(fired(&rs, Node::Request, &facts("news.example")).len(), 1);
+    assert!(fired(&rs, Node::Request, &facts("SHOP.example.com")).is_empty());
+}

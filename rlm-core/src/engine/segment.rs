@@ -316,6 +316,9 @@ impl Engine {
                 let c = self.flows.get(id).expect("live");
                 let Some(tls) = c.tls() else { return };
                 let site = tls.session().server_name.as_deref().and_then(|s| std::str::from_utf8(s).ok());
+                if let (Some(p), Some(site)) = (self.policy.as_mut(), site) {
+                    p.learn_site(c.client.ip, site);
+                }
                 let info = RequestInfo {
                     conn: id,
                     client: c.client.ip,
@@ -369,6 +372,9 @@ impl Engine {
         let c = self.flows.get(id).expect("live");
         let Some(txn) = c.http().and_then(|h| h.txn(depth)) else { return };
         let Some(head) = txn.request.as_ref() else { return };
+        if let (Some(p), Some(host)) = (self.policy.as_mut(), head.host.as_deref()) {
+            p.learn_site(c.client.ip, host);
+        }
         let info = RequestInfo {
             conn: id,
             client: c.client.ip,
@@ -504,7 +510,7 @@ impl Engine {
                 let client: Option<IpAddr> = pv.client.parse().ok();
                 let server: SocketAddr = pv.server.as_deref().and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
                 if let Some(ip) = client {
-                    let class = policy.classify_ip(ip, server);
+                    let class = policy.classify_pageview(ip, server, pv.host.as_deref());
                     pv.class = Some(policy.class_name(class).to_string());
                     // Only a pageview with evidence of a real client enters the class statistics.
                     if !pv.incomplete && pv.evidence != Evidence::None {

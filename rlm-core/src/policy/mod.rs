@@ -33,6 +33,7 @@ use ahash::AHashMap;
 use rules::{BucketId, ClassId, Firing, Holds, RuleId, RuleSet, Stat};
 use serde::Serialize;
 
+use crate::bounded::GenMap;
 use crate::time::Timestamp;
 use class_windows::{ClassWindows, Window};
 
@@ -150,7 +151,13 @@ pub struct Policy {
     /// The engine carries out `REMOVE EMBEDS` (its driver forwards rewritten frames): not
     /// counted as deferred.
     pub adapt_carried_out: bool,
+    /// Each client's latest site (its request's Host, its connection's SNI), lower case, when
+    /// a class is declared by SITE: a SYN's class is decided by it.
+    sites: GenMap<IpAddr, Box<str>, CLIENT_SITES>,
 }
+
+/// Clients whose latest site is remembered (the newest half of them at least).
+pub const CLIENT_SITES: usize = 65_536;
 
 fn since_epoch(t: Timestamp) -> Duration {
     Duration::from_nanos(t.as_nanos())
@@ -178,6 +185,7 @@ impl Policy {
             labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
             rules,
             window,
+            sites: GenMap::default(),
         }
     }
 
@@ -192,6 +200,7 @@ impl Policy {
         let mut old = Policy::new(rules, self.window);
         std::mem::swap(self, &mut old);
         self.inject_carried_out = old.inject_carried_out;
+        self.sites = std::mem::take(&mut old.sites);
         self.adapt_carried_out = old.adapt_carried_out;
         let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
         for i in 0..old_rules.class_count() {
@@ -212,9 +221,34 @@ impl Policy {
         self.signature = self.rules.syn_aggregate_signature(&self.windows, Some(&self.holds));
     }
 
-    /// The class of a connection from `client` to `server`.
+    /// The class of a connection from `client` to `server` (by its client's latest site too,
+    /// when a class is declared by SITE).
     pub fn classify(&self, client: SocketAddr, server: SocketAddr) -> ClassId {
-        self.rules.classify(client, server)
+        let site = self.sites.get(&client.ip()).map(|s| &**s);
+        self.rules.classify_site(client, server, site)
+    }
+
+    /// The class of a pageview of `client` on `server` for `site` (its own, when known; else its
+    /// client's latest).
+    pub fn classify_pageview(&self, client: IpAddr, server: SocketAddr, site: Option<&str>) -> ClassId {
+        let client = SocketAddr::new(client, 0);
+        match site.filter(|_| self.rules.classes_by_site()) {
+            Some(site) => self.rules.classify_site(client, server, Some(site)),
+            None => self.classify(client, server),
+        }
+    }
+
+    /// A request of `client` named `site` (a Host header, an SNI): remembered as its latest,
+    /// when a class is declared by SITE.
+    pub fn learn_site(&mut self, client: IpAddr, site: &str) {
+        if !self.rules.classes_by_site() {
+            return;
+        }
+        let name = rules::host_name(site);
+        if self.sites.get(&client).is_some_and(|s| s.eq_ignore_ascii_case(name)) {
+            return;
+        }
+        self.sites.insert(client, name.to_ascii_lowercase().into_boxed_str());
     }
 
     /// A class's name, as the rules give it.
@@ -317,7 +351,7 @@ impl Policy {
 
     /// A client's class, looked up from text addresses (for records).
     pub fn classify_ip(&self, client: IpAddr, server: SocketAddr) -> ClassId {
-        self.rules.classify(SocketAddr::new(client, 0), server)
+        self.classify(SocketAddr::new(client, 0), server)
     }
 }
 

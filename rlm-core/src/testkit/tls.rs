@@ -27,7 +27,11 @@ pub fn client_hello_body() -> Vec<u8> {
 
 /// [`client_hello_body`] offering `protocols` by ALPN.
 pub fn client_hello_body_offering(protocols: &[&[u8]]) -> Vec<u8> {
-    let name = b"shop.example";
+    client_hello_body_for(b"shop.example", protocols)
+}
+
+/// A ClientHello body naming `name` by SNI and offering `protocols` by ALPN.
+pub fn client_hello_body_for(name: &[u8], protocols: &[&[u8]]) -> Vec<u8> {
     let sni = [&((name.len() + 3) as u16).to_be_bytes()[..], &[0], &(name.len() as u16).to_be_bytes(), name].concat();
     let alpn_list: Vec<u8> = protocols.iter().flat_map(|p| [&[p.len() as u8][..], p].concat()).collect();
     let alpn = [&(alpn_list.len() as u16).to_be_bytes()[..], &alpn_list].concat();
@@ -51,6 +55,11 @@ pub fn server_hello_12(cipher: u16, sid: &[u8], exts: &[u8]) -> Vec<u8> {
 /// A ClientHello record ([`client_hello_body`]).
 pub fn client_hello_record() -> Vec<u8> {
     record(HANDSHAKE, &message(1, &client_hello_body()))
+}
+
+/// A ClientHello record naming `name` by SNI, offering only `protocols` by ALPN.
+pub fn client_hello_record_for(name: &[u8], protocols: &[&[u8]]) -> Vec<u8> {
+    record(HANDSHAKE, &message(1, &client_hello_body_for(name, protocols)))
 }
 
 /// A ClientHello record offering only `protocols` by ALPN.
