@@ -35,6 +35,9 @@ use crate::tcp_profile::TcpProfile;
 pub struct BrowserSpec {
     pub addr: IpAddr,
     pub class: String,
+    /// Over HTTPS, the site this browser asks for (SNI and Host), when not the run's.
+    #[serde(default)]
+    pub site: Option<String>,
 }
 
 /// A run of browsers.
@@ -73,7 +76,7 @@ pub struct TlsSpec {
     pub h2: bool,
 }
 
-/// A run's TLS, made once: the connector, the site's name, the protocol.
+/// A browser's TLS: the run's connector and protocol (made once), its site's name.
 struct BrowserTls {
     connector: tokio_rustls::TlsConnector,
     name: rustls::pki_types::ServerName<'static>,
@@ -82,11 +85,13 @@ struct BrowserTls {
 }
 
 impl BrowserTls {
-    fn new(t: &TlsSpec) -> Result<BrowserTls> {
+    /// The run's TLS for a browser that asks for `site` (its own, else the run's).
+    fn new(t: &TlsSpec, connector: &tokio_rustls::TlsConnector, site: Option<&str>) -> Result<BrowserTls> {
+        let site = site.unwrap_or(&t.site).to_string();
         Ok(BrowserTls {
-            connector: tokio_rustls::TlsConnector::from(crate::tls::client_config(&t.ca, t.h2)?),
-            name: rustls::pki_types::ServerName::try_from(t.site.clone()).context("the site's name")?,
-            site: t.site.clone(),
+            connector: connector.clone(),
+            name: rustls::pki_types::ServerName::try_from(site.clone()).context("the site's name")?,
+            site,
             h2: t.h2,
         })
     }
@@ -464,7 +469,15 @@ pub struct GeneratorStats {
 
 /// Run every browser until the duration is over; each finished pageview goes to `out`.
 pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTruth>) -> Result<GeneratorStats> {
-    let tls = spec.tls.as_ref().map(BrowserTls::new).transpose()?.map(Arc::new);
+    let connector = spec.tls.as_ref().map(|t| crate::tls::client_config(&t.ca, t.h2).map(tokio_rustls::TlsConnector::from)).transpose()?;
+    let tls: Vec<Option<Arc<BrowserTls>>> = spec
+        .browsers
+        .iter()
+        .map(|b| match (&spec.tls, &connector) {
+            (Some(t), Some(c)) => BrowserTls::new(t, c, b.site.as_deref()).map(|t| Some(Arc::new(t))),
+            _ => Ok(None),
+        })
+        .collect::<Result<_>>()?;
     let spec = Arc::new(spec);
     let wall = Instant::now();
     let cpu0 = cpu_seconds();
@@ -476,7 +489,7 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
         let spec = spec.clone();
         let out = out.clone();
         let b = b.clone();
-        let tls = tls.clone();
+        let tls = tls[k].clone();
         tasks.push(tokio::spawn(async move {
             let mut br = Browser {
                 spec: b,

@@ -62,6 +62,9 @@ pub struct ArmSpec {
 pub struct Https {
     /// The site they ask for (SNI and Host).
     pub site: String,
+    /// Each client group's site instead, by group (10.4/16 first): two sites behind one
+    /// address (the `sites` experiment); empty: `site` for all.
+    pub group_sites: Vec<String>,
     /// HTTP/2 (one connection, a page's images at once), else HTTP/1.1.
     pub h2: bool,
     /// Their shortest think time (the rest negative-exponential, the mean unchanged): rlm tells

@@ -233,7 +233,10 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             .class_names()
             .iter()
             .enumerate()
-            .flat_map(|(g, class)| info.clients.group(g).iter().map(|a| BrowserSpec { addr: a.parse().expect("address"), class: class.clone() }))
+            .flat_map(|(g, class)| {
+                let site = arm.https.as_ref().and_then(|h| h.group_sites.get(g).cloned());
+                info.clients.group(g).iter().map(move |a| BrowserSpec { addr: a.parse().expect("address"), class: class.clone(), site: site.clone() })
+            })
             .collect();
         let port = arm.farm.front_port();
         let spec = RunSpec {

@@ -232,7 +232,7 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
 /// HTTP/1.1 over it and think at least 2 s (twice rlm's `encrypted_gap`).
 pub fn with_https(mut a: ArmSpec, site: &str, h2: bool) -> ArmSpec {
     a.farm.tls_sites = vec![site.to_string()];
-    a.https = Some(crate::arm::Https { site: site.to_string(), h2, think_min_s: 2.0 });
+    a.https = Some(crate::arm::Https { site: site.to_string(), group_sites: Vec::new(), h2, think_min_s: 2.0 });
     a
 }
 

@@ -190,7 +190,11 @@ pub fn cached_store(ns: &str, scale: Scale) -> Result<PathBuf> {
     if store.join("PG_VERSION").exists() {
         return Ok(store);
     }
-    let work = root.join(format!("making-{}", std::process::id()));
+    // One work directory per maker: two farms of one process (tests run on threads) may
+    // make the same store at once; the first rename wins, the other finds it made.
+    static MAKERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let maker = MAKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let work = root.join(format!("making-{}-{maker}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     Command::new("chmod").arg("755").args([root, work.as_path()]).status()?;
