@@ -215,3 +215,21 @@ fn sites_behind_one_address_are_classes_by_their_sni() {
     let classes: Vec<_> = r.pv.iter().filter(|p| p.client == "10.4.0.8").map(|p| p.class.clone().unwrap_or_default()).collect();
     assert_eq!(classes, ["SHOP", "NEWS"]);
 }
+
+/// REMOVE and REWRITE EMBEDS need the plaintext: over TLS each exchange is counted as not
+/// applicable, and nothing is blanked.
+#[test]
+fn embeds_actions_are_counted_not_applicable_on_tls() {
+    let mut r = Run::new();
+    r.engine.set_rules(Some(rules::compile("t.rlm", "IF RT > 0s THEN REMOVE EMBEDS AFTER 1\n").unwrap()));
+    let mut c = TcpConv::new("10.4.0.9:40001", SERVER);
+    tls_open(&mut r, &mut c, 0, &client_hello_record_offering(&[b"http/1.1"]));
+    r.feed(180, finished_and_request(&mut c, 400));
+    r.feed_all(220, c.server_data(&app(3_000)));
+    r.feed(300, c.client_data(&app(300)));
+    r.feed_all(340, c.server_data(&app(1_000)));
+    r.finish(3_000);
+    assert_eq!(r.engine.stats().adapt_not_applicable_tls, 2);
+    assert_eq!(r.pv.len(), 1);
+    assert_eq!(r.pv[0].actions.embeds_blanked, 0);
+}

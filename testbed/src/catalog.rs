@@ -20,6 +20,7 @@ use crate::experiments::openloop::Openloop;
 use crate::experiments::predict::Predict;
 use crate::experiments::remove_embeds::RemoveEmbeds;
 use crate::experiments::rewrite_embeds::RewriteEmbeds;
+use crate::experiments::sites::Sites;
 use crate::experiments::soak::Soak;
 use crate::experiments::srpt::Srpt;
 use crate::experiments::srpt_transient::SrptTransient;
@@ -44,6 +45,7 @@ pub const ALL: &[&dyn Experiment] = &[
     &Maxclients,
     &SynThrottle,
     &SynThrottleTls,
+    &Sites,
     &SynPolice,
     &FastSynack,
     &FastSyn,

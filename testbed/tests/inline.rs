@@ -1211,7 +1211,7 @@ fn chromium_load_times(https: bool) {
         r.extend(body);
         r
     });
-    let (plan, _guard, info, _) = lab_serving(if https { "s" } else { "t" }, 1, (!https).then(|| respond.clone()));
+    let (plan, _guard, info, _) = lab_serving(if https { "h" } else { "t" }, 1, (!https).then(|| respond.clone()));
     let dir = std::env::temp_dir().join(format!("rlm-chromium-live-{https}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

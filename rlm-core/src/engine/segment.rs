@@ -319,6 +319,10 @@ impl Engine {
                 if let (Some(p), Some(site)) = (self.policy.as_mut(), site) {
                     p.learn_site(c.client.ip, site);
                 }
+                if self.adapt.removing || self.adapt.rewriting {
+                    // REMOVE and REWRITE EMBEDS need the plaintext: not applicable here.
+                    self.stats.adapt_not_applicable_tls += 1;
+                }
                 let info = RequestInfo {
                     conn: id,
                     client: c.client.ip,

@@ -164,6 +164,9 @@ pub struct Stats {
     pub tls_established: u64,
     /// Exchanges of encrypted records that ended (each also counted in `transactions`).
     pub tls_exchanges: u64,
+    /// Exchanges of encrypted records that began while the rules have `REMOVE EMBEDS` or
+    /// `REWRITE EMBEDS`, which need the plaintext: not applicable on TLS.
+    pub adapt_not_applicable_tls: u64,
     #[allow(missing_docs)]
     pub tls_bad: std::collections::BTreeMap<&'static str, u64>,
     /// Records of what nothing shows is real (see [`crate::Config::unproven_records_per_s`])

@@ -35,6 +35,7 @@ pub mod openloop;
 pub mod predict;
 pub mod remove_embeds;
 pub mod rewrite_embeds;
+pub mod sites;
 pub mod soak;
 pub mod srpt;
 pub mod srpt_transient;
