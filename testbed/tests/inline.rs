@@ -34,23 +34,30 @@ type Responder = Arc<dyn Fn(&str) -> Vec<u8> + Send + Sync>;
 fn serve(srv_ns: &str, respond: Responder) -> Arc<std::sync::atomic::AtomicUsize> {
     let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = accepted.clone();
+    listen(srv_ns, 80, move |mut s| {
+        count.fetch_add(1, Ordering::SeqCst);
+        answer(&mut s, &respond);
+    });
+    accepted
+}
+
+/// Listen on the farm's address at `port` in namespace `srv_ns`, each connection handled by
+/// `on_conn` on a thread of its own; returns once listening.
+fn listen(srv_ns: &str, port: u16, on_conn: impl Fn(TcpStream) + Send + Sync + 'static) {
     let ns = srv_ns.to_string();
+    let on_conn = Arc::new(on_conn);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         netns::enter(&ns).unwrap();
-        let l = TcpListener::bind(format!("{FARM_ADDR}:80")).unwrap();
+        let l = TcpListener::bind(format!("{FARM_ADDR}:{port}")).unwrap();
         tx.send(()).unwrap();
         for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            count.fetch_add(1, Ordering::SeqCst);
-            let respond = respond.clone();
-            std::thread::spawn(move || {
-                answer(&mut s, &respond);
-            });
+            let Ok(s) = s else { continue };
+            let on_conn = on_conn.clone();
+            std::thread::spawn(move || on_conn(s));
         }
     });
     rx.recv_timeout(Duration::from_secs(5)).expect("server listening");
-    accepted
 }
 
 /// Read a request's head from `s` and write `respond`'s answer to its target (nothing when the
@@ -1065,25 +1072,13 @@ fn chromium_dump(ns: &str, profile: &std::path::Path, clock: &str, extra: &[&str
 /// [`serve`] over TLS on port 443 (rustls, HTTP/1.1 by ALPN: the responder's answers are
 /// HTTP/1.1's), with `config`: each answer followed by the server's close_notify.
 fn serve_tls(srv_ns: &str, respond: Responder, config: Arc<rustls::ServerConfig>) {
-    let ns = srv_ns.to_string();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        netns::enter(&ns).unwrap();
-        let l = TcpListener::bind(format!("{FARM_ADDR}:443")).unwrap();
-        tx.send(()).unwrap();
-        for s in l.incoming() {
-            let Ok(s) = s else { continue };
-            let (respond, config) = (respond.clone(), config.clone());
-            std::thread::spawn(move || {
-                let Ok(conn) = rustls::ServerConnection::new(config) else { return };
-                let mut s = rustls::StreamOwned::new(conn, s);
-                answer(&mut s, &respond);
-                s.conn.send_close_notify();
-                let _ = s.flush();
-            });
-        }
+    listen(srv_ns, 443, move |s| {
+        let Ok(conn) = rustls::ServerConnection::new(config.clone()) else { return };
+        let mut s = rustls::StreamOwned::new(conn, s);
+        answer(&mut s, &respond);
+        s.conn.send_close_notify();
+        let _ = s.flush();
     });
-    rx.recv_timeout(Duration::from_secs(5)).expect("server listening");
 }
 
 /// A real browser through the appliance: headless Chromium loads a page whose image references

@@ -71,6 +71,11 @@ impl Adaptation {
         self.predicting = policy.is_some_and(Policy::predicts);
     }
 
+    /// Whether the rules change what pages carry (`REMOVE EMBEDS`, `REWRITE EMBEDS`).
+    pub fn edits_content(&self) -> bool {
+        self.removing || self.rewriting
+    }
+
     /// Whether some container is being adapted now.
     pub fn is_active(&self) -> bool {
         !self.conns.is_empty()

@@ -258,7 +258,6 @@ impl TransactionRecord {
 
     /// The record of a finished exchange of encrypted records on a connection (`midstream`:
     /// joined after it began) to the site `sni`.
-    #[allow(clippy::too_many_arguments)]
     pub fn of_exchange(
         x: &Exchange,
         client: Endpoint,

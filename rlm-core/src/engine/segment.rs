@@ -10,7 +10,7 @@ use super::adaptation::AdaptStep;
 use super::records::Writing;
 use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TlsRecord, TransactionRecord, UnixMicros, WELL_KNOWN_HTTP_PORTS};
 use crate::analyzer::{Analyzer, AppEvent};
-use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote};
+use crate::flow::{CloseReason, Conn, ConnId, ConnState, Dir, FlowNote};
 use crate::http::HttpOptions;
 use crate::http::{HttpEvent, Txn};
 use crate::pageview::{Asked, Evidence, Failure, RequestInfo};
@@ -55,7 +55,7 @@ impl Engine {
         // A cut frame is only measured (its verdict is not rlm's to give): adaptation, which
         // edits whole frames, does not see it.
         let whole = seg.payload.len() == seg.payload_len as usize;
-        if (self.adapt.removing || self.adapt.rewriting) && self.cfg.adapt && whole {
+        if self.adapt.edits_content() && self.cfg.adapt && whole {
             match self.adapt_segment(id, dir, fate, seg) {
                 AdaptStep::Pass => {}
                 AdaptStep::Drop => out.drop = Some(DropCause::AheadOfHole),
@@ -319,25 +319,11 @@ impl Engine {
                 if let (Some(p), Some(site)) = (self.policy.as_mut(), site) {
                     p.learn_site(c.client.ip, site);
                 }
-                if self.adapt.removing || self.adapt.rewriting {
+                if self.adapt.edits_content() {
                     // REMOVE and REWRITE EMBEDS need the plaintext: not applicable here.
                     self.stats.adapt_not_applicable_tls += 1;
                 }
-                let info = RequestInfo {
-                    conn: id,
-                    client: c.client.ip,
-                    server: c.server.to_string(),
-                    depth,
-                    asked: Asked::Encrypted { site },
-                    ts: at,
-                    conn_first_syn: c.hs.syn.first,
-                    conn_established: c.hs.established,
-                    conn_ready: tls.ready().or(c.hs.established),
-                    conn_syns: c.hs.syn.count,
-                    conn_synacks: c.hs.synack.count,
-                    conn_first_synack: c.hs.synack.first,
-                    rtt: c.rtt(),
-                };
+                let info = request_info(c, id, depth, Asked::Encrypted { site }, at, tls.ready().or(c.hs.established));
                 self.pageviews.on_request(now, &info);
             }
             ExchangeEvent::Response { depth, first, last, requests, .. } => self.pageviews.on_encrypted_response(id, depth, first, last, requests),
@@ -379,21 +365,7 @@ impl Engine {
         if let (Some(p), Some(host)) = (self.policy.as_mut(), head.host.as_deref()) {
             p.learn_site(c.client.ip, host);
         }
-        let info = RequestInfo {
-            conn: id,
-            client: c.client.ip,
-            server: c.server.to_string(),
-            depth,
-            asked: Asked::Head(head),
-            ts: txn.request_ts,
-            conn_first_syn: c.hs.syn.first,
-            conn_established: c.hs.established,
-            conn_ready: c.hs.established,
-            conn_syns: c.hs.syn.count,
-            conn_synacks: c.hs.synack.count,
-            conn_first_synack: c.hs.synack.first,
-            rtt: c.rtt(),
-        };
+        let info = request_info(c, id, depth, Asked::Head(head), txn.request_ts, c.hs.established);
         self.pageviews.on_request(now, &info);
     }
 
@@ -536,6 +508,26 @@ impl Engine {
             }
             self.events.push_back(Event::Pageview(pv));
         }
+    }
+}
+
+/// What the pageviews need of request `depth` of connection `c` (`id`), asked at `ts` on a
+/// connection ready for requests from `ready` (its handshake's end; on TLS its TLS handshake's).
+fn request_info<'a>(c: &'a Conn<Analyzer>, id: ConnId, depth: u32, asked: Asked<'a>, ts: Timestamp, ready: Option<Timestamp>) -> RequestInfo<'a> {
+    RequestInfo {
+        conn: id,
+        client: c.client.ip,
+        server: c.server.to_string(),
+        depth,
+        asked,
+        ts,
+        conn_first_syn: c.hs.syn.first,
+        conn_established: c.hs.established,
+        conn_ready: ready,
+        conn_syns: c.hs.syn.count,
+        conn_synacks: c.hs.synack.count,
+        conn_first_synack: c.hs.synack.first,
+        rtt: c.rtt(),
     }
 }
 

@@ -247,28 +247,24 @@ impl TlsConn {
         if tls13 && matches!(len, 19 | 22) {
             return;
         }
+        if client && tls13 && !self.client_finished {
+            self.client_finished = true;
+            return;
+        }
+        let plain = usize::from(len).saturating_sub(usize::from(self.overhead));
+        let h2 = self.may_be_h2();
+        // The client's first record after its Finished, when it holds no more than the preface.
+        let preface = client && !std::mem::replace(&mut self.client_spoke, true) && plain <= H2_PREFACE_MAX;
+        // Either side's control frames (the server's GOAWAY when the client closes, the
+        // acknowledgements, WINDOW_UPDATEs) are no requests nor response data.
+        if h2 && (h2_control(plain) || preface) {
+            self.session.control_records += 1;
+            return;
+        }
         let mut evs = Vec::new();
         if client {
-            if tls13 && !self.client_finished {
-                self.client_finished = true;
-                return;
-            }
-            let plain = usize::from(len).saturating_sub(usize::from(self.overhead));
-            let first_record = !std::mem::replace(&mut self.client_spoke, true);
-            let h2 = self.may_be_h2();
-            if h2 && (h2_control(plain) || (first_record && plain <= H2_PREFACE_MAX)) {
-                self.session.control_records += 1;
-                return;
-            }
             self.exchanges.client_record(first, last, u64::from(len), h2, &mut evs);
         } else {
-            // The server's control frames (its GOAWAY when the client closes, its
-            // acknowledgements) are no part of a response.
-            let plain = usize::from(len).saturating_sub(usize::from(self.overhead));
-            if self.may_be_h2() && h2_control(plain) {
-                self.session.control_records += 1;
-                return;
-            }
             self.exchanges.server_record(first, last, u64::from(len), &mut evs);
         }
         out.extend(evs.into_iter().map(TlsEvent::Exchange));
