@@ -104,6 +104,10 @@ pub struct OpenLoopSpec {
     /// limit, reported so a run can be flagged).
     pub max_in_flight: usize,
     pub seed: u64,
+    /// HTTPS instead of HTTP: each request on a connection of its own with a full TLS
+    /// handshake, HTTP/1.1 by ALPN (`h2` is not spoken here).
+    #[serde(default)]
+    pub tls: Option<crate::browser::TlsSpec>,
 }
 
 /// One request, as the client saw it.
@@ -118,7 +122,7 @@ pub struct RequestRecord {
     /// Bytes of body received.
     pub received: u64,
     pub ok: bool,
-    /// connect_failed, timeout, http_error, not_sent
+    /// connect_failed, tls_failed, timeout, http_error, short_body, not_sent
     pub error: Option<String>,
 }
 
@@ -126,7 +130,26 @@ fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-async fn one(server: SocketAddr, src: IpAddr, file: usize) -> Result<u64, &'static str> {
+/// A run's TLS: the connector (made once) and the site's name (SNI and Host).
+struct OpenLoopTls {
+    connector: tokio_rustls::TlsConnector,
+    name: rustls::pki_types::ServerName<'static>,
+    site: String,
+}
+
+impl OpenLoopTls {
+    fn new(t: &crate::browser::TlsSpec) -> Result<OpenLoopTls> {
+        anyhow::ensure!(!t.h2, "the open-loop generator speaks HTTP/1.1 only (one request per connection)");
+        Ok(OpenLoopTls {
+            connector: tokio_rustls::TlsConnector::from(crate::tls::client_config(&t.ca, false)?),
+            name: rustls::pki_types::ServerName::try_from(t.site.clone())?,
+            site: t.site.clone(),
+        })
+    }
+}
+
+/// GET `/files/{file}` on a connection of its own from `src`, over TLS when `tls` is given.
+async fn one(server: SocketAddr, src: IpAddr, file: usize, tls: Option<&OpenLoopTls>) -> Result<u64, &'static str> {
     let sock = (|| -> std::io::Result<tokio::net::TcpSocket> {
         let s = socket2::Socket::new(socket2::Domain::for_address(server), socket2::Type::STREAM, None)?;
         s.set_nodelay(true)?;
@@ -136,10 +159,23 @@ async fn one(server: SocketAddr, src: IpAddr, file: usize) -> Result<u64, &'stat
     })()
     .map_err(|_| "connect_failed")?;
     let stream = sock.connect(server).await.map_err(|_| "connect_failed")?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|_| "connect_failed")?;
+    let host = match tls {
+        Some(t) => {
+            let stream = t.connector.connect(t.name.clone(), stream).await.map_err(|_| "tls_failed")?;
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|_| "connect_failed")?;
+            tokio::spawn(conn);
+            return get(sender, &t.site, file).await;
+        }
+        None => server.to_string(),
+    };
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|_| "connect_failed")?;
     tokio::spawn(conn);
-    let req =
-        hyper::Request::get(format!("/files/{file}")).header("host", server.to_string()).body(Empty::<Bytes>::new()).map_err(|_| "http_error")?;
+    get(sender, &host, file).await
+}
+
+/// The request of [`one`] on its connection; the body's length when it has all arrived.
+async fn get(mut sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>, host: &str, file: usize) -> Result<u64, &'static str> {
+    let req = hyper::Request::get(format!("/files/{file}")).header("host", host).body(Empty::<Bytes>::new()).map_err(|_| "http_error")?;
     let resp = sender.send_request(req).await.map_err(|_| "http_error")?;
     if !resp.status().is_success() {
         return Err("http_error");
@@ -150,17 +186,29 @@ async fn one(server: SocketAddr, src: IpAddr, file: usize) -> Result<u64, &'stat
 
 /// Bytes a request for a file of `size` puts on the server's uplink: the body and a response
 /// head of about 240 bytes in 1448-byte segments, 66 bytes of Ethernet, IP and TCP headers per
-/// segment, and the SYN/ACK, FIN and bare ACKs of a one-request connection.
-pub fn wire_bytes(size: u64) -> f64 {
-    let payload = size as f64 + 240.0;
+/// segment, and the SYN/ACK, FIN and bare ACKs of a one-request connection. Over TLS
+/// (`tls`), the server's handshake flight and session tickets ([`TLS_SERVER_HANDSHAKE_BYTES`])
+/// and each record's 22 bytes of header, content type and tag per 16 KB of content.
+pub fn wire_bytes(size: u64, tls: bool) -> f64 {
+    let mut payload = size as f64 + 240.0;
+    if tls {
+        payload += (payload / 16384.0).ceil() * 22.0 + TLS_SERVER_HANDSHAKE_BYTES;
+    }
     payload + (payload / 1448.0).ceil() * 66.0 + 4.0 * 66.0
 }
+
+/// What the lab's farm sends in a TLS 1.3 handshake before the response: ServerHello,
+/// ChangeCipherSpec, the encrypted EncryptedExtensions, Certificate (one ECDSA P-256
+/// certificate of [`crate::tls::make_certs`]), CertificateVerify and Finished, and rustls's
+/// NewSessionTickets after the client's Finished (measured by `tls::tests`).
+pub const TLS_SERVER_HANDSHAKE_BYTES: f64 = 850.0;
 
 /// Run the arrivals; every request's record goes to `out`. The load ρ is the share of the
 /// link's rate the requests' bytes on the wire take ([`wire_bytes`]).
 pub async fn run(spec: OpenLoopSpec, out: tokio::sync::mpsc::UnboundedSender<RequestRecord>) -> Result<u64> {
     let spec = Arc::new(spec);
-    let mean_size = spec.files.iter().map(|s| wire_bytes(*s)).sum::<f64>() / spec.files.len().max(1) as f64;
+    let tls = spec.tls.as_ref().map(OpenLoopTls::new).transpose()?.map(Arc::new);
+    let mean_size = spec.files.iter().map(|s| wire_bytes(*s, tls.is_some())).sum::<f64>() / spec.files.len().max(1) as f64;
     let mut rng = StdRng::seed_from_u64(spec.seed);
     let start = Instant::now();
     let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -194,11 +242,11 @@ pub async fn run(spec: OpenLoopSpec, out: tokio::sync::mpsc::UnboundedSender<Req
         }
         sent += 1;
         in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (spec, out, in_flight) = (spec.clone(), out.clone(), in_flight.clone());
+        let (spec, out, in_flight, tls) = (spec.clone(), out.clone(), in_flight.clone(), tls.clone());
         tasks.spawn(async move {
             let start_ts = unix_now();
             let t0 = Instant::now();
-            let r = tokio::time::timeout(Duration::from_secs_f64(spec.timeout_s), one(spec.server, src, file)).await;
+            let r = tokio::time::timeout(Duration::from_secs_f64(spec.timeout_s), one(spec.server, src, file, tls.as_deref())).await;
             let rt_s = t0.elapsed().as_secs_f64();
             let (ok, received, error) = match r {
                 Ok(Ok(n)) => (n == size, n, if n == size { None } else { Some("short_body".to_string()) }),
@@ -410,7 +458,7 @@ mod tests {
         assert!((b.hi as f64 / b.lo as f64 - 1.2).abs() < 0.01, "{b:?}");
         // All end at t = 10 s; the first started at 10 − 2 s.
         assert!((s.throughput_bps - (200.0 * 201.0 / 2.0 * 1000.0 * 8.0 / 2.0)).abs() < 1e-3);
-        assert!((wire_bytes(1208) - (1448.0 + 66.0 + 264.0)).abs() < 1e-9);
+        assert!((wire_bytes(1208, false) - (1448.0 + 66.0 + 264.0)).abs() < 1e-9);
         // By second from the first start (the failed one at 1 s): nothing in seconds 1-6,
         // i = 101..200 started in second 7, i = 1..100 in second 8.
         assert_eq!(s.by_second.len(), 9);

@@ -107,4 +107,62 @@ mod tests {
         }
         std::fs::remove_dir_all(&dir).ok();
     }
+
+    /// Counts the bytes written through it.
+    struct Counted<T>(T, std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<T> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+        }
+    }
+
+    impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Counted<T> {
+        fn poll_write(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+            let r = std::pin::Pin::new(&mut self.0).poll_write(cx, buf);
+            if let std::task::Poll::Ready(Ok(n)) = r {
+                self.1.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
+            r
+        }
+        fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.0).poll_flush(cx)
+        }
+        fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+        }
+    }
+
+    /// The open-loop generator's load counts the farm's handshake bytes: what a full handshake
+    /// with the lab's certificate writes is within 15% of
+    /// [`crate::openloop::TLS_SERVER_HANDSHAKE_BYTES`].
+    #[tokio::test]
+    async fn the_farms_handshake_is_the_size_the_load_counts() {
+        use tokio::io::AsyncWriteExt;
+        let dir = std::env::temp_dir().join(format!("rlm-tls-size-{}", std::process::id()));
+        let certs = make_certs(&dir, &["shop.example"]).unwrap();
+        let server = tokio_rustls::TlsAcceptor::from(server_config(&certs.cert, &certs.key).unwrap());
+        let client = tokio_rustls::TlsConnector::from(client_config(&certs.ca, false).unwrap());
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (a, b) = tokio::io::duplex(64 << 10);
+        let accept = tokio::spawn({
+            let written = written.clone();
+            async move {
+                let mut s = server.accept(Counted(b, written)).await.unwrap();
+                s.flush().await.unwrap();
+                s
+            }
+        });
+        let sni = rustls::pki_types::ServerName::try_from("shop.example".to_string()).unwrap();
+        let _c = client.connect(sni, a).await.unwrap();
+        let _s = accept.await.unwrap();
+        let n = written.load(std::sync::atomic::Ordering::Relaxed) as f64;
+        let want = crate::openloop::TLS_SERVER_HANDSHAKE_BYTES;
+        assert!((n - want).abs() <= 0.15 * want, "the farm wrote {n} bytes in its handshake; the load counts {want}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -23,6 +23,7 @@ use crate::experiments::rewrite_embeds::RewriteEmbeds;
 use crate::experiments::sites::Sites;
 use crate::experiments::soak::Soak;
 use crate::experiments::srpt::Srpt;
+use crate::experiments::srpt_tls::SrptTls;
 use crate::experiments::srpt_transient::SrptTransient;
 use crate::experiments::syn_police::SynPolice;
 use crate::experiments::syn_throttle::SynThrottle;
@@ -46,6 +47,7 @@ pub const ALL: &[&dyn Experiment] = &[
     &SynThrottle,
     &SynThrottleTls,
     &Sites,
+    &SrptTls,
     &SynPolice,
     &FastSynack,
     &FastSyn,

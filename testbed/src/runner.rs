@@ -16,7 +16,7 @@ use crate::arm::{classes_of, pv_stats, read_truth, timeline, ArmResult, ArmSpec,
 use crate::experiments::fidelity;
 use crate::farm::sampler::Sampler;
 use crate::farm::site::PageType;
-use crate::farm::{Farm, FarmConfig, FRONT_PORT};
+use crate::farm::{Farm, FarmConfig};
 use crate::inline::Inline;
 use crate::topology::{Plan, FARM_ADDR};
 use crate::wan::WanHop;
@@ -249,11 +249,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             profile: arm.profile,
             pages: tpcw_pages(),
             items: arm.farm.items,
-            tls: match (&arm.https, &farm.certs) {
-                (Some(h), Some(c)) => Some(sim_clients::browser::TlsSpec { ca: c.ca.clone(), site: h.site.clone(), h2: h.h2 }),
-                (Some(_), None) => anyhow::bail!("an HTTPS arm on a farm without TLS (farm.tls_sites is empty)"),
-                _ => None,
-            },
+            tls: tls_spec(arm, &farm)?,
             think_min_s: arm.https.as_ref().map_or(0.0, |h| h.think_min_s),
         };
         let spec_path = dir.join("browsers.json");
@@ -270,14 +266,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             start_capture(info.namespaces.servers.clone(), "srv0", filter, p.clone(), stop.clone())
         });
         std::thread::sleep(Duration::from_millis(200));
-        // Over HTTPS rlm watches the front's TLS port, as an operator would list it.
-        let rlm_arm = arm.rlm.clone().map(|mut r| {
-            if arm.https.is_some() {
-                r.extra_args.extend(["--server-ports".to_string(), port.to_string()]);
-            }
-            r
-        });
-        let rlm = rlm_arm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
+        let rlm = rlm_arm(arm, port).as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
 
         let started = unix_now();
         let t_up = t0.elapsed();
@@ -375,6 +364,26 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
     result
 }
 
+/// How the arm's clients speak HTTPS: the farm's authority, the arm's site and protocol; none
+/// for HTTP.
+fn tls_spec(arm: &ArmSpec, farm: &Farm) -> Result<Option<sim_clients::browser::TlsSpec>> {
+    Ok(match (&arm.https, &farm.certs) {
+        (Some(h), Some(c)) => Some(sim_clients::browser::TlsSpec { ca: c.ca.clone(), site: h.site.clone(), h2: h.h2 }),
+        (Some(_), None) => anyhow::bail!("an HTTPS arm on a farm without TLS (farm.tls_sites is empty)"),
+        _ => None,
+    })
+}
+
+/// The arm's rlm; over HTTPS it watches the front's TLS `port` too, as an operator would list it.
+fn rlm_arm(arm: &ArmSpec, port: u16) -> Option<crate::inline::RlmArm> {
+    arm.rlm.clone().map(|mut r| {
+        if arm.https.is_some() {
+            r.extra_args.extend(["--server-ports".to_string(), port.to_string()]);
+        }
+        r
+    })
+}
+
 fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &OpenLoopArm, dir: &Path, lab: &Path) -> Result<ArmResult> {
     let files = file_sizes(&EmpiricalSizes::with_max(ol.max_file), ol.files, arm.seed);
     let farm_cfg = FarmConfig { files: files.clone(), ..arm.farm.clone() };
@@ -384,9 +393,9 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         None => plan.shape_uplink(ol.link_bps, ol.queue_packets)?,
     }
     let mut wan = start_wan(plan, arm)?;
-    let rlm = arm.rlm.as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
+    let port = if ol.via_front { farm_cfg.front_port() } else { crate::farm::FILES_PORT };
+    let rlm = rlm_arm(arm, port).as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
     let clients = info.clients.all().map(|a| a.parse().expect("address")).collect();
-    let port = if ol.via_front { FRONT_PORT } else { crate::farm::FILES_PORT };
     let spec = OpenLoopSpec {
         server: format!("{FARM_ADDR}:{port}").parse()?,
         clients,
@@ -397,6 +406,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         timeout_s: ol.timeout_s,
         max_in_flight: 4000,
         seed: arm.seed,
+        tls: tls_spec(arm, &farm)?,
     };
     let spec_path = dir.join("openloop.json");
     std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;

@@ -38,6 +38,7 @@ pub mod rewrite_embeds;
 pub mod sites;
 pub mod soak;
 pub mod srpt;
+pub mod srpt_tls;
 pub mod srpt_transient;
 pub mod syn_police;
 pub mod syn_throttle;
