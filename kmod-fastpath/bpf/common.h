@@ -17,6 +17,7 @@
 #include <linux/ipv6.h>
 #include <linux/in.h>
 #include <linux/tcp.h>
+#include <linux/udp.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -238,8 +239,8 @@ static __always_inline int engine_stale(void)
 enum frame_kind {
     FRAME_SHORT,      // shorter than an Ethernet header
     FRAME_OTHER,      // neither IPv4 nor IPv6 (ARP, ...), or an IPv4 header cut short or bad
-    FRAME_IPV6,       // IPv6; `tcp` is set if its next header is TCP (no extension headers)
-    FRAME_IPV4,       // IPv4, not TCP
+    FRAME_IPV6,       // IPv6; `tcp` (`udp`) is set if its next header is TCP (UDP), no extension headers
+    FRAME_IPV4,       // IPv4, not TCP (`udp` is set for UDP, but in a later fragment)
     FRAME_IPV4_FRAG,  // IPv4 TCP, a later fragment (no TCP header)
     FRAME_TCP_SHORT,  // IPv4 TCP whose TCP header is cut short
     FRAME_TCP4,       // IPv4 TCP: `tcp`, the addresses and the payload's length
@@ -247,6 +248,7 @@ enum frame_kind {
 
 struct parsed {
     struct tcphdr *tcp;  // FRAME_TCP4, or FRAME_IPV6 with TCP; else 0
+    struct udphdr *udp;  // FRAME_IPV4 or FRAME_IPV6 with UDP (QUIC's, counted by the engine); else 0
     __u32 saddr;         // IPv4 only (network byte order); 0 otherwise
     __u32 daddr;
     __u32 payload;       // TCP payload bytes (IPv4 only)
@@ -267,6 +269,15 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
         struct iphdr *ip = (void *)(eth + 1);
         if ((void *)(ip + 1) > data_end || ip->ihl < 5)
             return p->kind = FRAME_OTHER;
+        if (ip->protocol == IPPROTO_UDP && !(ip->frag_off & bpf_htons(0x1fff))) {
+            struct udphdr *udp = (void *)ip + ip->ihl * 4;
+            if ((void *)(udp + 1) <= data_end) {
+                barrier_var(udp);
+                p->udp = udp;
+                p->saddr = ip->saddr;
+                p->daddr = ip->daddr;
+            }
+        }
         if (ip->protocol != IPPROTO_TCP)
             return p->kind = FRAME_IPV4;
         // Later fragments carry no TCP header.
@@ -293,6 +304,10 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
             struct tcphdr *tcp = (void *)(ip6 + 1);
             if ((void *)(tcp + 1) <= data_end)
                 p->tcp = tcp;
+        } else if ((void *)(ip6 + 1) <= data_end && ip6->nexthdr == IPPROTO_UDP) {
+            struct udphdr *udp = (void *)(ip6 + 1);
+            if ((void *)(udp + 1) <= data_end)
+                p->udp = udp;
         }
         return p->kind = FRAME_IPV6;
     }

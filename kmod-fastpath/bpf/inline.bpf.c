@@ -18,7 +18,9 @@
 //    segments with payload, FIN or RST get the queue mark instead of a report: the engine sees
 //    them through NFQUEUE, and rewrites them there. Likewise, while a rewrite is carried out
 //    (CFG_QUEUE_REQUESTS), the clients' IPv4 segments with payload get the mark at the client
-//    port (syn_admit) and are not reported here.
+//    port (syn_admit) and are not reported here. UDP datagrams to or from a server port
+//    (QUIC's) are reported too, their first UDP_SNAP bytes: the engine counts their flows and
+//    bytes per class, it does not manage them.
 //
 // Maps are the only interface with the engine. If rlm is gone the programs are detached: tcx
 // links belong to its process; clsact filters outlive it, and rlm's guard process (or its next
@@ -36,6 +38,8 @@
 #define SNAP_MAX 2048
 #define HEAD_SNAP 16384
 #define RING_BYTES (16 << 20)
+// A UDP datagram's report: up to a QUIC long header's version behind Ethernet, IPv6 and UDP.
+#define UDP_SNAP 128
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -280,6 +284,19 @@ int observe(struct __sk_buff *skb)
 {
     struct parsed p = {};
     parse_frame(skb, &p);
+    if (p.udp) {
+        // QUIC's datagrams on a server port: reported for the engine to count.
+        struct udphdr *udp = p.udp;
+        if (!is_server_port(udp->dest) && !is_server_port(udp->source))
+            return TC_ACT_OK;
+        if (engine_stale()) {
+            count(C_STALE);
+            return TC_ACT_OK;
+        }
+        count(C_OBSERVED);
+        report(skb, KIND_OBSERVED, skb->ingress_ifindex == skb->ifindex ? FLAG_FROM_SERVER : 0, 0, UDP_SNAP);
+        return TC_ACT_OK;
+    }
     if (!p.tcp)    // TCP over IPv4, or over IPv6 without extension headers, only
         return TC_ACT_OK;
     struct tcphdr *tcp = p.tcp;

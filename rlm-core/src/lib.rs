@@ -2,7 +2,8 @@
 //!
 //! Data flows wire → flow → http → pageview: frames are decoded
 //! ([`wire`]), tracked as TCP connections ([`flow`]), read as HTTP
-//! transactions ([`http`]) and correlated into pageviews ([`pageview`]).
+//! transactions ([`http`]) or TLS exchanges ([`tls`]) and correlated into
+//! pageviews ([`pageview`]); QUIC's UDP flows are counted ([`quic`]).
 //! [`engine::Engine`] ties them together behind a sans-IO interface: it takes
 //! `(now, port, frame)` and timer ticks and hands back verdicts, frames to send,
 //! timers and events. It reads no clock and does no I/O; the `rlm` crate holds the
@@ -20,6 +21,7 @@ pub mod flow;
 pub mod http;
 pub mod pageview;
 pub mod policy;
+pub mod quic;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod time;

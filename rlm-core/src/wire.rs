@@ -1,14 +1,14 @@
-//! Wire: frames in, TCP segments out.
+//! Wire: frames in, TCP segments (and UDP datagrams) out.
 //!
-//! Decoding is etherparse's. This module only turns its result into the one
-//! view the rest of the engine needs ([`Segment`]) and every failure into a
-//! [`Malformed`] reason that is counted, never panicked on.
+//! Decoding is etherparse's. This module only turns its result into the
+//! views the rest of the engine needs ([`Segment`], [`Datagram`]) and every
+//! failure into a [`Malformed`] reason that is counted, never panicked on.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use etherparse::err::packet::SliceError;
-use etherparse::{LaxNetSlice, LaxSlicedPacket, NetSlice, SlicedPacket, TcpSlice, TransportSlice};
+use etherparse::{LaxNetSlice, LaxSlicedPacket, NetSlice, SlicedPacket, TcpSlice, TransportSlice, UdpSlice};
 
 /// How a frame starts: the link types of the captures and ports we read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +100,20 @@ pub struct Segment<'a> {
     pub tcp_offset: usize,
 }
 
+/// A decoded UDP datagram, borrowing the frame (the engine counts QUIC's from it).
+#[derive(Clone, Debug)]
+pub struct Datagram<'a> {
+    /// The sender.
+    pub src: Endpoint,
+    /// The receiver.
+    pub dst: Endpoint,
+    /// The UDP payload, a slice of the frame: all of it, or its first bytes when the frame
+    /// reached rlm cut ([`decode_cut`]).
+    pub payload: &'a [u8],
+    /// The payload's length on the wire.
+    pub payload_len: u32,
+}
+
 /// Why a frame was not decoded into a TCP segment although it claimed to carry one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Malformed {
@@ -153,7 +167,8 @@ impl Malformed {
 pub enum Ignored {
     /// Not IP at all (ARP, LLDP, ...).
     NotIp,
-    /// IP, but not TCP (UDP, ICMP, ...).
+    /// IP, but neither TCP nor UDP (ICMP, ...); in the engine, also UDP not to or from a
+    /// server's port.
     NotTcp,
     /// An IP fragment: not reassembled (web traffic with PMTU discovery does not fragment).
     IpFragment,
@@ -177,6 +192,8 @@ impl Ignored {
 pub enum Decoded<'a> {
     /// A TCP segment.
     Tcp(Segment<'a>),
+    /// A UDP datagram.
+    Udp(Datagram<'a>),
     /// A frame that is not ours to track, and why.
     Ignored(Ignored),
     /// A frame that did not decode, and why.
@@ -232,8 +249,25 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Decoded<'_> {
     if fragmented {
         return Decoded::Ignored(Ignored::IpFragment);
     }
-    let Some(TransportSlice::Tcp(tcp)) = &sliced.transport else { return Decoded::Ignored(Ignored::NotTcp) };
-    segment(frame, base, src_ip, dst_ip, tcp, None)
+    match &sliced.transport {
+        Some(TransportSlice::Tcp(tcp)) => segment(frame, base, src_ip, dst_ip, tcp, None),
+        Some(TransportSlice::Udp(udp)) => datagram(src_ip, dst_ip, udp, None),
+        _ => Decoded::Ignored(Ignored::NotTcp),
+    }
+}
+
+/// The datagram of a decoded UDP header; `wire_payload`: its payload's length on the wire when
+/// the frame was cut (from the IP header), else the payload is whole.
+fn datagram<'a>(src_ip: IpAddr, dst_ip: IpAddr, udp: &UdpSlice<'a>, wire_payload: Option<usize>) -> Decoded<'a> {
+    let payload = udp.payload();
+    let payload_len = wire_payload.unwrap_or(payload.len()).max(payload.len());
+    let Ok(payload_len) = u32::try_from(payload_len) else { return Decoded::Malformed(Malformed::Truncated) };
+    Decoded::Udp(Datagram {
+        src: Endpoint { ip: src_ip, port: udp.source_port() },
+        dst: Endpoint { ip: dst_ip, port: udp.destination_port() },
+        payload,
+        payload_len,
+    })
 }
 
 /// The segment of a decoded TCP header; `payload_end`: where the IP packet ends in `frame`'s
@@ -301,18 +335,24 @@ pub fn decode_cut(link: LinkType, frame: &[u8], wire_len: usize) -> Decoded<'_> 
     if fragmented {
         return Decoded::Ignored(Ignored::IpFragment);
     }
-    let Some(TransportSlice::Tcp(tcp)) = &sliced.transport else {
-        return match &sliced.stop_err {
-            Some((e, _)) => Decoded::Malformed(classify(e)),
-            None => Decoded::Ignored(Ignored::NotTcp),
-        };
-    };
     // The packet cannot end past what the wire carried.
     let end = ip_end.unwrap_or(wire_len);
-    if end > wire_len {
-        return Decoded::Malformed(Malformed::Truncated);
+    match &sliced.transport {
+        Some(TransportSlice::Tcp(_) | TransportSlice::Udp(_)) if end > wire_len => Decoded::Malformed(Malformed::Truncated),
+        Some(TransportSlice::Tcp(tcp)) => segment(frame, base, src_ip, dst_ip, tcp, Some(end)),
+        Some(TransportSlice::Udp(udp)) => {
+            // The payload's offset in `frame`, then its length up to the packet's end.
+            let at = base + (udp.payload().as_ptr() as usize - frame[base..].as_ptr() as usize);
+            match end.checked_sub(at) {
+                Some(n) => datagram(src_ip, dst_ip, udp, Some(n)),
+                None => Decoded::Malformed(Malformed::Truncated),
+            }
+        }
+        _ => match &sliced.stop_err {
+            Some((e, _)) => Decoded::Malformed(classify(e)),
+            None => Decoded::Ignored(Ignored::NotTcp),
+        },
     }
-    segment(frame, base, src_ip, dst_ip, tcp, Some(end))
 }
 
 #[cfg(test)]
@@ -364,17 +404,27 @@ mod tests {
                 Decoded::Malformed(m) => {
                     reasons.insert(m);
                 }
-                Decoded::Tcp(_) | Decoded::Ignored(_) => panic!("prefix of {n} bytes decoded"),
+                Decoded::Tcp(_) | Decoded::Udp(_) | Decoded::Ignored(_) => panic!("prefix of {n} bytes decoded"),
             }
         }
         assert!(reasons.contains(&Malformed::Truncated));
     }
 
     #[test]
-    fn udp_and_arp_are_ignored() {
-        let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4([1, 1, 1, 1], [2, 2, 2, 2], 9).udp(53, 53);
+    fn udp_is_a_datagram_icmp_and_arp_are_ignored() {
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4([1, 1, 1, 1], [2, 2, 2, 2], 9).udp(53, 443);
         let mut v = Vec::new();
-        b.write(&mut v, b"x").unwrap();
+        b.write(&mut v, &[7u8; 1200]).unwrap();
+        let Decoded::Udp(d) = decode(LinkType::Ethernet, &v) else { panic!("not udp") };
+        assert_eq!((d.src.to_string().as_str(), d.dst.port, d.payload.len(), d.payload_len), ("1.1.1.1:53", 443, 1200, 1200));
+        // Cut after 50 bytes of payload: its length on the wire from the IP header.
+        let Decoded::Udp(d) = decode_cut(LinkType::Ethernet, &v[..14 + 20 + 8 + 50], v.len()) else { panic!("not udp") };
+        assert_eq!((d.payload.len(), d.payload_len), (50, 1200));
+        // A cut frame whose IP header claims more than the wire carried.
+        assert!(matches!(decode_cut(LinkType::Ethernet, &v[..100], v.len() - 10), Decoded::Malformed(Malformed::Truncated)));
+        let icmp = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4([1, 1, 1, 1], [2, 2, 2, 2], 9).icmpv4_echo_request(1, 1);
+        let mut v = Vec::new();
+        icmp.write(&mut v, b"x").unwrap();
         assert!(matches!(decode(LinkType::Ethernet, &v), Decoded::Ignored(Ignored::NotTcp)));
         let mut arp = vec![0xff; 12];
         arp.extend_from_slice(&[0x08, 0x06]);

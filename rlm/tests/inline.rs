@@ -9,9 +9,11 @@
 //! - Bad input on the wire does not crash the daemon: malformed frames sent into the bridge are
 //!   counted by reason, and rlm still answers and still forwards.
 //! - A bad rule file, a missing port: one line on stderr, non-zero exit, nothing installed.
+//! - QUIC is seen: UDP flows to a server's port (443, listed with 80) are counted per class,
+//!   with their bytes both ways, in `/status` and in the metrics.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,10 +24,21 @@ const NS_C: &str = "rlmt-c";
 const NS_B: &str = "rlmt-b";
 const NS_S: &str = "rlmt-s";
 const SERVER: &str = "10.77.0.1:80";
+/// A QUIC-like echo on the server's UDP 443.
+const QUIC_SERVER: &str = "10.77.0.1:443";
 const METRICS: &str = "127.0.0.1:19464";
 
-/// A tiny HTTP server in the server namespace, answering every connection.
+/// A tiny HTTP server in the server namespace, answering every connection; and a UDP echo on
+/// [`QUIC_SERVER`].
 fn serve() {
+    std::thread::spawn(|| {
+        enter(NS_S);
+        let u = UdpSocket::bind(QUIC_SERVER).expect("bind udp");
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = u.recv_from(&mut buf) {
+            let _ = u.send_to(&buf[..n], from);
+        }
+    });
     std::thread::spawn(|| {
         enter(NS_S);
         let l = TcpListener::bind(SERVER).expect("bind");
@@ -64,7 +77,7 @@ fn rlm_child(rules: &std::path::Path) -> Child {
         .args(["netns", "exec", NS_B, env!("CARGO_BIN_EXE_rlm"), "run", "--bridge", "br0", "--client-port", "bc", "--server-port", "bs"])
         .arg("--rules")
         .arg(rules)
-        .args(["--metrics", METRICS])
+        .args(["--metrics", METRICS, "--server-ports", "80", "443"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -74,6 +87,20 @@ fn rlm_child(rules: &std::path::Path) -> Child {
 /// GET /status from inside the bridge namespace (where rlm listens).
 fn status() -> Option<serde_json::Value> {
     common::status(NS_B, METRICS)
+}
+
+/// GET /metrics from inside the bridge namespace.
+fn metrics_text() -> String {
+    std::thread::spawn(|| {
+        enter(NS_B);
+        let mut s = TcpStream::connect(METRICS).expect("metrics");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    })
+    .join()
+    .unwrap()
 }
 
 fn wait_ready() {
@@ -282,6 +309,37 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
     .join()
     .unwrap();
     assert!(after.is_ok(), "the bridge still forwards: {after:?}");
+
+    // QUIC seen: three flows to UDP 443, each a long header's Initial and four short-header
+    // datagrams, echoed by the server; HIGH's client.
+    let sent = std::thread::spawn(|| {
+        enter(NS_C);
+        let mut bytes = 0u64;
+        for _ in 0..3 {
+            let u = UdpSocket::bind("10.77.0.2:0").unwrap();
+            u.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut initial = vec![0u8; 1200];
+            initial[..5].copy_from_slice(&[0xc0, 0, 0, 0, 1]);
+            for d in std::iter::once(initial).chain(std::iter::repeat_n(vec![0x40; 300], 4)) {
+                u.send_to(&d, QUIC_SERVER).unwrap();
+                let mut buf = [0u8; 2048];
+                assert_eq!(u.recv(&mut buf).expect("the echo through the bridge"), d.len());
+                bytes += 2 * d.len() as u64;
+            }
+        }
+        bytes
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1300));
+    let st = status().expect("status after QUIC");
+    let high = st["classes"].as_array().unwrap().iter().find(|c| c["class"] == "HIGH").unwrap()["counters"].clone();
+    println!("QUIC: {} / HIGH {high}", st["stats"]["quic"]);
+    assert_eq!((st["stats"]["quic"]["flows"].as_u64(), st["stats"]["quic"]["handshakes"].as_u64()), (Some(3), Some(3)), "{}", st["stats"]);
+    assert_eq!((high["quic_flows"].as_u64(), high["quic_bytes"].as_u64()), (Some(3), Some(sent)), "{high}");
+    let metrics = metrics_text();
+    assert!(metrics.contains("rlm_quic_flows_total{class=\"HIGH\"} 3"), "{metrics}");
+    assert!(metrics.contains(&format!("rlm_quic_bytes_total{{class=\"HIGH\"}} {sent}")), "{metrics}");
 
     // SIGHUP with the rule file as it was loaded: nothing is put in force again.
     // SAFETY: signalling our own child.

@@ -267,7 +267,42 @@ impl Expr {
             Expr::Test(_) => {}
         }
     }
+
+    /// What the condition requires whenever it holds, of what `leaf` reads from a test (a set
+    /// of values, one of which must be so): a conjunction requires what any of its terms
+    /// requires (all of them: the values they share), a disjunction what every branch does
+    /// (any of their values). `None`: nothing is required.
+    pub(crate) fn required<T: Copy + PartialEq>(&self, leaf: &impl Fn(&Test) -> Option<T>) -> Option<Vec<T>> {
+        match self {
+            Expr::Test(t) => leaf(t).map(|v| vec![v]),
+            Expr::Not(_) => None,
+            Expr::And(xs) => xs.iter().filter_map(|x| x.required(leaf)).reduce(|a, b| a.into_iter().filter(|v| b.contains(v)).collect()),
+            Expr::Or(xs) => xs.iter().map(|x| x.required(leaf)).collect::<Option<Vec<_>>>().map(|sets| {
+                let mut all = Vec::new();
+                for v in sets.into_iter().flatten() {
+                    if !all.contains(&v) {
+                        all.push(v);
+                    }
+                }
+                all
+            }),
+        }
+    }
+
+    /// Whether the condition holds only on connections to TLS's ports ([`TLS_PORTS`]), by a
+    /// `PORT.DST ==` test it requires.
+    pub(crate) fn tls_only(&self) -> bool {
+        let port = |t: &Test| match t {
+            Test::Port { end: End::Dst, cmp: Cmp::Eq, port } => Some(*port),
+            _ => None,
+        };
+        self.required(&port).is_some_and(|ports| ports.iter().all(|p| TLS_PORTS.contains(p)))
+    }
 }
+
+/// The servers' ports taken as HTTPS's when a rule names them (`PORT.DST == 443`): a class or a
+/// rule that holds only there sees encrypted responses only.
+pub const TLS_PORTS: [u16; 2] = [443, 8443];
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Test {
@@ -364,6 +399,32 @@ impl RuleSet {
     /// Whether a class is declared by SITE: the engine then keeps each client's latest site.
     pub fn classes_by_site(&self) -> bool {
         self.classes_by_site
+    }
+
+    /// Whether class `id` is TLS-only by its declaration: it requires a `PORT.DST` of
+    /// [`TLS_PORTS`].
+    pub fn class_tls_only(&self, id: ClassId) -> bool {
+        self.class_conds.get(id.index()).is_some_and(Expr::tls_only)
+    }
+
+    /// The rules that edit content (`REMOVE EMBEDS`, `REWRITE EMBEDS`) and hold only on TLS
+    /// connections: by a `PORT.DST` test of their own, or by a `CLASS ==` test that admits only
+    /// TLS-only classes. rlm cannot carry them out there (it counts each exchange as not
+    /// applicable); `rlm check` says so.
+    pub fn content_rules_on_tls_only(&self) -> Vec<RuleId> {
+        let class = |t: &Test| match t {
+            Test::Class { negated: false, class } => Some(*class),
+            _ => None,
+        };
+        (0..self.rules.len())
+            .filter(|&i| {
+                let r = &self.rules[i];
+                let edits = r.effects.iter().flatten().any(|e| matches!(e, Effect::RemoveEmbeds(_) | Effect::RewriteEmbeds(_)));
+                let tls = r.cond.tls_only() || r.cond.required(&class).is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| self.class_tls_only(*c)));
+                edits && tls
+            })
+            .map(|i| RuleId(i as u32))
+            .collect()
     }
 
     /// How many rules (`IF` statements) there are; [`RuleId`]s run from 0 to this.

@@ -57,7 +57,7 @@ pub use check::MAX_CLASSES;
 pub use diag::{Diagnostic, Diagnostics, Span};
 pub use eval::{
     host_name, AggregateTest, Aggregates, Bucket, BucketId, ClassId, Effect, Embeds, EmbedsId, Facts, Firing, HeldTest, Holds, NoAggregates, Node,
-    RuleId, RuleSet, Scope, DEFAULT_CLASS,
+    RuleId, RuleSet, Scope, DEFAULT_CLASS, TLS_PORTS,
 };
 pub use glob::Glob;
 pub use mapping::Mapping;
@@ -208,6 +208,14 @@ pub fn summary(rules: &RuleSet) -> String {
         if !ids.is_empty() {
             s.push_str(&format!("\n  at the {} node: {}", node.name(), ids.join(", ")));
         }
+    }
+    for id in rules.content_rules_on_tls_only() {
+        let line = rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| l.to_string());
+        s.push_str(&format!(
+            "\n  not applicable: tls: line {line} edits content on connections to HTTPS's ports only ({}): their responses are encrypted, \
+             so rlm leaves them whole and counts them (stats.adapt_not_applicable_tls)",
+            eval::TLS_PORTS.map(|p| p.to_string()).join(", ")
+        ));
     }
     s
 }

@@ -400,3 +400,27 @@ fn classes_by_site() {
     assert_eq!(fired(&rs, Node::Request, &facts("news.example")).len(), 1);
     assert!(fired(&rs, Node::Request, &facts("SHOP.example.com")).is_empty());
 }
+
+/// Content rules where only TLS goes (issue 25): `rlm check`'s summary names a rule that edits
+/// content on a class whose declaration admits only HTTPS's ports, or whose own condition
+/// does; not one that may hold on plain HTTP too.
+#[test]
+fn content_rules_on_tls_only_classes_are_named() {
+    let src = "CLASS SECURE IF PORT.DST == 443 AND IP.SRC == 10.4.*.*\n\
+               CLASS ALT IF PORT.DST == 8443 OR PORT.DST == 443\n\
+               CLASS PLAIN IF PORT.DST == 80 OR PORT.DST == 443\n\
+               IF CLASS == SECURE AND RT > 1s THEN REMOVE EMBEDS\n\
+               IF CLASS == ALT OR CLASS == SECURE THEN REWRITE EMBEDS AFTER 2\n\
+               IF CLASS == PLAIN THEN REMOVE EMBEDS\n\
+               IF CLASS == SECURE OR IP.SRC == 10.5.*.* THEN REMOVE EMBEDS\n\
+               IF NOT CLASS == PLAIN THEN REMOVE EMBEDS\n\
+               IF PORT.DST == 443 AND RT > 2s THEN REMOVE EMBEDS AT 1\n\
+               IF CLASS == SECURE THEN DROP SYN\n";
+    let rs = set(src);
+    let lines: Vec<u32> = rs.content_rules_on_tls_only().into_iter().map(|id| rs.rule_position(id).unwrap().0).collect();
+    assert_eq!(lines, [4, 5, 9]);
+    let summary = rules::summary(&rs);
+    assert_eq!(summary.matches("not applicable: tls").count(), 3, "{summary}");
+    assert!(summary.contains("not applicable: tls: line 4 edits content"), "{summary}");
+    assert!(!rules::summary(&set("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF CLASS == HIGH THEN REMOVE EMBEDS\n")).contains("not applicable"));
+}

@@ -39,10 +39,10 @@ use crate::flow::{CloseReason, ConnId, ConnState, FlowTable};
 use crate::pageview::{Acts, PageviewConfig, PageviewRecord, Pageviews};
 use crate::policy::{Policy, SynDecision};
 use crate::time::Timestamp;
-use crate::wire::{self, Decoded, Endpoint, Ignored, LinkType, Malformed};
+use crate::wire::{self, Datagram, Decoded, Endpoint, Ignored, LinkType, Malformed};
 use adaptation::Adaptation;
 use fastpath::{Fastpath, FastpathNeeds};
-use rules::{RuleId, RuleSet};
+use rules::{ClassId, RuleId, RuleSet};
 use syn::{Keep, SynNode};
 
 pub use fastpath::{FastpathUpdate, SynMode};
@@ -246,6 +246,8 @@ pub struct Engine {
     held: budget::Held,
     /// The rate of records of unproven things ([`Config::unproven_records_per_s`]).
     unproven: records::UnprovenRecords,
+    /// QUIC's flows on the servers' UDP ports, counted.
+    quic: crate::quic::QuicFlows<ClassId>,
 }
 
 impl Engine {
@@ -270,6 +272,7 @@ impl Engine {
             pageviews: Pageviews::new(cfg.pageview.clone()),
             syn: SynNode::new(cfg.inject_budget.clone(), cfg.fast_release_per_s),
             unproven: records::UnprovenRecords::new(cfg.unproven_records_per_s),
+            quic: Default::default(),
             cfg,
             timers,
             timers_compacted: 0,
@@ -348,6 +351,7 @@ impl Engine {
             }
             (None, _) => self.policy = None,
         }
+        self.quic.on_rules();
         let p = self.policy.as_ref();
         self.syn.injecting = p.is_some_and(Policy::injects);
         self.syn.injecting_synack = p.is_some_and(Policy::injects_at_synack);
@@ -397,6 +401,7 @@ impl Engine {
             pending_acts,
             held_bytes: self.held_bytes(),
             pageview_list_bytes: self.pageviews.list_bytes(),
+            quic_flows: self.quic.len(),
         }
     }
 
@@ -481,6 +486,10 @@ impl Engine {
                 let out = self.on_segment(now, port, &seg, decided);
                 self.verdict_of(now, out, link, frame)
             }
+            Decoded::Udp(d) => {
+                self.on_datagram(now, &d);
+                Verdict::Accept
+            }
             Decoded::Ignored(i) => {
                 *self.stats.ignored.entry(i.name()).or_default() += 1;
                 Verdict::Accept
@@ -492,6 +501,30 @@ impl Engine {
         };
         self.note_fastpath();
         verdict
+    }
+
+    /// A UDP datagram: QUIC's when it is to or from a server's port (any port when none is
+    /// configured: [`crate::quic::QUIC_PORT`]), counted for its flow and the client's class.
+    fn on_datagram(&mut self, now: Timestamp, d: &Datagram) {
+        let quic_port = |p: u16| if self.cfg.server_ports.is_empty() { p == crate::quic::QUIC_PORT } else { self.cfg.server_ports.contains(&p) };
+        let (client, server, from_client) = match (quic_port(d.src.port), quic_port(d.dst.port)) {
+            (_, true) => (d.src, d.dst, true),
+            (true, false) => (d.dst, d.src, false),
+            (false, false) => {
+                *self.stats.ignored.entry(Ignored::NotTcp.name()).or_default() += 1;
+                return;
+            }
+        };
+        let policy = self.policy.as_ref();
+        let seen = self.quic.on_datagram(&mut self.stats.quic, now, client, server, from_client, d.payload, d.payload_len, || {
+            policy.map(|p| p.classify(client.into(), server.into()))
+        });
+        if let (Some(p), Some(class)) = (self.policy.as_mut(), seen.class) {
+            if let Some(c) = p.class_counters.get_mut(class.index()) {
+                c.quic_flows += u64::from(seen.new_flow);
+                c.quic_bytes += u64::from(d.payload_len);
+            }
+        }
     }
 
     /// The frame's verdict, made once from what the stages decided: a frame some stage stops

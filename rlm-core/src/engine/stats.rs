@@ -23,6 +23,8 @@ pub struct TableSizes {
     pub held_bytes: usize,
     /// Bytes the open pageviews' lists hold, against `PageviewConfig::max_list_bytes`.
     pub pageview_list_bytes: usize,
+    /// QUIC flows remembered, against [`crate::quic::MAX_QUIC_FLOWS`].
+    pub quic_flows: usize,
 }
 
 /// Counters, all monotonic.
@@ -172,4 +174,6 @@ pub struct Stats {
     /// Records of what nothing shows is real (see [`crate::Config::unproven_records_per_s`])
     /// left unwritten past their rate.
     pub records_unproven_skipped: u64,
+    /// QUIC's flows, datagrams and bytes on the servers' UDP ports (seen, not managed).
+    pub quic: crate::quic::QuicStats,
 }

@@ -52,6 +52,10 @@ pub struct ClassCounters {
     pub syns_limited: u64,
     /// Pageviews of the class that finished.
     pub pageviews: u64,
+    /// QUIC flows of the class's clients (seen, not managed: [`crate::quic`]).
+    pub quic_flows: u64,
+    /// Their UDP payload bytes, both ways.
+    pub quic_bytes: u64,
 }
 
 /// Counters of one rule.

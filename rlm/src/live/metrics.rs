@@ -71,6 +71,9 @@ pub struct Metrics {
     pub frames: Family<SourceLabel, Counter>,
     pub verdicts: Family<VerdictLabel, Counter>,
     pub syn_drops: Family<ClassLabel, Counter>,
+    /// QUIC flows and their bytes by class (all of them as class "-" when no rules are in force).
+    pub quic_flows: Family<ClassLabel, Counter>,
+    pub quic_bytes: Family<ClassLabel, Counter>,
     pub malformed: Family<ReasonLabel, Counter>,
     pub queue_dropped: Family<QueueLabel, Gauge>,
     pub queue_user_dropped: Family<QueueLabel, Gauge>,
@@ -104,6 +107,8 @@ impl Metrics {
             frames: Family::default(),
             verdicts: Family::default(),
             syn_drops: Family::default(),
+            quic_flows: Family::default(),
+            quic_bytes: Family::default(),
             malformed: Family::default(),
             queue_dropped: Family::default(),
             queue_user_dropped: Family::default(),
@@ -127,6 +132,12 @@ impl Metrics {
         registry.register("rlm_frames", "Frames handed to the engine, by source (queue, tap, fastpath)", m.frames.clone());
         registry.register("rlm_verdicts", "Verdicts on queued packets", m.verdicts.clone());
         registry.register("rlm_syn_drops", "SYNs dropped by rules, by the client's class", m.syn_drops.clone());
+        registry.register(
+            "rlm_quic_flows",
+            "QUIC flows (UDP to or from the servers' ports) by the client's class: seen, not managed",
+            m.quic_flows.clone(),
+        );
+        registry.register("rlm_quic_bytes", "UDP payload bytes of those QUIC flows, both ways, by class", m.quic_bytes.clone());
         registry.register("rlm_malformed_frames", "Frames that did not decode, by reason", m.malformed.clone());
         registry.register("rlm_queue_dropped", "Packets the kernel could not queue (queue full: accepted unseen)", m.queue_dropped.clone());
         registry.register("rlm_queue_user_dropped", "Packets the kernel could not deliver to rlm's socket", m.queue_user_dropped.clone());

@@ -921,6 +921,28 @@ impl Loop {
         }
     }
 
+    /// QUIC's flows and bytes by class into the metrics (the engine's counters are cumulative).
+    fn publish_quic(&mut self) {
+        use prometheus_client::metrics::{counter::Counter, family::Family};
+        let set = |family: &Family<metrics::ClassLabel, Counter>, class: &str, n: u64| {
+            family.get_or_create(&metrics::ClassLabel { class: class.to_string() }).inner().store(n, std::sync::atomic::Ordering::Relaxed);
+        };
+        match self.engine.policy() {
+            Some(p) => {
+                for (i, c) in p.class_counters.iter().enumerate() {
+                    let class = p.class_name(rules::ClassId(i as u16));
+                    set(&self.metrics.quic_flows, class, c.quic_flows);
+                    set(&self.metrics.quic_bytes, class, c.quic_bytes);
+                }
+            }
+            None => {
+                let q = &self.engine.stats().quic;
+                set(&self.metrics.quic_flows, "-", q.flows);
+                set(&self.metrics.quic_bytes, "-", q.bytes);
+            }
+        }
+    }
+
     fn publish_status(&mut self) {
         let sizes = self.engine.table_sizes();
         self.metrics.connections.set(sizes.connections as i64);
@@ -972,6 +994,7 @@ impl Loop {
                     .store(*n, std::sync::atomic::Ordering::Relaxed);
             }
         }
+        self.publish_quic();
         let now = now_ts();
         let (classes, rules_state) = match self.engine.policy() {
             None => (serde_json::Value::Null, serde_json::Value::Null),

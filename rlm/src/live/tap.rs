@@ -13,16 +13,18 @@ pub struct Tap {
 
 /// The tap's kernel filter: TCP to or from the servers' ports only (other traffic crossing the
 /// bridge is never copied), without the SYNs NFQUEUE delivers: IPv4 ones are filtered here; IPv6
-/// has no flag offsets in BPF, so the driver skips IPv6 SYNs itself ([`is_queued_syn`]).
+/// has no flag offsets in BPF, so the driver skips IPv6 SYNs itself ([`is_queued_syn`]). UDP
+/// on the same ports (QUIC's; with none configured, [`rlm_core::quic::QUIC_PORT`]) is taken too,
+/// for the engine to count.
 pub fn filter(server_ports: &[u16], synacks_queued: bool) -> String {
-    let ports = if server_ports.is_empty() {
-        String::new()
+    let list = |ports: &[u16]| ports.iter().map(|p| format!("port {p}")).collect::<Vec<_>>().join(" or ");
+    let (ports, udp) = if server_ports.is_empty() {
+        (String::new(), list(&[rlm_core::quic::QUIC_PORT]))
     } else {
-        let list: Vec<String> = server_ports.iter().map(|p| format!("port {p}")).collect();
-        format!(" and ({})", list.join(" or "))
+        (format!(" and ({})", list(server_ports)), list(server_ports))
     };
     let syn = if synacks_queued { "tcp[tcpflags] & tcp-syn == 0" } else { "tcp[tcpflags] & (tcp-syn|tcp-ack) != tcp-syn" };
-    format!("(ip and tcp{ports} and {syn}) or (ip6 and tcp{ports})")
+    format!("(ip and tcp{ports} and {syn}) or (ip6 and tcp{ports}) or (udp and ({udp}))")
 }
 
 /// Open the tap. It is read in batches: the kernel hands over a block of packets when it fills
@@ -68,8 +70,9 @@ mod tests {
     fn the_filter_names_the_server_ports_and_leaves_out_queued_syns() {
         assert_eq!(
             super::filter(&[80, 8080], false),
-            "(ip and tcp and (port 80 or port 8080) and tcp[tcpflags] & (tcp-syn|tcp-ack) != tcp-syn) or (ip6 and tcp and (port 80 or port 8080))"
+            "(ip and tcp and (port 80 or port 8080) and tcp[tcpflags] & (tcp-syn|tcp-ack) != tcp-syn) or (ip6 and tcp and (port 80 or port 8080)) \
+             or (udp and (port 80 or port 8080))"
         );
-        assert_eq!(super::filter(&[], true), "(ip and tcp and tcp[tcpflags] & tcp-syn == 0) or (ip6 and tcp)");
+        assert_eq!(super::filter(&[], true), "(ip and tcp and tcp[tcpflags] & tcp-syn == 0) or (ip6 and tcp) or (udp and (port 443))");
     }
 }
