@@ -354,7 +354,7 @@ fn bench(c: &mut Criterion) {
     // for a 512-byte page (wrk, `Connection: close`), as the eBPF fast path reports it: the SYN
     // already decided in the kernel, then SYN/ACK, the handshake's ACK, request, response and the
     // two FINs (bare ACKs stay in the kernel). Per connection, with timers as the driver fires them.
-    let conns: Vec<Vec<Vec<u8>>> = (0..20_000)
+    let mut conns: Vec<Vec<Vec<u8>>> = (0..20_000)
         .map(|i| {
             let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:80");
             let mut f = vec![c.syn(), c.synack(), c.ack()];
@@ -373,7 +373,7 @@ fn bench(c: &mut Criterion) {
     // ClientHello, the server's flight (its ServerHello, ChangeCipherSpec and 3 KB of encrypted
     // handshake, certificates included), the client's Finished with its request, the response in
     // one record, the server's close_notify, the FINs.
-    let tls_conns: Vec<Vec<Vec<u8>>> = (0..20_000)
+    let mut tls_conns: Vec<Vec<Vec<u8>>> = (0..20_000)
         .map(|i| {
             use rlm_core::testkit::tls::{app, client_finished_13, client_hello_record_offering, message, record, server_hello_body};
             let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:443");
@@ -396,10 +396,9 @@ fn bench(c: &mut Criterion) {
     // that the frames are in the cache as a live driver's are and the figure is the engine's.
     let mut hot = conns[..256].to_vec();
     let mut tls_hot = tls_conns[..256].to_vec();
-    let mut cold = (conns.clone(), tls_conns.clone());
     for (name, conns, rewrite) in [
-        ("inline_connection_close_per_connection", &mut cold.0, false),
-        ("inline_tls_connection_close_per_connection", &mut cold.1, false),
+        ("inline_connection_close_per_connection", &mut conns, false),
+        ("inline_tls_connection_close_per_connection", &mut tls_conns, false),
         ("inline_hot_connection_close_per_connection", &mut hot, true),
         ("inline_hot_tls_connection_close_per_connection", &mut tls_hot, true),
     ] {

@@ -77,16 +77,16 @@ pub struct TlsSpec {
 }
 
 /// A browser's TLS: the run's connector and protocol (made once), its site's name.
-struct BrowserTls {
-    connector: tokio_rustls::TlsConnector,
-    name: rustls::pki_types::ServerName<'static>,
-    site: String,
+pub(crate) struct BrowserTls {
+    pub(crate) connector: tokio_rustls::TlsConnector,
+    pub(crate) name: rustls::pki_types::ServerName<'static>,
+    pub(crate) site: String,
     h2: bool,
 }
 
 impl BrowserTls {
     /// The run's TLS for a browser that asks for `site` (its own, else the run's).
-    fn new(t: &TlsSpec, connector: &tokio_rustls::TlsConnector, site: Option<&str>) -> Result<BrowserTls> {
+    pub(crate) fn new(t: &TlsSpec, connector: &tokio_rustls::TlsConnector, site: Option<&str>) -> Result<BrowserTls> {
         let site = site.unwrap_or(&t.site).to_string();
         Ok(BrowserTls {
             connector: connector.clone(),

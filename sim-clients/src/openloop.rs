@@ -16,6 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp};
 use serde::{Deserialize, Serialize};
 
+use crate::browser::BrowserTls;
 use crate::dist::EmpiricalSizes;
 
 /// How the offered load changes over time.
@@ -130,26 +131,15 @@ fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// A run's TLS: the connector (made once) and the site's name (SNI and Host).
-struct OpenLoopTls {
-    connector: tokio_rustls::TlsConnector,
-    name: rustls::pki_types::ServerName<'static>,
-    site: String,
-}
-
-impl OpenLoopTls {
-    fn new(t: &crate::browser::TlsSpec) -> Result<OpenLoopTls> {
-        anyhow::ensure!(!t.h2, "the open-loop generator speaks HTTP/1.1 only (one request per connection)");
-        Ok(OpenLoopTls {
-            connector: tokio_rustls::TlsConnector::from(crate::tls::client_config(&t.ca, false)?),
-            name: rustls::pki_types::ServerName::try_from(t.site.clone())?,
-            site: t.site.clone(),
-        })
-    }
+/// A run's TLS, as the browsers have theirs: the connector (made once) and the site's name (SNI
+/// and Host); HTTP/1.1 only.
+fn openloop_tls(t: &crate::browser::TlsSpec) -> Result<BrowserTls> {
+    anyhow::ensure!(!t.h2, "the open-loop generator speaks HTTP/1.1 only (one request per connection)");
+    BrowserTls::new(t, &tokio_rustls::TlsConnector::from(crate::tls::client_config(&t.ca, false)?), None)
 }
 
 /// GET `/files/{file}` on a connection of its own from `src`, over TLS when `tls` is given.
-async fn one(server: SocketAddr, src: IpAddr, file: usize, tls: Option<&OpenLoopTls>) -> Result<u64, &'static str> {
+async fn one(server: SocketAddr, src: IpAddr, file: usize, tls: Option<&BrowserTls>) -> Result<u64, &'static str> {
     let sock = (|| -> std::io::Result<tokio::net::TcpSocket> {
         let s = socket2::Socket::new(socket2::Domain::for_address(server), socket2::Type::STREAM, None)?;
         s.set_nodelay(true)?;
@@ -159,22 +149,19 @@ async fn one(server: SocketAddr, src: IpAddr, file: usize, tls: Option<&OpenLoop
     })()
     .map_err(|_| "connect_failed")?;
     let stream = sock.connect(server).await.map_err(|_| "connect_failed")?;
-    let host = match tls {
-        Some(t) => {
-            let stream = t.connector.connect(t.name.clone(), stream).await.map_err(|_| "tls_failed")?;
-            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|_| "connect_failed")?;
-            tokio::spawn(conn);
-            return get(sender, &t.site, file).await;
-        }
-        None => server.to_string(),
-    };
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|_| "connect_failed")?;
-    tokio::spawn(conn);
-    get(sender, &host, file).await
+    match tls {
+        Some(t) => get(t.connector.connect(t.name.clone(), stream).await.map_err(|_| "tls_failed")?, &t.site, file).await,
+        None => get(stream, &server.to_string(), file).await,
+    }
 }
 
-/// The request of [`one`] on its connection; the body's length when it has all arrived.
-async fn get(mut sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>, host: &str, file: usize) -> Result<u64, &'static str> {
+/// The request of [`one`] on its connection `io`; the body's length when it has all arrived.
+async fn get<IO>(io: IO, host: &str, file: usize) -> Result<u64, &'static str>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|_| "connect_failed")?;
+    tokio::spawn(conn);
     let req = hyper::Request::get(format!("/files/{file}")).header("host", host).body(Empty::<Bytes>::new()).map_err(|_| "http_error")?;
     let resp = sender.send_request(req).await.map_err(|_| "http_error")?;
     if !resp.status().is_success() {
@@ -207,7 +194,7 @@ pub const TLS_SERVER_HANDSHAKE_BYTES: f64 = 850.0;
 /// link's rate the requests' bytes on the wire take ([`wire_bytes`]).
 pub async fn run(spec: OpenLoopSpec, out: tokio::sync::mpsc::UnboundedSender<RequestRecord>) -> Result<u64> {
     let spec = Arc::new(spec);
-    let tls = spec.tls.as_ref().map(OpenLoopTls::new).transpose()?.map(Arc::new);
+    let tls = spec.tls.as_ref().map(openloop_tls).transpose()?.map(Arc::new);
     let mean_size = spec.files.iter().map(|s| wire_bytes(*s, tls.is_some())).sum::<f64>() / spec.files.len().max(1) as f64;
     let mut rng = StdRng::seed_from_u64(spec.seed);
     let start = Instant::now();

@@ -506,7 +506,7 @@ impl Engine {
     /// A UDP datagram: QUIC's when it is to or from a server's port (any port when none is
     /// configured: [`crate::quic::QUIC_PORT`]), counted for its flow and the client's class.
     fn on_datagram(&mut self, now: Timestamp, d: &Datagram) {
-        let quic_port = |p: u16| if self.cfg.server_ports.is_empty() { p == crate::quic::QUIC_PORT } else { self.cfg.server_ports.contains(&p) };
+        let quic_port = |p: u16| if self.cfg.server_ports.is_empty() { p == crate::quic::QUIC_PORT } else { self.is_server_port(p) };
         let (client, server, from_client) = match (quic_port(d.src.port), quic_port(d.dst.port)) {
             (_, true) => (d.src, d.dst, true),
             (true, false) => (d.dst, d.src, false),

@@ -125,7 +125,7 @@ impl Engine {
         Some(id)
     }
 
-    fn is_server_port(&self, p: u16) -> bool {
+    pub(super) fn is_server_port(&self, p: u16) -> bool {
         self.cfg.server_ports.contains(&p)
     }
 

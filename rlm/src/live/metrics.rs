@@ -194,6 +194,12 @@ impl Metrics {
     }
 }
 
+/// Set the counter of `label` in `family` to `total`, a count the engine or a writer keeps
+/// (cumulative: the metric follows it).
+pub fn store_total<L: Clone + std::hash::Hash + Eq>(family: &Family<L, Counter>, label: L, total: u64) {
+    family.get_or_create(&label).inner().store(total, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// What `/status` shows; the event loop replaces it about once a second.
 pub type Status = Arc<Mutex<serde_json::Value>>;
 

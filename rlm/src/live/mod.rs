@@ -923,10 +923,7 @@ impl Loop {
 
     /// QUIC's flows and bytes by class into the metrics (the engine's counters are cumulative).
     fn publish_quic(&mut self) {
-        use prometheus_client::metrics::{counter::Counter, family::Family};
-        let set = |family: &Family<metrics::ClassLabel, Counter>, class: &str, n: u64| {
-            family.get_or_create(&metrics::ClassLabel { class: class.to_string() }).inner().store(n, std::sync::atomic::Ordering::Relaxed);
-        };
+        let set = |family, class: &str, n| metrics::store_total(family, metrics::ClassLabel { class: class.to_string() }, n);
         match self.engine.policy() {
             Some(p) => {
                 for (i, c) in p.class_counters.iter().enumerate() {
@@ -987,11 +984,7 @@ impl Loop {
         }
         for (reason, n) in &self.engine.stats().malformed {
             if *n > 0 {
-                self.metrics
-                    .malformed
-                    .get_or_create(&metrics::ReasonLabel { reason: reason.to_string() })
-                    .inner()
-                    .store(*n, std::sync::atomic::Ordering::Relaxed);
+                metrics::store_total(&self.metrics.malformed, metrics::ReasonLabel { reason: reason.to_string() }, *n);
             }
         }
         self.publish_quic();
@@ -1052,11 +1045,7 @@ impl Loop {
             Some(e) => match (e.class_stats(), e.counters()) {
                 (Ok(bands), Ok(c)) => {
                     for (band, b) in bands.iter().enumerate().take(self.srpt_bands) {
-                        self.metrics
-                            .srpt_band_packets
-                            .get_or_create(&metrics::BandLabel { band: band as u32 })
-                            .inner()
-                            .store(b.packets, std::sync::atomic::Ordering::Relaxed);
+                        metrics::store_total(&self.metrics.srpt_band_packets, metrics::BandLabel { band: band as u32 }, b.packets);
                     }
                     serde_json::json!({
                         "mode": self.srpt_mode,
@@ -1073,8 +1062,8 @@ impl Loop {
         let mut records = serde_json::Map::new();
         for (kind, written, dropped) in counts.by_kind() {
             let l = metrics::KindLabel { kind };
-            self.metrics.records_written.get_or_create(&l).inner().store(written, std::sync::atomic::Ordering::Relaxed);
-            self.metrics.records_dropped.get_or_create(&l).inner().store(dropped, std::sync::atomic::Ordering::Relaxed);
+            metrics::store_total(&self.metrics.records_written, l.clone(), written);
+            metrics::store_total(&self.metrics.records_dropped, l, dropped);
             records.insert(kind.to_string(), serde_json::json!({ "written": written, "dropped": dropped }));
         }
         records.insert("reopen_errors".to_string(), counts.reopen_errors.into());
