@@ -2,7 +2,7 @@
 //! application records and the server's records after it) made into transactions and pageviews,
 //! by time alone, with the SNI as the host and the objects estimated.
 
-use rlm_core::testkit::tls::{app, client_finished_13, client_hello_record, client_hello_record_offering, server_flight_13};
+use rlm_core::testkit::tls::{app, client_finished_13, client_hello_record, client_hello_record_offering, server_flight_13, session_ticket_13};
 use rlm_core::testkit::TcpConv;
 
 mod common;
@@ -158,6 +158,68 @@ fn a_connection_whose_tls_handshake_is_slow_holds_its_pageview_open() {
     let p = &r.pv[0];
     assert_eq!((p.objects, p.connections), (1, 2));
     assert!(approx(p.rt_s, 2.000 + 0.080, 1e-6), "rt {}", p.rt_s);
+}
+
+/// TLS 1.3's session tickets come when the server reads the client's Finished, which went with
+/// the first request: they follow the request at once. An overloaded server's response to it
+/// comes 3.6 s later: the tickets are not its response, and the pageview is not over while the
+/// client waits for it (it was, split in two, before tickets were held).
+#[test]
+fn tls13_tickets_after_the_first_request_are_not_its_response() {
+    let mut r = Run::new();
+    let http1: &[&[u8]] = &[b"http/1.1"];
+    let mut c = TcpConv::new("10.4.0.5:40001", SERVER);
+    tls_open(&mut r, &mut c, 0, &client_hello_record_offering(http1));
+    r.feed(180, finished_and_request(&mut c, 80));
+    r.feed_all(200, c.server_data(&[session_ticket_13(), session_ticket_13()].concat()));
+    r.feed_all(3_800, c.server_data(&app(1_600)));
+    // The page's images on the same connection, and on a second one opened after the container.
+    r.feed(3_900, c.client_data(&app(70)));
+    r.feed_all(3_950, c.server_data(&app(4_000)));
+    let mut c2 = TcpConv::new("10.4.0.5:40002", SERVER);
+    tls_open(&mut r, &mut c2, 3_960, &client_hello_record_offering(http1));
+    r.feed(4_140, finished_and_request(&mut c2, 70));
+    r.feed_all(4_160, c2.server_data(&session_ticket_13()));
+    r.feed_all(4_300, c2.server_data(&app(2_000)));
+    r.finish(9_000);
+    assert_eq!(r.pv.len(), 1, "{:?}", r.pv);
+    let p = &r.pv[0];
+    assert_eq!((p.objects, p.connections), (2, 2));
+    assert!(approx(p.rt_s, 4.300 + 0.080, 1e-6), "rt {}", p.rt_s);
+    let first = r.tx.iter().find(|t| t.orig_p == 40001 && t.trans_depth == 1).expect("the container's");
+    let facts = first.tls.as_ref().unwrap();
+    assert_eq!((facts.records_server, facts.tickets, first.response_body_wire_len), (1, 2, 1_600), "the tickets are not the response");
+    assert!(approx(secs(first.response_first_ts.unwrap().0), 3.800, 1e-6), "its first byte is the response's, not a ticket's");
+    assert_eq!(r.tx.iter().map(|t| t.tls.as_ref().unwrap().tickets).sum::<u32>(), 3);
+}
+
+/// What is held may be the whole response: a short one (a 304) on a new TLS 1.3 connection is
+/// the response once the client's next request on it shows it was, and a next page on another
+/// connection after the client's quiet is a pageview of its own, not joined to the one that
+/// waits on it.
+#[test]
+fn a_short_first_response_held_is_the_response_and_does_not_keep_its_page_active() {
+    let mut r = Run::new();
+    let http1: &[&[u8]] = &[b"http/1.1"];
+    let mut c = TcpConv::new("10.4.0.6:40001", SERVER);
+    tls_open(&mut r, &mut c, 0, &client_hello_record_offering(http1));
+    r.feed(180, finished_and_request(&mut c, 80));
+    r.feed_all(200, c.server_data(&session_ticket_13()));
+    r.feed_all(230, c.server_data(&app(250)));
+    // The next page 4 s later, on a new connection.
+    let mut c2 = TcpConv::new("10.4.0.6:40002", SERVER);
+    tls_open(&mut r, &mut c2, 4_000, &client_hello_record_offering(http1));
+    r.feed(4_180, finished_and_request(&mut c2, 80));
+    r.feed_all(4_200, c2.server_data(&[session_ticket_13(), app(3_000)].concat()));
+    // The first connection's next request, at last: its exchange had been answered by then.
+    r.feed(6_000, c.client_data(&app(70)));
+    r.feed_all(6_050, c.server_data(&app(3_000)));
+    r.finish(12_000);
+    let by_start: Vec<(f64, u32)> = r.pv.iter().map(|p| ((secs(p.start_ts) * 1e3).round(), p.objects)).collect();
+    assert_eq!(r.pv.len(), 3, "{by_start:?} {:?}", r.pv);
+    let first = r.pv.iter().find(|p| approx(secs(p.start_ts), -0.040, 1e-6)).expect("the first page");
+    assert!(approx(first.rt_s, 0.230 + 0.080, 1e-6), "the first page ends at its short response: {}", first.rt_s);
+    assert!(r.pv.iter().any(|p| approx(secs(p.start_ts), 4.000 - 0.040, 1e-6) && p.connections == 1), "the next page alone: {by_start:?}");
 }
 
 /// Sites as classes (issue 25): two sites behind one address, told apart by the SNI. A

@@ -94,6 +94,9 @@ pub struct ExchangeFacts {
     pub records_client: u32,
     #[allow(missing_docs)]
     pub records_server: u32,
+    /// Server records before its response taken for TLS 1.3 session tickets (not in its
+    /// response's records nor bytes).
+    pub tickets: u32,
     /// Whether it may be HTTP/2 (ALPN `h2` chosen, or offered and the choice encrypted).
     pub h2: bool,
 }
@@ -299,6 +302,7 @@ impl TransactionRecord {
                 requests_estimated: x.requests,
                 records_client: x.request_records,
                 records_server: x.response_records,
+                tickets: x.tickets,
                 h2: x.h2,
             }),
         }
@@ -362,6 +366,8 @@ pub struct TlsRecord {
     pub exchanges: u64,
     #[allow(missing_docs)]
     pub unsolicited_records: u32,
+    /// Server records after the first request taken for TLS 1.3 session tickets.
+    pub ticket_records: u32,
     /// Application records taken for HTTP/2 control, not requests nor response data.
     pub control_records: u32,
     /// Why bytes were not read as TLS (`record_too_long`, `bad_handshake`, `gap`,
@@ -400,6 +406,7 @@ impl TlsRecord {
             midstream: s.midstream,
             exchanges: s.exchanges,
             unsolicited_records: s.unsolicited,
+            ticket_records: s.tickets,
             control_records: s.control_records,
             anomalies: s.bad.clone(),
         }

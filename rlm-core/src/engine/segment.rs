@@ -327,6 +327,7 @@ impl Engine {
                 self.pageviews.on_request(now, &info);
             }
             ExchangeEvent::Response { depth, first, last, requests, .. } => self.pageviews.on_encrypted_response(id, depth, first, last, requests),
+            ExchangeEvent::Held { depth, at } => self.pageviews.on_encrypted_held(id, depth, at),
             ExchangeEvent::Done(x) => {
                 let pv = self.pageviews.on_txn_done(now, id, x.depth, x.response_first, x.response_last);
                 self.stats.transactions += 1;

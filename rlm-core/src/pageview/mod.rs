@@ -363,10 +363,11 @@ impl Pageviews {
         })
     }
 
-    /// Whether a pageview of encrypted exchanges is active: something in flight, a handshake of
-    /// it under way, or quiet for less than `encrypted_gap`.
+    /// Whether a pageview of encrypted exchanges is active: something in flight (not counting
+    /// exchanges whose records are held: they may be answered already), a handshake of it under
+    /// way, or quiet for less than `encrypted_gap`.
     fn is_active(&self, p: &OpenPv, now: Timestamp) -> bool {
-        p.in_flight > 0 || p.pending_handshakes() || now.saturating_since(p.last_activity) < self.cfg.encrypted_gap
+        p.in_flight > p.held || p.pending_handshakes() || now.saturating_since(p.last_activity) < self.cfg.encrypted_gap
     }
 
     /// Open a pageview of `client` that started at `start` (closing the client's oldest beyond

@@ -73,6 +73,9 @@ pub(super) struct PvTxn {
     /// Counted in its pageview's `in_flight`: from its request to its end (HTTP) or to its
     /// response's first record (encrypted).
     pub(super) in_flight: bool,
+    /// In flight with server records held that may be TLS 1.3 tickets or its whole response
+    /// ([`crate::tls::exchange`]): counted in its pageview's `held` too.
+    pub(super) held: bool,
     pub(super) request_ts: Timestamp,
     pub(super) response_first: Option<Timestamp>,
     pub(super) response_last: Option<Timestamp>,
@@ -135,6 +138,8 @@ pub(super) struct OpenPv {
     /// Started by an encrypted exchange (TLS): its requests are joined by time alone.
     pub(super) encrypted: bool,
     pub(super) in_flight: u32,
+    /// Of those in flight, encrypted exchanges with records held ([`PvTxn::held`]).
+    pub(super) held: u32,
     pub(super) last_activity: Timestamp,
     /// Generation of the finalisation check, to drop stale deadlines.
     pub(super) check_gen: u32,
@@ -170,6 +175,7 @@ impl OpenPv {
             list_reliable: false,
             encrypted: false,
             in_flight: 0,
+            held: 0,
             last_activity: now,
             check_gen: 0,
             acts: Acts::default(),
@@ -281,6 +287,17 @@ impl OpenPv {
         let t = &mut self.txns[ti];
         if std::mem::take(&mut t.in_flight) {
             self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        if std::mem::take(&mut t.held) {
+            self.held = self.held.saturating_sub(1);
+        }
+    }
+
+    /// Transaction `ti`, in flight, has server records held that may be tickets or its response.
+    pub(super) fn hold(&mut self, ti: usize) {
+        let t = &mut self.txns[ti];
+        if t.in_flight && !std::mem::replace(&mut t.held, true) {
+            self.held += 1;
         }
     }
 

@@ -258,6 +258,7 @@ impl Pageviews {
                 encrypted: matches!(r.asked, Asked::Encrypted { .. }),
                 requests: 1,
                 in_flight: true,
+                held: false,
                 request_ts: r.ts,
                 response_first: None,
                 response_last: None,
@@ -382,6 +383,20 @@ impl Pageviews {
             t.response_last = Some(t.response_last.map_or(last, |l| l.max(last)));
         }
         self.touch(id, last);
+    }
+
+    /// A server record of encrypted exchange `depth` on `conn` came at `at` that may be a TLS 1.3
+    /// session ticket or the exchange's whole response: the exchange stays in flight (a ticket
+    /// says nothing of the response, which may take long under overload) until its next server
+    /// record or its end tells; meanwhile it holds its pageview open but does not keep it active
+    /// for other connections' requests past `encrypted_gap` ([`Pageviews::is_active`]).
+    pub fn on_encrypted_held(&mut self, conn: ConnId, depth: u32, at: Timestamp) {
+        let Some(&id) = self.txn_pv.get(&(conn, depth)) else { return };
+        let Some(p) = self.open.get_mut(&id) else { return };
+        if let Some(ti) = p.txn_index(conn, depth) {
+            p.hold(ti);
+        }
+        self.touch(id, at);
     }
 
     /// The server resent data on a connection that the client had not received (lost past the

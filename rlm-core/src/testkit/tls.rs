@@ -79,6 +79,12 @@ pub fn client_finished_13() -> Vec<u8> {
     [record(CHANGE_CIPHER_SPEC, &[1]), record(APPLICATION_DATA, &[0x17; 53])].concat()
 }
 
+/// A TLS 1.3 server's NewSessionTicket as rustls sends it (a 32-byte nonce and ticket id: 81
+/// bytes, in an application record of 98).
+pub fn session_ticket_13() -> Vec<u8> {
+    app(81 + 17)
+}
+
 /// An application record of `len` bytes.
 pub fn app(len: usize) -> Vec<u8> {
     record(APPLICATION_DATA, &vec![0x17; len])

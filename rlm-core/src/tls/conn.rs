@@ -81,6 +81,13 @@ pub fn h2_control(plain: usize) -> bool {
     plain < 14 || matches!(plain, 17 | 22 | 26)
 }
 
+/// The most bytes a TLS 1.3 server's NewSessionTicket record carries, as servers send them
+/// (rustls 81 with its 32-byte ticket ids, OpenSSL's and Go's about 200 to 250): a server record
+/// of the first exchange no longer than this, before its response began, may be a ticket
+/// ([`super::exchange`] holds it). A whole first response this short (a 304, a redirect) is taken
+/// as such only at the client's next burst or the connection's end.
+pub const TICKET_MAX: usize = 512;
+
 /// The most bytes of an HTTP/2 client's first record that carry only its preface: the 24-byte
 /// magic, a SETTINGS frame of up to six settings and a WINDOW_UPDATE.
 pub const H2_PREFACE_MAX: usize = 24 + 9 + 6 * 6 + 13;
@@ -148,6 +155,7 @@ impl TlsConn {
             out.extend(evs.into_iter().map(TlsEvent::Exchange));
             self.session.exchanges = u64::from(self.exchanges.depth());
             self.session.unsolicited = self.exchanges.unsolicited;
+            self.session.tickets = self.exchanges.tickets;
             out.push(TlsEvent::Session(Box::new(std::mem::take(&mut self.session))));
         }
     }
@@ -265,7 +273,9 @@ impl TlsConn {
         if client {
             self.exchanges.client_record(first, last, u64::from(len), h2, &mut evs);
         } else {
-            self.exchanges.server_record(first, last, u64::from(len), &mut evs);
+            // TLS 1.3's tickets come after the first request (the client's Finished went with it).
+            let maybe_ticket = tls13 && self.exchanges.depth() == 1 && plain <= TICKET_MAX;
+            self.exchanges.server_record(first, last, u64::from(len), maybe_ticket, &mut evs);
         }
         out.extend(evs.into_iter().map(TlsEvent::Exchange));
     }

@@ -48,6 +48,8 @@ pub struct TlsSession {
     pub exchanges: u64,
     #[allow(missing_docs)]
     pub unsolicited: u32,
+    /// Server records after the first request taken for TLS 1.3 session tickets, not its response.
+    pub tickets: u32,
     /// Application records taken for HTTP/2 control (the client's preface, either side's
     /// WINDOW_UPDATEs, acknowledgements, GOAWAY), not requests nor response data.
     pub control_records: u32,
