@@ -9,9 +9,8 @@
 use serde_json::{Map, Value};
 
 use super::syn_throttle::{throttle_target_s, SynThrottle};
-use super::{
-    arm_in, class_mean, class_mean_steady, farm_busy, hold_tolerance, num, rlm_clean, with_https, Checks, Experiment, Results, OVERLOADED_BUSY,
-};
+use super::syn_throttle_tls::SynThrottleTls;
+use super::{arm_in, class_mean, class_mean_steady, farm_busy, hold_tolerance, num, rlm_clean, Checks, Experiment, Results, OVERLOADED_BUSY};
 use crate::arm::ArmSpec;
 
 /// The two sites, by client group (10.4/16 first).
@@ -39,11 +38,11 @@ impl Experiment for Sites {
         of news.example's clients while shop.example's mean response time is above its target."
     }
 
-    /// syn-throttle's arms (unmanaged, then managed with the sites' rules), over HTTPS, each
-    /// group asking for its site.
+    /// syn-throttle-tls's arms (unmanaged, then managed with the sites' rules; the full run's
+    /// farm scaled for HTTPS's cost as there), each group asking for its site.
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let target = throttle_target_s(quick);
-        SynThrottle
+        SynThrottleTls
             .arms(quick)
             .into_iter()
             .map(|mut a| {
@@ -51,7 +50,6 @@ impl Experiment for Sites {
                 if let Some(r) = a.rlm.as_mut() {
                     r.rules = sites_rules(target);
                 }
-                let mut a = with_https(a, SITES[0], false);
                 a.farm.tls_sites = SITES.iter().map(|s| s.to_string()).collect();
                 if let Some(h) = a.https.as_mut() {
                     h.group_sites = SITES.iter().map(|s| s.to_string()).collect();
@@ -99,11 +97,15 @@ mod tests {
 
     #[test]
     fn two_sites_behind_one_address_one_per_group() {
+        for quick in [true, false] {
+            let farms = |arms: Vec<ArmSpec>| arms.iter().map(|a| (a.name.clone(), a.duration_s, a.farm.cpu_cores)).collect::<Vec<_>>();
+            assert_eq!(farms(Sites.arms(quick)), farms(SynThrottleTls.arms(quick)), "syn-throttle-tls's arms and farm");
+        }
         for a in Sites.arms(true) {
             assert_eq!(a.class_names(), CLASSES);
             assert_eq!(a.farm.tls_sites, SITES);
             let h = a.https.as_ref().expect("over HTTPS");
-            assert_eq!((h.group_sites.as_slice(), h.h2), (&SITES.map(String::from)[..], false));
+            assert_eq!((h.site.as_str(), h.group_sites.as_slice(), h.h2), (SITES[0], &SITES.map(String::from)[..], false));
         }
         let managed = &Sites.arms(true)[1];
         let rules = &managed.rlm.as_ref().expect("rlm inline").rules;
