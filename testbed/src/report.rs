@@ -543,7 +543,8 @@ pub fn write(
         }
         md.push_str(&format!("\n| --- | --- |{}\n", " --- |".repeat(width.min(first.timeline.len()))));
         for a in timed {
-            for class in ["HIGH", "LOW"] {
+            // The arm's classes (HIGH and LOW, or the sites'), as its pageviews name them.
+            for class in a.pageviews.by_class.keys() {
                 md.push_str(&format!("| {} | {class} |", a.name));
                 for b in a.timeline.iter().take(width.min(first.timeline.len())) {
                     match b.by_class.get(class) {
