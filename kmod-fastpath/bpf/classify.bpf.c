@@ -5,7 +5,7 @@
 // leaves with `prio`, since this kernel has no prio qdisc).
 //
 //  - band 0: SYN/ACKs and every packet without TCP payload (ACK, FIN, RST), and non-TCP (ARP,
-//    ICMP): control first, as 002 puts SYN/ACKs alone in the highest band;
+//    ICMP) but UDP: control first, as 002 puts SYN/ACKs alone in the highest band;
 //  - bands 1 .. n+1: data, at n cutoffs (002: 1K, 2K, 5K, 20K, 50K): band 1 + #{cut[i] < x};
 //  - band n+2 (resend_band, optional): resends of bytes of the lowest data band. A bump in the
 //    wire holds a server's segments in its queue; when the lowest band starves past the
@@ -13,6 +13,9 @@
 //    queued here would take the starved band's capacity from the originals (measured: a fifth
 //    of the link). In a band of their own below it they go out only when it is empty, and a
 //    resend that is needed (the original was lost) still goes then.
+//
+// IPv6, later IPv4 fragments, TCP from a port that is not a server's and UDP (QUIC, unranked:
+// rlm reads no size in it) go in other_band, the lowest data band.
 //
 // x is the response's remaining bytes when the engine has published its end (resp_size: the
 // response's start and end in the connection's sequence space, from the HTTP head's length),
@@ -129,6 +132,12 @@ int classify(struct __sk_buff *skb)
     case FRAME_IPV6:
     case FRAME_IPV4_FRAG:
         return classify_to(skb, cfg, cfg->other_band);
+    case FRAME_IPV4:
+        // UDP (QUIC's bulk, whose sizes rlm does not read): unranked data, in the other band
+        // with IPv6's, not ahead of every TCP response in the control band.
+        if (p.udp)
+            return classify_to(skb, cfg, cfg->other_band);
+        return classify_to(skb, cfg, 0);
     case FRAME_TCP4:
         break;
     default:

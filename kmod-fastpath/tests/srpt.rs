@@ -169,11 +169,16 @@ fn open_ended_responses_and_other_packets() {
     let mut arp = vec![0u8; 42];
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
     assert_eq!(t.fp.test_run(&arp, 1).unwrap().skb.priority, BASE);
+    // UDP (QUIC's bulk, unranked): the other band too, not control; ICMP: control.
+    let quic = rlm_core::testkit::udp_frame("10.1.0.1:443".parse().unwrap(), t.client, &[0x40; 1200]);
+    assert_eq!(t.fp.test_run(&quic, 1).unwrap().skb.priority, BASE + 6, "UDP is not control");
+    let icmp = udp_as_icmp(&quic);
+    assert_eq!(t.fp.test_run(&icmp, 1).unwrap().skb.priority, BASE, "ICMP is control");
     // FAIR: the same accounting, one class for everything.
     let mut p = SrptParams::new(SrptMode::Fair, BASE);
     t.fp.set_params(&p).unwrap();
     assert_eq!(t.data(5_000 + 70_000, 1448), 0);
-    assert_eq!(t.fp.class_stats().unwrap()[0].packets, 2, "FAIR counts in slot 0 (with the ARP)");
+    assert_eq!(t.fp.class_stats().unwrap()[0].packets, 3, "FAIR counts in slot 0 (with the ARP and the ICMP)");
     // Off: the priority is left alone.
     p.mode = SrptMode::Off;
     t.fp.set_params(&p).unwrap();
@@ -248,4 +253,12 @@ fn a_stale_heartbeat_puts_every_packet_in_band_zero() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_eq!(t.data(isn + 2001, 1000), 0, "stale: band 0");
     assert_eq!(t.fp.counters().unwrap().stale, 2);
+}
+
+/// The same IPv4 frame with ICMP's protocol number (the header's checksum left: the classifier
+/// does not check it).
+fn udp_as_icmp(frame: &[u8]) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    f[14 + 9] = 1;
+    f
 }

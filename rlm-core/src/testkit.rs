@@ -81,6 +81,17 @@ pub fn tcp_frame(link: LinkType, src: SocketAddr, dst: SocketAddr, seq: u32, ack
     v
 }
 
+/// A UDP datagram from `src` to `dst` (IPv4) in an Ethernet frame, built with etherparse
+/// (checksums computed): the one place tests build UDP frames (QUIC's).
+pub fn udp_frame(src: std::net::SocketAddrV4, dst: std::net::SocketAddrV4, payload: &[u8]) -> Vec<u8> {
+    let b =
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).ipv4(src.ip().octets(), dst.ip().octets(), 64).udp(src.port(), dst.port());
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    // Only a payload too long for IP fails; no caller's is.
+    let _ = b.write(&mut v, payload);
+    v
+}
+
 /// An Ethernet frame of a conversation: `ack` set means the ACK flag with it; `flags` adds
 /// `S`, `F`, `R`, `P`.
 fn frame(src: SocketAddr, dst: SocketAddr, seq: u32, ack: Option<u32>, flags: &str, payload: &[u8]) -> Vec<u8> {

@@ -3,14 +3,11 @@
 
 mod common;
 use common::{at, Run};
-use etherparse::PacketBuilder;
 use rlm_core::{Config, Port, Verdict};
 
 fn udp(src: ([u8; 4], u16), dst: ([u8; 4], u16), payload: &[u8]) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4(src.0, dst.0, 64).udp(src.1, dst.1);
-    let mut v = Vec::new();
-    b.write(&mut v, payload).unwrap();
-    v
+    use std::net::SocketAddrV4;
+    rlm_core::testkit::udp_frame(SocketAddrV4::new(src.0.into(), src.1), SocketAddrV4::new(dst.0.into(), dst.1), payload)
 }
 
 const SERVER: [u8; 4] = [10, 9, 0, 1];
