@@ -4,7 +4,23 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rules::{Facts, Node, Scope, Stat};
+use rules::{Facts, Node, RequestFields, Scope, Stat};
+
+/// A request's fields: a POST with a cookie header and one other.
+struct Request;
+
+impl RequestFields for Request {
+    fn method(&self) -> &str {
+        "POST"
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        match name {
+            "cookie" => Some("sid=1; cart=3; tier=gold"),
+            "x-tier" => Some("paid"),
+            _ => None,
+        }
+    }
+}
 
 /// The target: `data` as a rule file.
 pub fn rules_parse(data: &[u8]) {
@@ -27,6 +43,7 @@ pub fn rules_parse(data: &[u8]) {
         f.host = Some("shop.example.com:80");
         f.content_type = Some("text/html; charset=utf-8");
         f.holds = Some(&holds);
+        f.request = Some(&Request);
         for node in Node::ALL {
             set.eval(node, &f, &mut out);
         }

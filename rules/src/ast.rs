@@ -158,6 +158,24 @@ pub enum Test {
     ContentType { negated: bool, pattern: Glob },
     /// `CLASS == LOW`: the client's class.
     Class { negated: bool, class: Ident },
+    /// `METHOD == GET`, `METHOD != "P*"`: the request's method, as sent (case-sensitive).
+    Method { negated: bool, pattern: Glob },
+    /// `COOKIE.cart EXISTS`, `COOKIE.tier == "gold"`: a cookie of the request, by its name
+    /// (case-sensitive), from its `Cookie` header.
+    Cookie { name: String, cond: FieldCond },
+    /// `HEADER.X-Tier EXISTS`, `HEADER.User-Agent == "*bot*"`: a header of the request, by its
+    /// name (any case); its value as sent.
+    Header { name: String, cond: FieldCond },
+}
+
+/// What a `COOKIE.<name>` or `HEADER.<name>` test asks of the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldCond {
+    /// `EXISTS`: the request has it.
+    Exists,
+    /// `== "pattern"`: it is there and its value matches; `!=`: it is not there, or its value
+    /// does not match.
+    Matches { negated: bool, pattern: Glob },
 }
 
 /// What a rule does.
@@ -184,7 +202,13 @@ pub enum ActionKind {
     /// `REWRITE EMBEDS [selector] [USING "file"]`
     /// `mapping`: the file name and where it is written.
     RewriteEmbeds { select: EmbedSelect, mapping: Option<(String, Span)> },
+    /// `REJECT [status] [RETRY-AFTER d]`: the request is answered by the appliance with `status`
+    /// (503 unless written) and never reaches the server.
+    Reject { status: u16, retry_after: Option<Duration> },
 }
+
+/// The status `REJECT` answers with when none is written.
+pub const DEFAULT_REJECT_STATUS: u16 = 503;
 
 /// The default retransmission gap of `FAST ...` without `GAP` (004's Figure 16 rule).
 pub const DEFAULT_GAP: Duration = Duration::from_millis(500);
@@ -218,6 +242,7 @@ impl ActionKind {
             ActionKind::HaltFastSyn => "HALT FAST SYN",
             ActionKind::RemoveEmbeds { .. } => "REMOVE EMBEDS",
             ActionKind::RewriteEmbeds { .. } => "REWRITE EMBEDS",
+            ActionKind::Reject { .. } => "REJECT",
         }
     }
 }
@@ -307,6 +332,19 @@ impl fmt::Display for Test {
             Test::Site { negated, pattern } => write!(f, "SITE {} {pattern}", eq_op(*negated)),
             Test::ContentType { negated, pattern } => write!(f, "CONTENT-TYPE {} {pattern}", eq_op(*negated)),
             Test::Class { negated, class } => write!(f, "CLASS {} {}", eq_op(*negated), class.name),
+            Test::Method { negated, pattern } => write!(f, "METHOD {} {pattern}", eq_op(*negated)),
+            Test::Cookie { name, cond } => write!(f, "COOKIE.{name}{cond}"),
+            Test::Header { name, cond } => write!(f, "HEADER.{name}{cond}"),
+        }
+    }
+}
+
+impl fmt::Display for FieldCond {
+    /// With a leading space.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FieldCond::Exists => f.write_str(" EXISTS"),
+            FieldCond::Matches { negated, pattern } => write!(f, " {} {pattern}", eq_op(*negated)),
         }
     }
 }
@@ -330,6 +368,16 @@ impl fmt::Display for ActionKind {
             }
             ActionKind::DelayFirstSyn { delay } => write!(f, "DELAY FIRST SYN {}", fmt_duration(*delay)),
             ActionKind::RemoveEmbeds { select } => write!(f, "REMOVE EMBEDS{select}"),
+            ActionKind::Reject { status, retry_after } => {
+                f.write_str("REJECT")?;
+                if *status != DEFAULT_REJECT_STATUS {
+                    write!(f, " {status}")?;
+                }
+                if let Some(d) = retry_after {
+                    write!(f, " RETRY-AFTER {}", fmt_duration(*d))?;
+                }
+                Ok(())
+            }
             ActionKind::RewriteEmbeds { select, mapping } => {
                 write!(f, "REWRITE EMBEDS{select}")?;
                 if let Some((m, _)) = mapping {

@@ -41,13 +41,18 @@ const RESERVED: &[&str] = &[
     "URL",
     "HOST",
     "SITE",
+    "METHOD",
+    "EXISTS",
+    "REJECT",
 ];
 
 /// The nodes at which a test can be decided.
 fn decidable(t: &Test) -> u8 {
     let all = Node::ALL.iter().fold(0, |m, n| m | n.bit());
     match t {
-        Test::Url { .. } | Test::Host { .. } | Test::Site { .. } => Node::Request.bit() | Node::Response.bit(),
+        Test::Url { .. } | Test::Host { .. } | Test::Site { .. } | Test::Method { .. } | Test::Cookie { .. } | Test::Header { .. } => {
+            Node::Request.bit() | Node::Response.bit()
+        }
         Test::ContentType { .. } => Node::Response.bit(),
         _ => all,
     }
@@ -66,6 +71,9 @@ fn test_name(t: &Test) -> &'static str {
         Test::Site { .. } => "SITE",
         Test::ContentType { .. } => "CONTENT-TYPE",
         Test::Class { .. } => "CLASS",
+        Test::Method { .. } => "METHOD",
+        Test::Cookie { .. } => "COOKIE.<name>",
+        Test::Header { .. } => "HEADER.<name>",
     }
 }
 
@@ -75,7 +83,7 @@ pub(crate) fn action_nodes(a: &ActionKind) -> u8 {
         ActionKind::DropSyn | ActionKind::LimitSyn { .. } | ActionKind::DelayFirstSyn { .. } | ActionKind::HaltFastSyn => Node::Syn.bit(),
         ActionKind::Fast { syn, synack, .. } => (if *syn { Node::Syn.bit() } else { 0 }) | (if *synack { Node::SynAck.bit() } else { 0 }),
         ActionKind::RemoveEmbeds { .. } => Node::Response.bit(),
-        ActionKind::RewriteEmbeds { .. } => Node::Request.bit(),
+        ActionKind::RewriteEmbeds { .. } | ActionKind::Reject { .. } => Node::Request.bit(),
     }
 }
 
@@ -91,7 +99,7 @@ fn why_unknown(t: &Test, node: Node) -> &'static str {
 fn tests_at(node: Node) -> &'static str {
     match node {
         Node::Syn | Node::SynAck => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT or RT.<class>",
-        Node::Request => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT, RT.<class>, URL, HOST or SITE",
+        Node::Request => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT, RT.<class>, URL, HOST, SITE, METHOD, COOKIE.<name> or HEADER.<name>",
         Node::Response => "any test",
     }
 }
@@ -183,6 +191,9 @@ impl Checker<'_> {
                 Test::Site { negated, pattern } => eval::Test::Site { negated: *negated, pattern: pattern.clone() },
                 Test::ContentType { negated, pattern } => eval::Test::ContentType { negated: *negated, pattern: pattern.clone() },
                 Test::Class { negated, class } => eval::Test::Class { negated: *negated, class: self.class(class, false).unwrap_or(ClassId(0)) },
+                Test::Method { negated, pattern } => eval::Test::Method { negated: *negated, pattern: pattern.clone() },
+                Test::Cookie { name, cond } => eval::Test::Cookie { name: name.clone().into(), cond: cond.clone() },
+                Test::Header { name, cond } => eval::Test::Header { name: name.to_ascii_lowercase().into(), cond: cond.clone() },
             }),
         }
     }
@@ -259,6 +270,9 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
                     .help(match a.test {
                         Test::ContentType { .. } => "CONTENT-TYPE is known at the response node only (REMOVE EMBEDS)",
                         Test::Site { .. } => "SITE is known at the request and response nodes; at the SYN a site with an address of its own is IP.DST (and PORT.DST), or a class declared by SITE (its clients' latest site)",
+                        Test::Method { .. } | Test::Cookie { .. } | Test::Header { .. } => {
+                            "METHOD, COOKIE and HEADER are the request's: known at the request and response nodes (REJECT, REWRITE EMBEDS, REMOVE EMBEDS)"
+                        }
                         _ => "URL and HOST are known at the request and response nodes (REWRITE EMBEDS, REMOVE EMBEDS)",
                     }),
                 );
@@ -322,6 +336,9 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
                         ActionKind::RemoveEmbeds { select } => {
                             push(Node::Response, Effect::RemoveEmbeds(EmbedsId(embeds.len() as u32)));
                             embeds.push(Embeds { select: select.clone(), mapping: None, mapping_span: None, map: None });
+                        }
+                        ActionKind::Reject { status, retry_after } => {
+                            push(Node::Request, Effect::Reject { status: *status, retry_after: *retry_after })
                         }
                         ActionKind::RewriteEmbeds { select, mapping } => {
                             push(Node::Request, Effect::RewriteEmbeds(EmbedsId(embeds.len() as u32)));

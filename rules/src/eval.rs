@@ -124,12 +124,33 @@ pub struct Facts<'a> {
     /// The debounced values of the `FOR` tests ([`RuleSet::update_holds`]); without them those
     /// tests are unknown.
     pub holds: Option<&'a Holds>,
+    /// The request's method, headers and cookies at request and response nodes (`METHOD`,
+    /// `HEADER.<name>`, `COOKIE.<name>`); without it those tests are unknown.
+    pub request: Option<&'a dyn RequestFields>,
+}
+
+/// A request's fields the rules may test: what the engine kept of its head
+/// ([`RuleSet::headers_used`] says which headers).
+pub trait RequestFields {
+    /// The method, as sent.
+    fn method(&self) -> &str;
+    /// The value of its first header named `name` (lower case; names compare in any case).
+    fn header(&self, name: &str) -> Option<&str>;
+}
+
+/// The value of cookie `name` in a `Cookie` header's value (`a=1; tier=gold`), compared by its
+/// name as sent (RFC 6265: `name=value` pairs separated by `;`, spaces around them ignored).
+pub fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header.split(';').find_map(|pair| {
+        let (n, v) = pair.split_once('=')?;
+        (n.trim() == name).then(|| v.trim().trim_matches('"'))
+    })
 }
 
 impl<'a> Facts<'a> {
     /// Facts with only the connection and class known.
     pub fn new(client: SocketAddr, server: SocketAddr, class: ClassId, aggregates: &'a dyn Aggregates) -> Facts<'a> {
-        Facts { client, server, class, rt: None, url: None, host: None, site: None, content_type: None, aggregates, holds: None }
+        Facts { client, server, class, rt: None, url: None, host: None, site: None, content_type: None, aggregates, holds: None, request: None }
     }
 }
 
@@ -159,6 +180,11 @@ pub enum Effect {
     HaltFastSyn,
     RemoveEmbeds(EmbedsId),
     RewriteEmbeds(EmbedsId),
+    /// Answer the request with `status` (and `Retry-After` when given) in the server's stead.
+    Reject {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
 }
 
 /// A rule whose condition held, and one of its actions at the node evaluated.
@@ -256,15 +282,23 @@ impl Expr {
     /// behind [`RuleSet::aggregate_tests`] (and so [`RuleSet::aggregates_used`]) and
     /// [`RuleSet::syn_aggregate_signature`].
     pub(crate) fn for_each_aggregate(&self, f: &mut impl FnMut(&Test)) {
+        self.for_each_test(&mut |t| {
+            if matches!(t, Test::Agg { .. } | Test::Held(_)) {
+                f(t)
+            }
+        })
+    }
+
+    /// Visit the condition's tests in file order.
+    pub(crate) fn for_each_test(&self, f: &mut impl FnMut(&Test)) {
         match self {
             Expr::And(xs) | Expr::Or(xs) => {
                 for x in xs.iter() {
-                    x.for_each_aggregate(f);
+                    x.for_each_test(f);
                 }
             }
-            Expr::Not(x) => x.for_each_aggregate(f),
-            Expr::Test(t @ (Test::Agg { .. } | Test::Held(_))) => f(t),
-            Expr::Test(_) => {}
+            Expr::Not(x) => x.for_each_test(f),
+            Expr::Test(t) => f(t),
         }
     }
 
@@ -306,16 +340,60 @@ pub const TLS_PORTS: [u16; 2] = [443, 8443];
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Test {
-    Addr { end: End, negated: bool, pattern: AddrPattern },
-    Port { end: End, cmp: Cmp, port: u16 },
-    Rt { cmp: Cmp, limit: Duration },
-    Agg { scope: Scope, stat: Stat, cmp: Cmp, limit: Duration },
+    Addr {
+        end: End,
+        negated: bool,
+        pattern: AddrPattern,
+    },
+    Port {
+        end: End,
+        cmp: Cmp,
+        port: u16,
+    },
+    Rt {
+        cmp: Cmp,
+        limit: Duration,
+    },
+    Agg {
+        scope: Scope,
+        stat: Stat,
+        cmp: Cmp,
+        limit: Duration,
+    },
     Held(u32),
-    Url { negated: bool, pattern: Glob },
-    Host { negated: bool, pattern: Glob },
-    Site { negated: bool, pattern: Glob },
-    ContentType { negated: bool, pattern: Glob },
-    Class { negated: bool, class: ClassId },
+    Url {
+        negated: bool,
+        pattern: Glob,
+    },
+    Host {
+        negated: bool,
+        pattern: Glob,
+    },
+    Site {
+        negated: bool,
+        pattern: Glob,
+    },
+    ContentType {
+        negated: bool,
+        pattern: Glob,
+    },
+    Class {
+        negated: bool,
+        class: ClassId,
+    },
+    Method {
+        negated: bool,
+        pattern: Glob,
+    },
+    Cookie {
+        name: Box<str>,
+        cond: ast::FieldCond,
+    },
+    /// `name` lower case.
+    Header {
+        name: Box<str>,
+        cond: ast::FieldCond,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -583,6 +661,26 @@ impl RuleSet {
         }
     }
 
+    /// The request headers the rules test (lower case, each once): each `HEADER.<name>`'s, and
+    /// `cookie` for `COOKIE.<name>`. The engine keeps these of a request's head for
+    /// [`Facts::request`].
+    pub fn headers_used(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for r in &self.rules {
+            r.cond.for_each_test(&mut |t| {
+                let name = match t {
+                    Test::Header { name, .. } => &**name,
+                    Test::Cookie { .. } => "cookie",
+                    _ => return,
+                };
+                if !names.iter().any(|n| n == name) {
+                    names.push(name.to_string());
+                }
+            });
+        }
+        names
+    }
+
     /// [`RuleSet::eval`] at a client's SYN.
     pub fn eval_syn(&self, facts: &Facts<'_>, out: &mut Vec<Firing>) {
         self.eval(Node::Syn, facts, out)
@@ -652,7 +750,19 @@ fn test(t: &Test, f: &Facts<'_>) -> Option<bool> {
         Test::Site { negated, pattern } => pattern.matches(host_name(f.site?), true) != *negated,
         Test::ContentType { negated, pattern } => pattern.matches(media_type(f.content_type?), true) != *negated,
         Test::Class { negated, class } => (f.class == *class) != *negated,
+        Test::Method { negated, pattern } => pattern.matches(f.request?.method(), false) != *negated,
+        Test::Cookie { name, cond } => field(cond, f.request?.header("cookie").and_then(|h| cookie_value(h, name))),
+        Test::Header { name, cond } => field(cond, f.request?.header(name)),
     })
+}
+
+/// A `COOKIE` or `HEADER` test on the field's value (`None`: the request has no such field).
+fn field(cond: &ast::FieldCond, value: Option<&str>) -> bool {
+    match (cond, value) {
+        (ast::FieldCond::Exists, v) => v.is_some(),
+        (ast::FieldCond::Matches { negated, pattern }, Some(v)) => pattern.matches(v, false) != *negated,
+        (ast::FieldCond::Matches { negated, .. }, None) => *negated,
+    }
 }
 
 /// `shop.example.com:8080` → `shop.example.com`; `[2001:db8::1]:80` → `[2001:db8::1]`.

@@ -52,12 +52,12 @@ mod parse;
 use std::path::Path;
 
 pub use addr::AddrPattern;
-pub use ast::{Cmp, EmbedSelect, End, Stat, DEFAULT_GAP};
+pub use ast::{Cmp, EmbedSelect, End, FieldCond, Stat, DEFAULT_GAP, DEFAULT_REJECT_STATUS};
 pub use check::MAX_CLASSES;
 pub use diag::{Diagnostic, Diagnostics, Span};
 pub use eval::{
-    host_name, AggregateTest, Aggregates, Bucket, BucketId, ClassId, Effect, Embeds, EmbedsId, Facts, Firing, HeldTest, Holds, NoAggregates, Node,
-    RuleId, RuleSet, Scope, DEFAULT_CLASS, TLS_PORTS,
+    cookie_value, host_name, AggregateTest, Aggregates, Bucket, BucketId, ClassId, Effect, Embeds, EmbedsId, Facts, Firing, HeldTest, Holds,
+    NoAggregates, Node, RequestFields, RuleId, RuleSet, Scope, DEFAULT_CLASS, TLS_PORTS,
 };
 pub use glob::Glob;
 pub use mapping::Mapping;
@@ -215,6 +215,17 @@ pub fn summary(rules: &RuleSet) -> String {
             "\n  not applicable: tls: line {line} edits content on connections to HTTPS's ports only ({}): their responses are encrypted, \
              so rlm leaves them whole and counts them (stats.adapt_not_applicable_tls)",
             eval::TLS_PORTS.map(|p| p.to_string()).join(", ")
+        ));
+    }
+    let rejects: Vec<String> = (0..rules.rule_count() as u32)
+        .map(RuleId)
+        .filter(|&id| rules.rule(id).is_some_and(|r| r.actions.iter().any(|a| matches!(a.kind, ast::ActionKind::Reject { .. }))))
+        .map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}")))
+        .collect();
+    if !rejects.is_empty() {
+        s.push_str(&format!(
+            "\n  not carried out yet: REJECT ({}): rlm evaluates it at each request but does not answer for the server yet (issue 26)",
+            rejects.join(", ")
         ));
     }
     s

@@ -16,9 +16,11 @@ pub const MAX_ERRORS: usize = 50;
 /// The largest position in `AFTER n` / `AT n`.
 pub const MAX_EMBED_POS: u64 = 10_000;
 
-const ACTION_WORDS: &[&str] = &["DROP", "LIMIT", "FAST", "DELAY", "HALT", "REMOVE", "REWRITE"];
-const EXPECT_ACTION: &str = "an action: DROP SYN, LIMIT SYN, FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, HALT FAST SYN, REMOVE EMBEDS or REWRITE EMBEDS";
-const EXPECT_TEST: &str = "a test: IP.SRC, IP.DST, PORT.SRC, PORT.DST, RT, RT.<class>, URL, HOST, SITE, CONTENT-TYPE or CLASS, or NOT or '('";
+const ACTION_WORDS: &[&str] = &["DROP", "LIMIT", "FAST", "DELAY", "HALT", "REMOVE", "REWRITE", "REJECT"];
+const EXPECT_ACTION: &str =
+    "an action: DROP SYN, LIMIT SYN, FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, HALT FAST SYN, REMOVE EMBEDS, REWRITE EMBEDS or REJECT";
+const EXPECT_TEST: &str =
+    "a test: IP.SRC, IP.DST, PORT.SRC, PORT.DST, RT, RT.<class>, URL, HOST, SITE, METHOD, COOKIE.<name>, HEADER.<name>, CONTENT-TYPE or CLASS, or NOT or '('";
 const EXPECT_DURATION: &str = "a duration such as 500ms or 3.0s";
 
 pub(crate) struct Parser<'s> {
@@ -297,6 +299,22 @@ impl<'s> Parser<'s> {
         }
     }
 
+    /// A plain name (no quotes needed) or a quoted glob: SITE's and METHOD's value.
+    fn name_or_glob(&mut self, name: &str, either: &str) -> R<Glob> {
+        Ok(match self.peek() {
+            Some(t) if t.kind == Kind::Word && !self.at_line_keyword() => Glob::new(self.word(name)?.0.to_string()),
+            _ => Glob::new(self.string(either)?.0),
+        })
+    }
+
+    /// `==`, `=` or `!=` after a COOKIE or HEADER field, whose other form is `EXISTS`.
+    fn eq_op_or_exists(&mut self, field: &str) -> R<bool> {
+        match self.peek().map(|t| &t.kind) {
+            Some(Kind::Eq | Kind::EqEq | Kind::Ne | Kind::Lt | Kind::Le | Kind::Gt | Kind::Ge) => self.eq_op(field),
+            _ => self.expected(&format!("EXISTS, or ==, = or != and a \"string\", after {field}.<name>")),
+        }
+    }
+
     fn cmp(&mut self, field: &str) -> R<Cmp> {
         let c = match self.peek().map(|t| &t.kind) {
             Some(Kind::Eq | Kind::EqEq) => Cmp::Eq,
@@ -367,12 +385,43 @@ impl<'s> Parser<'s> {
             }
             "SITE" => {
                 let negated = self.eq_op("SITE")?;
-                // A plain name needs no quotes; a glob does.
-                let pattern = match self.peek() {
-                    Some(t) if t.kind == Kind::Word && !self.at_line_keyword() => Glob::new(self.word("a site name")?.0.to_string()),
-                    _ => Glob::new(self.string("a site name, such as shop.example.com, or a \"glob\" such as \"*.example.com\"")?.0),
-                };
+                let pattern = self.name_or_glob("a site name", "a site name, such as shop.example.com, or a \"glob\" such as \"*.example.com\"")?;
                 Test::Site { negated, pattern }
+            }
+            "METHOD" => {
+                let negated = self.eq_op("METHOD")?;
+                let pattern = self.name_or_glob("a method", "a method, such as GET, or a \"glob\" such as \"P*\"")?;
+                Test::Method { negated, pattern }
+            }
+            _ if upper.starts_with("COOKIE.") || upper.starts_with("HEADER.") => {
+                let cookie = upper.starts_with("COOKIE.");
+                let name = &field[7..];
+                let bad = name.char_indices().find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')));
+                if name.is_empty() || bad.is_some() {
+                    let what = if cookie { "a cookie name, such as COOKIE.cart" } else { "a header name, such as HEADER.X-Tier" };
+                    let start = t.span.start as usize + 7;
+                    let (at, msg) = match bad {
+                        Some((i, c)) => (
+                            Span::new(start + i, start + i + c.len_utf8()),
+                            format!("'{c}' cannot be in {}", if cookie { "a cookie's name" } else { "a header's name" }),
+                        ),
+                        None => (Span::new(start, t.span.end as usize), format!("{} needs a name after the dot", &upper[..6])),
+                    };
+                    return Err(Error::new(at, msg).expected(what));
+                }
+                let cond = if self.peek_kw("EXISTS") {
+                    self.bump();
+                    FieldCond::Exists
+                } else {
+                    let negated = self.eq_op_or_exists(&upper[..6])?;
+                    let (s, _) = self.string("a \"string\" (* matches any run of characters, ? one)")?;
+                    FieldCond::Matches { negated, pattern: Glob::new(s) }
+                };
+                if cookie {
+                    Test::Cookie { name: name.to_string(), cond }
+                } else {
+                    Test::Header { name: name.to_string(), cond }
+                }
             }
             "CLASS" => {
                 let negated = self.eq_op("CLASS")?;
@@ -464,6 +513,22 @@ impl<'s> Parser<'s> {
                 self.expect_kw("EMBEDS", "EMBEDS after REWRITE")?;
                 let (select, mapping) = self.embed_clauses(true)?;
                 ActionKind::RewriteEmbeds { select, mapping }
+            }
+            "REJECT" => {
+                let status = match self.peek() {
+                    Some(t) if t.kind == Kind::Word && !self.at_line_keyword() && self.text(t).bytes().all(|b| b.is_ascii_digit()) => {
+                        let (w, span) = self.word("a status")?;
+                        num::integer(w, span, "a REJECT status", 400, 599)? as u16
+                    }
+                    _ => DEFAULT_REJECT_STATUS,
+                };
+                let retry_after = if self.peek_kw("RETRY-AFTER") {
+                    self.bump();
+                    Some(self.duration(num::RETRY_AFTER)?)
+                } else {
+                    None
+                };
+                ActionKind::Reject { status, retry_after }
             }
             _ => {
                 self.i -= 1;

@@ -424,3 +424,66 @@ fn content_rules_on_tls_only_classes_are_named() {
     assert!(summary.contains("not applicable: tls: line 4 edits content"), "{summary}");
     assert!(!rules::summary(&set("CLASS HIGH IF IP.SRC == 10.4.*.*\nIF CLASS == HIGH THEN REMOVE EMBEDS\n")).contains("not applicable"));
 }
+
+/// A request's fields as the engine would give them.
+struct Req {
+    method: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+}
+
+impl rules::RequestFields for Req {
+    fn method(&self) -> &str {
+        self.method
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| *v)
+    }
+}
+
+/// The request node's own tests (issue 26): METHOD, COOKIE.<name> and HEADER.<name>, and
+/// REJECT with its status and Retry-After; unknown without the request's fields; the headers
+/// the engine must keep for them.
+#[test]
+fn requests_by_method_cookie_and_header_are_rejected() {
+    let rs = set("IF METHOD == POST AND NOT COOKIE.tier == \"gold\" THEN REJECT 429 RETRY-AFTER 5s\n\
+                  IF COOKIE.cart EXISTS OR HEADER.X-Tier != \"paid*\" THEN REJECT\n");
+    assert_eq!(rs.headers_used(), vec!["cookie".to_string(), "x-tier".to_string()]);
+    let (c, s) = (sa("10.5.0.1:4000"), sa(SERVER));
+    let at = |req: &Req| fired(&rs, Node::Request, &Facts { request: Some(req), ..Facts::new(c, s, ClassId(0), &NoAggregates) });
+    let slow = Effect::Reject { status: 429, retry_after: Some(Duration::from_secs(5)) };
+    let plain = Effect::Reject { status: 503, retry_after: None };
+    // A POST without the gold cookie, with another cookie and a paid tier: the first rule only.
+    let post = Req { method: "POST", headers: &[("Cookie", "sid=1; tier=silver"), ("x-tier", "paid-2")] };
+    assert_eq!(at(&post), vec![(0, slow)]);
+    // Gold: not the first; a cart cookie: the second.
+    let gold = Req { method: "POST", headers: &[("cookie", "cart=3;tier=gold"), ("X-TIER", "paid")] };
+    assert_eq!(at(&gold), vec![(1, plain)]);
+    // A GET with no X-Tier header: `!=` holds when the header is not there.
+    assert_eq!(at(&Req { method: "GET", headers: &[] }), vec![(1, plain)]);
+    assert!(at(&Req { method: "GET", headers: &[("X-Tier", "paid")] }).is_empty());
+    // Methods compare as sent: "post" is not POST.
+    assert_eq!(at(&Req { method: "post", headers: &[("X-Tier", "paid")] }), vec![]);
+    // Without the request's fields the tests are unknown: nothing fires.
+    assert!(fired(&rs, Node::Request, &Facts::new(c, s, ClassId(0), &NoAggregates)).is_empty());
+    // `rlm check` says REJECT is not carried out yet.
+    let summary = rules::summary(&rs);
+    assert!(summary.contains("not carried out yet: REJECT (line 1, line 2)"), "{summary}");
+    assert!(!rules::summary(&set("IF RT > 1s THEN DROP SYN")).contains("REJECT"));
+    // Printed back, parsed again: the same rules.
+    let printed = rs.ast().to_string();
+    assert_eq!(set(&printed).ast().to_string(), printed, "{printed}");
+    assert!(printed.contains("REJECT 429 RETRY-AFTER 5s") && printed.contains("\n  REJECT\n"), "{printed}");
+    assert!(printed.contains("COOKIE.cart EXISTS") && printed.contains("HEADER.X-Tier != \"paid*\""), "{printed}");
+}
+
+/// Cookies as browsers send them: `name=value` pairs split by `;`, spaces around them ignored,
+/// names compared as sent.
+#[test]
+fn cookie_values() {
+    assert_eq!(rules::cookie_value("a=1; tier=gold", "tier"), Some("gold"));
+    assert_eq!(rules::cookie_value("tier=\"gold\";b=2", "tier"), Some("gold"));
+    assert_eq!(rules::cookie_value(" tier = gold ", "tier"), Some("gold"));
+    assert_eq!(rules::cookie_value("Tier=gold", "tier"), None);
+    assert_eq!(rules::cookie_value("cart", "cart"), None);
+    assert_eq!(rules::cookie_value("cart=", "cart"), Some(""));
+}

@@ -111,6 +111,14 @@ const FRAGMENTS: &[&str] = &[
     "USING",
     "PREDICTED",
     "FOR",
+    "REJECT",
+    "RETRY-AFTER",
+    "429",
+    "METHOD",
+    "COOKIE.cart",
+    "HEADER.X-Tier",
+    "COOKIE.",
+    "EXISTS",
     "\"/images/*\"",
     "\"text/html\"",
     "\"",
@@ -211,6 +219,17 @@ fn atom_request() -> impl Strategy<Value = String> {
         atom_anywhere(),
         (prop::sample::select(&["URL", "HOST"][..]), prop::sample::select(&["==", "!="][..]), "[a-z/*?.\"\\\\é]{0,12}")
             .prop_map(|(f, op, s)| format!("{f} {op} \"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))),
+        (prop::sample::select(&["==", "!="][..]), prop::sample::select(&["GET", "POST", "\"P*\""][..]))
+            .prop_map(|(op, m)| format!("METHOD {op} {m}")),
+        (
+            prop::sample::select(&["COOKIE", "HEADER"][..]),
+            "[A-Za-z0-9_.-]{1,10}",
+            prop::option::of((prop::sample::select(&["==", "!="][..]), "[a-z*?]{0,6}"))
+        )
+            .prop_map(|(f, n, v)| match v {
+                None => format!("{f}.{n} EXISTS"),
+                Some((op, g)) => format!("{f}.{n} {op} \"{g}\""),
+            }),
     ]
 }
 
@@ -245,13 +264,19 @@ fn embeds_action() -> impl Strategy<Value = String> {
         "[a-z/*.]{0,10}".prop_map(|g| format!(" MATCHING \"{g}\"")),
         (prop::sample::select(&[">", ">="][..]), 0u64..3_600_000).prop_map(|(op, ms)| format!(" IF PREDICTED RT {op} {ms}ms")),
     ];
-    (prop::bool::ANY, select, prop::option::of("[a-z./]{1,10}")).prop_map(|(remove, sel, map)| {
-        if remove {
-            format!("REMOVE EMBEDS{sel}")
-        } else {
-            format!("REWRITE EMBEDS{sel}{}", map.map(|m| format!(" USING \"{m}\"")).unwrap_or_default())
-        }
-    })
+    let reject = (prop::option::of(400u16..=599), prop::option::of(1u64..=86_400)).prop_map(|(st, ra)| {
+        format!("REJECT{}{}", st.map(|s| format!(" {s}")).unwrap_or_default(), ra.map(|r| format!(" RETRY-AFTER {r}s")).unwrap_or_default())
+    });
+    prop_oneof![
+        (prop::bool::ANY, select, prop::option::of("[a-z./]{1,10}")).prop_map(|(remove, sel, map)| {
+            if remove {
+                format!("REMOVE EMBEDS{sel}")
+            } else {
+                format!("REWRITE EMBEDS{sel}{}", map.map(|m| format!(" USING \"{m}\"")).unwrap_or_default())
+            }
+        }),
+        reject,
+    ]
 }
 
 fn rule() -> impl Strategy<Value = String> {
