@@ -106,7 +106,8 @@ impl Analyzer {
 
     /// The first bytes of `dir` choose the protocol of a pending analyzer.
     fn choose(&mut self, dir: Dir, data: &[u8]) {
-        let Analyzer::Pending { midstream, opts } = *self else { return };
+        let Analyzer::Pending { midstream, ref opts } = *self else { return };
+        let opts = opts.clone();
         *self = match dir {
             Dir::ToServer if client_opens_tls(data, midstream) => {
                 if opts.detect {
@@ -125,7 +126,7 @@ impl Analyzer {
         if !matches!(self, Analyzer::Probe(_)) {
             return;
         }
-        let placeholder = Analyzer::Pending { midstream: false, opts: HttpOptions { scan_embeds: false, detect: false, decode_bodies: false } };
+        let placeholder = Analyzer::Pending { midstream: false, opts: HttpOptions::default() };
         let Analyzer::Probe(both) = std::mem::replace(self, placeholder) else { return };
         let (mut http, mut tls) = *both;
         *self = if server_speaks_tls(data) {

@@ -2129,3 +2129,34 @@ fn rst_and_fin_outside_the_window_change_nothing() {
     assert_eq!(r.engine.stats().out_of_window, 6);
     assert_eq!(r.engine.table_sizes().connections, 0);
 }
+
+/// The request node's REJECT (issue 26, first step): evaluated at each request head with the
+/// request's method, headers and cookies (kept in the head because the rules test them), and
+/// counted in its rule's `fired` and `deferred` and in `stats.rejects_deferred`: the engine does
+/// not answer for the server yet, so every request still reaches it.
+#[test]
+fn reject_is_evaluated_at_each_request_and_counted_deferred() {
+    let mut r = Run::new();
+    r.engine.set_rules(Some(rules(
+        "IF METHOD == POST AND NOT COOKIE.cart EXISTS THEN REJECT 503 RETRY-AFTER 5s\nIF HEADER.X-Tier == \"free\" THEN REJECT 429\n",
+    )));
+    let mut c = TcpConv::new("10.4.0.20:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    let requests = [
+        "POST /buy HTTP/1.1\r\nHost: shop\r\nContent-Length: 0\r\n\r\n",
+        "POST /buy HTTP/1.1\r\nHost: shop\r\nCookie: sid=1; cart=3\r\nContent-Length: 0\r\n\r\n",
+        "GET /a HTTP/1.1\r\nHost: shop\r\nx-tier: free\r\n\r\n",
+        "GET /b HTTP/1.1\r\nHost: shop\r\nX-Tier: paid\r\n\r\n",
+    ];
+    for (i, req) in requests.iter().enumerate() {
+        let t = 100 + 100 * i as u64;
+        r.feed(t, c.client_data(req.as_bytes()));
+        r.feed_all(t + 20, c.server_data(&gif_response(100)));
+    }
+    r.finish(2_000);
+    let p = r.engine.policy().unwrap();
+    let counts: Vec<(u64, u64)> = p.rule_counters.iter().map(|c| (c.fired, c.deferred)).collect();
+    assert_eq!(counts, vec![(1, 1), (1, 1)], "the POST without a cart, the free tier");
+    assert_eq!(r.engine.stats().rejects_deferred, 2);
+    assert_eq!(r.tx.len(), 4, "not carried out: every request answered by the server");
+}

@@ -118,7 +118,7 @@ proptest! {
         scuts in prop::collection::vec(any::<usize>(), 0..20),
     ) {
         let (client, server, expect, offsets) = conversation(&bodies);
-        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true });
+        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true, keep_headers: None });
         let mut out = Vec::new();
         // The client pipelines everything, then the server answers everything.
         feed_http(&mut h, false, &client, &ccuts, Timestamp(1), &mut out);
@@ -154,7 +154,7 @@ proptest! {
         let heads: Vec<(usize, usize)> = offsets.iter().enumerate().map(|(i, &(_, r, b))| {
             (r, b.unwrap_or_else(|| offsets.get(i + 1).map_or(server.len(), |o| o.1)))
         }).collect();
-        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true });
+        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true, keep_headers: None });
         let mut out = Vec::new();
         feed_http(&mut h, false, &client, &[], Timestamp(1), &mut out);
         let (mut seq, mut at, mut absent) = (SEQ_BASE, 0usize, 0u64);
@@ -196,7 +196,7 @@ proptest! {
         server in prop::collection::vec(any::<u8>(), 0..600),
         cuts in prop::collection::vec(any::<usize>(), 0..10),
     ) {
-        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true });
+        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: true, detect: false, decode_bodies: true, keep_headers: None });
         let mut out = Vec::new();
         feed_http(&mut h, false, &client, &cuts, Timestamp(1), &mut out);
         feed_http(&mut h, true, &server, &cuts, Timestamp(2), &mut out);
@@ -435,7 +435,7 @@ proptest! {
             expect.push((m.method.clone(), m.target.clone(), if m.http11 { "1.1" } else { "1.0" }, rq, rs, m.status,
                 m.reason.as_ref().map(|r| r.trim().to_string())));
         }
-        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: false, detect: false, decode_bodies: true });
+        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: false, detect: false, decode_bodies: true, keep_headers: None });
         let mut out = Vec::new();
         feed_http(&mut h, false, &client, &ccuts, Timestamp(1), &mut out);
         feed_http(&mut h, true, &server, &scuts, Timestamp(2), &mut out);
@@ -455,7 +455,7 @@ proptest! {
     #[test]
     fn http09_round_trip(target in "/[a-z0-9/.]{1,30}", lf_only in any::<bool>(), body in prop::collection::vec(any::<u8>(), 1..2000),
                          cuts in prop::collection::vec(any::<usize>(), 0..10)) {
-        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: false, detect: false, decode_bodies: true });
+        let mut h = HttpConn::new(false, HttpOptions { scan_embeds: false, detect: false, decode_bodies: true, keep_headers: None });
         let mut out = Vec::new();
         h.on_client_data(Timestamp(1), SEQ_BASE, format!("GET {target}{}", if lf_only { "\n" } else { "\r\n" }).as_bytes(), &mut out);
         feed_http(&mut h, true, &body, &cuts, Timestamp(2), &mut out);

@@ -236,6 +236,9 @@ pub struct Engine {
     transmits: VecDeque<Transmit>,
     stats: Stats,
     last_now: Timestamp,
+    /// The request headers the rules in force test (`RuleSet::headers_used`), kept in the heads
+    /// of the requests of connections opened since they came into force.
+    keep_headers: Option<crate::http::KeepHeaders>,
     policy: Option<Policy>,
     fastpath: Option<Fastpath>,
     /// The SYN and SYN/ACK nodes' state.
@@ -281,6 +284,7 @@ impl Engine {
             transmits: VecDeque::new(),
             stats,
             last_now: Timestamp::ZERO,
+            keep_headers: None,
             policy: None,
             fastpath: None,
             adapt: Adaptation::default(),
@@ -353,6 +357,8 @@ impl Engine {
         }
         self.quic.on_rules();
         let p = self.policy.as_ref();
+        let keep = p.map(|p| p.rules().headers_used()).unwrap_or_default();
+        self.keep_headers = (!keep.is_empty()).then(|| std::sync::Arc::new(keep.into_iter().map(String::into_boxed_str).collect()));
         self.syn.injecting = p.is_some_and(Policy::injects);
         self.syn.injecting_synack = p.is_some_and(Policy::injects_at_synack);
         self.adapt.on_rules(p);

@@ -115,6 +115,7 @@ impl Engine {
             // carry; other ports only when the client's first bytes look like a request.
             detect: self.cfg.server_ports.is_empty() && !WELL_KNOWN_HTTP_PORTS.contains(&server.port),
             decode_bodies: self.cfg.decode_bodies,
+            keep_headers: self.keep_headers.clone(),
         };
         let id = self.flows.insert(now, client, server, midstream, Some(Analyzer::pending(midstream, http)));
         self.stats.connections += 1;
@@ -365,6 +366,13 @@ impl Engine {
         let Some(head) = txn.request.as_ref() else { return };
         if let (Some(p), Some(host)) = (self.policy.as_mut(), head.host.as_deref()) {
             p.learn_site(c.client.ip, host);
+        }
+        // The request node's REJECT: evaluated and counted, not carried out yet.
+        if let Some(p) = self.policy.as_mut().filter(|p| p.rejects()) {
+            let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
+            let class = p.classify(cl, sv);
+            let rt = self.pageviews.elapsed_for_client(c.client.ip, now);
+            self.stats.rejects_deferred += u64::from(p.at_request_head(now, (cl, sv, class), head, rt));
         }
         let info = request_info(c, id, depth, Asked::Head(head), txn.request_ts, c.hs.established);
         self.pageviews.on_request(now, &info);

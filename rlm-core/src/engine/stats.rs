@@ -169,6 +169,9 @@ pub struct Stats {
     /// Exchanges of encrypted records that began while the rules have `REMOVE EMBEDS` or
     /// `REWRITE EMBEDS`, which need the plaintext: not applicable on TLS.
     pub adapt_not_applicable_tls: u64,
+    /// Requests a `REJECT` fired at (each also counted in its rule's `fired` and `deferred`):
+    /// decided, not carried out yet (issue 26).
+    pub rejects_deferred: u64,
     #[allow(missing_docs)]
     pub tls_bad: std::collections::BTreeMap<&'static str, u64>,
     /// Records of what nothing shows is real (see [`crate::Config::unproven_records_per_s`])

@@ -68,8 +68,12 @@ enum Stream {
     Tunnel,
 }
 
+/// The names of the request headers kept for the rules, shared by the connections (a thin
+/// pointer: a connection's state has a budget).
+pub type KeepHeaders = std::sync::Arc<Vec<Box<str>>>;
+
 /// How a connection's bytes are read as HTTP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HttpOptions {
     /// Scan HTML/CSS bodies for embedded objects.
     pub scan_embeds: bool,
@@ -79,6 +83,9 @@ pub struct HttpOptions {
     /// path turns it off: it costs an inflate per encoded body and the appliance needs only
     /// wire sizes.
     pub decode_bodies: bool,
+    /// Request headers to keep in each request's head for the rules ([`RequestHead::kept`]),
+    /// lower case; `None`: none.
+    pub keep_headers: Option<KeepHeaders>,
 }
 
 /// HTTP state of one TCP connection.
@@ -106,6 +113,8 @@ pub struct HttpConn {
     pub not_http: bool,
     /// Drop the connection from HTTP parsing if its first bytes are not HTTP.
     detect: bool,
+    /// The request headers kept for the rules ([`HttpOptions::keep_headers`]).
+    keep: Option<KeepHeaders>,
 }
 
 fn is_ws_line_end(b: u8) -> bool {
@@ -142,6 +151,7 @@ impl HttpConn {
             bad_request_line: false,
             not_http: false,
             detect: opts.detect,
+            keep: opts.keep_headers,
         }
     }
 

@@ -271,13 +271,36 @@ pub struct RequestHead {
     pub destination: Destination,
     /// What was odd about the head (its request line, header lines and framing fields).
     pub anomalies: Anomalies,
+    /// The headers the rules test (`HEADER.<name>`, `COOKIE.<name>`: their lower-case names as
+    /// the parse was asked to keep them), each's first value, when the request has it.
+    pub kept: Vec<(Box<str>, String)>,
+}
+
+impl rules::RequestFields for RequestHead {
+    fn method(&self) -> &str {
+        &self.method
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        let named = |n: &str| name.eq_ignore_ascii_case(n);
+        if named("host") {
+            return self.host.as_deref();
+        }
+        if named("referer") {
+            return self.referrer.as_deref();
+        }
+        if named("user-agent") {
+            return self.user_agent.as_deref();
+        }
+        self.kept.iter().find(|(n, _)| named(n)).map(|(_, v)| v.as_str())
+    }
 }
 
 impl RequestHead {
     /// Cut each kept field to [`MAX_FIELD`] bytes (flagging `field_truncated`).
     pub(crate) fn bound_fields(mut self) -> RequestHead {
         let mut cut = bound_field(&mut self.method, MAX_FIELD) | bound_field(&mut self.uri, MAX_FIELD) | bound_field(&mut self.zeek_uri, MAX_FIELD);
-        for f in [&mut self.host, &mut self.referrer, &mut self.user_agent].into_iter().flatten() {
+        for f in [&mut self.host, &mut self.referrer, &mut self.user_agent].into_iter().flatten().chain(self.kept.iter_mut().map(|(_, v)| v)) {
             cut |= bound_field(f, MAX_FIELD);
         }
         if cut {
@@ -289,7 +312,13 @@ impl RequestHead {
     /// Heap bytes its fields hold.
     pub(crate) fn held_bytes(&self) -> usize {
         let opt = |o: &Option<String>| o.as_ref().map_or(0, String::capacity);
-        self.method.capacity() + self.uri.capacity() + self.zeek_uri.capacity() + opt(&self.host) + opt(&self.referrer) + opt(&self.user_agent)
+        self.method.capacity()
+            + self.uri.capacity()
+            + self.zeek_uri.capacity()
+            + opt(&self.host)
+            + opt(&self.referrer)
+            + opt(&self.user_agent)
+            + self.kept.iter().map(|(n, v)| n.len() + v.capacity() + std::mem::size_of::<(Box<str>, String)>()).sum::<usize>()
     }
 }
 
@@ -329,6 +358,12 @@ pub enum HeadError {
 
 /// Parse a complete request head (through its empty line).
 pub fn parse_request(head: &[u8]) -> Result<RequestHead, HeadError> {
+    parse_request_keeping(head, &[])
+}
+
+/// [`parse_request`], keeping the first value of each header named in `keep` (lower case: the
+/// rules' [`rules::RuleSet::headers_used`]) in [`RequestHead::kept`].
+pub fn parse_request_keeping(head: &[u8], keep: &[Box<str>]) -> Result<RequestHead, HeadError> {
     let h = split_head(head);
     let line = parse_request_line(h.start).ok_or(HeadError::Invalid)?;
     let bh = body_headers(&h.fields, line.version);
@@ -352,6 +387,7 @@ pub fn parse_request(head: &[u8]) -> Result<RequestHead, HeadError> {
         framing,
         destination: destination(&h.fields),
         anomalies,
+        kept: keep.iter().filter_map(|n| header_str(&h.fields, n).map(|v| (n.clone(), v))).collect(),
     }
     .bound_fields())
 }

@@ -6,6 +6,6 @@ pub mod decode;
 pub mod embed;
 pub mod head;
 
-pub use conn::{HttpConn, HttpEvent, HttpOptions, Txn};
+pub use conn::{HttpConn, HttpEvent, HttpOptions, KeepHeaders, Txn};
 pub use embed::{EmbedKind, EmbedRef, EmbedScanner};
 pub use head::{Anomalies, Coding, Destination, Framing, RequestHead, ResponseHead, Version};

@@ -68,7 +68,8 @@ impl Policy {
         firings.clear();
         self.rules.eval(node, &facts, &mut firings);
         let mut found = None;
-        for f in &firings {
+        // REJECT's firings are counted at the request head ([`Policy::at_request_head`]).
+        for f in firings.iter().filter(|f| !matches!(f.effect, Effect::Reject { .. })) {
             let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) else { continue };
             rc.fired += 1;
             rc.last_fired = Some(now);

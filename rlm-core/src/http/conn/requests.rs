@@ -119,6 +119,7 @@ impl HttpConn {
             framing: Framing::None,
             destination: head::Destination::Unknown,
             anomalies: line.anomalies,
+            kept: Vec::new(),
         }
         .bound_fields();
         self.push_request(req, seq, out);
@@ -194,7 +195,7 @@ impl HttpConn {
 
     /// A request head, whose first byte has sequence number `seq`.
     fn request_head(&mut self, head: Vec<u8>, seq: u32, out: &mut Vec<HttpEvent>) {
-        match head::parse_request(&head) {
+        match head::parse_request_keeping(&head, self.keep.as_deref().map_or(&[], Vec::as_slice)) {
             Ok(req) => self.push_request(req, seq, out),
             Err(_) => {
                 // Not a request line (Zeek stops reading the client here). The server's answer
