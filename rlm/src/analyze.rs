@@ -61,6 +61,11 @@ pub struct RuleReport {
     pub last_ts: Option<f64>,
     /// The first few connections it would have acted on (`client -> server`).
     pub examples: Vec<String>,
+    /// Times its condition held at a node where it has an action, and of those the actions
+    /// `rlm analyze` does not carry out (fast retransmission, content edits, REJECT): decided,
+    /// counted, not done (the engine's rule counters).
+    pub fired: u64,
+    pub deferred: u64,
     #[serde(skip)]
     seen_clients: std::collections::HashSet<String>,
     #[serde(skip)]
@@ -422,8 +427,17 @@ impl Summary {
             let _ = writeln!(s, "  what-if with {} (the capture is as it happened; this is what the rules would have done):", w.rules_file);
             for r in &w.rules {
                 let _ = writeln!(s, "    {} {}", r.rule, r.text);
+                if r.deferred > 0 {
+                    let _ = writeln!(
+                        s,
+                        "      fired {} times; {} of its actions decided but not carried out by a replay (deferred)",
+                        r.fired, r.deferred
+                    );
+                }
                 if r.syns_dropped + r.syns_limited == 0 {
-                    let _ = writeln!(s, "      never acted");
+                    if r.deferred == 0 {
+                        let _ = writeln!(s, "      never acted");
+                    }
                     continue;
                 }
                 let _ = writeln!(
@@ -610,6 +624,11 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
     }
     let mut summary = Summary::new(reader.name(), replayed.frames, replayed.cut.map(|c| c.0), engine.stats(), tx, pv, &rt);
     if let Some(mut w) = what_if {
+        if let Some(p) = engine.policy() {
+            for (r, c) in w.rules.iter_mut().zip(&p.rule_counters) {
+                (r.fired, r.deferred) = (c.fired, c.deferred);
+            }
+        }
         w.class_rt = class_buckets
             .into_iter()
             .map(|((ts, class), (n, sum))| ClassRtPoint { ts, class, pageviews: n, mean_s: sum / n.max(1) as f64 })

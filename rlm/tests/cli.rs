@@ -524,7 +524,11 @@ fn raw_ip_linux_sll_and_loopback_captures_give_the_same_records() {
 fn what_if_replays_a_rule_file_over_a_capture() {
     let d = tmpdir("whatif");
     let rules = d.join("r.rlm");
-    std::fs::write(&rules, "CLASS C IF IP.SRC == 141.142.*.*\nIF CLASS == C THEN DROP SYN\nIF RT.C > 100s THEN DROP SYN\n").unwrap();
+    std::fs::write(
+        &rules,
+        "CLASS C IF IP.SRC == 141.142.*.*\nIF CLASS == C THEN DROP SYN\nIF RT.C > 100s THEN DROP SYN\nIF METHOD == GET THEN REJECT\nIF METHOD == POST THEN REJECT\n",
+    )
+    .unwrap();
     let (sum, dec, pvs) = (d.join("s.json"), d.join("dec.jsonl"), d.join("pv.jsonl"));
     let out = rlm()
         .args(["analyze", "--quiet", "--rules"])
@@ -546,6 +550,10 @@ fn what_if_replays_a_rule_file_over_a_capture() {
     assert_eq!(w["rules"][0]["syns_dropped"], 1);
     assert_eq!(w["rules"][0]["connections"], 1);
     assert_eq!(w["rules"][1]["syns_dropped"], 0, "RT.C never exceeds 100 s");
+    // REJECT (issue 26) is decided at the GET's head, not carried out by a replay.
+    assert_eq!((w["rules"][2]["fired"].as_u64(), w["rules"][2]["deferred"].as_u64()), (Some(1), Some(1)), "{w}");
+    assert_eq!((w["rules"][3]["fired"].as_u64(), w["rules"][3]["deferred"].as_u64()), (Some(0), Some(0)), "no POST");
+    assert!(text.contains("r.rlm:4:1 IF METHOD == \"GET\" THEN REJECT\n      fired 1 times; 1 of its actions decided but not carried out"), "{text}");
     assert_eq!(w["class_rt"][0]["class"], "C");
     let decisions = json_lines(&std::fs::read_to_string(&dec).unwrap());
     assert_eq!(decisions.len(), 1);
