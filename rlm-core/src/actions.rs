@@ -413,3 +413,59 @@ mod tests {
         assert_eq!(r.waiting(), 0);
     }
 }
+
+/// The frames that answer a rejected request (`REJECT`, issue 26), from the request's segment
+/// `seg` (client to server): an RST to the server at the segment's first sequence number, so that
+/// it drops what of the request it has; and to the client, in the server's sequence space (at the
+/// client's acknowledgement number, acknowledging the segment), a small HTTP/1.1 answer with
+/// `status`, `Retry-After` when given, `Connection: close`, and a FIN. `None` when the link
+/// addresses of either end are not known (no handshake of theirs was seen).
+pub fn reject_frames(links: &LinkAddrs, seg: &Segment<'_>, status: u16, retry_after: Option<Duration>) -> Option<(Box<[u8]>, Box<[u8]>)> {
+    let (client, server) = (seg.src, seg.dst);
+    let cm = links.mac(client.ip, links.client_side)?;
+    let sm = links.mac(server.ip, links.server_side)?;
+    let reason = match status {
+        429 => "Too Many Requests",
+        503 => "Service Unavailable",
+        403 => "Forbidden",
+        _ => "Rejected",
+    };
+    let body = format!("<html><body><h1>{status} {reason}</h1><p>The site is busy; please try again shortly.</p></body></html>\n");
+    let retry = retry_after.map(|d| format!("Retry-After: {}\r\n", d.as_secs() + u64::from(d.subsec_nanos() > 0))).unwrap_or_default();
+    let answer = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/html\r\nContent-Length: {}\r\n{retry}Connection: close\r\nCache-Control: no-store\r\n\r\n{body}",
+        body.len()
+    );
+    let build = |src_mac: Mac, dst_mac: Mac, from: crate::wire::Endpoint, to: crate::wire::Endpoint| match (from.ip, to.ip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Some(etherparse::PacketBuilder::ethernet2(src_mac, dst_mac).ipv4(s.octets(), d.octets(), 64)),
+        (IpAddr::V6(s), IpAddr::V6(d)) => Some(etherparse::PacketBuilder::ethernet2(src_mac, dst_mac).ipv6(s.octets(), d.octets(), 64)),
+        _ => None,
+    };
+    let rst = build(cm, sm, client, server)?.tcp(client.port, server.port, seg.seq, 0).rst().ack(seg.ack);
+    let mut to_server = Vec::with_capacity(rst.size(0));
+    rst.write(&mut to_server, &[]).ok()?;
+    let end = seg.seq.wrapping_add(seg.payload_len);
+    let resp = build(sm, cm, server, client)?.tcp(server.port, client.port, seg.ack, 65_535).ack(end).psh().fin();
+    let mut to_client = Vec::with_capacity(resp.size(answer.len()));
+    resp.write(&mut to_client, answer.as_bytes()).ok()?;
+    Some((to_server.into_boxed_slice(), to_client.into_boxed_slice()))
+}
+
+/// The appliance's ACK of a client's FIN (`seg`) on a connection whose request it rejected: from
+/// the server's address at `next` (past the answer and its FIN), acknowledging the FIN.
+pub fn ack_fin(links: &LinkAddrs, seg: &Segment<'_>, next: u32) -> Option<Box<[u8]>> {
+    let (client, server) = (seg.src, seg.dst);
+    let cm = links.mac(client.ip, links.client_side)?;
+    let sm = links.mac(server.ip, links.server_side)?;
+    let end = seg.seq.wrapping_add(seg.payload_len).wrapping_add(1);
+    let b = match (server.ip, client.ip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => etherparse::PacketBuilder::ethernet2(sm, cm).ipv4(s.octets(), d.octets(), 64),
+        (IpAddr::V6(s), IpAddr::V6(d)) => etherparse::PacketBuilder::ethernet2(sm, cm).ipv6(s.octets(), d.octets(), 64),
+        _ => return None,
+    }
+    .tcp(server.port, client.port, next, 65_535)
+    .ack(end);
+    let mut f = Vec::with_capacity(b.size(0));
+    b.write(&mut f, &[]).ok()?;
+    Some(f.into_boxed_slice())
+}

@@ -2160,3 +2160,57 @@ fn reject_is_evaluated_at_each_request_and_counted_deferred() {
     assert_eq!(r.engine.stats().rejects_deferred, 2);
     assert_eq!(r.tx.len(), 4, "not carried out: every request answered by the server");
 }
+
+/// REJECT carried out (issue 26, `Config::reject`): the request's segment is dropped; the
+/// server gets an RST at the request's first byte; the client a 503 with Retry-After and
+/// `Connection: close`, and a FIN, in the server's sequence space acknowledging the request;
+/// then nothing more of the connection passes and the client's FIN is acknowledged. Another
+/// request passes.
+#[test]
+fn reject_answers_the_client_and_resets_the_server() {
+    use etherparse::{SlicedPacket, TransportSlice};
+    let mut r = Run::with(Config { reject: true, ..Config::default() });
+    r.engine.set_rules(Some(rules("IF URL == \"/busy*\" THEN REJECT 503 RETRY-AFTER 5s\n")));
+    let tcp = |f: &[u8]| -> (u32, u32, bool, bool, bool, Vec<u8>) {
+        let p = SlicedPacket::from_ethernet(f).unwrap();
+        let Some(TransportSlice::Tcp(t)) = p.transport else { panic!("tcp") };
+        (t.sequence_number(), t.acknowledgment_number(), t.rst(), t.fin(), t.ack(), t.payload().to_vec())
+    };
+    let mut c = TcpConv::new("10.4.0.21:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    let req = c.client_data(&get("/busy/page", ""));
+    let (req_seq, req_ack, ..) = tcp(&req);
+    let req_len = tcp(&req).5.len() as u32;
+    r.feed(100, req);
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop), "the request never reaches the server");
+    let to_server = r.engine.poll_transmit().expect("an RST to the server");
+    let to_client = r.engine.poll_transmit().expect("the answer to the client");
+    assert!(r.engine.poll_transmit().is_none());
+    assert_eq!(to_server.port, Port::Server);
+    let (seq, _, rst, ..) = tcp(&to_server.frame);
+    assert_eq!((seq, rst), (req_seq, true), "the RST at the request's first byte");
+    assert_eq!(to_client.port, Port::Client);
+    let (seq, ack, rst, fin, has_ack, payload) = tcp(&to_client.frame);
+    assert_eq!((seq, ack, rst, fin, has_ack), (req_ack, req_seq.wrapping_add(req_len), false, true, true));
+    let text = String::from_utf8(payload.clone()).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 503 Service Unavailable\r\n") && text.contains("\r\nRetry-After: 5\r\n") && text.contains("Connection: close"),
+        "{text}"
+    );
+    assert_eq!(r.engine.stats().requests_rejected, 1);
+    assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 0, "carried out, not deferred");
+    // The client acknowledges and closes: dropped, its FIN acknowledged at the answer's end.
+    let fin_frame = c.client_fin();
+    let (fin_seq, ..) = tcp(&fin_frame);
+    r.feed(200, fin_frame);
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    let ack = r.engine.poll_transmit().expect("the FIN acknowledged");
+    let (seq, ack_no, _, fin, ..) = tcp(&ack.frame);
+    assert_eq!((ack.port, seq, ack_no, fin), (Port::Client, req_ack.wrapping_add(payload.len() as u32 + 1), fin_seq.wrapping_add(1), false));
+    // Another connection's request passes.
+    let mut c2 = TcpConv::new("10.4.0.21:40002", "10.9.0.1:80");
+    handshake(&mut r, &mut c2, 300);
+    r.feed(400, c2.client_data(&get("/fine", "")));
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    assert!(r.engine.poll_transmit().is_none());
+}

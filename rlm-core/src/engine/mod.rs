@@ -105,6 +105,11 @@ pub struct Config {
     /// [`Verdict::Replace`]. Only for a driver that forwards rewritten frames (NFQUEUE);
     /// otherwise the rules are counted as deferred.
     pub adapt: bool,
+    /// Carry out `REJECT`: the request's segment is dropped, the server reset and the client
+    /// answered ([`Engine::poll_transmit`]). Only for a driver that holds the clients' requests
+    /// for a verdict and sends frames; otherwise the rules are counted as deferred. No driver
+    /// turns it on yet.
+    pub reject: bool,
     /// Most fast retransmissions of one SYN, and of one SYN/ACK.
     pub fast_limit: u32,
     /// What rlm may inject, per class and in all ([`InjectBudget`]).
@@ -145,6 +150,7 @@ impl Default for Config {
             tls_records: false,
             inject: false,
             adapt: false,
+            reject: false,
             fast_limit: 20,
             inject_budget: InjectBudget::default(),
             fast_release_per_s: 20.0,
@@ -196,6 +202,8 @@ enum DropCause {
     SynDelayed,
     /// A server segment past a hole while a removal is under way.
     AheadOfHole,
+    /// A request `REJECT` answered, and what came after it on its connection.
+    Rejected,
 }
 
 /// What the stages decided about the frame being handled; its verdict is made from it once, in
@@ -239,6 +247,11 @@ pub struct Engine {
     /// The request headers the rules in force test (`RuleSet::headers_used`), kept in the heads
     /// of the requests of connections opened since they came into force.
     keep_headers: Option<crate::http::KeepHeaders>,
+    /// Connections whose request `REJECT` answered (the server reset, the client answered and
+    /// sent a FIN): the sequence number of the appliance's next byte to the client.
+    rejected: ahash::AHashMap<ConnId, u32>,
+    /// `REJECT` is in the rules and carried out: the link addresses of the ends are learnt.
+    rejecting: bool,
     policy: Option<Policy>,
     fastpath: Option<Fastpath>,
     /// The SYN and SYN/ACK nodes' state.
@@ -285,6 +298,8 @@ impl Engine {
             stats,
             last_now: Timestamp::ZERO,
             keep_headers: None,
+            rejected: ahash::AHashMap::new(),
+            rejecting: false,
             policy: None,
             fastpath: None,
             adapt: Adaptation::default(),
@@ -351,6 +366,7 @@ impl Engine {
                 let mut p = Policy::new(r, self.cfg.class_window);
                 p.inject_carried_out = self.cfg.inject;
                 p.adapt_carried_out = self.cfg.adapt;
+                p.reject_carried_out = self.cfg.reject;
                 self.policy = Some(p);
             }
             (None, _) => self.policy = None,
@@ -361,6 +377,7 @@ impl Engine {
         self.keep_headers = (!keep.is_empty()).then(|| std::sync::Arc::new(keep.into_iter().map(String::into_boxed_str).collect()));
         self.syn.injecting = p.is_some_and(Policy::injects);
         self.syn.injecting_synack = p.is_some_and(Policy::injects_at_synack);
+        self.rejecting = self.cfg.reject && p.is_some_and(Policy::rejects);
         self.adapt.on_rules(p);
         let needs = self.fastpath_needs();
         if let Some(fp) = self.fastpath.as_mut() {
@@ -486,7 +503,7 @@ impl Engine {
         let verdict = match wire::decode_cut(link, frame, wire_len) {
             Decoded::Tcp(seg) => {
                 self.stats.tcp_segments += 1;
-                if self.syn.injecting && seg.flags.syn {
+                if (self.syn.injecting || self.rejecting) && seg.flags.syn {
                     self.syn.links.learn(link, frame, &seg);
                 }
                 let out = self.on_segment(now, port, &seg, decided);

@@ -43,14 +43,45 @@ impl Engine {
             (Dir::ToClient, Some(from)) => Some((from, seg.seq.wrapping_add(seg.payload_len))),
             _ => None,
         };
+        // A rejected request's connection is the appliance's to finish: nothing more of it goes
+        // through; the client's FIN is acknowledged.
+        if let Some(&next) = (!self.rejected.is_empty()).then(|| self.rejected.get(&id)).flatten() {
+            if dir == Dir::ToClient {
+                out.drop = Some(DropCause::Rejected);
+                return out;
+            }
+            if seg.flags.fin {
+                if let Some(ack) = crate::actions::ack_fin(&self.syn.links, seg, next) {
+                    self.transmits.push_back(super::Transmit { port: Port::Client, frame: ack });
+                }
+            }
+            out.drop = Some(DropCause::Rejected);
+            return out;
+        }
+        let c = self.flows.get_mut(id).expect("live id");
         let fate = c.on_segment(now, seg, &mut notes, &mut app_events);
         self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
         self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
         self.stats.absent_bytes += u64::from(seg.payload_len) - seg.payload.len() as u64;
         let close = self.on_notes(now, id, &notes, decided, &mut out);
-        let rewrite_due = self.process_app(now, id, &mut app_events, window);
+        let (rewrite_due, reject) = self.process_app(now, id, &mut app_events, window);
         for depth in rewrite_due {
             self.decide_rewrite(now, id, depth, seg);
+        }
+        if let Some(r) = reject.filter(|_| dir == Dir::ToServer) {
+            // REJECT: the request goes no further; the server is reset, the client answered.
+            match crate::actions::reject_frames(&self.syn.links, seg, r.status, r.retry_after) {
+                Some((rst, answer)) => {
+                    let answer_len = (answer.len() - seg_headers_len(&answer)) as u32;
+                    self.transmits.push_back(super::Transmit { port: Port::Server, frame: rst });
+                    self.transmits.push_back(super::Transmit { port: Port::Client, frame: answer });
+                    // The client's next byte from the appliance: past the answer and its FIN.
+                    self.rejected.insert(id, seg.ack.wrapping_add(answer_len).wrapping_add(1));
+                    self.stats.requests_rejected += 1;
+                    out.drop = Some(DropCause::Rejected);
+                }
+                None => self.stats.rejects_no_link_address += 1,
+            }
         }
         // A cut frame is only measured (its verdict is not rlm's to give): adaptation, which
         // edits whole frames, does not see it.
@@ -226,8 +257,9 @@ impl Engine {
     /// and the response and request nodes, TLS's sessions into records. `window`: the server
     /// segment being handled ([`Engine::remove_embeds`]). Returns the depths of the requests
     /// whose heads completed, for a `REWRITE EMBEDS` (when one is in the rules).
-    fn process_app(&mut self, now: Timestamp, id: ConnId, evs: &mut Vec<AppEvent>, window: Option<(u32, u32)>) -> Vec<u32> {
+    fn process_app(&mut self, now: Timestamp, id: ConnId, evs: &mut Vec<AppEvent>, window: Option<(u32, u32)>) -> (Vec<u32>, Option<Rejection>) {
         let mut rewrite_due = Vec::new();
+        let mut reject = None;
         let mut i = 0;
         while i < evs.len() {
             // Taken out in order; what follows stays readable (a transaction that ended in the
@@ -253,7 +285,7 @@ impl Engine {
             i += 1;
             match ev {
                 HttpEvent::Request { depth } => {
-                    self.on_request(now, id, depth);
+                    reject = reject.or(self.on_request(now, id, depth));
                     if self.adapt.rewriting {
                         rewrite_due.push(depth);
                     }
@@ -289,7 +321,7 @@ impl Engine {
             Some(_) => self.stats.connections_not_http += 1,
             None => {}
         }
-        rewrite_due
+        (rewrite_due, reject)
     }
 
     /// A TLS connection ended: counted, and its record reported when asked for.
@@ -360,22 +392,29 @@ impl Engine {
     }
 
     /// A request's head: into the pageviews.
-    fn on_request(&mut self, now: Timestamp, id: ConnId, depth: u32) {
+    fn on_request(&mut self, now: Timestamp, id: ConnId, depth: u32) -> Option<Rejection> {
         let c = self.flows.get(id).expect("live");
-        let Some(txn) = c.http().and_then(|h| h.txn(depth)) else { return };
-        let Some(head) = txn.request.as_ref() else { return };
+        let txn = c.http().and_then(|h| h.txn(depth))?;
+        let head = txn.request.as_ref()?;
         if let (Some(p), Some(host)) = (self.policy.as_mut(), head.host.as_deref()) {
             p.learn_site(c.client.ip, host);
         }
-        // The request node's REJECT: evaluated and counted, not carried out yet.
+        // The request node's REJECT: carried out when the driver holds requests for a verdict,
+        // else counted deferred.
+        let mut reject = None;
         if let Some(p) = self.policy.as_mut().filter(|p| p.rejects()) {
             let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
             let class = p.classify(cl, sv);
             let rt = self.pageviews.elapsed_for_client(c.client.ip, now);
-            self.stats.rejects_deferred += u64::from(p.at_request_head(now, (cl, sv, class), head, rt));
+            let (fired, answer) = p.at_request_head(now, (cl, sv, class), head, rt);
+            if answer.is_none() {
+                self.stats.rejects_deferred += u64::from(fired);
+            }
+            reject = answer.map(|(status, retry_after)| Rejection { status, retry_after });
         }
         let info = request_info(c, id, depth, Asked::Head(head), txn.request_ts, c.hs.established);
         self.pageviews.on_request(now, &info);
+        reject
     }
 
     /// A response's head: into the pageviews, its size to the SRPT classifier, and the
@@ -434,6 +473,7 @@ impl Engine {
     /// Close a connection: flush HTTP, tell the pageviews. It stays in the table (Closed) until
     /// its linger expires, unless the caller removes it.
     pub(super) fn close_conn(&mut self, now: Timestamp, id: ConnId, reason: CloseReason) {
+        self.rejected.remove(&id);
         let mut evs = Vec::new();
         let Some(c) = self.flows.get_mut(id) else { return };
         if c.state == ConnState::Closed {
@@ -547,4 +587,22 @@ fn done_in(rest: &[AppEvent], depth: u32) -> Option<&Txn> {
         AppEvent::Http(HttpEvent::Done(t)) if t.depth == depth => Some(&**t),
         _ => None,
     })
+}
+
+/// A `REJECT` decided at a request head: the answer the client gets.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rejection {
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+}
+
+/// Bytes of an Ethernet frame's headers (Ethernet, IP, TCP) before its payload.
+fn seg_headers_len(frame: &[u8]) -> usize {
+    etherparse::SlicedPacket::from_ethernet(frame)
+        .ok()
+        .and_then(|p| match p.transport {
+            Some(etherparse::TransportSlice::Tcp(t)) => Some(frame.len() - t.payload().len()),
+            _ => None,
+        })
+        .unwrap_or(frame.len())
 }

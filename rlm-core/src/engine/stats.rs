@@ -172,6 +172,10 @@ pub struct Stats {
     /// Requests a `REJECT` fired at (each also counted in its rule's `fired` and `deferred`):
     /// decided, not carried out yet (issue 26).
     pub rejects_deferred: u64,
+    /// Requests `REJECT` answered in the server's stead ([`crate::Config::reject`]).
+    pub requests_rejected: u64,
+    /// Requests `REJECT` fired at but left to pass: the link addresses of an end were unknown.
+    pub rejects_no_link_address: u64,
     #[allow(missing_docs)]
     pub tls_bad: std::collections::BTreeMap<&'static str, u64>,
     /// Records of what nothing shows is real (see [`crate::Config::unproven_records_per_s`])

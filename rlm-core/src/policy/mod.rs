@@ -157,6 +157,9 @@ pub struct Policy {
     /// The engine carries out `REMOVE EMBEDS` (its driver forwards rewritten frames): not
     /// counted as deferred.
     pub adapt_carried_out: bool,
+    /// The engine carries out `REJECT` (its driver holds the clients' requests for a verdict and
+    /// sends the engine's frames): not counted as deferred.
+    pub reject_carried_out: bool,
     /// Each client's latest site (its request's Host, its connection's SNI), lower case, when
     /// a class is declared by SITE: a SYN's class is decided by it.
     sites: GenMap<IpAddr, Box<str>, CLIENT_SITES>,
@@ -186,6 +189,7 @@ impl Policy {
             syn_by_address: rules.syn_decided_by_addresses(),
             inject_carried_out: false,
             adapt_carried_out: false,
+            reject_carried_out: false,
             class_counters: vec![ClassCounters::default(); n],
             rule_counters: vec![RuleCounters::default(); rules.rule_count()],
             labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
@@ -208,6 +212,7 @@ impl Policy {
         self.inject_carried_out = old.inject_carried_out;
         self.sites = std::mem::take(&mut old.sites);
         self.adapt_carried_out = old.adapt_carried_out;
+        self.reject_carried_out = old.reject_carried_out;
         let (old_rules, mut old_windows, old_counters) = (old.rules, old.windows, old.class_counters);
         for i in 0..old_rules.class_count() {
             let name = old_rules.class_name(ClassId(i as u16));
