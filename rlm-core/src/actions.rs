@@ -235,6 +235,11 @@ impl LinkAddrs {
         self.by_ip.get(&ip).copied().or(side)
     }
 
+    /// The link addresses of a client and a server, if both are known.
+    fn macs(&self, client: IpAddr, server: IpAddr) -> Option<(Mac, Mac)> {
+        Some((self.mac(client, self.client_side)?, self.mac(server, self.server_side)?))
+    }
+
     /// `kept` as a whole Ethernet frame with fresh checksums, going from the client `client` to
     /// the server `server` (`to_server`) or back. None if the frame does not parse or no address
     /// is known for the side it goes to.
@@ -419,11 +424,11 @@ mod tests {
 /// it drops what of the request it has; and to the client, in the server's sequence space (at the
 /// client's acknowledgement number, acknowledging the segment), a small HTTP/1.1 answer with
 /// `status`, `Retry-After` when given, `Connection: close`, and a FIN. `None` when the link
-/// addresses of either end are not known (no handshake of theirs was seen).
-pub fn reject_frames(links: &LinkAddrs, seg: &Segment<'_>, status: u16, retry_after: Option<Duration>) -> Option<(Box<[u8]>, Box<[u8]>)> {
+/// addresses of either end are not known (no handshake of theirs was seen). Also the answer's
+/// length (what the server's sequence space moves by, before its FIN).
+pub fn reject_frames(links: &LinkAddrs, seg: &Segment<'_>, status: u16, retry_after: Option<Duration>) -> Option<(Box<[u8]>, Box<[u8]>, u32)> {
     let (client, server) = (seg.src, seg.dst);
-    let cm = links.mac(client.ip, links.client_side)?;
-    let sm = links.mac(server.ip, links.server_side)?;
+    let (cm, sm) = links.macs(client.ip, server.ip)?;
     let reason = match status {
         429 => "Too Many Requests",
         503 => "Service Unavailable",
@@ -436,35 +441,33 @@ pub fn reject_frames(links: &LinkAddrs, seg: &Segment<'_>, status: u16, retry_af
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/html\r\nContent-Length: {}\r\n{retry}Connection: close\r\nCache-Control: no-store\r\n\r\n{body}",
         body.len()
     );
-    let build = |src_mac: Mac, dst_mac: Mac, from: crate::wire::Endpoint, to: crate::wire::Endpoint| match (from.ip, to.ip) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => Some(etherparse::PacketBuilder::ethernet2(src_mac, dst_mac).ipv4(s.octets(), d.octets(), 64)),
-        (IpAddr::V6(s), IpAddr::V6(d)) => Some(etherparse::PacketBuilder::ethernet2(src_mac, dst_mac).ipv6(s.octets(), d.octets(), 64)),
-        _ => None,
-    };
-    let rst = build(cm, sm, client, server)?.tcp(client.port, server.port, seg.seq, 0).rst().ack(seg.ack);
+    let rst = ip_builder(cm, sm, client.ip, server.ip)?.tcp(client.port, server.port, seg.seq, 0).rst().ack(seg.ack);
     let mut to_server = Vec::with_capacity(rst.size(0));
     rst.write(&mut to_server, &[]).ok()?;
     let end = seg.seq.wrapping_add(seg.payload_len);
-    let resp = build(sm, cm, server, client)?.tcp(server.port, client.port, seg.ack, 65_535).ack(end).psh().fin();
+    let resp = ip_builder(sm, cm, server.ip, client.ip)?.tcp(server.port, client.port, seg.ack, 65_535).ack(end).psh().fin();
     let mut to_client = Vec::with_capacity(resp.size(answer.len()));
     resp.write(&mut to_client, answer.as_bytes()).ok()?;
-    Some((to_server.into_boxed_slice(), to_client.into_boxed_slice()))
+    Some((to_server.into_boxed_slice(), to_client.into_boxed_slice(), answer.len() as u32))
+}
+
+/// An Ethernet frame's builder from `src_mac` to `dst_mac`, IPv4 or IPv6 from `from` to `to`
+/// (`None` for a mixed pair).
+fn ip_builder(src_mac: Mac, dst_mac: Mac, from: IpAddr, to: IpAddr) -> Option<etherparse::PacketBuilderStep<etherparse::IpHeaders>> {
+    match (from, to) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Some(etherparse::PacketBuilder::ethernet2(src_mac, dst_mac).ipv4(s.octets(), d.octets(), 64)),
+        (IpAddr::V6(s), IpAddr::V6(d)) => Some(etherparse::PacketBuilder::ethernet2(src_mac, dst_mac).ipv6(s.octets(), d.octets(), 64)),
+        _ => None,
+    }
 }
 
 /// The appliance's ACK of a client's FIN (`seg`) on a connection whose request it rejected: from
 /// the server's address at `next` (past the answer and its FIN), acknowledging the FIN.
 pub fn ack_fin(links: &LinkAddrs, seg: &Segment<'_>, next: u32) -> Option<Box<[u8]>> {
     let (client, server) = (seg.src, seg.dst);
-    let cm = links.mac(client.ip, links.client_side)?;
-    let sm = links.mac(server.ip, links.server_side)?;
+    let (cm, sm) = links.macs(client.ip, server.ip)?;
     let end = seg.seq.wrapping_add(seg.payload_len).wrapping_add(1);
-    let b = match (server.ip, client.ip) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => etherparse::PacketBuilder::ethernet2(sm, cm).ipv4(s.octets(), d.octets(), 64),
-        (IpAddr::V6(s), IpAddr::V6(d)) => etherparse::PacketBuilder::ethernet2(sm, cm).ipv6(s.octets(), d.octets(), 64),
-        _ => return None,
-    }
-    .tcp(server.port, client.port, next, 65_535)
-    .ack(end);
+    let b = ip_builder(sm, cm, server.ip, client.ip)?.tcp(server.port, client.port, next, 65_535).ack(end);
     let mut f = Vec::with_capacity(b.size(0));
     b.write(&mut f, &[]).ok()?;
     Some(f.into_boxed_slice())

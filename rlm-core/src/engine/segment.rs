@@ -71,8 +71,7 @@ impl Engine {
         if let Some(r) = reject.filter(|_| dir == Dir::ToServer) {
             // REJECT: the request goes no further; the server is reset, the client answered.
             match crate::actions::reject_frames(&self.syn.links, seg, r.status, r.retry_after) {
-                Some((rst, answer)) => {
-                    let answer_len = (answer.len() - seg_headers_len(&answer)) as u32;
+                Some((rst, answer, answer_len)) => {
                     self.transmits.push_back(super::Transmit { port: Port::Server, frame: rst });
                     self.transmits.push_back(super::Transmit { port: Port::Client, frame: answer });
                     // The client's next byte from the appliance: past the answer and its FIN.
@@ -594,15 +593,4 @@ fn done_in(rest: &[AppEvent], depth: u32) -> Option<&Txn> {
 pub(super) struct Rejection {
     status: u16,
     retry_after: Option<std::time::Duration>,
-}
-
-/// Bytes of an Ethernet frame's headers (Ethernet, IP, TCP) before its payload.
-fn seg_headers_len(frame: &[u8]) -> usize {
-    etherparse::SlicedPacket::from_ethernet(frame)
-        .ok()
-        .and_then(|p| match p.transport {
-            Some(etherparse::TransportSlice::Tcp(t)) => Some(frame.len() - t.payload().len()),
-            _ => None,
-        })
-        .unwrap_or(frame.len())
 }
