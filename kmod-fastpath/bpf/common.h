@@ -56,7 +56,18 @@ enum inline_counter {
     C_RESP_QUEUED,
     C_REQ_QUEUED,
     C_STALE,        // packets passed untouched and unreported: the engine's heartbeat was stale
+    C_REJ_QUEUED,   // a rejected connection's client segments without payload, marked for NFQUEUE
+    C_REJ_DROPPED,  // a rejected connection's server segments, dropped
     C_INLINE_COUNTERS,
+};
+
+// An IPv4 connection (addresses and ports in network byte order): `handshakes`' and
+// `rejected`'s key.
+struct conn_key {
+    __u32 client;
+    __u32 server;
+    __u16 client_port;
+    __u16 server_port;
 };
 
 // `config`'s one value.

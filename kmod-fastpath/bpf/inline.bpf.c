@@ -18,7 +18,9 @@
 //    segments with payload, FIN or RST get the queue mark instead of a report: the engine sees
 //    them through NFQUEUE, and rewrites them there. Likewise, while a rewrite is carried out
 //    (CFG_QUEUE_REQUESTS), the clients' IPv4 segments with payload get the mark at the client
-//    port (syn_admit) and are not reported here. UDP datagrams to or from a server port
+//    port (syn_admit) and are not reported here; so do all the client's segments of a connection
+//    the engine rejected (REJECT: it answered the request and reset the server), whose server
+//    segments are dropped here. UDP datagrams to or from a server port
 //    (QUIC's) are reported too, their first UDP_SNAP bytes: the engine counts their flows and
 //    bytes per class, it does not manage them.
 //
@@ -64,19 +66,31 @@ struct {
 
 // IPv4 connections between SYN/ACK and the ACK that completes the handshake: the ACK number
 // that ACK will carry.
-struct conn_key {
-    __u32 client;
-    __u32 server;
-    __u16 client_port;
-    __u16 server_port;
-};
-
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 65536);
     __type(key, struct conn_key);
     __type(value, __u32);
 } handshakes SEC(".maps");
+
+// IPv4 connections whose request the engine answered itself (REJECT) and whose server it reset:
+// until when (CLOCK_MONOTONIC ns) they are the engine's. While CFG_QUEUE_REQUESTS is on, all
+// the client's segments of one go through the queue (the engine acknowledges the client's FIN
+// and drops the rest; passed on, they would draw the server's RST), the server's are dropped,
+// and a new SYN on its ports ends the entry.
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, struct conn_key);
+    __type(value, __u64);
+} rejected SEC(".maps");
+
+// Whether `k` is a rejected connection still in the engine's hands.
+static __always_inline int is_rejected(struct conn_key *k)
+{
+    __u64 *until = bpf_map_lookup_elem(&rejected, k);
+    return until && *until > bpf_ktime_get_ns();
+}
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -228,19 +242,28 @@ int syn_admit(struct __sk_buff *skb)
     struct tcphdr *tcp = p.tcp;
     // Read once, while the verifier still knows the header is in the packet (clang may
     // otherwise recompute the pointer past a branch and lose its bounds).
-    __u16 dest = tcp->dest;
+    __u16 dest = tcp->dest, source = tcp->source;
     int syn = tcp->syn, ack = tcp->ack, rst = tcp->rst;
-    if (!syn && p.v4 && p.payload > 0) {
-        // A client's segment with payload (a request): queued while a rewrite is carried out.
+    if (!syn && p.v4) {
+        // A client's segment with payload (a request): queued while a rewrite or a REJECT is
+        // carried out; so is any segment of a connection the engine rejected.
         __u32 zero = 0;
         struct config *cfg = bpf_map_lookup_elem(&config, &zero);
-        if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS) && is_server_port(dest)) {
-            if (engine_stale()) {
-                count(C_STALE);
-                return TC_ACT_OK;
-            }
+        if (!cfg || !(cfg->flags & CFG_QUEUE_REQUESTS) || !is_server_port(dest))
+            return TC_ACT_OK;
+        if (engine_stale()) {
+            count(C_STALE);
+            return TC_ACT_OK;
+        }
+        if (p.payload > 0) {
             count(C_REQ_QUEUED);
             skb->mark |= cfg->queue_mark;
+        } else {
+            struct conn_key k = { .client = p.saddr, .server = p.daddr, .client_port = source, .server_port = dest };
+            if (is_rejected(&k)) {
+                count(C_REJ_QUEUED);
+                skb->mark |= cfg->queue_mark;
+            }
         }
         return TC_ACT_OK;
     }
@@ -254,6 +277,11 @@ int syn_admit(struct __sk_buff *skb)
     struct config *cfg = bpf_map_lookup_elem(&config, &zero);
     if (!cfg)
         return TC_ACT_OK;
+    if (p.v4 && (cfg->flags & CFG_QUEUE_REQUESTS)) {
+        // A new connection on a rejected one's ports: that one is over.
+        struct conn_key k = { .client = p.saddr, .server = p.daddr, .client_port = source, .server_port = dest };
+        bpf_map_delete_elem(&rejected, &k);
+    }
     if (cfg->mode == MODE_PASS_ALL) {
         count(C_SYN_PASSED);
         report(skb, KIND_SYN_PASSED, 0, 0, SNAP_MAX);
@@ -320,6 +348,19 @@ int observe(struct __sk_buff *skb)
         struct config *cfg = bpf_map_lookup_elem(&config, &zero);
         if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS))
             return TC_ACT_OK;
+    }
+    if (!to_server && p.v4 && side == FLAG_FROM_SERVER) {
+        // A server's segment of a connection the engine rejected: the server was reset, the
+        // client has the engine's answer; nothing of the server's may follow it.
+        __u32 zero = 0;
+        struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+        if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS)) {
+            struct conn_key k = { .client = p.daddr, .server = p.saddr, .client_port = tcp->dest, .server_port = tcp->source };
+            if (is_rejected(&k)) {
+                count(C_REJ_DROPPED);
+                return TC_ACT_SHOT;
+            }
+        }
     }
     if (!to_server && p.v4 && !tcp->syn && (p.payload > 0 || tcp->fin || tcp->rst)) {
         __u32 zero = 0;

@@ -24,8 +24,8 @@ use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf};
 
 use crate::records::{
-    inline_counter as c, Bucket, Config, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_QUEUE_REQUESTS, CFG_QUEUE_RESPONSES,
-    MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
+    inline_counter as c, Bucket, Config, ConnKey, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_QUEUE_REQUESTS,
+    CFG_QUEUE_RESPONSES, MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
 };
 use crate::testrun::{self, TestRun};
 use crate::{AttachMode, Heartbeat};
@@ -78,6 +78,10 @@ pub struct Counters {
     pub req_queued: u64,
     /// Packets passed untouched and unreported because the engine's heartbeat was stale.
     pub stale: u64,
+    /// Client segments without payload of a rejected connection marked for NFQUEUE.
+    pub rej_queued: u64,
+    /// Server segments of a rejected connection dropped.
+    pub rej_dropped: u64,
 }
 
 pub use crate::ring::{Event, EventKind};
@@ -140,6 +144,10 @@ impl AsFd for EventRing {
         unsafe { BorrowedFd::borrow_raw(self.ring.as_raw_fd()) }
     }
 }
+
+/// How long a rejected connection stays the engine's in the kernel ([`InlinePath::set_rejected`]):
+/// its client, answered with `Connection: close` and a FIN, closes within a few round trips.
+pub const REJECTED_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The inline fast path, loaded and attached; detached when dropped.
 pub struct InlinePath {
@@ -228,6 +236,17 @@ impl InlinePath {
         self.write_config()
     }
 
+    /// The engine answered a request of the IPv4 connection `client`-`server` itself (`REJECT`)
+    /// and reset the server: while requests are queued ([`InlinePath::set_queue_requests`]),
+    /// the client's segments of it go through the queue and the server's are dropped, for
+    /// [`REJECTED_HOLD`] or until a new SYN on its ports.
+    pub fn set_rejected(&mut self, client: SocketAddrV4, server: SocketAddrV4) -> Result<()> {
+        let until = crate::monotonic_ns() + REJECTED_HOLD.as_nanos() as u64;
+        let mut m: HashMap<&mut MapData, ConnKey, u64> = HashMap::try_from(self.bpf.map_mut("rejected").context("map rejected")?)?;
+        m.insert(ConnKey::new(client, server), until, 0)?;
+        Ok(())
+    }
+
     /// Put a mode and a generation of the class statistics in force: verdicts of other
     /// generations no longer apply.
     pub fn set_mode(&mut self, mode: Mode, generation: u64) -> Result<()> {
@@ -288,6 +307,8 @@ impl InlinePath {
             resp_queued: sum(c::RESP_QUEUED)?,
             req_queued: sum(c::REQ_QUEUED)?,
             stale: sum(c::STALE)?,
+            rej_queued: sum(c::REJ_QUEUED)?,
+            rej_dropped: sum(c::REJ_DROPPED)?,
         })
     }
 }

@@ -46,9 +46,11 @@ pub(crate) mod inline_counter {
     pub const RESP_QUEUED: u32 = 6;
     pub const REQ_QUEUED: u32 = 7;
     pub const STALE: u32 = 8;
+    pub const REJ_QUEUED: u32 = 9;
+    pub const REJ_DROPPED: u32 = 10;
     /// The slots in all (the array's size; only the layout test reads it).
     #[allow(dead_code)]
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 11;
 }
 
 /// `struct config`: `config`'s one value.
@@ -75,6 +77,30 @@ pub(crate) struct SynKey {
 }
 // SAFETY: as Config.
 unsafe impl Pod for SynKey {}
+
+/// `struct conn_key`: an IPv4 connection, `handshakes`' and `rejected`'s key (addresses and
+/// ports in network byte order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ConnKey {
+    pub client: u32,
+    pub server: u32,
+    pub client_port: u16,
+    pub server_port: u16,
+}
+// SAFETY: as Config.
+unsafe impl Pod for ConnKey {}
+
+impl ConnKey {
+    pub fn new(client: SocketAddrV4, server: SocketAddrV4) -> ConnKey {
+        ConnKey {
+            client: u32::from_ne_bytes(client.ip().octets()),
+            server: u32::from_ne_bytes(server.ip().octets()),
+            client_port: client.port().to_be(),
+            server_port: server.port().to_be(),
+        }
+    }
+}
 
 /// `struct syn_verdict`: `syn_verdicts`' value.
 #[repr(C)]
@@ -258,6 +284,7 @@ mod tests {
         let mut a: Vec<(String, usize)> = Vec::new();
         record!(a, Config, "config", [generation, queue_mark, mode, flags, pad]);
         record!(a, SynKey, "syn_key", [client, server, port, pad]);
+        record!(a, ConnKey, "conn_key", [client, server, client_port, server_port]);
         record!(a, SynVerdict, "syn_verdict", [generation, rule, action, pad, bucket, pad2]);
         record!(a, Bucket, "bucket", [lock, burst, rate_milli, tokens_nano, last_ns]);
         record!(a, EventHeader, "event", [ts_ns, len, wire_len, kind, flags, rule]);
@@ -293,6 +320,8 @@ mod tests {
             ("C_RESP_QUEUED", inline_counter::RESP_QUEUED as usize),
             ("C_REQ_QUEUED", inline_counter::REQ_QUEUED as usize),
             ("C_STALE", inline_counter::STALE as usize),
+            ("C_REJ_QUEUED", inline_counter::REJ_QUEUED as usize),
+            ("C_REJ_DROPPED", inline_counter::REJ_DROPPED as usize),
             ("C_INLINE_COUNTERS", inline_counter::COUNT as usize),
             ("MAX_CUTOFFS", MAX_CUTOFFS),
             ("MAX_CLASSES", MAX_CLASSES),

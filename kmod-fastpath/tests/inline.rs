@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
 use kmod_fastpath::inline::{EventKind, EventRing, InlinePath, Mode, SynAction};
-use rlm_core::testkit::{tcp_frame, ACK, PSH, SYN};
+use rlm_core::testkit::{tcp_frame, ACK, FIN, PSH, RST, SYN};
 use rlm_core::wire::LinkType;
 
 const CLIENT: &str = "10.78.0.2";
@@ -269,4 +269,55 @@ fn programs_fail_open_on_a_stale_heartbeat_and_report_the_side() {
     assert!(drain(&mut ring).is_empty());
     let c = path.counters().unwrap();
     assert_eq!((c.stale, c.syn_dropped), (4, 1));
+}
+
+/// A rejected connection (REJECT: the engine answered the request and reset the server): while
+/// requests are queued, each of the client's segments of it goes through the queue, not only
+/// those with payload, and the server's are dropped; a new SYN on its ports ends it. Another
+/// connection of the same client is untouched.
+#[test]
+fn a_rejected_connection_is_the_engines_until_a_new_syn() {
+    if !is_root() {
+        eprintln!("skipped: needs root (eBPF)");
+        return;
+    }
+    const MARK: u32 = 0x80_0000;
+    let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
+    let _ring = path.take_events().unwrap();
+    path.beat().unwrap();
+    path.set_mode(Mode::PassAll, 1).unwrap();
+    let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
+    let client = SocketAddrV4::new(Ipv4Addr::new(10, 5, 0, 2), 40000);
+    let other = SocketAddrV4::new(Ipv4Addr::new(10, 5, 0, 2), 40001);
+    let fin = tcp_frame(LinkType::Ethernet, client.into(), server.into(), 100, 900, FIN | ACK, &[]);
+    let other_fin = tcp_frame(LinkType::Ethernet, other.into(), server.into(), 100, 900, FIN | ACK, &[]);
+    let from_server = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 900, 100, RST, &[]);
+    let marked = |path: &InlinePath, client_side: bool, frame: &[u8]| {
+        let r = if client_side { path.test_run(true, frame, 1) } else { path.test_run_from_server(frame) }.unwrap();
+        (r.retval, r.skb.mark & MARK != 0)
+    };
+
+    // Not rejected: a bare FIN passes unmarked, the server's RST passes.
+    path.set_queue_requests(true).unwrap();
+    assert_eq!(marked(&path, true, &fin), (0, false));
+    assert_eq!(marked(&path, false, &from_server), (0, false));
+
+    path.set_rejected(client, server).unwrap();
+    assert_eq!(marked(&path, true, &fin), (0, true), "the client's FIN goes to the engine");
+    assert_eq!(marked(&path, false, &from_server), (2, false), "TC_ACT_SHOT: the server's segment is dropped");
+    assert_eq!(marked(&path, true, &other_fin), (0, false), "another connection is not touched");
+    let c = path.counters().unwrap();
+    assert_eq!((c.rej_queued, c.rej_dropped), (1, 1));
+
+    // Without queued requests (no REJECT in force) the entry does nothing.
+    path.set_queue_requests(false).unwrap();
+    assert_eq!(marked(&path, true, &fin), (0, false));
+    assert_eq!(marked(&path, false, &from_server), (0, false));
+    path.set_queue_requests(true).unwrap();
+
+    // A new SYN on its ports: a new connection, passed on as before.
+    let syn = tcp_frame(LinkType::Ethernet, client.into(), server.into(), 5_000, 0, SYN, &[]);
+    assert_eq!(path.test_run(true, &syn, 1).unwrap().retval, 0);
+    assert_eq!(marked(&path, true, &fin), (0, false));
+    assert_eq!(marked(&path, false, &from_server), (0, false));
 }

@@ -2169,8 +2169,12 @@ fn reject_is_evaluated_at_each_request_and_counted_deferred() {
 #[test]
 fn reject_answers_the_client_and_resets_the_server() {
     use etherparse::{SlicedPacket, TransportSlice};
+    use rlm_core::FastpathUpdate;
     let mut r = Run::with(Config { reject: true, ..Config::default() });
+    r.engine.enable_fastpath();
     r.engine.set_rules(Some(rules("IF URL == \"/busy*\" THEN REJECT 503 RETRY-AFTER 5s\n")));
+    let updates = |r: &mut Run| std::iter::from_fn(|| r.engine.poll_fastpath()).collect::<Vec<_>>();
+    assert!(updates(&mut r).contains(&FastpathUpdate::QueueRequests(true)), "the kernel queues the requests");
     let tcp = |f: &[u8]| -> (u32, u32, bool, bool, bool, Vec<u8>) {
         let p = SlicedPacket::from_ethernet(f).unwrap();
         let Some(TransportSlice::Tcp(t)) = p.transport else { panic!("tcp") };
@@ -2199,6 +2203,10 @@ fn reject_answers_the_client_and_resets_the_server() {
     );
     assert_eq!(r.engine.stats().requests_rejected, 1);
     assert_eq!(r.engine.policy().unwrap().rule_counters[0].deferred, 0, "carried out, not deferred");
+    assert!(
+        updates(&mut r).contains(&FastpathUpdate::Rejected { client: "10.4.0.21:40001".parse().unwrap(), server: "10.9.0.1:80".parse().unwrap() }),
+        "the kernel hands the connection's further segments to the engine"
+    );
     // The client acknowledges and closes: dropped, its FIN acknowledged at the answer's end.
     let fin_frame = c.client_fin();
     let (fin_seq, ..) = tcp(&fin_frame);
@@ -2209,8 +2217,19 @@ fn reject_answers_the_client_and_resets_the_server() {
     assert_eq!((ack.port, seq, ack_no, fin), (Port::Client, req_ack.wrapping_add(payload.len() as u32 + 1), fin_seq.wrapping_add(1), false));
     // Another connection's request passes.
     let mut c2 = TcpConv::new("10.4.0.21:40002", "10.9.0.1:80");
-    handshake(&mut r, &mut c2, 300);
-    r.feed(400, c2.client_data(&get("/fine", "")));
+    handshake(&mut r, &mut c2, 3_000);
+    r.feed(3_100, c2.client_data(&get("/fine", "")));
     assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
     assert!(r.engine.poll_transmit().is_none());
+    // The rejected page ended with the appliance's answer (at 100 ms, 140 ms on the client's
+    // clock), complete, with its rejection counted; the other page is its own.
+    r.feed_all(3_120, c2.server_data(&gif_response(100)));
+    r.finish(8_000);
+    let busy = r.pv.iter().find(|p| p.container.as_deref() == Some("/busy/page")).expect("the rejected page");
+    assert_eq!(busy.actions.requests_rejected, 1);
+    assert!(!busy.incomplete);
+    assert!((secs(busy.end_ts) - 0.14).abs() < 0.005, "ended at the answer: {}", secs(busy.end_ts));
+    assert_eq!(busy.connections, 1);
+    let fine = r.pv.iter().find(|p| p.container.as_deref() == Some("/fine")).expect("the other page");
+    assert_eq!(fine.actions.requests_rejected, 0);
 }

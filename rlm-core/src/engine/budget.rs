@@ -37,8 +37,7 @@ impl Engine {
         while self.held.total > self.cfg.max_held_bytes {
             let Some(victim) = self.held.holders.pop_front() else { break };
             if self.flows.get(victim).is_some_and(|c| c.held > 0) {
-                self.close_conn(now, victim, CloseReason::Evicted);
-                self.flows.remove(victim);
+                self.remove_conn(now, victim, CloseReason::Evicted);
                 self.stats.evicted_held += 1;
             }
         }

@@ -73,6 +73,15 @@ pub enum FastpathUpdate {
         /// Sequence number of the byte after the response's end, when its head says where that is.
         end: Option<u32>,
     },
+    /// `REJECT` answered a request of this connection: the kernel sends the client's further
+    /// segments of it through the queue and drops the server's, until a new SYN on its ports
+    /// (or a while).
+    Rejected {
+        /// The connection's client.
+        client: SocketAddrV4,
+        /// The connection's server.
+        server: SocketAddrV4,
+    },
     /// The connection is gone: the kernel may forget its flow.
     FlowEnd {
         /// The connection's client.
@@ -108,14 +117,15 @@ pub(super) struct FastpathNeeds {
     pub mode: SynMode,
     /// The servers' segments must come through the queue (a `REMOVE EMBEDS` is carried out).
     pub queue_responses: bool,
-    /// The clients' segments must come through the queue (a `REWRITE EMBEDS` is carried out).
+    /// The clients' segments must come through the queue (a `REWRITE EMBEDS` or a `REJECT` is
+    /// carried out).
     pub queue_requests: bool,
 }
 
 impl FastpathNeeds {
     /// What `policy` (the rules in force, if any) needs, with content adaptation carried out or
-    /// not (`adapt`).
-    pub fn of(policy: Option<&Policy>, adapt: bool) -> FastpathNeeds {
+    /// not (`adapt`), and `REJECT` (`reject`).
+    pub fn of(policy: Option<&Policy>, adapt: bool, reject: bool) -> FastpathNeeds {
         let mode = match policy {
             Some(p) if p.acts_at_syn() => {
                 if p.syn_decided_by_address() && !p.needs_every_syn() {
@@ -127,7 +137,8 @@ impl FastpathNeeds {
             _ => SynMode::PassAll,
         };
         let queue_responses = adapt && policy.is_some_and(Policy::removes_embeds);
-        let queue_requests = adapt && policy.is_some_and(|p| p.rewrites_embeds() && p.rewrites_with_mapping());
+        let queue_requests =
+            (adapt && policy.is_some_and(|p| p.rewrites_embeds() && p.rewrites_with_mapping())) || (reject && policy.is_some_and(Policy::rejects));
         FastpathNeeds { mode, queue_responses, queue_requests }
     }
 }
@@ -199,6 +210,14 @@ impl Fastpath {
     /// A response's place in the sequence space, for the SRPT classifier.
     pub fn response_size(&mut self, client: SocketAddrV4, server: SocketAddrV4, start: u32, end: Option<u32>) {
         self.updates.push_back(FastpathUpdate::ResponseSize { client, server, start, end });
+    }
+
+    /// `REJECT` answered a request on the connection from `src` (its client) to `dst` (IPv4 only:
+    /// the kernel queues IPv4 segments only).
+    pub fn rejected(&mut self, src: SocketAddr, dst: SocketAddr) {
+        if let (SocketAddr::V4(client), SocketAddr::V4(server)) = (src, dst) {
+            self.updates.push_back(FastpathUpdate::Rejected { client, server });
+        }
     }
 
     /// A connection is gone: with SRPT on, the classifier may forget its flow (IPv4 only).

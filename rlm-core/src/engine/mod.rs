@@ -329,7 +329,7 @@ impl Engine {
     }
 
     fn fastpath_needs(&self) -> FastpathNeeds {
-        FastpathNeeds::of(self.policy.as_ref(), self.cfg.adapt)
+        FastpathNeeds::of(self.policy.as_ref(), self.cfg.adapt, self.cfg.reject)
     }
 
     /// The next update for the kernel fast path, if any.
@@ -593,8 +593,7 @@ impl Engine {
             match kind {
                 TimerKind::Connect => {
                     if matches!(c.state, ConnState::SynSent | ConnState::SynReceived) {
-                        self.close_conn(t, id, CloseReason::ConnectTimeout);
-                        self.flows.remove(id);
+                        self.remove_conn(t, id, CloseReason::ConnectTimeout);
                     }
                 }
                 TimerKind::FastSyn => self.fast_syn_due(now, id),
@@ -603,8 +602,7 @@ impl Engine {
                     let limit = if c.state == ConnState::Closed { self.cfg.closed_linger } else { self.cfg.idle_timeout };
                     let due = c.last_seen + limit;
                     if due <= now {
-                        self.close_conn(now, id, CloseReason::Idle);
-                        self.flows.remove(id);
+                        self.remove_conn(now, id, CloseReason::Idle);
                     } else {
                         self.push_timer(due, id, TimerKind::Idle);
                     }
@@ -628,8 +626,7 @@ impl Engine {
         let now = self.advance(now);
         self.handle_timeout(now);
         for id in self.flows.ids() {
-            self.close_conn(now, id, CloseReason::Shutdown);
-            self.flows.remove(id);
+            self.remove_conn(now, id, CloseReason::Shutdown);
         }
         self.timers.clear();
         self.next_refresh = None;

@@ -68,6 +68,7 @@ impl Engine {
         for depth in rewrite_due {
             self.decide_rewrite(now, id, depth, seg);
         }
+        let mut close = close;
         if let Some(r) = reject.filter(|_| dir == Dir::ToServer) {
             // REJECT: the request goes no further; the server is reset, the client answered.
             match crate::actions::reject_frames(&self.syn.links, seg, r.status, r.retry_after) {
@@ -78,6 +79,16 @@ impl Engine {
                     self.rejected.insert(id, seg.ack.wrapping_add(answer_len).wrapping_add(1));
                     self.stats.requests_rejected += 1;
                     out.drop = Some(DropCause::Rejected);
+                    // The appliance's answer is the request's response, whole, now.
+                    self.pageviews.on_txn_act(id, r.depth, |a| a.requests_rejected += 1);
+                    self.pageviews.on_txn_done(now, id, r.depth, Some(now), Some(now));
+                    // The kernel sends the connection's further segments here (the client's)
+                    // or nowhere (the server's): they are the appliance's to answer.
+                    if let Some(fp) = self.fastpath.as_mut() {
+                        fp.rejected(seg.src.into(), seg.dst.into());
+                    }
+                    // The client has its answer: the request ends here, unanswered by the server.
+                    close = Some(CloseReason::Rejected);
                 }
                 None => self.stats.rejects_no_link_address += 1,
             }
@@ -93,9 +104,10 @@ impl Engine {
             }
         }
         if let Some(reason) = close {
-            self.close_conn(now, id, reason);
             if reason == CloseReason::Refused {
-                self.flows.remove(id);
+                self.remove_conn(now, id, reason);
+            } else {
+                self.close_conn(now, id, reason);
             }
         } else {
             self.account_held(now, id);
@@ -114,8 +126,7 @@ impl Engine {
             let c = self.flows.get(old).expect("looked up");
             let same_attempt = seg.src == c.client && c.c2s.next_seq() == Some(seg.seq.wrapping_add(1)) && c.state != ConnState::Closed;
             if !same_attempt && (c.state == ConnState::Closed || c.state == ConnState::Established || seg.src != c.client) {
-                self.close_conn(now, old, CloseReason::Reused);
-                self.flows.remove(old);
+                self.remove_conn(now, old, CloseReason::Reused);
                 id = None;
             }
         }
@@ -134,8 +145,7 @@ impl Engine {
         let midstream = !f.syn;
         if self.flows.is_full() {
             if let Some(victim) = self.flows.eviction_candidate() {
-                self.close_conn(now, victim, CloseReason::Evicted);
-                self.flows.remove(victim);
+                self.remove_conn(now, victim, CloseReason::Evicted);
                 self.stats.connections_evicted += 1;
             }
         }
@@ -409,7 +419,7 @@ impl Engine {
             if answer.is_none() {
                 self.stats.rejects_deferred += u64::from(fired);
             }
-            reject = answer.map(|(status, retry_after)| Rejection { status, retry_after });
+            reject = answer.map(|(status, retry_after)| Rejection { depth, status, retry_after });
         }
         let info = request_info(c, id, depth, Asked::Head(head), txn.request_ts, c.hs.established);
         self.pageviews.on_request(now, &info);
@@ -469,10 +479,17 @@ impl Engine {
         }
     }
 
+    /// Close a connection (if it is not already) and take it out of the table, with what the
+    /// appliance kept about it (a REJECT's sequence number).
+    pub(super) fn remove_conn(&mut self, now: Timestamp, id: ConnId, reason: CloseReason) {
+        self.close_conn(now, id, reason);
+        self.flows.remove(id);
+        self.rejected.remove(&id);
+    }
+
     /// Close a connection: flush HTTP, tell the pageviews. It stays in the table (Closed) until
     /// its linger expires, unless the caller removes it.
     pub(super) fn close_conn(&mut self, now: Timestamp, id: ConnId, reason: CloseReason) {
-        self.rejected.remove(&id);
         let mut evs = Vec::new();
         let Some(c) = self.flows.get_mut(id) else { return };
         if c.state == ConnState::Closed {
@@ -591,6 +608,8 @@ fn done_in(rest: &[AppEvent], depth: u32) -> Option<&Txn> {
 /// A `REJECT` decided at a request head: the answer the client gets.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Rejection {
+    /// The rejected request's depth on its connection.
+    depth: u32,
     status: u16,
     retry_after: Option<std::time::Duration>,
 }

@@ -103,6 +103,9 @@ pub enum CloseReason {
     Shutdown,
     /// The port was reused by a new connection (a new SYN).
     Reused,
+    /// The appliance answered a request in the server's stead (`REJECT`) and reset the server's
+    /// side: the connection is the appliance's to finish.
+    Rejected,
 }
 
 impl CloseReason {
@@ -117,6 +120,7 @@ impl CloseReason {
             CloseReason::Evicted => "evicted",
             CloseReason::Shutdown => "shutdown",
             CloseReason::Reused => "reused",
+            CloseReason::Rejected => "rejected",
         }
     }
     /// Whether the connection never got established from the client's point of view.

@@ -133,6 +133,9 @@ pub struct Acts {
     pub embeds_blanked: u32,
     /// Requests of its embedded images rewritten to their variant (`REWRITE EMBEDS`).
     pub embeds_rewritten: u32,
+    /// Its requests `REJECT` answered in the server's stead (the client got the appliance's
+    /// error page).
+    pub requests_rejected: u32,
 }
 
 impl Acts {
@@ -146,6 +149,7 @@ impl Acts {
         self.synacks_resent += other.synacks_resent;
         self.embeds_blanked += other.embeds_blanked;
         self.embeds_rewritten += other.embeds_rewritten;
+        self.requests_rejected += other.requests_rejected;
     }
 }
 

@@ -454,6 +454,8 @@ impl Loop {
             // Rewriting needs the servers' segments in the queue, which only the eBPF fast path
             // sends there.
             adapt: cfg.adapt && matches!(source, Source::Fast(_)),
+            // REJECT answers from the injector, for requests the eBPF fast path queued.
+            reject: injector.is_some() && matches!(source, Source::Fast(_)),
             fast_limit: cfg.fast_limit,
             fast_release_per_s: cfg.fast_release_per_s,
             inject_budget: rlm_core::actions::InjectBudget {
@@ -802,13 +804,14 @@ impl Loop {
                     f.path.set_queue_responses(on)
                 }
                 FastpathUpdate::QueueRequests(on) => {
-                    info!(on, "fast path: the clients' segments go through the queue (REWRITE EMBEDS)");
+                    info!(on, "fast path: the clients' segments go through the queue (REWRITE EMBEDS, REJECT)");
                     f.path.set_queue_requests(on)
                 }
                 FastpathUpdate::ResponseSize { client, server, start, end } => match f.srpt.as_mut() {
                     Some(e) => e.set_response(FlowKey::new(server, client), start, end),
                     None => Ok(()),
                 },
+                FastpathUpdate::Rejected { client, server } => f.path.set_rejected(client, server),
                 FastpathUpdate::FlowEnd { client, server } => match f.srpt.as_mut() {
                     Some(e) => e.end_flow(FlowKey::new(server, client)),
                     None => Ok(()),
