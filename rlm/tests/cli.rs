@@ -133,7 +133,17 @@ fn writes_json_lines_with_the_documented_fields() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["embeds_blanked", "embeds_rewritten", "synacks_resent", "syns_absorbed", "syns_delayed", "syns_dropped", "syns_limited", "syns_resent"]
+        [
+            "embeds_blanked",
+            "embeds_rewritten",
+            "requests_rejected",
+            "synacks_resent",
+            "syns_absorbed",
+            "syns_delayed",
+            "syns_dropped",
+            "syns_limited",
+            "syns_resent"
+        ]
     );
     assert!(acts.values().all(|v| *v == 0), "{p}");
     assert_eq!(p["id"], t["pageview"]);

@@ -224,7 +224,8 @@ pub fn summary(rules: &RuleSet) -> String {
         .collect();
     if !rejects.is_empty() {
         s.push_str(&format!(
-            "\n  not carried out yet: REJECT ({}): rlm evaluates it at each request but does not answer for the server yet (issue 26)",
+            "\n  REJECT ({}): rlm answers plain HTTP requests in the server's stead (rlm run with the ebpf observer and injection; \
+             otherwise, and in rlm analyze, each firing is counted deferred); HTTPS requests are encrypted: it never fires at one",
             rejects.join(", ")
         ));
     }

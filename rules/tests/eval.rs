@@ -465,9 +465,9 @@ fn requests_by_method_cookie_and_header_are_rejected() {
     assert_eq!(at(&Req { method: "post", headers: &[("X-Tier", "paid")] }), vec![]);
     // Without the request's fields the tests are unknown: nothing fires.
     assert!(fired(&rs, Node::Request, &Facts::new(c, s, ClassId(0), &NoAggregates)).is_empty());
-    // `rlm check` says REJECT is not carried out yet.
+    // `rlm check` says where REJECT is carried out.
     let summary = rules::summary(&rs);
-    assert!(summary.contains("not carried out yet: REJECT (line 1, line 2)"), "{summary}");
+    assert!(summary.contains("REJECT (line 1, line 2): rlm answers plain HTTP requests"), "{summary}");
     assert!(!rules::summary(&set("IF RT > 1s THEN DROP SYN")).contains("REJECT"));
     // Printed back, parsed again: the same rules.
     let printed = rs.ast().to_string();

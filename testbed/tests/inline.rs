@@ -1369,3 +1369,95 @@ fn chromium_load_times(scheme: Scheme) {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// tshark's reading of a capture: the frames `filter` (a display filter) selects, one line each
+/// (source address, flags, length).
+fn tshark_select(file: &std::path::Path, filter: &str) -> Vec<String> {
+    let out = std::process::Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(file)
+        .args(["-Y", filter, "-T", "fields", "-e", "ip.src", "-e", "tcp.flags.str", "-e", "tcp.len"])
+        .output()
+        .expect("tshark (make deps installs it)");
+    assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
+/// REJECT inline (issue 26): requests to /busy get rlm's 503 (Retry-After, Connection: close)
+/// and never reach the farm. curl reads it whole; headless Chromium shows the 503 page, and a
+/// page whose script fetches a /busy resource and then another gets 503 then 200 in the same
+/// browser. At the client no TCP error: no RST, no retransmission, no segment lost or out of
+/// order (tshark's analysis); at the server the only RSTs are rlm's, one per rejected request,
+/// and none from the server.
+#[test]
+fn reject_answers_curl_and_chromium_and_neither_side_sees_a_tcp_error() {
+    if std::process::Command::new("chromium").arg("--version").output().is_err() {
+        panic!("chromium is missing (make deps installs it)");
+    }
+    let page = "<!DOCTYPE html><html><body><p id=\"r\">pending</p><script>(async () => { \
+        const a = await fetch('/busy/api', {cache: 'no-store'}); \
+        const b = await fetch('/ok.txt', {cache: 'no-store'}); \
+        document.getElementById('r').textContent = 'statuses ' + a.status + ' ' + b.status + ' ' + (await b.text()).trim(); \
+        })();</script></body></html>\n";
+    let log: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let seen = log.clone();
+    let respond: Responder = Arc::new(move |target: &str| {
+        seen.lock().unwrap().push(target.to_string());
+        let (ctype, body) = match target {
+            "/" => ("text/html", page.to_string()),
+            "/ok.txt" => ("text/plain", "fine\n".to_string()),
+            _ => ("text/html", "<html><body>served by the farm</body></html>\n".to_string()),
+        };
+        format!("HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_bytes()
+    });
+    let (_plan, _guard, info, _) = lab_serving("j", 1, Some(respond));
+    let dir = std::env::temp_dir().join(format!("rlm-reject-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let arm = RlmArm { rules: format!("{CLASSES}IF URL == \"/busy*\" THEN REJECT 503 RETRY-AFTER 5s\n"), ..RlmArm::default() };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    let cli_cap = Capture::start(&info.namespaces.clients, &info.clients.interface, dir.join("client.pcap"));
+    let srv_cap = Capture::start(&info.namespaces.servers, "srv0", dir.join("server.pcap"));
+
+    // curl: the whole answer, and curl content with it.
+    let src = info.clients.high[0].clone();
+    let curl = std::process::Command::new("ip")
+        .args(["netns", "exec", &info.namespaces.clients, "curl", "-sS", "-i", "--max-time", "5", "--interface", &src])
+        .arg(format!("http://{FARM_ADDR}/busy/cart?id=1"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&curl.stdout).to_string();
+    assert!(curl.status.success(), "curl failed: {} {text}", String::from_utf8_lossy(&curl.stderr));
+    assert!(text.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{text}");
+    assert!(text.contains("Retry-After: 5\r\n") && text.contains("Connection: close\r\n") && text.contains("please try again"), "{text}");
+
+    // Chromium: the 503 page shown; then, in the page's script, a rejected fetch and one served.
+    let profile = dir.join("profile");
+    let out = chromium_dump(&info.namespaces.clients, &profile, "--virtual-time-budget=5000", &[], &format!("http://{FARM_ADDR}/busy/page"));
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(dom.contains("<h1>503 Service Unavailable</h1>"), "Chromium shows the 503 page: {dom} {}", String::from_utf8_lossy(&out.stderr));
+    let out = chromium_dump_dom(&info.namespaces.clients, &profile, "--virtual-time-budget=8000");
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(dom.contains("statuses 503 200 fine"), "the rejected fetch, then the next served: {dom}");
+
+    let client_pcap = cli_cap.stop();
+    let server_pcap = srv_cap.stop();
+    let out = rlm.stop().expect("stop");
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
+    println!("rlm stats {}", status["stats"]);
+    let rejected = status["stats"]["requests_rejected"].as_u64().unwrap();
+    assert_eq!(rejected, 3, "curl's, Chromium's navigation and its fetch");
+    let served = log.lock().unwrap().clone();
+    assert!(served.iter().all(|t| !t.starts_with("/busy")), "no /busy request reached the farm: {served:?}");
+    assert!(served.iter().any(|t| t == "/ok.txt"), "{served:?}");
+
+    let errors = "tcp.flags.reset == 1 || tcp.analysis.retransmission || tcp.analysis.fast_retransmission || \
+                  tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment || tcp.analysis.out_of_order";
+    let at_client = tshark_select(&client_pcap, errors);
+    assert!(at_client.is_empty(), "TCP errors at the client: {at_client:?}");
+    let answers = tshark_select(&client_pcap, "http.response.code == 503");
+    assert_eq!(answers.len() as u64, rejected, "{answers:?}");
+    let resets = tshark_select(&server_pcap, "tcp.flags.reset == 1");
+    assert_eq!(resets.len() as u64, rejected, "one RST per rejected request: {resets:?}");
+    assert!(resets.iter().all(|r| !r.starts_with(FARM_ADDR)), "none from the server: {resets:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

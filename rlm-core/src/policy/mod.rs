@@ -19,7 +19,7 @@
 //! [`Policy`] is here: the rule set in force and its reload, the classes, the refresh of the class
 //! statistics and the counters. Its nodes are evaluated in `syn` (the SYN and SYN/ACK nodes) and
 //! `adaptation` (the response and request nodes: content adaptation), `request` (the request
-//! node's `REJECT`, evaluated and counted, not carried out yet); `class_windows` keeps the per-class
+//! node's `REJECT`); `class_windows` keeps the per-class
 //! response-time windows, `token_bucket` the buckets of `LIMIT SYN`.
 
 mod adaptation;

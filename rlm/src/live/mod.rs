@@ -306,7 +306,9 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         server_ports: cfg.server_ports.clone(),
         queue_synacks,
         queue_mark: matches!(source, Source::Fast(_)).then_some(cfg.queue_mark),
-        queue_content: cfg.adapt && matches!(source, Source::Fast(_)),
+        // The segments the fast path marks: for content adaptation, and for REJECT, which
+        // answers from the injector.
+        queue_content: (cfg.adapt || cfg.inject) && matches!(source, Source::Fast(_)),
     };
     // Opened before any rule is installed: a failure leaves nothing behind.
     let injector = match cfg.inject {

@@ -34,8 +34,9 @@ pub struct QueuePlan {
     /// has no verdict for); `None`: every client SYN.
     pub queue_mark: Option<u32>,
     /// Queue the non-SYN segments that carry the mark too, the servers' and the clients' (the
-    /// eBPF fast path marks them while content adaptation is carried out: responses for `REMOVE
-    /// EMBEDS`, requests for `REWRITE EMBEDS`): with `queue_mark` only.
+    /// eBPF fast path marks them while content adaptation or `REJECT` is carried out: responses
+    /// for `REMOVE EMBEDS`, requests for `REWRITE EMBEDS` and `REJECT`, with each segment of a
+    /// rejected connection's client): with `queue_mark` only.
     pub queue_content: bool,
 }
 
