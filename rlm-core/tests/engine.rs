@@ -2233,3 +2233,41 @@ fn reject_answers_the_client_and_resets_the_server() {
     let fine = r.pv.iter().find(|p| p.container.as_deref() == Some("/fine")).expect("the other page");
     assert_eq!(fine.actions.requests_rejected, 0);
 }
+
+/// LIMIT REQUESTS (issue 26): a token bucket per rule, class and URL group; a request that finds
+/// it empty is answered as REJECT 503 would (Retry-After 1). Requests of another group have a
+/// bucket of their own; the bucket refills at its rate.
+#[test]
+fn limit_requests_rejects_the_excess_of_a_group() {
+    let mut r = Run::with(Config { reject: true, ..Config::default() });
+    r.engine.set_rules(Some(rules(concat!(
+        "GROUP db IF URL == \"/search*\"\n",
+        "IF GROUP == db THEN LIMIT REQUESTS 1/s BURST 2\n",
+        "IF GROUP != db THEN LIMIT REQUESTS 100/s BURST 100\n",
+    ))));
+    let mut fate = Vec::new();
+    let plan: [(u64, &str); 6] =
+        [(0, "/search?q=1"), (100, "/search?q=2"), (200, "/search?q=3"), (300, "/item/1"), (400, "/search?q=4"), (2_500, "/search?q=5")];
+    for (i, (t, url)) in plan.iter().enumerate() {
+        let mut c = TcpConv::new(&format!("10.4.0.21:{}", 41_000 + i), "10.9.0.1:80");
+        handshake(&mut r, &mut c, *t);
+        r.feed(t + 10, c.client_data(&get(url, "")));
+        let rejected = r.verdict == Some(rlm_core::Verdict::Drop);
+        let answer = std::iter::from_fn(|| r.engine.poll_transmit()).filter(|t| t.port == Port::Client).count();
+        assert_eq!(answer, rejected as usize, "{url}: an answer for each rejected request");
+        fate.push((*url, rejected));
+    }
+    assert_eq!(
+        fate,
+        vec![
+            ("/search?q=1", false),
+            ("/search?q=2", false),
+            ("/search?q=3", true),
+            ("/item/1", false),
+            ("/search?q=4", true),
+            ("/search?q=5", false)
+        ]
+    );
+    assert_eq!(r.engine.stats().requests_rejected, 2);
+    assert_eq!(r.engine.policy().unwrap().rule_counters[0].fired, 2, "the limit fired at the two it turned away");
+}

@@ -10,7 +10,7 @@ use crate::diag::Span;
 use crate::glob::Glob;
 use crate::num::{fmt_duration, Rate};
 
-/// A rule file: class declarations and rules, in file order.
+/// A rule file: class and group declarations, rules, targets, in file order.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct File {
     pub items: Vec<Item>,
@@ -20,6 +20,44 @@ pub struct File {
 pub enum Item {
     Class(ClassDecl),
     Rule(Rule),
+    Group(GroupDecl),
+    Sla(SlaDecl),
+    Shed(ShedDecl),
+}
+
+/// `GROUP db IF URL == "/search*" OR URL == "/best-sellers*"`: a URL group (003 Paper D): a
+/// request's group is the first declaration, in file order, whose condition holds at its head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupDecl {
+    pub name: Ident,
+    pub cond: Cond,
+    /// From `GROUP` to the end of the condition.
+    pub span: Span,
+}
+
+/// `SLA HIGH RT.P95 < 2s`: a target on a class's pageview response times; `SLA GROUP db RT.P95
+/// < 500ms`: on a group's requests' server times (request to first response byte).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlaDecl {
+    pub target: SlaTarget,
+    pub stat: Stat,
+    pub limit: Duration,
+    /// From `SLA` to the end of the limit.
+    pub span: Span,
+}
+
+/// What an `SLA` is on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlaTarget {
+    Class(Ident),
+    Group(Ident),
+}
+
+/// `SHED LOW, MEDIUM`: the classes the SLA controller may shed, least important first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShedDecl {
+    pub classes: Vec<Ident>,
+    pub span: Span,
 }
 
 /// `CLASS HIGH IF IP.SRC == 10.4.*.*`
@@ -166,6 +204,8 @@ pub enum Test {
     /// `HEADER.X-Tier EXISTS`, `HEADER.User-Agent == "*bot*"`: a header of the request, by its
     /// name (any case); its value as sent.
     Header { name: String, cond: FieldCond },
+    /// `GROUP == db`: the request's URL group (none when no `GROUP` declaration matches it).
+    Group { negated: bool, group: Ident },
 }
 
 /// What a `COOKIE.<name>` or `HEADER.<name>` test asks of the field.
@@ -191,6 +231,9 @@ pub enum ActionKind {
     DropSyn,
     /// `LIMIT SYN 200/s BURST 20`: a token bucket per class.
     LimitSyn { rate: Rate, burst: u32 },
+    /// `LIMIT REQUESTS 50/s BURST 10`: a token bucket per class and URL group; a request that
+    /// finds it empty is answered as `REJECT 503` would.
+    LimitRequests { rate: Rate, burst: u32 },
     /// `FAST SYN`, `FAST SYN/ACK`, `FAST SYN + SYN/ACK`, each with an optional `GAP d`.
     Fast { syn: bool, synack: bool, gap: Duration, gap_written: bool },
     /// `DELAY FIRST SYN 3s`
@@ -235,6 +278,7 @@ impl ActionKind {
         match self {
             ActionKind::DropSyn => "DROP SYN",
             ActionKind::LimitSyn { .. } => "LIMIT SYN",
+            ActionKind::LimitRequests { .. } => "LIMIT REQUESTS",
             ActionKind::Fast { syn: true, synack: true, .. } => "FAST SYN + SYN/ACK",
             ActionKind::Fast { synack: true, .. } => "FAST SYN/ACK",
             ActionKind::Fast { .. } => "FAST SYN",
@@ -253,6 +297,18 @@ impl fmt::Display for File {
             match item {
                 Item::Class(c) => writeln!(f, "{c}")?,
                 Item::Rule(r) => writeln!(f, "{r}")?,
+                Item::Group(g) => writeln!(f, "GROUP {} IF {}", g.name.name, g.cond)?,
+                Item::Sla(s) => {
+                    match &s.target {
+                        SlaTarget::Class(c) => write!(f, "SLA {} RT", c.name)?,
+                        SlaTarget::Group(g) => write!(f, "SLA GROUP {} RT", g.name)?,
+                    }
+                    if s.stat != Stat::Mean {
+                        write!(f, ".{}", s.stat)?;
+                    }
+                    writeln!(f, " < {}", fmt_duration(s.limit))?
+                }
+                Item::Shed(s) => writeln!(f, "SHED {}", s.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "))?,
             }
         }
         Ok(())
@@ -335,6 +391,7 @@ impl fmt::Display for Test {
             Test::Method { negated, pattern } => write!(f, "METHOD {} {pattern}", eq_op(*negated)),
             Test::Cookie { name, cond } => write!(f, "COOKIE.{name}{cond}"),
             Test::Header { name, cond } => write!(f, "HEADER.{name}{cond}"),
+            Test::Group { negated, group } => write!(f, "GROUP {} {}", eq_op(*negated), group.name),
         }
     }
 }
@@ -359,6 +416,7 @@ impl fmt::Display for ActionKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ActionKind::LimitSyn { rate, burst } => write!(f, "LIMIT SYN {rate} BURST {burst}"),
+            ActionKind::LimitRequests { rate, burst } => write!(f, "LIMIT REQUESTS {rate} BURST {burst}"),
             ActionKind::Fast { gap, gap_written, .. } => {
                 write!(f, "{}", self.name())?;
                 if *gap_written {

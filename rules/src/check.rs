@@ -4,10 +4,14 @@
 
 use crate::ast::{self, ActionKind, ClassRef, Cond, Item, Test};
 use crate::diag::{Error, SourceMap, Span};
-use crate::eval::{self, Bucket, BucketId, ClassId, CompiledRule, Effect, Embeds, EmbedsId, Expr, HeldTest, Node, RuleId, RuleSet, Scope};
+use crate::eval::{
+    self, Bucket, BucketId, ClassId, CompiledRule, Effect, Embeds, EmbedsId, Expr, GroupId, HeldTest, Node, RuleId, RuleSet, Scope, Sla, SlaScope,
+};
 
 /// At most this many classes (`DEFAULT` comes on top).
 pub const MAX_CLASSES: usize = 1000;
+/// At most this many URL groups.
+pub const MAX_GROUPS: usize = 256;
 
 /// Words a class cannot be called.
 const RESERVED: &[&str] = &[
@@ -44,15 +48,23 @@ const RESERVED: &[&str] = &[
     "METHOD",
     "EXISTS",
     "REJECT",
+    "GROUP",
+    "SLA",
+    "SHED",
+    "REQUESTS",
 ];
 
 /// The nodes at which a test can be decided.
 fn decidable(t: &Test) -> u8 {
     let all = Node::ALL.iter().fold(0, |m, n| m | n.bit());
     match t {
-        Test::Url { .. } | Test::Host { .. } | Test::Site { .. } | Test::Method { .. } | Test::Cookie { .. } | Test::Header { .. } => {
-            Node::Request.bit() | Node::Response.bit()
-        }
+        Test::Url { .. }
+        | Test::Host { .. }
+        | Test::Site { .. }
+        | Test::Method { .. }
+        | Test::Cookie { .. }
+        | Test::Header { .. }
+        | Test::Group { .. } => Node::Request.bit() | Node::Response.bit(),
         Test::ContentType { .. } => Node::Response.bit(),
         _ => all,
     }
@@ -74,6 +86,7 @@ fn test_name(t: &Test) -> &'static str {
         Test::Method { .. } => "METHOD",
         Test::Cookie { .. } => "COOKIE.<name>",
         Test::Header { .. } => "HEADER.<name>",
+        Test::Group { .. } => "GROUP",
     }
 }
 
@@ -83,7 +96,7 @@ pub(crate) fn action_nodes(a: &ActionKind) -> u8 {
         ActionKind::DropSyn | ActionKind::LimitSyn { .. } | ActionKind::DelayFirstSyn { .. } | ActionKind::HaltFastSyn => Node::Syn.bit(),
         ActionKind::Fast { syn, synack, .. } => (if *syn { Node::Syn.bit() } else { 0 }) | (if *synack { Node::SynAck.bit() } else { 0 }),
         ActionKind::RemoveEmbeds { .. } => Node::Response.bit(),
-        ActionKind::RewriteEmbeds { .. } | ActionKind::Reject { .. } => Node::Request.bit(),
+        ActionKind::RewriteEmbeds { .. } | ActionKind::Reject { .. } | ActionKind::LimitRequests { .. } => Node::Request.bit(),
     }
 }
 
@@ -99,7 +112,7 @@ fn why_unknown(t: &Test, node: Node) -> &'static str {
 fn tests_at(node: Node) -> &'static str {
     match node {
         Node::Syn | Node::SynAck => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT or RT.<class>",
-        Node::Request => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT, RT.<class>, URL, HOST, SITE, METHOD, COOKIE.<name> or HEADER.<name>",
+        Node::Request => "IP.SRC, IP.DST, PORT.SRC, PORT.DST, CLASS, RT, RT.<class>, URL, HOST, SITE, METHOD, COOKIE.<name>, HEADER.<name> or GROUP",
         Node::Response => "any test",
     }
 }
@@ -130,6 +143,7 @@ struct Checker<'a> {
     map: SourceMap<'a>,
     errors: Vec<Error>,
     classes: Vec<(String, Span)>,
+    groups: Vec<(String, Span)>,
 }
 
 impl Checker<'_> {
@@ -163,6 +177,49 @@ impl Checker<'_> {
         None
     }
 
+    /// Resolve a group name.
+    fn group(&mut self, name: &ast::Ident) -> Option<GroupId> {
+        if let Some(i) = self.groups.iter().position(|(n, _)| n.eq_ignore_ascii_case(&name.name)) {
+            return Some(GroupId(i as u16));
+        }
+        let mut e = Error::new(name.span, format!("no group is named {}", name.name));
+        if self.groups.is_empty() {
+            e = e
+                .expected("a group declared with GROUP NAME IF condition")
+                .help(format!("declare it, e.g. GROUP {} IF URL == \"/search*\"", name.name));
+        } else {
+            let names: Vec<&str> = self.groups.iter().map(|(n, _)| n.as_str()).collect();
+            e = e.expected(format!("a declared group: {}", names.join(", ")));
+            if let Some((best, _)) = self.groups.iter().map(|(n, _)| (n, distance(n, &name.name))).filter(|(_, d)| *d <= 2).min_by_key(|(_, d)| *d) {
+                e = e.help(format!("did you mean {best}?"));
+            }
+        }
+        self.errors.push(e);
+        None
+    }
+
+    /// A new class or group name (`what`), into `names` unless it is reserved or taken.
+    fn declare(&mut self, what: &str, name: &ast::Ident, max: usize, taken: impl Fn(&Checker) -> Option<Span>) -> bool {
+        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(&name.name)) {
+            let why = match name.name.to_ascii_uppercase().as_str() {
+                "ALL" => "RT.ALL is every pageview",
+                "DEFAULT" => "DEFAULT is the class of clients no CLASS matches",
+                _ => "it is a keyword",
+            };
+            self.errors
+                .push(Error::new(name.span, format!("a {what} cannot be called {}: {why}", name.name)).expected(format!("another {what} name")));
+        } else if let Some(at) = taken(self) {
+            let at = self.pos(at);
+            self.errors
+                .push(Error::new(name.span, format!("{what} {} is already declared at {at}", name.name)).expected(format!("a new {what} name")));
+        } else if max == 0 {
+            self.errors.push(Error::new(name.span, format!("more {what}es than the most allowed")));
+        } else {
+            return true;
+        }
+        false
+    }
+
     fn compile_cond(&mut self, c: &Cond, held: &mut Vec<HeldTest>) -> Expr {
         match c {
             Cond::And(xs) => Expr::And(xs.iter().map(|x| self.compile_cond(x, held)).collect()),
@@ -194,6 +251,7 @@ impl Checker<'_> {
                 Test::Method { negated, pattern } => eval::Test::Method { negated: *negated, pattern: pattern.clone() },
                 Test::Cookie { name, cond } => eval::Test::Cookie { name: name.clone().into(), cond: cond.clone() },
                 Test::Header { name, cond } => eval::Test::Header { name: name.to_ascii_lowercase().into(), cond: cond.clone() },
+                Test::Group { negated, group } => eval::Test::Group { negated: *negated, group: self.group(group).unwrap_or(GroupId(0)) },
             }),
         }
     }
@@ -201,25 +259,40 @@ impl Checker<'_> {
 
 /// Check a parsed file and build its rule set.
 pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleSet, Vec<Error>> {
-    let mut ck = Checker { map: SourceMap::new(src), errors: Vec::new(), classes: Vec::new() };
+    let mut ck = Checker { map: SourceMap::new(src), errors: Vec::new(), classes: Vec::new(), groups: Vec::new() };
 
-    // Classes first, so rules may name classes declared after them.
+    // Groups, then classes, so rules may name them declared after them.
+    for item in &file.items {
+        let Item::Group(g) = item else { continue };
+        let name = &g.name;
+        let left = MAX_GROUPS - ck.groups.len();
+        if ck.declare("group", name, left, |ck| ck.groups.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name.name)).map(|(_, s)| *s)) {
+            ck.groups.push((name.name.clone(), name.span));
+        }
+        let mut xs = Vec::new();
+        atoms(&g.cond, &mut xs);
+        for a in xs {
+            let ok = matches!(
+                a.test,
+                Test::Url { .. } | Test::Host { .. } | Test::Site { .. } | Test::Method { .. } | Test::Cookie { .. } | Test::Header { .. }
+            );
+            if !ok {
+                ck.errors.push(
+                    Error::new(
+                        a.span,
+                        format!("a group cannot test {}: a request's group is decided at its head, from the request alone", test_name(&a.test)),
+                    )
+                    .expected("URL, HOST, SITE, METHOD, COOKIE.<name> or HEADER.<name>")
+                    .help("test clients, classes and response times in IF ... THEN rules, with GROUP == name"),
+                );
+            }
+        }
+    }
     for item in &file.items {
         let Item::Class(c) = item else { continue };
         let name = &c.name;
-        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(&name.name)) {
-            let why = match name.name.to_ascii_uppercase().as_str() {
-                "ALL" => "RT.ALL is every pageview",
-                "DEFAULT" => "DEFAULT is the class of clients no CLASS matches",
-                _ => "it is a keyword",
-            };
-            ck.errors.push(Error::new(name.span, format!("a class cannot be called {}: {why}", name.name)).expected("another class name"));
-        } else if let Some((_, at)) = ck.classes.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name.name)) {
-            let at = ck.pos(*at);
-            ck.errors.push(Error::new(name.span, format!("class {} is already declared at {at}", name.name)).expected("a new class name"));
-        } else if ck.classes.len() == MAX_CLASSES {
-            ck.errors.push(Error::new(name.span, format!("more than {MAX_CLASSES} classes")));
-        } else {
+        let left = MAX_CLASSES - ck.classes.len();
+        if ck.declare("class", name, left, |ck| ck.classes.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name.name)).map(|(_, s)| *s)) {
             ck.classes.push((name.name.clone(), name.span));
         }
         let mut xs = Vec::new();
@@ -270,6 +343,7 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
                     .help(match a.test {
                         Test::ContentType { .. } => "CONTENT-TYPE is known at the response node only (REMOVE EMBEDS)",
                         Test::Site { .. } => "SITE is known at the request and response nodes; at the SYN a site with an address of its own is IP.DST (and PORT.DST), or a class declared by SITE (its clients' latest site)",
+                        Test::Group { .. } => "a request's GROUP is known at the request and response nodes (LIMIT REQUESTS, REJECT, REWRITE EMBEDS, REMOVE EMBEDS)",
                         Test::Method { .. } | Test::Cookie { .. } | Test::Header { .. } => {
                             "METHOD, COOKIE and HEADER are the request's: known at the request and response nodes (REJECT, REWRITE EMBEDS, REMOVE EMBEDS)"
                         }
@@ -300,6 +374,70 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
         }
     }
 
+    // Targets and what the controller may shed.
+    let mut shed: Vec<(ClassId, Span)> = Vec::new();
+    let mut shed_at: Option<Span> = None;
+    for item in &file.items {
+        let Item::Shed(d) = item else { continue };
+        if let Some(at) = shed_at {
+            let at = ck.pos(at);
+            ck.errors.push(
+                Error::new(d.span, format!("SHED is already given at {at}")).expected("one SHED, naming every class to shed, least important first"),
+            );
+            continue;
+        }
+        shed_at = Some(d.span);
+        for c in &d.classes {
+            let Some(id) = ck.class(c, false) else { continue };
+            if let Some((_, at)) = shed.iter().find(|(i, _)| *i == id) {
+                let at = ck.pos(*at);
+                ck.errors.push(Error::new(c.span, format!("{} is already in SHED, at {at}", c.name)).expected("each class once"));
+            } else {
+                shed.push((id, c.span));
+            }
+        }
+    }
+    let mut slas: Vec<(Sla, Span)> = Vec::new();
+    for item in &file.items {
+        let Item::Sla(d) = item else { continue };
+        let scope = match &d.target {
+            ast::SlaTarget::Class(c) => {
+                let Some(id) = ck.class(c, false) else { continue };
+                if let Some((_, at)) = shed.iter().find(|(i, _)| *i == id) {
+                    let at = ck.pos(*at);
+                    ck.errors.push(
+                        Error::new(
+                            c.span,
+                            format!("{} is shed (SHED, {at}): the controller sheds it to hold the other classes' targets, never its own", c.name),
+                        )
+                        .expected("a class SHED does not name"),
+                    );
+                    continue;
+                }
+                if shed_at.is_none() {
+                    ck.errors.push(
+                        Error::new(d.span, format!("SLA {} needs classes the controller may shed to hold it", c.name))
+                            .expected("a SHED statement")
+                            .help("add SHED and the less important classes, least important first, e.g. SHED LOW"),
+                    );
+                }
+                SlaScope::Class(id)
+            }
+            ast::SlaTarget::Group(g) => match ck.group(g) {
+                Some(id) => SlaScope::Group(id),
+                None => continue,
+            },
+        };
+        if let Some((_, at)) = slas.iter().find(|(s, _)| s.scope == scope) {
+            let at = ck.pos(*at);
+            ck.errors
+                .push(Error::new(d.span, format!("this target's class or group already has one, at {at}")).expected("one SLA per class or group"));
+            continue;
+        }
+        let (line, _) = ck.map.line_col(d.span.start);
+        slas.push((Sla { scope, stat: d.stat, limit: d.limit, line }, d.span));
+    }
+
     // Compile (class references that failed above compile to class 0; the errors stop us anyway).
     let mut held = Vec::new();
     let mut class_conds = Vec::new();
@@ -307,10 +445,14 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
     let mut rule_items = Vec::new();
     let mut embeds = Vec::new();
     let mut buckets = Vec::new();
+    let mut request_buckets = Vec::new();
+    let mut group_conds = Vec::new();
     let mut by_node: [Vec<u32>; 4] = Default::default();
     for (idx, item) in file.items.iter().enumerate() {
         match item {
             Item::Class(c) => class_conds.push(ck.compile_cond(&c.cond, &mut held)),
+            Item::Group(g) => group_conds.push(ck.compile_cond(&g.cond, &mut held)),
+            Item::Sla(_) | Item::Shed(_) => {}
             Item::Rule(r) => {
                 let id = RuleId(rules.len() as u32);
                 let cond = ck.compile_cond(&r.cond, &mut held);
@@ -340,6 +482,10 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
                         ActionKind::Reject { status, retry_after } => {
                             push(Node::Request, Effect::Reject { status: *status, retry_after: *retry_after })
                         }
+                        ActionKind::LimitRequests { rate, burst } => {
+                            push(Node::Request, Effect::LimitRequests { bucket: BucketId(request_buckets.len() as u32), rate: *rate, burst: *burst });
+                            request_buckets.push(Bucket { rule: id, rate: *rate, burst: *burst });
+                        }
                         ActionKind::RewriteEmbeds { select, mapping } => {
                             push(Node::Request, Effect::RewriteEmbeds(EmbedsId(embeds.len() as u32)));
                             embeds.push(Embeds {
@@ -366,6 +512,7 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
         return Err(ck.errors);
     }
     let class_names = ck.classes.into_iter().map(|(n, _)| n).collect();
+    let group_names = ck.groups.into_iter().map(|(n, _)| n).collect();
     let classes_by_site = file.items.iter().any(|i| {
         let Item::Class(c) = i else { return false };
         let mut xs = Vec::new();
@@ -383,6 +530,11 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
         by_node,
         embeds,
         buckets,
+        request_buckets,
+        group_names,
+        group_conds,
+        slas: slas.into_iter().map(|(s, _)| s).collect(),
+        shed: shed.into_iter().map(|(c, _)| c).collect(),
         held,
         aggregates: Vec::new(),
     };

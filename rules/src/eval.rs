@@ -57,6 +57,35 @@ impl ClassId {
     }
 }
 
+/// A URL group: an index into the file's `GROUP` declarations in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupId(pub u16);
+
+impl GroupId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What an `SLA` target is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SlaScope {
+    /// A class's pageview response times.
+    Class(ClassId),
+    /// A group's requests' server times (request to first response byte).
+    Group(GroupId),
+}
+
+/// An `SLA` target: the statistic of `scope`'s times must stay below `limit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sla {
+    pub scope: SlaScope,
+    pub stat: Stat,
+    pub limit: Duration,
+    /// Where it is written.
+    pub line: u32,
+}
+
 /// A rule: its index among the file's rules (`IF` statements), in file order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RuleId(pub u32);
@@ -127,6 +156,9 @@ pub struct Facts<'a> {
     /// The request's method, headers and cookies at request and response nodes (`METHOD`,
     /// `HEADER.<name>`, `COOKIE.<name>`); without it those tests are unknown.
     pub request: Option<&'a dyn RequestFields>,
+    /// The request's URL group ([`RuleSet::group_of`]; `None`: no group matches it). `GROUP`
+    /// tests are unknown where `url` is.
+    pub group: Option<GroupId>,
 }
 
 /// A request's fields the rules may test: what the engine kept of its head
@@ -150,7 +182,20 @@ pub fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
 impl<'a> Facts<'a> {
     /// Facts with only the connection and class known.
     pub fn new(client: SocketAddr, server: SocketAddr, class: ClassId, aggregates: &'a dyn Aggregates) -> Facts<'a> {
-        Facts { client, server, class, rt: None, url: None, host: None, site: None, content_type: None, aggregates, holds: None, request: None }
+        Facts {
+            client,
+            server,
+            class,
+            rt: None,
+            url: None,
+            host: None,
+            site: None,
+            content_type: None,
+            aggregates,
+            holds: None,
+            request: None,
+            group: None,
+        }
     }
 }
 
@@ -184,6 +229,14 @@ pub enum Effect {
     Reject {
         status: u16,
         retry_after: Option<Duration>,
+    },
+    /// Pass the request if the (bucket, client's class, request's group) token bucket has a
+    /// token, else answer it as `REJECT 503` would. `bucket` indexes
+    /// [`RuleSet::request_buckets`].
+    LimitRequests {
+        bucket: BucketId,
+        rate: Rate,
+        burst: u32,
     },
 }
 
@@ -394,6 +447,10 @@ pub(crate) enum Test {
         name: Box<str>,
         cond: ast::FieldCond,
     },
+    Group {
+        negated: bool,
+        group: GroupId,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -418,6 +475,11 @@ pub struct RuleSet {
     pub(crate) by_node: [Vec<u32>; 4],
     pub(crate) embeds: Vec<Embeds>,
     pub(crate) buckets: Vec<Bucket>,
+    pub(crate) request_buckets: Vec<Bucket>,
+    pub(crate) group_names: Vec<String>,
+    pub(crate) group_conds: Vec<Expr>,
+    pub(crate) slas: Vec<Sla>,
+    pub(crate) shed: Vec<ClassId>,
     pub(crate) held: Vec<HeldTest>,
     pub(crate) aggregates: Vec<(Scope, Stat)>,
     /// A class is declared by SITE.
@@ -514,7 +576,7 @@ impl RuleSet {
     pub fn rule(&self, id: RuleId) -> Option<&ast::Rule> {
         match self.ast.items.get(*self.rule_items.get(id.0 as usize)?)? {
             ast::Item::Rule(r) => Some(r),
-            ast::Item::Class(_) => None,
+            _ => None,
         }
     }
 
@@ -661,13 +723,44 @@ impl RuleSet {
         }
     }
 
-    /// The request headers the rules test (lower case, each once): each `HEADER.<name>`'s, and
-    /// `cookie` for `COOKIE.<name>`. The engine keeps these of a request's head for
-    /// [`Facts::request`].
+    /// The `GROUP` declarations.
+    pub fn group_count(&self) -> usize {
+        self.group_names.len()
+    }
+
+    /// A group's name as declared.
+    pub fn group_name(&self, id: GroupId) -> &str {
+        self.group_names.get(id.index()).map_or("?", String::as_str)
+    }
+
+    /// A request's URL group: the first `GROUP` declaration whose condition holds on `facts`
+    /// (its URL, host, method, headers and cookies), or none.
+    pub fn group_of(&self, facts: &Facts<'_>) -> Option<GroupId> {
+        self.group_conds.iter().position(|c| eval(c, facts) == Some(true)).map(|i| GroupId(i as u16))
+    }
+
+    /// The `SLA` targets, in file order.
+    pub fn slas(&self) -> &[Sla] {
+        &self.slas
+    }
+
+    /// The classes `SHED` names, least important first (empty without `SHED`).
+    pub fn shed_order(&self) -> &[ClassId] {
+        &self.shed
+    }
+
+    /// The `LIMIT REQUESTS` buckets' parameters, by the `bucket` of their effects.
+    pub fn request_buckets(&self) -> &[Bucket] {
+        &self.request_buckets
+    }
+
+    /// The request headers the rules and groups test (lower case, each once): each
+    /// `HEADER.<name>`'s, and `cookie` for `COOKIE.<name>`. The engine keeps these of a
+    /// request's head for [`Facts::request`].
     pub fn headers_used(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
-        for r in &self.rules {
-            r.cond.for_each_test(&mut |t| {
+        for cond in self.rules.iter().map(|r| &r.cond).chain(&self.group_conds) {
+            cond.for_each_test(&mut |t| {
                 let name = match t {
                     Test::Header { name, .. } => &**name,
                     Test::Cookie { .. } => "cookie",
@@ -753,6 +846,10 @@ fn test(t: &Test, f: &Facts<'_>) -> Option<bool> {
         Test::Method { negated, pattern } => pattern.matches(f.request?.method(), false) != *negated,
         Test::Cookie { name, cond } => field(cond, f.request?.header("cookie").and_then(|h| cookie_value(h, name))),
         Test::Header { name, cond } => field(cond, f.request?.header(name)),
+        Test::Group { negated, group } => {
+            f.url?;
+            (f.group == Some(*group)) != *negated
+        }
     })
 }
 

@@ -53,11 +53,11 @@ use std::path::Path;
 
 pub use addr::AddrPattern;
 pub use ast::{Cmp, EmbedSelect, End, FieldCond, Stat, DEFAULT_GAP, DEFAULT_REJECT_STATUS};
-pub use check::MAX_CLASSES;
+pub use check::{MAX_CLASSES, MAX_GROUPS};
 pub use diag::{Diagnostic, Diagnostics, Span};
 pub use eval::{
-    cookie_value, host_name, AggregateTest, Aggregates, Bucket, BucketId, ClassId, Effect, Embeds, EmbedsId, Facts, Firing, HeldTest, Holds,
-    NoAggregates, Node, RequestFields, RuleId, RuleSet, Scope, DEFAULT_CLASS, TLS_PORTS,
+    cookie_value, host_name, AggregateTest, Aggregates, Bucket, BucketId, ClassId, Effect, Embeds, EmbedsId, Facts, Firing, GroupId, HeldTest, Holds,
+    NoAggregates, Node, RequestFields, RuleId, RuleSet, Scope, Sla, SlaScope, DEFAULT_CLASS, TLS_PORTS,
 };
 pub use glob::Glob;
 pub use mapping::Mapping;
@@ -202,6 +202,25 @@ pub fn summary(rules: &RuleSet) -> String {
         if rules.rule_count() == 1 { "" } else { "s" },
         classes.join(", ")
     );
+    if rules.group_count() > 0 {
+        let groups: Vec<&str> = (0..rules.group_count()).map(|i| rules.group_name(GroupId(i as u16))).collect();
+        s.push_str(&format!("\n  URL groups: {} (first match wins; a request no GROUP matches is in none)", groups.join(", ")));
+    }
+    for t in rules.slas() {
+        let stat = match t.stat {
+            ast::Stat::Mean => "RT".to_string(),
+            p => format!("RT.{p}"),
+        };
+        let what = match t.scope {
+            SlaScope::Class(c) => format!("{}'s pageviews", rules.class_name(c)),
+            SlaScope::Group(g) => format!("group {}'s server time (request to first response byte)", rules.group_name(g)),
+        };
+        s.push_str(&format!("\n  target (line {}): {what}: {stat} < {}", t.line, fmt_duration(t.limit)));
+    }
+    if !rules.shed_order().is_empty() {
+        let shed: Vec<&str> = rules.shed_order().iter().map(|&c| rules.class_name(c)).collect();
+        s.push_str(&format!("\n  shed to hold the class targets: {} (first shed first)", shed.join(", then ")));
+    }
     for node in Node::ALL {
         let ids: Vec<String> =
             rules.rules_at(node).map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}"))).collect();
@@ -219,12 +238,16 @@ pub fn summary(rules: &RuleSet) -> String {
     }
     let rejects: Vec<String> = (0..rules.rule_count() as u32)
         .map(RuleId)
-        .filter(|&id| rules.rule(id).is_some_and(|r| r.actions.iter().any(|a| matches!(a.kind, ast::ActionKind::Reject { .. }))))
+        .filter(|&id| {
+            rules
+                .rule(id)
+                .is_some_and(|r| r.actions.iter().any(|a| matches!(a.kind, ast::ActionKind::Reject { .. } | ast::ActionKind::LimitRequests { .. })))
+        })
         .map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}")))
         .collect();
     if !rejects.is_empty() {
         s.push_str(&format!(
-            "\n  REJECT ({}): rlm answers plain HTTP requests in the server's stead (rlm run with the ebpf observer and injection; \
+            "\n  REJECT, LIMIT REQUESTS ({}): rlm answers plain HTTP requests in the server's stead (rlm run with the ebpf observer and injection; \
              otherwise, and in rlm analyze, each firing is counted deferred); HTTPS requests are encrypted: it never fires at one",
             rejects.join(", ")
         ));

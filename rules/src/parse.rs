@@ -18,9 +18,11 @@ pub const MAX_EMBED_POS: u64 = 10_000;
 
 const ACTION_WORDS: &[&str] = &["DROP", "LIMIT", "FAST", "DELAY", "HALT", "REMOVE", "REWRITE", "REJECT"];
 const EXPECT_ACTION: &str =
-    "an action: DROP SYN, LIMIT SYN, FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, HALT FAST SYN, REMOVE EMBEDS, REWRITE EMBEDS or REJECT";
+    "an action: DROP SYN, LIMIT SYN, LIMIT REQUESTS, FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, HALT FAST SYN, REMOVE EMBEDS, REWRITE EMBEDS or REJECT";
 const EXPECT_TEST: &str =
-    "a test: IP.SRC, IP.DST, PORT.SRC, PORT.DST, RT, RT.<class>, URL, HOST, SITE, METHOD, COOKIE.<name>, HEADER.<name>, CONTENT-TYPE or CLASS, or NOT or '('";
+    "a test: IP.SRC, IP.DST, PORT.SRC, PORT.DST, RT, RT.<class>, URL, HOST, SITE, METHOD, COOKIE.<name>, HEADER.<name>, CONTENT-TYPE, CLASS or GROUP, or NOT or '('";
+const EXPECT_STATEMENT: &str =
+    "a rule (IF condition THEN action), a class (CLASS name IF condition), a group (GROUP name IF condition), a target (SLA class RT.P95 < 2s) or SHED class, ...";
 const EXPECT_DURATION: &str = "a duration such as 500ms or 3.0s";
 
 pub(crate) struct Parser<'s> {
@@ -69,11 +71,14 @@ impl<'s> Parser<'s> {
         self.i.checked_sub(1).and_then(|j| self.toks.get(j)).map_or(Span::default(), |t| t.span)
     }
     /// Whether the token at `j` begins a statement: `IF` but not `IF PREDICTED` (a selector),
-    /// `CLASS` but not `CLASS ==` (a test).
+    /// `CLASS` and `GROUP` but not `CLASS ==`, `GROUP ==` (tests), `SLA`, `SHED`.
     fn starts_statement_at(&self, j: usize) -> bool {
         let (t, next) = (self.toks.get(j), self.toks.get(j + 1));
+        let test_follows = next.is_some_and(|n| matches!(n.kind, Kind::Eq | Kind::EqEq | Kind::Ne));
         (self.is_kw(t, "IF") && !self.is_kw(next, "PREDICTED"))
-            || (self.is_kw(t, "CLASS") && !next.is_some_and(|n| matches!(n.kind, Kind::Eq | Kind::EqEq | Kind::Ne)))
+            || ((self.is_kw(t, "CLASS") || self.is_kw(t, "GROUP")) && !test_follows)
+            || self.is_kw(t, "SLA")
+            || self.is_kw(t, "SHED")
     }
     fn starts_statement(&self) -> bool {
         self.starts_statement_at(self.i)
@@ -161,8 +166,14 @@ impl<'s> Parser<'s> {
                 self.class_decl().map(Item::Class)
             } else if self.peek_kw("IF") {
                 self.rule().map(Item::Rule)
+            } else if self.peek_kw("GROUP") {
+                self.group_decl().map(Item::Group)
+            } else if self.peek_kw("SLA") {
+                self.sla().map(Item::Sla)
+            } else if self.peek_kw("SHED") {
+                self.shed().map(Item::Shed)
             } else {
-                self.expected("a rule (IF condition THEN action) or a class (CLASS name IF condition)")
+                self.expected_as("a statement", EXPECT_STATEMENT)
             };
             match r {
                 Ok(item) => items.push(item),
@@ -207,6 +218,76 @@ impl<'s> Parser<'s> {
                 .help(format!("act on the class in a rule: IF CLASS == {name} THEN ...")));
         }
         Ok(ClassDecl { name: Ident { name: name.to_string(), span }, cond, span: kw.to(self.prev_span()) })
+    }
+
+    /// A class or group name (`what`: "class", "group").
+    fn name(&mut self, what: &str, example: &str) -> R<Ident> {
+        let (name, span) = self.word(&format!("a {what} name such as {example}"))?;
+        if !is_ident(name) {
+            return Err(Error::new(span, format!("'{name}' is not a {what} name"))
+                .expected("a name of letters, digits and _, starting with a letter (at most 64)"));
+        }
+        Ok(Ident { name: name.to_string(), span })
+    }
+
+    fn group_decl(&mut self) -> R<GroupDecl> {
+        let kw = self.bump().expect("peeked GROUP").span;
+        let name = self.name("group", "db")?;
+        self.expect_kw("IF", "IF after the group name")?;
+        let cond = self.cond()?;
+        if self.peek_kw("THEN") {
+            let span = self.peek().map(|t| t.span).unwrap_or_default();
+            return Err(Error::new(span, "a group declaration has no THEN: it only names the requests its condition matches")
+                .expected("AND, OR, or the next statement")
+                .help(format!("act on the group in a rule: IF GROUP == {} THEN ...", name.name)));
+        }
+        Ok(GroupDecl { name, cond, span: kw.to(self.prev_span()) })
+    }
+
+    /// `SLA class RT[.stat] < d` or `SLA GROUP name RT[.stat] < d`.
+    fn sla(&mut self) -> R<SlaDecl> {
+        let kw = self.bump().expect("peeked SLA").span;
+        let target = if self.peek_kw("GROUP") {
+            self.bump();
+            SlaTarget::Group(self.name("group", "db")?)
+        } else {
+            SlaTarget::Class(self.name("class", "HIGH")?)
+        };
+        let (w, span) = self.word("RT, RT.MEAN or RT.P<n> (such as RT.P95)")?;
+        let upper = w.to_ascii_uppercase();
+        let stat = match upper.as_str() {
+            "RT" | "RT.MEAN" => Stat::Mean,
+            _ => match upper.strip_prefix("RT.P").and_then(|p| p.parse::<u8>().ok()).filter(|p| (1..=99).contains(p)) {
+                Some(p) => Stat::Percentile(p),
+                None => {
+                    return Err(Error::new(span, format!("'{w}' is not a statistic of response times"))
+                        .expected("RT, RT.MEAN or RT.P<n> with n from 1 to 99 (such as RT.P95)"))
+                }
+            },
+        };
+        match self.peek() {
+            Some(t) if t.kind == Kind::Lt => {
+                self.bump();
+            }
+            _ => {
+                let (span, found) = self.found();
+                return Err(Error::new(span, format!("expected < after {upper}, found {found}"))
+                    .expected("<: a target is an upper bound (SLA HIGH RT.P95 < 2s)"));
+            }
+        }
+        let limit = self.duration(num::THRESHOLD)?;
+        Ok(SlaDecl { target, stat, limit, span: kw.to(self.prev_span()) })
+    }
+
+    /// `SHED class { , class }`.
+    fn shed(&mut self) -> R<ShedDecl> {
+        let kw = self.bump().expect("peeked SHED").span;
+        let mut classes = vec![self.name("class", "LOW")?];
+        while self.peek().is_some_and(|t| t.kind == Kind::Comma) {
+            self.bump();
+            classes.push(self.name("class", "LOW")?);
+        }
+        Ok(ShedDecl { classes, span: kw.to(self.prev_span()) })
     }
 
     fn rule(&mut self) -> R<Rule> {
@@ -423,6 +504,14 @@ impl<'s> Parser<'s> {
                     Test::Header { name: name.to_string(), cond }
                 }
             }
+            "GROUP" => {
+                let negated = self.eq_op("GROUP")?;
+                let (name, span) = self.word("a group name")?;
+                if !is_ident(name) {
+                    return Err(Error::new(span, format!("'{name}' is not a group name")).expected("a group name"));
+                }
+                Test::Group { negated, group: Ident { name: name.to_string(), span } }
+            }
             "CLASS" => {
                 let negated = self.eq_op("CLASS")?;
                 let (name, span) = self.word("a class name")?;
@@ -451,13 +540,23 @@ impl<'s> Parser<'s> {
                 ActionKind::DropSyn
             }
             "LIMIT" => {
-                self.expect_kw("SYN", "SYN after LIMIT")?;
+                let requests = self.peek_kw("REQUESTS");
+                if requests {
+                    self.bump();
+                } else {
+                    self.expect_kw("SYN", "SYN or REQUESTS after LIMIT")?;
+                }
+                let what = if requests { "REQUESTS" } else { "SYN" };
                 let (w, span) = self.word("a rate such as 200/s")?;
                 let rate = num::rate(w, span)?;
-                self.expect_kw("BURST", "BURST and a bucket size after the rate (LIMIT SYN 200/s BURST 20)")?;
+                self.expect_kw("BURST", &format!("BURST and a bucket size after the rate (LIMIT {what} 200/s BURST 20)"))?;
                 let (w, span) = self.word("a bucket size")?;
                 let burst = num::integer(w, span, "a BURST", 1, 1_000_000)? as u32;
-                ActionKind::LimitSyn { rate, burst }
+                if requests {
+                    ActionKind::LimitRequests { rate, burst }
+                } else {
+                    ActionKind::LimitSyn { rate, burst }
+                }
             }
             "FAST" => {
                 let (mut syn, mut synack) = (false, false);

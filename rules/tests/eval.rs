@@ -467,7 +467,7 @@ fn requests_by_method_cookie_and_header_are_rejected() {
     assert!(fired(&rs, Node::Request, &Facts::new(c, s, ClassId(0), &NoAggregates)).is_empty());
     // `rlm check` says where REJECT is carried out.
     let summary = rules::summary(&rs);
-    assert!(summary.contains("REJECT (line 1, line 2): rlm answers plain HTTP requests"), "{summary}");
+    assert!(summary.contains("REJECT, LIMIT REQUESTS (line 1, line 2): rlm answers plain HTTP requests"), "{summary}");
     assert!(!rules::summary(&set("IF RT > 1s THEN DROP SYN")).contains("REJECT"));
     // Printed back, parsed again: the same rules.
     let printed = rs.ast().to_string();
@@ -486,4 +486,81 @@ fn cookie_values() {
     assert_eq!(rules::cookie_value("Tier=gold", "tier"), None);
     assert_eq!(rules::cookie_value("cart", "cart"), None);
     assert_eq!(rules::cookie_value("cart=", "cart"), Some(""));
+}
+
+/// URL groups (issue 26): a request's group is the first declaration its head matches; `GROUP
+/// ==` tests it at the request node (unknown without a request); `LIMIT REQUESTS` is an effect
+/// there with its own bucket; `SLA` targets and `SHED` come out in file order; all prints back.
+#[test]
+fn groups_targets_and_request_limits() {
+    let rs = set(concat!(
+        "CLASS HIGH IF IP.SRC == 10.4.*.*\n",
+        "CLASS LOW IF IP.SRC != 10.4.*.*\n",
+        "GROUP db IF URL == \"/search*\" OR URL == \"/best-sellers*\"\n",
+        "GROUP carts IF COOKIE.cart EXISTS\n",
+        "SLA HIGH RT.P95 < 2s\n",
+        "SLA GROUP db RT < 500ms\n",
+        "SHED LOW, DEFAULT\n",
+        "IF GROUP == db AND CLASS == LOW THEN LIMIT REQUESTS 20/s BURST 5\n",
+        "IF GROUP != carts THEN LIMIT REQUESTS 50/s BURST 10\n",
+    ));
+    let (c, s) = (sa("10.5.0.2:4000"), sa(SERVER));
+    let low = rs.class_id("LOW").unwrap();
+    let group = |url: &'static str, req: &'static Req| {
+        let mut f = Facts::new(c, s, low, &NoAggregates);
+        f.url = Some(url);
+        f.request = Some(req);
+        rs.group_of(&f).map(|g| rs.group_name(g).to_string())
+    };
+    static PLAIN: Req = Req { method: "GET", headers: &[] };
+    static CART: Req = Req { method: "GET", headers: &[("Cookie", "a=1; cart=7")] };
+    assert_eq!(group("/search?q=x", &PLAIN).as_deref(), Some("db"));
+    assert_eq!(group("/best-sellers", &CART).as_deref(), Some("db"), "the first declaration wins");
+    assert_eq!(group("/item/3", &CART).as_deref(), Some("carts"));
+    assert_eq!(group("/item/3", &PLAIN), None);
+    assert_eq!(rs.group_count(), 2);
+    assert_eq!(rs.headers_used(), vec!["cookie".to_string()], "a group's cookie test keeps the header");
+
+    // At the request node: GROUP == db by the group the engine found.
+    let mut f = Facts::new(c, s, low, &NoAggregates);
+    f.url = Some("/search?q=x");
+    f.request = Some(&PLAIN);
+    f.group = rs.group_of(&f);
+    let got = fired(&rs, Node::Request, &f);
+    let rates: Vec<(u32, u32, u32)> = got
+        .iter()
+        .map(|(r, e)| match e {
+            Effect::LimitRequests { bucket, rate, burst } => (*r, bucket.0, (rate.per_second() as u32) * 1000 + *burst),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(rates, vec![(0, 0, 20_005), (1, 1, 50_010)]);
+    assert_eq!(rs.request_buckets().len(), 2);
+    // Without a request the GROUP tests are unknown: nothing fires.
+    let mut f = Facts::new(c, s, low, &NoAggregates);
+    f.group = None;
+    assert!(fired(&rs, Node::Request, &f).is_empty());
+
+    // Targets and the shedding order.
+    let slas: Vec<String> = rs
+        .slas()
+        .iter()
+        .map(|t| match t.scope {
+            rules::SlaScope::Class(k) => format!("{} {:?} {:?} line {}", rs.class_name(k), t.stat, t.limit, t.line),
+            rules::SlaScope::Group(g) => format!("group {} {:?} {:?} line {}", rs.group_name(g), t.stat, t.limit, t.line),
+        })
+        .collect();
+    assert_eq!(slas, vec!["HIGH Percentile(95) 2s line 5", "group db Mean 500ms line 6"]);
+    let shed: Vec<&str> = rs.shed_order().iter().map(|&k| rs.class_name(k)).collect();
+    assert_eq!(shed, vec!["LOW", "DEFAULT"]);
+
+    // Printed back, parsed again: the same.
+    let printed = rs.ast().to_string();
+    assert_eq!(set(&printed).ast().to_string(), printed, "{printed}");
+    for line in
+        ["GROUP db IF URL == \"/search*\" OR URL == \"/best-sellers*\"", "SLA HIGH RT.P95 < 2s", "SLA GROUP db RT < 500ms", "SHED LOW, DEFAULT"]
+    {
+        assert!(printed.contains(line), "{line} in {printed}");
+    }
+    assert!(printed.contains("LIMIT REQUESTS 20/s BURST 5"), "{printed}");
 }

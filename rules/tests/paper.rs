@@ -51,7 +51,7 @@ fn rules_of(src: &str) -> Vec<rules::ast::Rule> {
         .into_iter()
         .filter_map(|i| match i {
             Item::Rule(r) => Some(r),
-            Item::Class(_) => None,
+            _ => None,
         })
         .collect()
 }

@@ -141,6 +141,8 @@ pub struct Policy {
     windows: ClassWindows,
     holds: Holds,
     buckets: AHashMap<(BucketId, ClassId), TokenBucket>,
+    /// `LIMIT REQUESTS`' buckets, per (rule's bucket, class, URL group).
+    request_buckets: AHashMap<(BucketId, ClassId, Option<rules::GroupId>), TokenBucket>,
     firings: Vec<Firing>,
     /// The SYN node's view of the class statistics ([`rules::RuleSet::syn_aggregate_signature`])
     /// and a number that changes with it.
@@ -183,6 +185,7 @@ impl Policy {
             holds,
             windows,
             buckets: AHashMap::new(),
+            request_buckets: AHashMap::new(),
             firings: Vec::new(),
             signature,
             generation: 1,

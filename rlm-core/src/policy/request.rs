@@ -8,20 +8,29 @@ use std::time::Duration;
 
 use rules::{ClassId, Effect, Facts, Node};
 
+use super::token_bucket::TokenBucket;
 use super::Policy;
 use crate::http::RequestHead;
 use crate::time::Timestamp;
 
+/// What a request `LIMIT REQUESTS` turns away is answered with, as `REJECT 503 RETRY-AFTER 1s`
+/// would: its bucket has a token again within a second at any rate of 1/s or more.
+pub const LIMIT_STATUS: u16 = 503;
+/// The Retry-After of that answer.
+pub const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 impl Policy {
-    /// Whether some rule has `REJECT` (every request head is worth evaluating).
+    /// Whether some rule has `REJECT` or `LIMIT REQUESTS` (every request head is worth
+    /// evaluating, and may be answered in the server's stead).
     pub fn rejects(&self) -> bool {
-        self.rules.any_effect_at(Node::Request, |e| matches!(e, Effect::Reject { .. }))
+        self.rules.any_effect_at(Node::Request, |e| matches!(e, Effect::Reject { .. } | Effect::LimitRequests { .. }))
     }
 
     /// The request node at a request head of `client` to `server` (its class `class`, its
     /// pageview `pageview_rt` old): the `REJECT`s that fire, each counted in its rule's `fired`.
-    /// Returns how many fired, and the first one's status and Retry-After when rejects are
-    /// carried out (else each is counted `deferred`).
+    /// A `LIMIT REQUESTS` fires when its bucket (per rule, class and the request's URL group)
+    /// has no token. Returns how many fired, and the first one's status and Retry-After when
+    /// rejects are carried out (else each is counted `deferred`).
     pub fn at_request_head(
         &mut self,
         now: Timestamp,
@@ -35,12 +44,27 @@ impl Policy {
         facts.rt = Some(pageview_rt);
         (facts.url, facts.host, facts.site) = (Some(head.uri.as_str()), head.host.as_deref(), head.host.as_deref());
         facts.request = Some(head);
+        facts.group = self.rules.group_of(&facts);
+        let group = facts.group;
         let mut firings = std::mem::take(&mut self.firings);
         firings.clear();
         self.rules.eval(Node::Request, &facts, &mut firings);
         let (mut n, mut answer) = (0, None);
         for f in &firings {
-            let Effect::Reject { status, retry_after } = f.effect else { continue };
+            let (status, retry_after) = match f.effect {
+                Effect::Reject { status, retry_after } => (status, retry_after),
+                Effect::LimitRequests { bucket, rate, burst } => {
+                    // One bucket per (rule's bucket, class, group), full when first used.
+                    let cap = f64::from(burst);
+                    let b = self.request_buckets.entry((bucket, class, group)).or_insert_with(|| TokenBucket::full(cap, now));
+                    b.refill(now, rate.per_second(), cap);
+                    if b.take() {
+                        continue;
+                    }
+                    (LIMIT_STATUS, Some(LIMIT_RETRY_AFTER))
+                }
+                _ => continue,
+            };
             let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) else { continue };
             rc.fired += 1;
             rc.last_fired = Some(now);
