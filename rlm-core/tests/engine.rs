@@ -2271,3 +2271,71 @@ fn limit_requests_rejects_the_excess_of_a_group() {
     assert_eq!(r.engine.stats().requests_rejected, 2);
     assert_eq!(r.engine.policy().unwrap().rule_counters[0].fired, 2, "the limit fired at the two it turned away");
 }
+
+/// The SLA controller (issue 26) through the engine: HIGH's pages hang (their responses wait),
+/// so its open pageviews pass the 2 s target; the controller limits LOW's SYNs (a share of them
+/// dropped, as the drop of a LIMIT SYN, with the controller's rule id), never HIGH's. When
+/// HIGH's pages are answered quickly again the limit is lifted and LOW's SYNs all pass.
+#[test]
+fn the_sla_controller_sheds_low_while_high_misses_its_target_and_lets_go() {
+    let mut r = Run::new();
+    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC == 10.5.*.*\nSLA HIGH RT.P95 < 2s\nSHED LOW\n")));
+    let controller_rule = r.engine.policy().unwrap().controller_rule();
+    let mut port = 20_000u16;
+    let mut low_syn = |r: &mut Run, t: u64| -> bool {
+        port += 1;
+        let c = TcpConv::new(&format!("10.5.0.9:{port}"), "10.9.0.1:80");
+        r.feed(t, c.syn());
+        r.verdict == Some(rlm_core::Verdict::Accept)
+    };
+    let mut high = Vec::new();
+    let (mut passed, mut dropped) = ([0u32; 3], [0u32; 3]);
+    // 0-6 s: HIGH pages every 200 ms whose responses do not come; LOW's SYNs 40/s.
+    // 6-14 s: HIGH's pages answered in 100 ms. 14-20 s: LOW's SYNs counted again.
+    for step in 0..800u64 {
+        let t = step * 25;
+        if step % 8 == 0 {
+            let mut c = TcpConv::new(&format!("10.4.0.{}:{}", 1 + (step / 8) % 200, 30_000 + step), "10.9.0.1:80");
+            handshake(&mut r, &mut c, t);
+            r.feed(t + 20, c.client_data(&get("/", "")));
+            if t >= 6_000 {
+                r.feed_all(t + 100, c.server_data(&gif_response(100)));
+                r.feed(t + 110, c.server_fin());
+                r.feed(t + 120, c.client_fin());
+            } else {
+                high.push(c);
+            }
+        }
+        if t == 6_000 {
+            // The hung pages are answered at last (they end 1.5 to 6 s long).
+            for mut c in high.drain(..) {
+                r.feed_all(t, c.server_data(&gif_response(100)));
+                r.feed(t + 5, c.server_fin());
+                r.feed(t + 10, c.client_fin());
+            }
+        }
+        let phase = if t < 6_000 {
+            0
+        } else if t < 14_000 {
+            1
+        } else {
+            2
+        };
+        if low_syn(&mut r, t) {
+            passed[phase] += 1;
+        } else {
+            dropped[phase] += 1;
+        }
+    }
+    let state = r.engine.policy().unwrap().controller().unwrap().state();
+    println!("LOW passed {passed:?} dropped {dropped:?}; {state:?}");
+    assert!(dropped[0] > 20, "LOW shed while HIGH missed its target: {dropped:?}");
+    assert_eq!(dropped[2], 0, "the limit lifted once HIGH is fast again: {dropped:?} {state:?}");
+    assert_eq!(state.stages[0].1, None);
+    assert!(state.decreases > 0 && state.increases > 0);
+    let label = r.engine.policy().unwrap().rule_label(controller_rule).to_string();
+    assert_eq!(label, "test.rlm:SLA");
+    let by_controller: Vec<_> = r.decisions.iter().filter(|d| d.rule == label).collect();
+    assert_eq!(by_controller.len() as u32, dropped.iter().sum::<u32>(), "one decision per SYN the controller dropped");
+    assert!(by_controller.iter().all(|d| d.class == "LOW" && d.action == "LIMIT SYN"), "HIGH is never shed");
+}

@@ -1388,7 +1388,7 @@ fn tshark_select(file: &std::path::Path, filter: &str) -> Vec<String> {
 /// page whose script fetches a /busy resource and then another gets 503 then 200 in the same
 /// browser. At the client no TCP error: no RST, no retransmission, no segment lost or out of
 /// order (tshark's analysis); at the server the only RSTs are rlm's, one per rejected request,
-/// and none from the server.
+/// and none from the server. The status shows the SLA controller of the rule file.
 #[test]
 fn reject_answers_curl_and_chromium_and_neither_side_sees_a_tcp_error() {
     if std::process::Command::new("chromium").arg("--version").output().is_err() {
@@ -1413,7 +1413,11 @@ fn reject_answers_curl_and_chromium_and_neither_side_sees_a_tcp_error() {
     let (_plan, _guard, info, _) = lab_serving("j", 1, Some(respond));
     let dir = std::env::temp_dir().join(format!("rlm-reject-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let arm = RlmArm { rules: format!("{CLASSES}IF URL == \"/busy*\" THEN REJECT 503 RETRY-AFTER 5s\n"), ..RlmArm::default() };
+    // With an SLA target too: its controller (which sheds nothing here) is in the status.
+    let arm = RlmArm {
+        rules: format!("{CLASSES}SLA HIGH RT.P95 < 5s\nSHED LOW\nIF URL == \"/busy*\" THEN REJECT 503 RETRY-AFTER 5s\n"),
+        ..RlmArm::default()
+    };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     let cli_cap = Capture::start(&info.namespaces.clients, &info.clients.interface, dir.join("client.pcap"));
     let srv_cap = Capture::start(&info.namespaces.servers, "srv0", dir.join("server.pcap"));
@@ -1444,6 +1448,13 @@ fn reject_answers_curl_and_chromium_and_neither_side_sees_a_tcp_error() {
     let out = rlm.stop().expect("stop");
     let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
     println!("rlm stats {}", status["stats"]);
+    let ctl = &status["controller"];
+    assert_eq!(
+        (&ctl["targets"][0]["class"], &ctl["targets"][0]["limit_s"], &ctl["shed"][0]["class"]),
+        (&"HIGH".into(), &5.0.into(), &"LOW".into()),
+        "{ctl}"
+    );
+    assert_eq!(ctl["shed"][0]["admitted_syn_per_s"], serde_json::Value::Null, "LOW is not limited: {ctl}");
     let rejected = status["stats"]["requests_rejected"].as_u64().unwrap();
     assert_eq!(rejected, 3, "curl's, Chromium's navigation and its fetch");
     let served = log.lock().unwrap().clone();

@@ -29,7 +29,7 @@ mod syn;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::actions::InjectBudget;
@@ -522,6 +522,7 @@ impl Engine {
                 Verdict::Accept
             }
         };
+        self.control(now);
         self.note_fastpath();
         verdict
     }
@@ -576,7 +577,8 @@ impl Engine {
     /// pageview deadlines, and with a fast path the next look at the class statistics).
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         let timer = self.timers.peek().map(|Reverse((t, _, _))| *t);
-        [timer, self.pageviews.next_deadline(), self.next_refresh].into_iter().flatten().min()
+        let control = self.policy.as_ref().and_then(|p| p.controller()).and_then(|c| c.next_step());
+        [timer, self.pageviews.next_deadline(), self.next_refresh, control].into_iter().flatten().min()
     }
 
     /// Time passed: fire every deadline up to `now`.
@@ -611,6 +613,8 @@ impl Engine {
         }
         self.pageviews.on_timeout(now);
         self.collect_pageviews();
+        self.control(now);
+        self.note_fastpath();
         if self.next_refresh.is_some_and(|t| t <= now) {
             // Windows slide and FOR tests settle without a packet.
             if let Some(p) = self.policy.as_mut() {
@@ -619,6 +623,21 @@ impl Engine {
             self.arm_refresh();
         }
         self.note_fastpath();
+    }
+
+    /// Step the SLA controller, if the rules have one and its period has passed, with the ages
+    /// of each class's pageviews in flight.
+    fn control(&mut self, now: Timestamp) {
+        let Some(p) = self.policy.as_mut() else { return };
+        if p.controller().is_none_or(|c| c.next_step().is_some_and(|t| now < t)) {
+            return;
+        }
+        let mut ages: Vec<(rules::ClassId, f64)> = Vec::new();
+        for (client, server, age) in self.pageviews.in_flight_ages(now) {
+            let server: SocketAddr = server.and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+            ages.push((p.classify(SocketAddr::new(client, 0), server), age));
+        }
+        p.control(now, |class| ages.iter().filter(|(c, _)| *c == class).map(|(_, a)| *a).collect());
     }
 
     /// Shut down: close every connection and pageview, reporting what they have.

@@ -345,6 +345,13 @@ impl Pageviews {
         self.deadlines.peek().map(|Reverse((t, _, _))| *t)
     }
 
+    /// The open pageviews with a request in flight: their client, server (`ip:port` of their
+    /// first request) and age at `now`, in seconds (the SLA controller's early view of response
+    /// times to come).
+    pub fn in_flight_ages(&self, now: Timestamp) -> impl Iterator<Item = (IpAddr, Option<&str>, f64)> + '_ {
+        self.open.values().filter(|p| p.in_flight > 0).map(move |p| (p.client, p.server.as_deref(), now.saturating_since(p.start).as_secs_f64()))
+    }
+
     /// The elapsed time of the pageview a new SYN of this client would belong to (zero for a
     /// new pageview), for rules that test `RT`.
     pub fn elapsed_for_client(&self, client: IpAddr, now: Timestamp) -> Duration {

@@ -24,6 +24,8 @@
 
 mod adaptation;
 mod class_windows;
+pub mod controller;
+pub use controller::{Controller, ControllerState};
 mod request;
 mod syn;
 mod token_bucket;
@@ -165,6 +167,8 @@ pub struct Policy {
     /// Each client's latest site (its request's Host, its connection's SNI), lower case, when
     /// a class is declared by SITE: a SYN's class is decided by it.
     sites: GenMap<IpAddr, Box<str>, CLIENT_SITES>,
+    /// The SLA controller, when the rules have class targets and `SHED`.
+    controller: Option<Controller>,
 }
 
 /// Clients whose latest site is remembered (the newest half of them at least).
@@ -189,13 +193,17 @@ impl Policy {
             firings: Vec::new(),
             signature,
             generation: 1,
-            syn_by_address: rules.syn_decided_by_addresses(),
             inject_carried_out: false,
             adapt_carried_out: false,
             reject_carried_out: false,
             class_counters: vec![ClassCounters::default(); n],
             rule_counters: vec![RuleCounters::default(); rules.rule_count()],
-            labels: (0..rules.rule_count()).map(|i| rule_label(&rules, RuleId(i as u32))).collect(),
+            labels: (0..rules.rule_count())
+                .map(|i| rule_label(&rules, RuleId(i as u32)))
+                .chain(std::iter::once(format!("{}:SLA", rules.file_name())))
+                .collect(),
+            controller: Controller::of(&rules),
+            syn_by_address: rules.syn_decided_by_addresses() && Controller::of(&rules).is_none(),
             rules,
             window,
             sites: GenMap::default(),
@@ -291,8 +299,32 @@ impl Policy {
         if let Some(c) = self.class_counters.get_mut(class.index()) {
             c.pageviews += 1;
         }
+        if let Some(ctl) = self.controller.as_mut() {
+            ctl.on_pageview(now, class, rt_s);
+        }
         self.refresh(now);
         taken
+    }
+
+    /// The SLA controller, if the rules have one.
+    pub fn controller(&self) -> Option<&Controller> {
+        self.controller.as_ref()
+    }
+
+    /// Step the SLA controller ([`Controller::step`]); `open_ages(class)`: the ages of the
+    /// class's pageviews in flight. A limit set or lifted is a new generation.
+    pub fn control(&mut self, now: Timestamp, open_ages: impl Fn(ClassId) -> Vec<f64>) {
+        let Some(ctl) = self.controller.as_mut() else { return };
+        let before = ctl.generation;
+        ctl.step(now, open_ages);
+        if ctl.generation != before {
+            self.generation += 1;
+        }
+    }
+
+    /// The rule id the controller's drops carry (one past the file's rules: no rule's).
+    pub fn controller_rule(&self) -> RuleId {
+        RuleId(self.rules.rule_count() as u32)
     }
 
     /// Expire old samples and advance the `FOR` tests.

@@ -68,7 +68,7 @@ pub struct SynOutcome {
 impl Policy {
     /// Whether any rule acts at the SYN.
     pub fn acts_at_syn(&self) -> bool {
-        self.rules.rules_at(rules::Node::Syn).next().is_some()
+        self.rules.rules_at(rules::Node::Syn).next().is_some() || self.controller.is_some()
     }
 
     /// Whether the engine must see every client SYN: a `FAST SYN` rule (to absorb the clients'
@@ -211,6 +211,12 @@ impl Policy {
             }
         }
         self.firings = firings;
+        // The SLA controller's limit on a shed class, for a SYN the rules let pass.
+        if let (true, None, Some(ctl)) = (count, decided, self.controller.as_mut()) {
+            if !ctl.admit_syn(now, class, outcome.decision == SynDecision::Pass) {
+                outcome.decision = SynDecision::Drop { rule: RuleId(self.rules.rule_count() as u32), limited: true };
+            }
+        }
         outcome.decision = decided.unwrap_or(outcome.decision);
         if let (SynDecision::Drop { limited, .. }, true, Some(c)) = (outcome.decision, count, self.class_counters.get_mut(class.index())) {
             if limited {

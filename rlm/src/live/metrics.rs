@@ -93,6 +93,11 @@ pub struct Metrics {
     pub records_dropped: Family<KindLabel, Counter>,
     pub held: Family<BoundLabel, Gauge>,
     pub limit: Family<BoundLabel, Gauge>,
+    /// The SLA controller: the SYN rate it admits of each shed class (-1: not limited), each
+    /// target's last measurement and limit.
+    pub controller_rate: Family<ClassLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub controller_measured: Family<ClassLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub controller_target: Family<ClassLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 /// What a `[limits]` bound bounds: `connections` (a count), `held_bytes`, `pageview_list_bytes`.
@@ -128,7 +133,21 @@ impl Metrics {
             records_dropped: Family::default(),
             held: Family::default(),
             limit: Family::default(),
+            controller_rate: Family::default(),
+            controller_measured: Family::default(),
+            controller_target: Family::default(),
         };
+        registry.register(
+            "rlm_controller_rate",
+            "The SLA controller's admitted SYN rate per second for each shed class (-1 while the class is not limited)",
+            m.controller_rate.clone(),
+        );
+        registry.register(
+            "rlm_controller_measured_seconds",
+            "Each SLA target's last measurement (its statistic over the recent pageviews and those in flight)",
+            m.controller_measured.clone(),
+        );
+        registry.register("rlm_controller_target_seconds", "Each SLA target's limit", m.controller_target.clone());
         registry.register("rlm_frames", "Frames handed to the engine, by source (queue, tap, fastpath)", m.frames.clone());
         registry.register("rlm_verdicts", "Verdicts on queued packets", m.verdicts.clone());
         registry.register("rlm_syn_drops", "SYNs dropped by rules, by the client's class", m.syn_drops.clone());

@@ -662,6 +662,13 @@ impl Loop {
     fn drain_queue(&mut self) -> Result<usize> {
         let mut n = 0;
         while n < BATCH {
+            if n > 0 && matches!(self.source, Source::Fast(_)) {
+                // What the ring got while the last packets were verdicted came before the next
+                // one in the queue: on a short path a SYN's verdict, the SYN/ACK (reported) and
+                // the request (queued) all fit in one drain, and the request must find its
+                // handshake, and the link addresses it taught, already handled.
+                self.drain_source();
+            }
             let mut msg = match self.nfq.queue.recv() {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -945,6 +952,35 @@ impl Loop {
         }
     }
 
+    /// The SLA controller's state into the metrics, and as the status' `controller` (null
+    /// without one).
+    fn publish_controller(&self) -> serde_json::Value {
+        let Some(p) = self.engine.policy() else { return serde_json::Value::Null };
+        let Some(ctl) = p.controller() else { return serde_json::Value::Null };
+        let st = ctl.state();
+        let label = |c| metrics::ClassLabel { class: p.class_name(c).to_string() };
+        let targets: Vec<serde_json::Value> = st
+            .targets
+            .iter()
+            .map(|&(class, stat, limit, measured)| {
+                self.metrics.controller_target.get_or_create(&label(class)).set(limit);
+                if let Some(m) = measured {
+                    self.metrics.controller_measured.get_or_create(&label(class)).set(m);
+                }
+                serde_json::json!({ "class": p.class_name(class), "stat": stat.to_string(), "limit_s": limit, "measured_s": measured })
+            })
+            .collect();
+        let stages: Vec<serde_json::Value> = st
+            .stages
+            .iter()
+            .map(|&(class, rate, arrivals)| {
+                self.metrics.controller_rate.get_or_create(&label(class)).set(rate.unwrap_or(-1.0));
+                serde_json::json!({ "class": p.class_name(class), "admitted_syn_per_s": rate, "arriving_syn_per_s": arrivals })
+            })
+            .collect();
+        serde_json::json!({ "targets": targets, "shed": stages, "decreases": st.decreases, "increases": st.increases })
+    }
+
     fn publish_status(&mut self) {
         let sizes = self.engine.table_sizes();
         self.metrics.connections.set(sizes.connections as i64);
@@ -1025,6 +1061,7 @@ impl Loop {
                 (serde_json::Value::Array(classes), serde_json::Value::Array(rules_state))
             }
         };
+        let controller = self.publish_controller();
         let fastpath = match &self.source {
             Source::Fast(f) => match f.path.counters() {
                 Ok(c) => serde_json::json!({
@@ -1102,6 +1139,7 @@ impl Loop {
             "rules_file": self.rules_path,
             "classes": classes,
             "rules": rules_state,
+            "controller": controller,
             "tables": sizes,
             "limits": self.limits,
             "stats": self.engine.stats(),

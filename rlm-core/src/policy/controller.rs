@@ -1,0 +1,388 @@
+//! The SLA controller (issue 26): targets instead of thresholds. A rule file's `SLA CLASS
+//! RT.P95 < 2s` targets are held by admitting fewer SYNs of the classes `SHED` names, least
+//! important first.
+//!
+//! The control law is AIMD on each shed class's admitted SYN rate, one class (a *stage*) at a
+//! time, every [`PERIOD`]:
+//!
+//! - **Measure.** For each target, the statistic over the class's pageviews that finished in the
+//!   last [`WINDOW`], together with the ages of its pageviews still open (each a lower bound on
+//!   a response time to come: an overload shows in them before any slow pageview finishes).
+//! - **Decrease** when some target is missed: the admitted rate of the last stage in force is
+//!   multiplied by [`BETA`] (the first decrease starts from the class's SYN arrival rate); at
+//!   [`MIN_RATE`] the next class in `SHED` order becomes a stage. After a decrease the next one
+//!   waits [`HOLD`]: what was shed shows in the measurements only when the pageviews already
+//!   admitted have drained.
+//! - **Increase** when every target has headroom (below [`HEADROOM`] of its limit): the last
+//!   stage's rate grows by [`ALPHA`] of its class's arrival rate (at least 0.5 SYN/s), or by
+//!   the factor [`GROWTH`] when every target is below [`WIDE_HEADROOM`] of its limit (far from
+//!   it, as after an overload that passed, the rate finds its level in a few periods); past
+//!   [`RELEASE`] times the arrival rate its limit is lifted and the stage before it grows next.
+//! - Between the two (the dead band) nothing changes.
+//!
+//! Why AIMD: the plant (a farm whose response times explode past its capacity) is nonlinear
+//! and its gain unknown; AIMD needs neither, converges from any start to the rate at which the
+//! target is just held, and its sawtooth is bounded (amplitude `1 - BETA` of the rate). A PI
+//! loop would need the gain at the operating point, which moves with the load mix; a gradient
+//! (Breakwater) needs a queueing delay the appliance cannot read on the server. Reaction time:
+//! an overload is seen in the open pageviews' ages within the target itself (they pass it) plus
+//! one period; each decrease takes `1 - BETA` of the excess, one per [`HOLD`]: from 3x capacity
+//! to under 1x takes `ln(1/3)/ln(BETA)` = 4 decreases, 3 s. Stability: the increase is small
+//! against the decrease (`ALPHA` of the arrival rate per period against a quarter of the rate
+//! per hold), so the loop spends most of its time just under the target, and the dead band
+//! keeps it from chattering there.
+//!
+//! Sans-IO like the rest of the engine: it is stepped with the engine's clock and fed the
+//! pageviews and SYNs; the SYN node asks it whether a SYN of a shed class goes on.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use rules::{ClassId, RuleSet, SlaScope, Stat};
+
+use super::token_bucket::TokenBucket;
+use crate::time::Timestamp;
+
+/// How often the controller looks and acts.
+pub const PERIOD: Duration = Duration::from_millis(500);
+/// The pageviews a target is measured over: those that finished this recently.
+pub const WINDOW: Duration = Duration::from_secs(2);
+/// A decrease multiplies the admitted rate by this.
+pub const BETA: f64 = 0.75;
+/// After a decrease, the next waits this long.
+pub const HOLD: Duration = Duration::from_secs(1);
+/// An increase adds this share of the class's SYN arrival rate (per period).
+pub const ALPHA: f64 = 0.05;
+/// Every target below this share of its limit: headroom, the rates grow.
+pub const HEADROOM: f64 = 0.8;
+/// Every target below this share of its limit: much headroom, the rates grow by [`GROWTH`] too
+/// (a limit set in a burst of overload is not held long after it).
+pub const WIDE_HEADROOM: f64 = 0.5;
+/// With wide headroom a rate grows by this factor per period (or [`ALPHA`], the more).
+pub const GROWTH: f64 = 1.5;
+/// A stage's limit is lifted once its rate passes this many times its arrival rate.
+pub const RELEASE: f64 = 1.5;
+/// The lowest rate a stage is held at (SYN/s) before the next class is shed.
+pub const MIN_RATE: f64 = 0.5;
+/// The arrival rate is an average over this long.
+const ARRIVAL_WINDOW: Duration = Duration::from_secs(2);
+
+/// One `SLA` on a class, and its recent pageviews.
+#[derive(Debug)]
+struct Target {
+    class: ClassId,
+    stat: Stat,
+    limit: f64,
+    /// (finished at, response time in seconds).
+    recent: VecDeque<(Timestamp, f64)>,
+    /// The last measurement, seconds (`None`: nothing to measure yet).
+    measured: Option<f64>,
+}
+
+/// One class in `SHED`, and what the controller admits of it.
+#[derive(Debug)]
+struct Stage {
+    class: ClassId,
+    /// Admitted SYNs per second; `None`: not limited.
+    rate: Option<f64>,
+    bucket: TokenBucket,
+    /// SYN arrivals (their times) over [`ARRIVAL_WINDOW`].
+    arrivals: VecDeque<Timestamp>,
+}
+
+impl Stage {
+    fn arrival_rate(&self) -> f64 {
+        self.arrivals.len() as f64 / ARRIVAL_WINDOW.as_secs_f64()
+    }
+    fn burst(rate: f64) -> f64 {
+        (rate / 4.0).max(2.0)
+    }
+}
+
+/// What the controller is doing, for status and metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControllerState {
+    /// Per target: class, its limit and the last measurement (seconds).
+    pub targets: Vec<(ClassId, Stat, f64, Option<f64>)>,
+    /// Per shed class, in `SHED` order: admitted SYNs per second (`None`: not limited) and its
+    /// SYN arrival rate.
+    pub stages: Vec<(ClassId, Option<f64>, f64)>,
+    /// Decreases made so far.
+    pub decreases: u64,
+    /// Increases made so far.
+    pub increases: u64,
+}
+
+/// The SLA controller of a rule set with class targets and `SHED`.
+#[derive(Debug)]
+pub struct Controller {
+    targets: Vec<Target>,
+    stages: Vec<Stage>,
+    next_step: Option<Timestamp>,
+    /// The first step: arrival rates are whole [`ARRIVAL_WINDOW`] after it.
+    started: Option<Timestamp>,
+    last_decrease: Option<Timestamp>,
+    decreases: u64,
+    increases: u64,
+    /// Changes whenever a stage's limit is set or lifted (what a kernel fast path's verdicts
+    /// depend on).
+    pub generation: u64,
+}
+
+impl Controller {
+    /// The controller of `rules`: `None` without a class target or without `SHED`.
+    pub fn of(rules: &RuleSet) -> Option<Controller> {
+        let targets: Vec<Target> = rules
+            .slas()
+            .iter()
+            .filter_map(|s| match s.scope {
+                SlaScope::Class(class) => Some(Target { class, stat: s.stat, limit: s.limit.as_secs_f64(), recent: VecDeque::new(), measured: None }),
+                SlaScope::Group(_) => None,
+            })
+            .collect();
+        if targets.is_empty() || rules.shed_order().is_empty() {
+            return None;
+        }
+        let stages = rules
+            .shed_order()
+            .iter()
+            .map(|&class| Stage { class, rate: None, bucket: TokenBucket::full(0.0, Timestamp::ZERO), arrivals: VecDeque::new() })
+            .collect();
+        Some(Controller { targets, stages, next_step: None, started: None, last_decrease: None, decreases: 0, increases: 0, generation: 0 })
+    }
+
+    /// Whether `class` is one the controller may shed.
+    pub fn sheds(&self, class: ClassId) -> bool {
+        self.stages.iter().any(|s| s.class == class)
+    }
+
+    /// A pageview of `class` finished at `now` with response time `rt_s`.
+    pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) {
+        for t in self.targets.iter_mut().filter(|t| t.class == class) {
+            t.recent.push_back((now, rt_s));
+            // Bounded whatever the rate: the newest samples are the ones that count.
+            if t.recent.len() > 100_000 {
+                t.recent.pop_front();
+            }
+        }
+    }
+
+    /// A client's SYN of `class` came (counted in its arrivals): whether it goes on. One the
+    /// rules let pass (`police`) of a class with a limit in force takes a token or is dropped.
+    pub fn admit_syn(&mut self, now: Timestamp, class: ClassId, police: bool) -> bool {
+        let Some(s) = self.stages.iter_mut().find(|s| s.class == class) else { return true };
+        s.arrivals.push_back(now);
+        if s.arrivals.len() > 1_000_000 {
+            s.arrivals.pop_front();
+        }
+        let Some(rate) = s.rate.filter(|_| police) else { return true };
+        s.bucket.refill(now, rate, Stage::burst(rate));
+        s.bucket.take()
+    }
+
+    /// When the controller next wants to look (the engine's timer).
+    pub fn next_step(&self) -> Option<Timestamp> {
+        self.next_step
+    }
+
+    /// Look and act, if a period has passed. `open_ages(class)` gives the ages (seconds) of
+    /// the class's pageviews still open now.
+    pub fn step(&mut self, now: Timestamp, open_ages: impl Fn(ClassId) -> Vec<f64>) {
+        if self.next_step.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_step = Some(now + PERIOD);
+        let started = *self.started.get_or_insert(now);
+        for s in &mut self.stages {
+            while s.arrivals.front().is_some_and(|&t| now.saturating_since(t) > ARRIVAL_WINDOW) {
+                s.arrivals.pop_front();
+            }
+        }
+        let (mut missed, mut headroom, mut wide) = (false, true, true);
+        for t in &mut self.targets {
+            while t.recent.front().is_some_and(|&(at, _)| now.saturating_since(at) > WINDOW) {
+                t.recent.pop_front();
+            }
+            let mut xs: Vec<f64> = t.recent.iter().map(|&(_, rt)| rt).collect();
+            xs.extend(open_ages(t.class));
+            t.measured = statistic(&mut xs, t.stat);
+            if let Some(m) = t.measured {
+                missed |= m > t.limit;
+                headroom &= m < HEADROOM * t.limit;
+                wide &= m < WIDE_HEADROOM * t.limit;
+            }
+        }
+        // The arrival rates need a window's worth of SYNs before a first limit is set from them.
+        if now.saturating_since(started) < ARRIVAL_WINDOW {
+            return;
+        }
+        if missed {
+            if self.last_decrease.is_some_and(|d| now.saturating_since(d) < HOLD) {
+                return;
+            }
+            self.decrease(now);
+        } else if headroom {
+            self.increase(wide);
+        }
+    }
+
+    /// Shed more: the last stage in force down by [`BETA`], or the next class once it is at
+    /// [`MIN_RATE`].
+    fn decrease(&mut self, now: Timestamp) {
+        let last = self.stages.iter().rposition(|s| s.rate.is_some());
+        let i = match last {
+            Some(i) if self.stages[i].rate.is_some_and(|r| r > MIN_RATE) => i,
+            Some(i) if i + 1 < self.stages.len() => i + 1,
+            Some(_) => return,
+            None => 0,
+        };
+        let s = &mut self.stages[i];
+        let from = s.rate.unwrap_or_else(|| s.arrival_rate().max(MIN_RATE / BETA));
+        let rate = (from * BETA).max(MIN_RATE);
+        if s.rate.is_none() {
+            self.generation += 1;
+            s.bucket = TokenBucket::full(Stage::burst(rate), now);
+        }
+        s.rate = Some(rate);
+        self.last_decrease = Some(now);
+        self.decreases += 1;
+    }
+
+    /// Shed less: the last stage in force up by [`ALPHA`] of its arrivals (by [`GROWTH`] with
+    /// `wide` headroom), lifted past [`RELEASE`] times them.
+    fn increase(&mut self, wide: bool) {
+        let Some(i) = self.stages.iter().rposition(|s| s.rate.is_some()) else { return };
+        let s = &mut self.stages[i];
+        let arrivals = s.arrival_rate();
+        let now_rate = s.rate.unwrap_or(0.0);
+        let mut rate = now_rate + (ALPHA * arrivals).max(0.5);
+        if wide {
+            rate = rate.max(now_rate * GROWTH);
+        }
+        if rate > RELEASE * arrivals {
+            s.rate = None;
+            self.generation += 1;
+        } else {
+            s.rate = Some(rate);
+        }
+        self.increases += 1;
+    }
+
+    /// What it is doing now.
+    pub fn state(&self) -> ControllerState {
+        ControllerState {
+            targets: self.targets.iter().map(|t| (t.class, t.stat, t.limit, t.measured)).collect(),
+            stages: self.stages.iter().map(|s| (s.class, s.rate, s.arrival_rate())).collect(),
+            decreases: self.decreases,
+            increases: self.increases,
+        }
+    }
+}
+
+/// The mean or nearest-rank percentile of `xs` (reordered), `None` when empty.
+fn statistic(xs: &mut [f64], stat: Stat) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    Some(match stat {
+        Stat::Mean => xs.iter().sum::<f64>() / xs.len() as f64,
+        Stat::Percentile(p) => {
+            let rank = ((f64::from(p) / 100.0 * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
+            let (_, v, _) = xs.select_nth_unstable_by(rank - 1, f64::total_cmp);
+            *v
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctl(src: &str) -> (RuleSet, Controller) {
+        let rs = rules::compile("t.rlm", src).unwrap();
+        let c = Controller::of(&rs).expect("a controller");
+        (rs, c)
+    }
+
+    const FILE: &str =
+        "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS MID IF IP.SRC == 10.5.*.*\nCLASS LOW IF IP.SRC == 10.6.*.*\nSLA HIGH RT.P95 < 2s\nSHED LOW, MID\n";
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_millis(1_000_000 + ms)
+    }
+
+    /// A toy farm: HIGH's response time is 1 s while the admitted SYN rate is within capacity,
+    /// and grows with the excess. The controller must find the rate that holds the target,
+    /// shedding LOW before MID, and give it back when the load falls.
+    #[test]
+    fn aimd_holds_the_target_shedding_the_least_important_first_and_gives_back() {
+        let (rs, mut c) = ctl(FILE);
+        let (high, mid, low) = (rs.class_id("HIGH").unwrap(), rs.class_id("MID").unwrap(), rs.class_id("LOW").unwrap());
+        let capacity: f64 = 100.0; // SYN/s the farm serves within 1 s
+        let mut admitted_low = 0.0;
+        let mut history = Vec::new();
+        // 60 s: LOW offers 150/s, MID 40/s, HIGH 20/s (twice the capacity); then LOW 20/s.
+        for tick in 0..1200u64 {
+            let now = at(tick * 50);
+            let low_offer = if tick < 800 { 150.0 } else { 20.0 };
+            let (mut passed_low, mut passed_mid) = (0.0, 0.0);
+            for (class, per_s, passed) in [(low, low_offer, &mut passed_low), (mid, 40.0, &mut passed_mid)] {
+                let n = (per_s * 0.05) as usize;
+                for _ in 0..n {
+                    if c.admit_syn(now, class, true) {
+                        *passed += 1.0;
+                    }
+                }
+            }
+            admitted_low = 0.9 * admitted_low + 0.1 * passed_low / 0.05;
+            let load: f64 = 20.0 + passed_low / 0.05 + passed_mid / 0.05;
+            let rt = 1.0 + ((load - capacity) / capacity).max(0.0) * 4.0;
+            c.on_pageview(now, high, rt);
+            c.step(now, |_| Vec::new());
+            if tick % 20 == 0 {
+                let st = c.state();
+                history.push((tick / 20, st.targets[0].3.unwrap_or(0.0), st.stages[0].1, st.stages[1].1));
+            }
+        }
+        let st = c.state();
+        println!("{history:?}");
+        // Overloaded: within 10 s the target holds and stays held (allowing the sawtooth).
+        let held: Vec<_> = history.iter().filter(|h| (10..40).contains(&h.0)).collect();
+        let over = held.iter().filter(|h| h.1 > 2.0).count();
+        assert!(over * 10 <= held.len(), "target missed in {over} of {} seconds: {history:?}", held.len());
+        // LOW was shed, MID barely: MID's rate never went under its offer while LOW had rate left.
+        assert!(held.iter().all(|h| h.2.is_some()), "LOW limited throughout");
+        assert!(held.iter().filter(|h| h.3.is_some()).count() <= 2, "MID is shed only if LOW is not enough");
+        // The admitted LOW rate settles near what the capacity leaves (100 - 20 - 40 = 40/s),
+        // not at nothing.
+        assert!(admitted_low > 15.0 || history[39].2.is_some_and(|r| r > 15.0), "LOW not starved: {history:?}");
+        // Load fallen: the limits are lifted.
+        assert_eq!(st.stages[0].1, None, "LOW's limit lifted once it fits: {history:?}");
+        assert!(st.decreases > 0 && st.increases > 0);
+    }
+
+    #[test]
+    fn open_pageviews_show_an_overload_before_they_finish() {
+        let (rs, mut c) = ctl(FILE);
+        let low = rs.class_id("LOW").unwrap();
+        let high = rs.class_id("HIGH").unwrap();
+        for i in 0..100 {
+            c.admit_syn(at(i * 10), low, true);
+        }
+        // No pageview finished, but HIGH's open ones are 2.5 s old: the target is missed (once
+        // the arrivals have been counted for a window).
+        c.step(at(0), |_| Vec::new());
+        c.step(at(2_000), |k| if k == high { vec![2.5; 10] } else { Vec::new() });
+        assert!(c.state().stages[0].1.is_some(), "LOW limited: {:?}", c.state());
+        // Statistic: nearest rank.
+        assert_eq!(statistic(&mut [1.0, 2.0, 3.0, 4.0], Stat::Percentile(50)), Some(2.0));
+        assert_eq!(statistic(&mut [1.0, 2.0, 3.0, 4.0], Stat::Percentile(95)), Some(4.0));
+        assert_eq!(statistic(&mut [], Stat::Mean), None);
+    }
+
+    #[test]
+    fn no_controller_without_a_class_target_and_shed() {
+        let rs = rules::compile("t.rlm", "GROUP db IF URL == \"/s*\"\nSLA GROUP db RT < 1s\n").unwrap();
+        assert!(Controller::of(&rs).is_none());
+    }
+}
