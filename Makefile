@@ -32,7 +32,9 @@ EXPERIMENTS := fidelity fidelity-tls openloop syn-throttle syn-police fast-synac
 # address as its classes; about 2.5 minutes each quick) neither: make test carries syn-throttle
 # in the clear, fidelity-tls's measurement over HTTPS and the engine's test of sites as classes.
 # srpt-tls (issue 25: srpt's load at ρ 0.9 over HTTPS, two 45 s arms quick) neither, as srpt.
-LAB_ONLY := baseline-lan baseline-wan heavy maxclients fast-syn rewrite-embeds predict srpt srpt-transient attacks soak syn-throttle-tls sites srpt-tls
+# sla-step (issue 26: six 45 s arms of open-loop arrivals quick) neither: make test carries the
+# controller's engine and unit tests and REJECT's inline test.
+LAB_ONLY := baseline-lan baseline-wan heavy maxclients fast-syn rewrite-embeds predict srpt srpt-transient attacks soak syn-throttle-tls sites srpt-tls sla-step
 comma := ,
 empty :=
 space := $(empty) $(empty)

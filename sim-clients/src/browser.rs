@@ -62,6 +62,53 @@ pub struct RunSpec {
     /// mean `think_mean_s` in all.
     #[serde(default)]
     pub think_min_s: f64,
+    /// Open loop instead: pageviews begin at these rates whatever the farm's response times,
+    /// each by an idle browser (a new visitor: its connections opened afresh); the browsers do
+    /// not think.
+    #[serde(default)]
+    pub arrivals: Option<Arrivals>,
+}
+
+/// An open-loop schedule of pageview arrivals: Poisson, at a rate constant between steps.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Arrivals {
+    /// (from this second of the run, pageviews per second), in order of time; before the first
+    /// step nothing arrives.
+    pub steps: Vec<(f64, f64)>,
+}
+
+impl Arrivals {
+    /// The rate at second `t` of the run, and when it next changes.
+    pub fn rate_at(&self, t: f64) -> (f64, Option<f64>) {
+        let i = self.steps.iter().rposition(|&(from, _)| from <= t);
+        let rate = i.map_or(0.0, |i| self.steps[i].1);
+        let next = self.steps.get(i.map_or(0, |i| i + 1)).map(|&(from, _)| from);
+        (rate, next)
+    }
+
+    /// The arrival times (seconds of the run) before `duration_s`, from `rng`: exponential gaps
+    /// at the rate in force, drawn afresh at each step (the gap is memoryless, so cutting it
+    /// there is exact).
+    pub fn times(&self, duration_s: f64, rng: &mut impl Rng) -> Vec<f64> {
+        let mut out = Vec::new();
+        let mut t = 0.0;
+        while t < duration_s {
+            let (rate, next) = self.rate_at(t);
+            let until = next.unwrap_or(f64::INFINITY).min(duration_s);
+            if rate <= 0.0 {
+                t = until;
+                continue;
+            }
+            let gap = -(1.0 - rng.random::<f64>()).ln() / rate;
+            if t + gap >= until {
+                t = until;
+                continue;
+            }
+            t += gap;
+            out.push(t);
+        }
+        out
+    }
 }
 
 /// How a run's browsers speak HTTPS.
@@ -465,6 +512,9 @@ pub struct GeneratorStats {
     /// Scheduling lag of a 50 ms tick: how late it fired (ms).
     pub lag_p99_ms: f64,
     pub lag_max_ms: f64,
+    /// Open-loop arrivals that found no idle browser (every one was still loading a page).
+    #[serde(default)]
+    pub arrivals_lost: u64,
 }
 
 /// Run every browser until the duration is over; each finished pageview goes to `out`.
@@ -483,6 +533,9 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
     let cpu0 = cpu_seconds();
     let deadline = wall + Duration::from_secs_f64(spec.duration_s);
     let lag = lag_meter(deadline);
+    if let Some(arrivals) = spec.arrivals.clone() {
+        return run_open(spec, arrivals, tls, out, (wall, cpu0, lag)).await;
+    }
     let mut tasks = Vec::new();
     let n = spec.browsers.len().max(1);
     for (k, b) in spec.browsers.iter().enumerate() {
@@ -523,6 +576,89 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
     Ok(GeneratorStats::finish(pageviews, cpu0, wall, lag).await)
 }
 
+/// [`run`] in open loop: each arrival is of a class drawn by the browsers' shares (a run of one
+/// HIGH browser in three gets one HIGH arrival in three), and an idle browser of that class,
+/// picked at random, begins a pageview as a new visitor (its old connections closed); an arrival
+/// that finds every browser of its class busy is lost (counted). Pageviews under way at the end
+/// finish.
+async fn run_open(
+    spec: Arc<RunSpec>,
+    arrivals: Arrivals,
+    tls: Vec<Option<Arc<BrowserTls>>>,
+    out: tokio::sync::mpsc::UnboundedSender<GroundTruth>,
+    (wall, cpu0, lag): (Instant, f64, tokio::task::JoinHandle<Vec<f64>>),
+) -> Result<GeneratorStats> {
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let times = arrivals.times(spec.duration_s, &mut rng);
+    // Idle browsers by class, in the order the classes first appear.
+    let mut classes: Vec<String> = Vec::new();
+    let mut pools: Vec<Vec<Browser>> = Vec::new();
+    for (k, b) in spec.browsers.iter().enumerate() {
+        let i = classes.iter().position(|c| *c == b.class).unwrap_or_else(|| {
+            classes.push(b.class.clone());
+            pools.push(Vec::new());
+            classes.len() - 1
+        });
+        pools[i].push(Browser {
+            spec: b.clone(),
+            run: spec.clone(),
+            tls: tls[k].clone(),
+            conns: [None, None],
+            rng: StdRng::seed_from_u64(spec.seed.wrapping_mul(1_000_003).wrapping_add(k as u64)),
+        });
+    }
+    let shares: Vec<usize> = pools.iter().map(Vec::len).collect();
+    let total: usize = shares.iter().sum();
+    if total == 0 {
+        return Ok(GeneratorStats::finish(0, cpu0, wall, lag).await);
+    }
+    let idle = Arc::new(std::sync::Mutex::new(pools));
+    let (mut lost, mut tasks) = (0u64, Vec::new());
+    for t in times {
+        tokio::time::sleep_until((wall + Duration::from_secs_f64(t)).into()).await;
+        let mut pick = rng.random_range(0..total);
+        let class = shares.iter().position(|&n| {
+            if pick < n {
+                true
+            } else {
+                pick -= n;
+                false
+            }
+        });
+        let class = class.expect("a class");
+        let picked = {
+            let mut pools = idle.lock().expect("pool");
+            let pool = &mut pools[class];
+            if pool.is_empty() {
+                None
+            } else {
+                let i = rng.random_range(0..pool.len());
+                Some(pool.swap_remove(i))
+            }
+        };
+        let Some(mut br) = picked else {
+            lost += 1;
+            continue;
+        };
+        let (idle, out) = (idle.clone(), out.clone());
+        tasks.push(tokio::spawn(async move {
+            // A new visitor: nothing kept from the last one.
+            br.conns = [None, None];
+            let pv = br.pageview().await;
+            let _ = out.send(pv);
+            br.conns = [None, None];
+            idle.lock().expect("pool")[class].push(br);
+        }));
+    }
+    let pageviews = tasks.len() as u64;
+    for t in tasks {
+        t.await.context("pageview task")?;
+    }
+    let mut stats = GeneratorStats::finish(pageviews, cpu0, wall, lag).await;
+    stats.arrivals_lost = lost;
+    Ok(stats)
+}
+
 /// A 50 ms tick that records how late it fires, until `deadline`: the generator's scheduling lag.
 pub fn lag_meter(deadline: Instant) -> tokio::task::JoinHandle<Vec<f64>> {
     tokio::spawn(async move {
@@ -550,6 +686,7 @@ impl GeneratorStats {
             wall_s: wall.elapsed().as_secs_f64(),
             lag_p99_ms: p99,
             lag_max_ms: lags.last().copied().unwrap_or(0.0),
+            arrivals_lost: 0,
         }
     }
 }
@@ -604,5 +741,26 @@ mod tests {
     fn finds_the_images_once_each() {
         let html = r#"<img src="/img/logo.gif" alt=x><IMG SRC='/img/a.gif'><img alt="y" src=/img/b.gif><img src="/img/logo.gif"><a href="/x">"#;
         assert_eq!(image_refs(html), vec!["/img/logo.gif", "/img/a.gif", "/img/b.gif"]);
+    }
+
+    /// Open-loop arrivals: as many as each step's rate says (Poisson: within 4 standard
+    /// deviations), none before the first step or past the end, in order.
+    #[test]
+    fn arrivals_follow_the_steps() {
+        let a = Arrivals { steps: vec![(5.0, 10.0), (15.0, 100.0), (25.0, 0.0), (30.0, 20.0)] };
+        assert_eq!(a.rate_at(0.0), (0.0, Some(5.0)));
+        assert_eq!(a.rate_at(16.0), (100.0, Some(25.0)));
+        assert_eq!(a.rate_at(31.0), (20.0, None));
+        let mut rng = StdRng::seed_from_u64(7);
+        let t = a.times(40.0, &mut rng);
+        assert!(t.windows(2).all(|w| w[0] < w[1]));
+        let count = |from: f64, to: f64| t.iter().filter(|&&x| x >= from && x < to).count() as f64;
+        assert_eq!(count(0.0, 5.0), 0.0);
+        assert_eq!(count(25.0, 30.0), 0.0);
+        for (from, to, rate) in [(5.0, 15.0, 10.0), (15.0, 25.0, 100.0), (30.0, 40.0, 20.0)] {
+            let want = rate * (to - from);
+            assert!((count(from, to) - want).abs() <= 4.0 * want.sqrt(), "{from}-{to}: {} for {want}", count(from, to));
+        }
+        assert!(t.iter().all(|&x| x < 40.0));
     }
 }

@@ -55,6 +55,9 @@ pub struct ArmSpec {
     pub attack: Option<Attack>,
     /// HTTPS: the browsers speak TLS to the farm (which terminates it: `farm.tls_sites`).
     pub https: Option<Https>,
+    /// Open-loop pageview arrivals instead of thinking browsers (sla-step): the browsers are a
+    /// pool of visitors, each arrival taken by an idle one of a class drawn by the pool's shares.
+    pub arrivals: Option<sim_clients::browser::Arrivals>,
 }
 
 /// How an arm's browsers speak HTTPS.
@@ -150,6 +153,9 @@ pub struct ArmResult {
     pub live_fidelity_by_class: BTreeMap<String, LiveFidelity>,
     /// What the attacker sent (the arm's `attack`); null without one.
     pub attack: Option<AttackOutcome>,
+    /// An experiment's own figures of the arm, from its files (sla-step's per-second windows);
+    /// null for the others.
+    pub windows: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -21,6 +21,7 @@ use crate::experiments::predict::Predict;
 use crate::experiments::remove_embeds::RemoveEmbeds;
 use crate::experiments::rewrite_embeds::RewriteEmbeds;
 use crate::experiments::sites::Sites;
+use crate::experiments::sla_step::SlaStep;
 use crate::experiments::soak::Soak;
 use crate::experiments::srpt::Srpt;
 use crate::experiments::srpt_tls::SrptTls;
@@ -58,6 +59,7 @@ pub const ALL: &[&dyn Experiment] = &[
     &Throughput,
     &Attacks,
     &Soak,
+    &SlaStep,
 ];
 
 /// The experiments' names, in order.

@@ -251,6 +251,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             items: arm.farm.items,
             tls: tls_spec(arm, &farm)?,
             think_min_s: arm.https.as_ref().map_or(0.0, |h| h.think_min_s),
+            arrivals: arm.arrivals.clone(),
         };
         let spec_path = dir.join("browsers.json");
         std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
@@ -358,6 +359,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             live_fidelity,
             live_fidelity_by_class,
             attack,
+            windows: None,
         })
     })();
     plan.down()?;
@@ -463,6 +465,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         live_fidelity: None,
         live_fidelity_by_class: BTreeMap::new(),
         attack: None,
+        windows: None,
     })
 }
 

@@ -9,10 +9,12 @@
 //!   last [`WINDOW`], together with the ages of its pageviews still open (each a lower bound on
 //!   a response time to come: an overload shows in them before any slow pageview finishes).
 //! - **Decrease** when some target is missed: the admitted rate of the last stage in force is
-//!   multiplied by [`BETA`] (the first decrease starts from the class's SYN arrival rate); at
-//!   [`MIN_RATE`] the next class in `SHED` order becomes a stage. After a decrease the next one
-//!   waits [`HOLD`]: what was shed shows in the measurements only when the pageviews already
-//!   admitted have drained.
+//!   multiplied by the target over the measurement, held within [`BETA_MIN`] and [`BETA`] (the
+//!   first decrease starts from the class's SYN arrival rate); at [`MIN_RATE`] the next class
+//!   in `SHED` order becomes a stage. After a decrease the next one waits [`HOLD`], and longer
+//!   while the measurement keeps falling (below [`IMPROVING`] of what it was at the decrease):
+//!   what was shed shows in the measurements only when the pageviews already admitted have
+//!   drained, and shedding more meanwhile would overshoot.
 //! - **Increase** when every target has headroom (below [`HEADROOM`] of its limit): the last
 //!   stage's rate grows by [`ALPHA`] of its class's arrival rate (at least 0.5 SYN/s), or by
 //!   the factor [`GROWTH`] when every target is below [`WIDE_HEADROOM`] of its limit (far from
@@ -26,8 +28,9 @@
 //! loop would need the gain at the operating point, which moves with the load mix; a gradient
 //! (Breakwater) needs a queueing delay the appliance cannot read on the server. Reaction time:
 //! an overload is seen in the open pageviews' ages within the target itself (they pass it) plus
-//! one period; each decrease takes `1 - BETA` of the excess, one per [`HOLD`]: from 3x capacity
-//! to under 1x takes `ln(1/3)/ln(BETA)` = 4 decreases, 3 s. Stability: the increase is small
+//! one period; each decrease sheds between a quarter and half of the rate, one per [`HOLD`] at
+//! most: from 3x capacity to under 1x takes two to four decreases, 1 to 3 s, plus the drain
+//! of what was admitted before. Stability: the increase is small
 //! against the decrease (`ALPHA` of the arrival rate per period against a quarter of the rate
 //! per hold), so the loop spends most of its time just under the target, and the dead band
 //! keeps it from chattering there.
@@ -47,8 +50,14 @@ use crate::time::Timestamp;
 pub const PERIOD: Duration = Duration::from_millis(500);
 /// The pageviews a target is measured over: those that finished this recently.
 pub const WINDOW: Duration = Duration::from_secs(2);
-/// A decrease multiplies the admitted rate by this.
+/// A decrease multiplies the admitted rate by the target over the measurement, within
+/// [`BETA_MIN`] and this (a target missed by a little sheds a quarter, by twice or more half).
 pub const BETA: f64 = 0.75;
+/// The most a decrease sheds at once: half the rate.
+pub const BETA_MIN: f64 = 0.5;
+/// A measurement below this share of the one at the last decrease is the shedding taking
+/// effect (the work admitted before it draining): no further decrease until it stops falling.
+pub const IMPROVING: f64 = 0.9;
 /// After a decrease, the next waits this long.
 pub const HOLD: Duration = Duration::from_secs(1);
 /// An increase adds this share of the class's SYN arrival rate (per period).
@@ -121,7 +130,8 @@ pub struct Controller {
     next_step: Option<Timestamp>,
     /// The first step: arrival rates are whole [`ARRIVAL_WINDOW`] after it.
     started: Option<Timestamp>,
-    last_decrease: Option<Timestamp>,
+    /// The last decrease: when, and the worst measurement over its limit then.
+    last_decrease: Option<(Timestamp, f64)>,
     decreases: u64,
     increases: u64,
     /// Changes whenever a stage's limit is set or lifted (what a kernel fast path's verdicts
@@ -217,18 +227,26 @@ impl Controller {
             return;
         }
         if missed {
-            if self.last_decrease.is_some_and(|d| now.saturating_since(d) < HOLD) {
+            let worst = self.worst_ratio();
+            let held = self.last_decrease.is_some_and(|(d, ratio)| now.saturating_since(d) < HOLD || worst < IMPROVING * ratio);
+            if held {
                 return;
             }
-            self.decrease(now);
+            self.decrease(now, worst);
         } else if headroom {
             self.increase(wide);
         }
     }
 
-    /// Shed more: the last stage in force down by [`BETA`], or the next class once it is at
-    /// [`MIN_RATE`].
-    fn decrease(&mut self, now: Timestamp) {
+    /// The largest measurement over its limit among the targets (0 without a measurement).
+    fn worst_ratio(&self) -> f64 {
+        self.targets.iter().filter_map(|t| t.measured.map(|m| m / t.limit)).fold(0.0, f64::max)
+    }
+
+    /// Shed more: the last stage in force down by the target over the measurement (`worst`,
+    /// the measurement over the limit, within [`BETA_MIN`] and [`BETA`]), or the next class once
+    /// it is at [`MIN_RATE`].
+    fn decrease(&mut self, now: Timestamp, worst: f64) {
         let last = self.stages.iter().rposition(|s| s.rate.is_some());
         let i = match last {
             Some(i) if self.stages[i].rate.is_some_and(|r| r > MIN_RATE) => i,
@@ -238,13 +256,14 @@ impl Controller {
         };
         let s = &mut self.stages[i];
         let from = s.rate.unwrap_or_else(|| s.arrival_rate().max(MIN_RATE / BETA));
-        let rate = (from * BETA).max(MIN_RATE);
+        let factor = (1.0 / worst.max(1.0)).clamp(BETA_MIN, BETA);
+        let rate = (from * factor).max(MIN_RATE);
         if s.rate.is_none() {
             self.generation += 1;
             s.bucket = TokenBucket::full(Stage::burst(rate), now);
         }
         s.rate = Some(rate);
-        self.last_decrease = Some(now);
+        self.last_decrease = Some((now, worst));
         self.decreases += 1;
     }
 

@@ -36,6 +36,7 @@ pub mod predict;
 pub mod remove_embeds;
 pub mod rewrite_embeds;
 pub mod sites;
+pub mod sla_step;
 pub mod soak;
 pub mod srpt;
 pub mod srpt_tls;
@@ -227,6 +228,7 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
         offloads: Offloads::Off,
         attack: None,
         https: None,
+        arrivals: None,
     }
 }
 
@@ -538,6 +540,7 @@ pub(crate) mod testing {
                 live_fidelity: None,
                 live_fidelity_by_class: Default::default(),
                 attack: None,
+                windows: None,
             });
         }
         (arms, note)
