@@ -6,8 +6,9 @@
 //! time, every [`PERIOD`]:
 //!
 //! - **Measure.** For each target, the statistic over the class's pageviews that finished in the
-//!   last [`WINDOW`], together with the ages of its pageviews still open (each a lower bound on
-//!   a response time to come: an overload shows in them before any slow pageview finishes).
+//!   last [`WINDOW`], together with its pageviews still open, each counted at
+//!   [`IN_FLIGHT_FACTOR`] times its age (an estimate of the response time to come: an overload
+//!   shows in them before any slow pageview finishes).
 //! - **Decrease** when some target is missed: the admitted rate of the last stage in force is
 //!   multiplied by the target over the measurement, held within [`BETA_MIN`] and [`BETA`] (the
 //!   first decrease starts from the class's SYN arrival rate); at [`MIN_RATE`] the next class
@@ -68,11 +69,17 @@ pub const HEADROOM: f64 = 0.8;
 /// (a limit set in a burst of overload is not held long after it).
 pub const WIDE_HEADROOM: f64 = 0.5;
 /// With wide headroom a rate grows by this factor per period (or [`ALPHA`], the more).
-pub const GROWTH: f64 = 1.5;
+pub const GROWTH: f64 = 1.2;
 /// A stage's limit is lifted once its rate passes this many times its arrival rate.
 pub const RELEASE: f64 = 1.5;
 /// The lowest rate a stage is held at (SYN/s) before the next class is shed.
 pub const MIN_RATE: f64 = 0.5;
+/// A pageview in flight counts as a response time this many times its age: of the pages a
+/// look finds under way, each is on average half-way through (the inspection paradox: a page
+/// open for 1 s in a farm whose pages take 2 s is as likely to be found at any point of its 2 s),
+/// so that an overload shows when the pages under way are half the target old, not once they
+/// have missed it.
+pub const IN_FLIGHT_FACTOR: f64 = 2.0;
 /// The arrival rate is an average over this long.
 const ARRIVAL_WINDOW: Duration = Duration::from_secs(2);
 
@@ -214,7 +221,7 @@ impl Controller {
                 t.recent.pop_front();
             }
             let mut xs: Vec<f64> = t.recent.iter().map(|&(_, rt)| rt).collect();
-            xs.extend(open_ages(t.class));
+            xs.extend(open_ages(t.class).into_iter().map(|a| a * IN_FLIGHT_FACTOR));
             t.measured = statistic(&mut xs, t.stat);
             if let Some(m) = t.measured {
                 missed |= m > t.limit;
@@ -388,10 +395,10 @@ mod tests {
         for i in 0..100 {
             c.admit_syn(at(i * 10), low, true);
         }
-        // No pageview finished, but HIGH's open ones are 2.5 s old: the target is missed (once
-        // the arrivals have been counted for a window).
+        // No pageview finished, but HIGH's open ones are 1.2 s old (2.4 s to come): the target
+        // is missed (once the arrivals have been counted for a window).
         c.step(at(0), |_| Vec::new());
-        c.step(at(2_000), |k| if k == high { vec![2.5; 10] } else { Vec::new() });
+        c.step(at(2_000), |k| if k == high { vec![1.2; 10] } else { Vec::new() });
         assert!(c.state().stages[0].1.is_some(), "LOW limited: {:?}", c.state());
         // Statistic: nearest rank.
         assert_eq!(statistic(&mut [1.0, 2.0, 3.0, 4.0], Stat::Percentile(50)), Some(2.0));
