@@ -2339,3 +2339,45 @@ fn the_sla_controller_sheds_low_while_high_misses_its_target_and_lets_go() {
     assert_eq!(by_controller.len() as u32, dropped.iter().sum::<u32>(), "one decision per SYN the controller dropped");
     assert!(by_controller.iter().all(|d| d.class == "LOW" && d.action == "LIMIT SYN"), "HIGH is never shed");
 }
+
+/// While HIGH misses its target and LOW is being shed, the controller also turns away the
+/// requests of LOW's pages admitted before the limit (503, where REJECT is carried out); HIGH's
+/// requests pass.
+#[test]
+fn the_sla_controller_sheds_the_requests_of_pages_admitted_before_the_limit() {
+    let mut r = Run::with(Config { reject: true, ..Config::default() });
+    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC == 10.5.*.*\nSLA HIGH RT.P95 < 2s\nSHED LOW\n")));
+    // A LOW page admitted at once, and HIGH pages that hang.
+    let mut low = TcpConv::new("10.5.0.7:30001", "10.9.0.1:80");
+    handshake(&mut r, &mut low, 0);
+    r.feed(20, low.client_data(&get("/", "")));
+    r.feed_all(60, low.server_data(&gif_response(100)));
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    let mut hung = Vec::new();
+    for step in 0..200u64 {
+        let t = 100 + step * 25;
+        if step % 8 == 0 {
+            let mut c = TcpConv::new(&format!("10.4.0.{}:{}", 1 + step / 8, 31_000 + step), "10.9.0.1:80");
+            handshake(&mut r, &mut c, t);
+            r.feed(t + 20, c.client_data(&get("/", "")));
+            hung.push(c);
+        }
+        let c = TcpConv::new(&format!("10.5.0.9:{}", 20_000 + step), "10.9.0.1:80");
+        r.feed(t, c.syn());
+    }
+    let state = r.engine.policy().unwrap().controller().unwrap().state();
+    assert!(state.stages[0].1.is_some(), "LOW limited by now: {state:?}");
+    // The admitted LOW page asks for its image: turned away, answered by rlm.
+    r.feed(5_200, low.client_data(&get("/img/1.gif", "")));
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Drop));
+    let answer = std::iter::from_fn(|| r.engine.poll_transmit()).find(|t| t.port == Port::Client).expect("a 503 to the client");
+    assert!(String::from_utf8_lossy(&answer.frame).contains("HTTP/1.1 503"));
+    // A HIGH page's request passes.
+    let mut high = TcpConv::new("10.4.1.1:32000", "10.9.0.1:80");
+    handshake(&mut r, &mut high, 5_300);
+    r.feed(5_320, high.client_data(&get("/", "")));
+    assert_eq!(r.verdict, Some(rlm_core::Verdict::Accept));
+    let state = r.engine.policy().unwrap().controller().unwrap().state();
+    assert_eq!(state.requests_shed, 1);
+    assert_eq!(r.engine.stats().requests_rejected, 1);
+}

@@ -36,6 +36,10 @@
 //! per hold), so the loop spends most of its time just under the target, and the dead band
 //! keeps it from chattering there.
 //!
+//! While a target is missed, the requests of the pages of a class being shed are answered in the
+//! server's stead (503, as `LIMIT REQUESTS` answers, where `REJECT` is carried out): shedding SYNs
+//! does nothing to the pages admitted before the limit, whose images keep the farm busy.
+//!
 //! Sans-IO like the rest of the engine: it is stepped with the engine's clock and fed the
 //! pageviews and SYNs; the SYN node asks it whether a SYN of a shed class goes on.
 
@@ -123,6 +127,8 @@ pub struct ControllerState {
     /// Per shed class, in `SHED` order: admitted SYNs per second (`None`: not limited) and its
     /// SYN arrival rate.
     pub stages: Vec<(ClassId, Option<f64>, f64)>,
+    /// Requests of shed classes' pages answered in the server's stead while a target was missed.
+    pub requests_shed: u64,
     /// Decreases made so far.
     pub decreases: u64,
     /// Increases made so far.
@@ -141,6 +147,9 @@ pub struct Controller {
     last_decrease: Option<(Timestamp, f64)>,
     decreases: u64,
     increases: u64,
+    /// The last look found a target missed.
+    missing: bool,
+    requests_shed: u64,
     /// Changes whenever a stage's limit is set or lifted (what a kernel fast path's verdicts
     /// depend on).
     pub generation: u64,
@@ -165,7 +174,18 @@ impl Controller {
             .iter()
             .map(|&class| Stage { class, rate: None, bucket: TokenBucket::full(0.0, Timestamp::ZERO), arrivals: VecDeque::new() })
             .collect();
-        Some(Controller { targets, stages, next_step: None, started: None, last_decrease: None, decreases: 0, increases: 0, generation: 0 })
+        Some(Controller {
+            targets,
+            stages,
+            next_step: None,
+            started: None,
+            last_decrease: None,
+            decreases: 0,
+            increases: 0,
+            missing: false,
+            requests_shed: 0,
+            generation: 0,
+        })
     }
 
     /// Whether `class` is one the controller may shed.
@@ -195,6 +215,16 @@ impl Controller {
         let Some(rate) = s.rate.filter(|_| police) else { return true };
         s.bucket.refill(now, rate, Stage::burst(rate));
         s.bucket.take()
+    }
+
+    /// Whether a request of `class` is to be answered in the server's stead: while a target is
+    /// missed, the requests of a class being shed (its pages admitted before the limit, whose
+    /// images would keep the farm busy as long as the limit takes to show) are turned away.
+    /// Counted when it says so.
+    pub fn shed_request(&mut self, class: ClassId) -> bool {
+        let shed = self.missing && self.stages.iter().any(|s| s.class == class && s.rate.is_some());
+        self.requests_shed += u64::from(shed);
+        shed
     }
 
     /// When the controller next wants to look (the engine's timer).
@@ -229,6 +259,7 @@ impl Controller {
                 wide &= m < WIDE_HEADROOM * t.limit;
             }
         }
+        self.missing = missed;
         // The arrival rates need a window's worth of SYNs before a first limit is set from them.
         if now.saturating_since(started) < ARRIVAL_WINDOW {
             return;
@@ -299,6 +330,7 @@ impl Controller {
         ControllerState {
             targets: self.targets.iter().map(|t| (t.class, t.stat, t.limit, t.measured)).collect(),
             stages: self.stages.iter().map(|s| (s.class, s.rate, s.arrival_rate())).collect(),
+            requests_shed: self.requests_shed,
             decreases: self.decreases,
             increases: self.increases,
         }

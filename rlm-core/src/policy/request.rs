@@ -20,10 +20,10 @@ pub const LIMIT_STATUS: u16 = 503;
 pub const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl Policy {
-    /// Whether some rule has `REJECT` or `LIMIT REQUESTS` (every request head is worth
-    /// evaluating, and may be answered in the server's stead).
+    /// Whether some rule has `REJECT` or `LIMIT REQUESTS`, or an SLA controller may shed requests
+    /// (every request head is worth evaluating, and may be answered in the server's stead).
     pub fn rejects(&self) -> bool {
-        self.rules.any_effect_at(Node::Request, |e| matches!(e, Effect::Reject { .. } | Effect::LimitRequests { .. }))
+        self.rules.any_effect_at(Node::Request, |e| matches!(e, Effect::Reject { .. } | Effect::LimitRequests { .. })) || self.controller.is_some()
     }
 
     /// The request node at a request head of `client` to `server` (its class `class`, its
@@ -76,6 +76,13 @@ impl Policy {
             }
         }
         self.firings = firings;
+        // The SLA controller's shedding of a shed class's requests while a target is missed.
+        if answer.is_none() && self.controller.as_mut().is_some_and(|c| c.shed_request(class)) {
+            n += 1;
+            if self.reject_carried_out {
+                answer = Some((LIMIT_STATUS, Some(LIMIT_RETRY_AFTER)));
+            }
+        }
         (n, answer)
     }
 }
