@@ -978,7 +978,7 @@ impl Loop {
                 serde_json::json!({ "class": p.class_name(class), "admitted_syn_per_s": rate, "arriving_syn_per_s": arrivals })
             })
             .collect();
-        serde_json::json!({ "targets": targets, "shed": stages, "decreases": st.decreases, "increases": st.increases })
+        serde_json::json!({ "targets": targets, "shed": stages, "requests_shed": st.requests_shed, "decreases": st.decreases, "increases": st.increases })
     }
 
     fn publish_status(&mut self) {
