@@ -139,6 +139,25 @@ fn distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
+/// The index of `name` among `declared` (in any case), or the error that names none: what is
+/// declared (`more` after the list: `, DEFAULT`), the nearest name within two edits, or, with
+/// nothing declared, how to declare one (`none`: what was expected and the help).
+fn unknown_name(what: &str, name: &ast::Ident, declared: &[(String, Span)], none: (&str, String), more: String) -> Result<usize, Error> {
+    if let Some(i) = declared.iter().position(|(n, _)| n.eq_ignore_ascii_case(&name.name)) {
+        return Ok(i);
+    }
+    let e = Error::new(name.span, format!("no {what} is named {}", name.name));
+    if declared.is_empty() {
+        return Err(e.expected(none.0).help(none.1));
+    }
+    let names: Vec<&str> = declared.iter().map(|(n, _)| n.as_str()).collect();
+    let mut e = e.expected(format!("a declared {what}: {}{more}", names.join(", ")));
+    if let Some((best, _)) = declared.iter().map(|(n, _)| (n, distance(n, &name.name))).filter(|(_, d)| *d <= 2).min_by_key(|(_, d)| *d) {
+        e = e.help(format!("did you mean {best}?"));
+    }
+    Err(e)
+}
+
 struct Checker<'a> {
     map: SourceMap<'a>,
     errors: Vec<Error>,
@@ -157,45 +176,32 @@ impl Checker<'_> {
         if name.name.eq_ignore_ascii_case(eval::DEFAULT_CLASS) {
             return Some(ClassId(self.classes.len() as u16));
         }
-        if let Some(i) = self.classes.iter().position(|(n, _)| n.eq_ignore_ascii_case(&name.name)) {
-            return Some(ClassId(i as u16));
-        }
-        let mut e = Error::new(name.span, format!("no class is named {}", name.name));
-        if self.classes.is_empty() {
-            e = e
-                .expected("a class declared with CLASS NAME IF condition")
-                .help(format!("declare it before using it, e.g. CLASS {} IF IP.SRC == 10.4.*.*", name.name));
-        } else {
-            let names: Vec<&str> = self.classes.iter().map(|(n, _)| n.as_str()).collect();
-            let all = if all_too { " or ALL" } else { "" };
-            e = e.expected(format!("a declared class: {}, DEFAULT{all}", names.join(", ")));
-            if let Some((best, _)) = self.classes.iter().map(|(n, _)| (n, distance(n, &name.name))).filter(|(_, d)| *d <= 2).min_by_key(|(_, d)| *d) {
-                e = e.help(format!("did you mean {best}?"));
-            }
-        }
-        self.errors.push(e);
-        None
+        let all = if all_too { " or ALL" } else { "" };
+        let e = unknown_name(
+            "class",
+            name,
+            &self.classes,
+            ("a class declared with CLASS NAME IF condition", format!("declare it before using it, e.g. CLASS {} IF IP.SRC == 10.4.*.*", name.name)),
+            format!(", DEFAULT{all}"),
+        );
+        self.resolved(e).map(|i| ClassId(i as u16))
     }
 
     /// Resolve a group name.
     fn group(&mut self, name: &ast::Ident) -> Option<GroupId> {
-        if let Some(i) = self.groups.iter().position(|(n, _)| n.eq_ignore_ascii_case(&name.name)) {
-            return Some(GroupId(i as u16));
-        }
-        let mut e = Error::new(name.span, format!("no group is named {}", name.name));
-        if self.groups.is_empty() {
-            e = e
-                .expected("a group declared with GROUP NAME IF condition")
-                .help(format!("declare it, e.g. GROUP {} IF URL == \"/search*\"", name.name));
-        } else {
-            let names: Vec<&str> = self.groups.iter().map(|(n, _)| n.as_str()).collect();
-            e = e.expected(format!("a declared group: {}", names.join(", ")));
-            if let Some((best, _)) = self.groups.iter().map(|(n, _)| (n, distance(n, &name.name))).filter(|(_, d)| *d <= 2).min_by_key(|(_, d)| *d) {
-                e = e.help(format!("did you mean {best}?"));
-            }
-        }
-        self.errors.push(e);
-        None
+        let e = unknown_name(
+            "group",
+            name,
+            &self.groups,
+            ("a group declared with GROUP NAME IF condition", format!("declare it, e.g. GROUP {} IF URL == \"/search*\"", name.name)),
+            String::new(),
+        );
+        self.resolved(e).map(|i| GroupId(i as u16))
+    }
+
+    /// The index a name resolved to, or its error kept.
+    fn resolved(&mut self, r: Result<usize, Error>) -> Option<usize> {
+        r.map_err(|e| self.errors.push(e)).ok()
     }
 
     /// A new class or group name (`what`), into `names` unless it is reserved or taken.

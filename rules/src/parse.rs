@@ -504,21 +504,19 @@ impl<'s> Parser<'s> {
                     Test::Header { name: name.to_string(), cond }
                 }
             }
-            "GROUP" => {
-                let negated = self.eq_op("GROUP")?;
-                let (name, span) = self.word("a group name")?;
+            "GROUP" | "CLASS" => {
+                let negated = self.eq_op(&upper)?;
+                let what = if upper == "GROUP" { "group" } else { "class" };
+                let (name, span) = self.word(&format!("a {what} name"))?;
                 if !is_ident(name) {
-                    return Err(Error::new(span, format!("'{name}' is not a group name")).expected("a group name"));
+                    return Err(Error::new(span, format!("'{name}' is not a {what} name")).expected(format!("a {what} name")));
                 }
-                Test::Group { negated, group: Ident { name: name.to_string(), span } }
-            }
-            "CLASS" => {
-                let negated = self.eq_op("CLASS")?;
-                let (name, span) = self.word("a class name")?;
-                if !is_ident(name) {
-                    return Err(Error::new(span, format!("'{name}' is not a class name")).expected("a class name"));
+                let id = Ident { name: name.to_string(), span };
+                if upper == "GROUP" {
+                    Test::Group { negated, group: id }
+                } else {
+                    Test::Class { negated, class: id }
                 }
-                Test::Class { negated, class: Ident { name: name.to_string(), span } }
             }
             _ => {
                 let mut e = Error::new(t.span, format!("unknown test '{field}'")).expected(EXPECT_TEST);

@@ -58,6 +58,7 @@ fn second_connection_failure_as_in_figure_5() {
         items: 1000,
         tls: None,
         think_min_s: 0.0,
+        arrivals: None,
     };
     std::fs::write(dir.join("spec.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
     let cg = ProfileCgroup::create(&format!("rlmb-xp-{}", std::process::id()), TcpProfile::Xp).unwrap();
@@ -120,6 +121,7 @@ fn browsers_speak_https_over_http1_and_http2() {
             items: 1000,
             tls: Some(sim_clients::browser::TlsSpec { ca: certs.ca.clone(), site: "shop.example".into(), h2 }),
             think_min_s: 0.1,
+            arrivals: None,
         };
         let spec_path = dir.join(format!("spec-{h2}.json"));
         std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
