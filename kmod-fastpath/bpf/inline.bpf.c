@@ -349,23 +349,19 @@ int observe(struct __sk_buff *skb)
         if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS))
             return TC_ACT_OK;
     }
-    if (!to_server && p.v4 && side == FLAG_FROM_SERVER) {
-        // A server's segment of a connection the engine rejected: the server was reset, the
-        // client has the engine's answer; nothing of the server's may follow it.
+    if (!to_server && p.v4) {
         __u32 zero = 0;
         struct config *cfg = bpf_map_lookup_elem(&config, &zero);
-        if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS)) {
+        if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS) && side == FLAG_FROM_SERVER) {
+            // A server's segment of a connection the engine rejected: the server was reset, the
+            // client has the engine's answer; nothing of the server's may follow it.
             struct conn_key k = { .client = p.daddr, .server = p.saddr, .client_port = tcp->dest, .server_port = tcp->source };
             if (is_rejected(&k)) {
                 count(C_REJ_DROPPED);
                 return TC_ACT_SHOT;
             }
         }
-    }
-    if (!to_server && p.v4 && !tcp->syn && (p.payload > 0 || tcp->fin || tcp->rst)) {
-        __u32 zero = 0;
-        struct config *cfg = bpf_map_lookup_elem(&config, &zero);
-        if (cfg && (cfg->flags & CFG_QUEUE_RESPONSES)) {
+        if (cfg && (cfg->flags & CFG_QUEUE_RESPONSES) && !tcp->syn && (p.payload > 0 || tcp->fin || tcp->rst)) {
             count(C_RESP_QUEUED);
             skb->mark |= cfg->queue_mark;
             return TC_ACT_OK;

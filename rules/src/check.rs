@@ -204,26 +204,25 @@ impl Checker<'_> {
         r.map_err(|e| self.errors.push(e)).ok()
     }
 
-    /// A new class or group name (`what`), into `names` unless it is reserved or taken.
-    fn declare(&mut self, what: &str, name: &ast::Ident, max: usize, taken: impl Fn(&Checker) -> Option<Span>) -> bool {
+    /// Whether `name` may be declared as a new class or group (`what`, and its plural) beside
+    /// those `declared`: not a reserved word, not taken, and not past `max` of them.
+    fn new_name(&self, (what, plural): (&str, &str), name: &ast::Ident, declared: &[(String, Span)], max: usize) -> Result<(), Error> {
         if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(&name.name)) {
             let why = match name.name.to_ascii_uppercase().as_str() {
                 "ALL" => "RT.ALL is every pageview",
                 "DEFAULT" => "DEFAULT is the class of clients no CLASS matches",
                 _ => "it is a keyword",
             };
-            self.errors
-                .push(Error::new(name.span, format!("a {what} cannot be called {}: {why}", name.name)).expected(format!("another {what} name")));
-        } else if let Some(at) = taken(self) {
-            let at = self.pos(at);
-            self.errors
-                .push(Error::new(name.span, format!("{what} {} is already declared at {at}", name.name)).expected(format!("a new {what} name")));
-        } else if max == 0 {
-            self.errors.push(Error::new(name.span, format!("more {what}es than the most allowed")));
-        } else {
-            return true;
+            return Err(Error::new(name.span, format!("a {what} cannot be called {}: {why}", name.name)).expected(format!("another {what} name")));
         }
-        false
+        if let Some((_, at)) = declared.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name.name)) {
+            let at = self.pos(*at);
+            return Err(Error::new(name.span, format!("{what} {} is already declared at {at}", name.name)).expected(format!("a new {what} name")));
+        }
+        if declared.len() == max {
+            return Err(Error::new(name.span, format!("more than {max} {plural}")));
+        }
+        Ok(())
     }
 
     fn compile_cond(&mut self, c: &Cond, held: &mut Vec<HeldTest>) -> Expr {
@@ -271,9 +270,9 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
     for item in &file.items {
         let Item::Group(g) = item else { continue };
         let name = &g.name;
-        let left = MAX_GROUPS - ck.groups.len();
-        if ck.declare("group", name, left, |ck| ck.groups.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name.name)).map(|(_, s)| *s)) {
-            ck.groups.push((name.name.clone(), name.span));
+        match ck.new_name(("group", "groups"), name, &ck.groups, MAX_GROUPS) {
+            Ok(()) => ck.groups.push((name.name.clone(), name.span)),
+            Err(e) => ck.errors.push(e),
         }
         let mut xs = Vec::new();
         atoms(&g.cond, &mut xs);
@@ -297,9 +296,9 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
     for item in &file.items {
         let Item::Class(c) = item else { continue };
         let name = &c.name;
-        let left = MAX_CLASSES - ck.classes.len();
-        if ck.declare("class", name, left, |ck| ck.classes.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name.name)).map(|(_, s)| *s)) {
-            ck.classes.push((name.name.clone(), name.span));
+        match ck.new_name(("class", "classes"), name, &ck.classes, MAX_CLASSES) {
+            Ok(()) => ck.classes.push((name.name.clone(), name.span)),
+            Err(e) => ck.errors.push(e),
         }
         let mut xs = Vec::new();
         atoms(&c.cond, &mut xs);

@@ -204,20 +204,16 @@ impl<'s> Parser<'s> {
 
     fn class_decl(&mut self) -> R<ClassDecl> {
         let kw = self.bump().expect("peeked CLASS").span;
-        let (name, span) = self.word("a class name such as HIGH")?;
-        if !is_ident(name) {
-            return Err(Error::new(span, format!("'{name}' is not a class name"))
-                .expected("a name of letters, digits and _, starting with a letter (at most 64)"));
-        }
+        let name = self.name("class", "HIGH")?;
         self.expect_kw("IF", "IF after the class name")?;
         let cond = self.cond()?;
         if self.peek_kw("THEN") {
             let span = self.peek().map(|t| t.span).unwrap_or_default();
             return Err(Error::new(span, "a class declaration has no THEN: it only names the clients its condition matches")
                 .expected("AND, OR, or the next rule or class")
-                .help(format!("act on the class in a rule: IF CLASS == {name} THEN ...")));
+                .help(format!("act on the class in a rule: IF CLASS == {} THEN ...", name.name)));
         }
-        Ok(ClassDecl { name: Ident { name: name.to_string(), span }, cond, span: kw.to(self.prev_span()) })
+        Ok(ClassDecl { name, cond, span: kw.to(self.prev_span()) })
     }
 
     /// A class or group name (`what`: "class", "group").

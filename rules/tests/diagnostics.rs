@@ -316,3 +316,20 @@ fn rlm_check_binary() {
     assert_eq!(run(&[]).status.code(), Some(2));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// As many classes and groups as the checker keeps, and one more: the one past the bound is the
+/// error, at its name.
+#[test]
+fn one_class_or_group_past_the_bound_is_an_error_at_its_name() {
+    for (kw, max, plural, cond) in
+        [("CLASS", rules::MAX_CLASSES, "classes", "IP.SRC == 10.4.*.*"), ("GROUP", rules::MAX_GROUPS, "groups", "URL == \"/a\"")]
+    {
+        let decl = |i: usize| format!("{kw} N{i} IF {cond}\n");
+        let at_bound: String = (0..max).map(decl).collect();
+        assert!(compile("t.rlm", &at_bound).is_ok(), "{max} {plural} are allowed");
+        let past = format!("{at_bound}{}", decl(max));
+        let d = first_error(&past);
+        assert_eq!((d.line as usize, d.col), (max + 1, kw.len() as u32 + 2), "{d}");
+        assert_eq!(d.message, format!("more than {max} {plural}"));
+    }
+}

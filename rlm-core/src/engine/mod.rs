@@ -29,7 +29,7 @@ mod syn;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::actions::InjectBudget;
@@ -107,8 +107,8 @@ pub struct Config {
     pub adapt: bool,
     /// Carry out `REJECT`: the request's segment is dropped, the server reset and the client
     /// answered ([`Engine::poll_transmit`]). Only for a driver that holds the clients' requests
-    /// for a verdict and sends frames; otherwise the rules are counted as deferred. No driver
-    /// turns it on yet.
+    /// for a verdict and sends frames (`rlm run` with the eBPF observer and injection); otherwise
+    /// the rules are counted as deferred.
     pub reject: bool,
     /// Most fast retransmissions of one SYN, and of one SYN/ACK.
     pub fast_limit: u32,
@@ -614,7 +614,6 @@ impl Engine {
         self.pageviews.on_timeout(now);
         self.collect_pageviews();
         self.control(now);
-        self.note_fastpath();
         if self.next_refresh.is_some_and(|t| t <= now) {
             // Windows slide and FOR tests settle without a packet.
             if let Some(p) = self.policy.as_mut() {
@@ -632,11 +631,8 @@ impl Engine {
         if p.controller().is_none_or(|c| c.next_step().is_some_and(|t| now < t)) {
             return;
         }
-        let mut ages: Vec<(rules::ClassId, f64)> = Vec::new();
-        for (client, server, age) in self.pageviews.in_flight_ages(now) {
-            let server: SocketAddr = server.and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-            ages.push((p.classify(SocketAddr::new(client, 0), server), age));
-        }
+        let ages: Vec<(rules::ClassId, f64)> =
+            self.pageviews.in_flight_ages(now).map(|(client, server, host, age)| (segment::pageview_class(p, client, server, host), age)).collect();
         p.control(now, |class| ages.iter().filter(|(c, _)| *c == class).map(|(_, a)| *a).collect());
     }
 

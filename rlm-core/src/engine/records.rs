@@ -467,8 +467,7 @@ impl UnprovenRecords {
         let Some(rate) = self.rate.filter(|_| unproven) else { return Writing::Whole };
         let cap = rate.max(1.0);
         let bucket = self.bucket.get_or_insert_with(|| TokenBucket::full(cap, now));
-        bucket.refill(now, rate, cap);
-        if bucket.take() {
+        if bucket.admit(now, rate, cap) {
             Writing::Cut
         } else {
             *skipped += 1;

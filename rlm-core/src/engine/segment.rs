@@ -549,9 +549,8 @@ impl Engine {
             }
             if let Some(policy) = self.policy.as_mut() {
                 let client: Option<IpAddr> = pv.client.parse().ok();
-                let server: SocketAddr = pv.server.as_deref().and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
                 if let Some(ip) = client {
-                    let class = policy.classify_pageview(ip, server, pv.host.as_deref());
+                    let class = pageview_class(policy, ip, pv.server.as_deref(), pv.host.as_deref());
                     pv.class = Some(policy.class_name(class).to_string());
                     // Only a pageview with evidence of a real client enters the class statistics.
                     if !pv.incomplete && pv.evidence != Evidence::None {
@@ -603,6 +602,13 @@ fn done_in(rest: &[AppEvent], depth: u32) -> Option<&Txn> {
         AppEvent::Http(HttpEvent::Done(t)) if t.depth == depth => Some(&**t),
         _ => None,
     })
+}
+
+/// The class of a pageview of `client` whose first request went to `server` (`ip:port`, as its
+/// record has it) for `host`: finished ones, and those in flight the SLA controller looks at.
+pub(super) fn pageview_class(policy: &crate::policy::Policy, client: IpAddr, server: Option<&str>, host: Option<&str>) -> rules::ClassId {
+    let server: SocketAddr = server.and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+    policy.classify_pageview(client, server, host)
 }
 
 /// A `REJECT` decided at a request head: the answer the client gets.

@@ -169,8 +169,9 @@ pub struct Stats {
     /// Exchanges of encrypted records that began while the rules have `REMOVE EMBEDS` or
     /// `REWRITE EMBEDS`, which need the plaintext: not applicable on TLS.
     pub adapt_not_applicable_tls: u64,
-    /// Requests a `REJECT` fired at (each also counted in its rule's `fired` and `deferred`)
-    /// while the engine does not carry it out ([`crate::Config::reject`] off: a capture, or a
+    /// Requests a `REJECT` or `LIMIT REQUESTS` fired at (each also counted in its rule's `fired`
+    /// and `deferred`), or the SLA controller would have shed, while the engine does not carry
+    /// them out ([`crate::Config::reject`] off: a capture, or a
     /// driver that cannot hold requests or send frames).
     pub rejects_deferred: u64,
     /// Requests `REJECT` answered in the server's stead ([`crate::Config::reject`]).

@@ -346,10 +346,13 @@ impl Pageviews {
     }
 
     /// The open pageviews with a request in flight: their client, server (`ip:port` of their
-    /// first request) and age at `now`, in seconds (the SLA controller's early view of response
-    /// times to come).
-    pub fn in_flight_ages(&self, now: Timestamp) -> impl Iterator<Item = (IpAddr, Option<&str>, f64)> + '_ {
-        self.open.values().filter(|p| p.in_flight > 0).map(move |p| (p.client, p.server.as_deref(), now.saturating_since(p.start).as_secs_f64()))
+    /// first request), host and age at `now`, in seconds (the SLA controller's early view of
+    /// response times to come).
+    pub fn in_flight_ages(&self, now: Timestamp) -> impl Iterator<Item = (IpAddr, Option<&str>, Option<&str>, f64)> + '_ {
+        self.open
+            .values()
+            .filter(|p| p.in_flight > 0)
+            .map(move |p| (p.client, p.server.as_deref(), p.host.as_deref(), now.saturating_since(p.start).as_secs_f64()))
     }
 
     /// The elapsed time of the pageview a new SYN of this client would belong to (zero for a

@@ -69,7 +69,7 @@ impl Eq for Key {}
 
 /// The nearest rank of percentile `p` among `n` samples: `ceil(p/100 * n)`, within `1..=n` (0
 /// when there is none).
-fn rank(p: u8, n: usize) -> usize {
+pub(super) fn rank(p: u8, n: usize) -> usize {
     if n == 0 {
         return 0;
     }

@@ -48,6 +48,7 @@ use std::time::Duration;
 
 use rules::{ClassId, RuleSet, SlaScope, Stat};
 
+use super::class_windows::rank;
 use super::token_bucket::TokenBucket;
 use crate::time::Timestamp;
 
@@ -213,8 +214,7 @@ impl Controller {
             s.arrivals.pop_front();
         }
         let Some(rate) = s.rate.filter(|_| police) else { return true };
-        s.bucket.refill(now, rate, Stage::burst(rate));
-        s.bucket.take()
+        s.bucket.admit(now, rate, Stage::burst(rate))
     }
 
     /// Whether a request of `class` is to be answered in the server's stead: while a target is
@@ -345,8 +345,7 @@ fn statistic(xs: &mut [f64], stat: Stat) -> Option<f64> {
     Some(match stat {
         Stat::Mean => xs.iter().sum::<f64>() / xs.len() as f64,
         Stat::Percentile(p) => {
-            let rank = ((f64::from(p) / 100.0 * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
-            let (_, v, _) = xs.select_nth_unstable_by(rank - 1, f64::total_cmp);
+            let (_, v, _) = xs.select_nth_unstable_by(rank(p, xs.len()) - 1, f64::total_cmp);
             *v
         }
     })

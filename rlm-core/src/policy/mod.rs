@@ -185,6 +185,7 @@ impl Policy {
         let holds = rules.new_holds();
         let windows = ClassWindows((0..=n).map(|_| Window::default()).collect());
         let signature = rules.syn_aggregate_signature(&windows, Some(&holds));
+        let controller = Controller::of(&rules);
         Policy {
             holds,
             windows,
@@ -202,8 +203,8 @@ impl Policy {
                 .map(|i| rule_label(&rules, RuleId(i as u32)))
                 .chain(std::iter::once(format!("{}:SLA", rules.file_name())))
                 .collect(),
-            controller: Controller::of(&rules),
-            syn_by_address: rules.syn_decided_by_addresses() && Controller::of(&rules).is_none(),
+            syn_by_address: rules.syn_decided_by_addresses() && controller.is_none(),
+            controller,
             rules,
             window,
             sites: GenMap::default(),

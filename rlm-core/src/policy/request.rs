@@ -57,8 +57,7 @@ impl Policy {
                     // One bucket per (rule's bucket, class, group), full when first used.
                     let cap = f64::from(burst);
                     let b = self.request_buckets.entry((bucket, class, group)).or_insert_with(|| TokenBucket::full(cap, now));
-                    b.refill(now, rate.per_second(), cap);
-                    if b.take() {
+                    if b.admit(now, rate.per_second(), cap) {
                         continue;
                     }
                     (LIMIT_STATUS, Some(LIMIT_RETRY_AFTER))

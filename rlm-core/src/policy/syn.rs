@@ -214,7 +214,7 @@ impl Policy {
         // The SLA controller's limit on a shed class, for a SYN the rules let pass.
         if let (true, None, Some(ctl)) = (count, decided, self.controller.as_mut()) {
             if !ctl.admit_syn(now, class, outcome.decision == SynDecision::Pass) {
-                outcome.decision = SynDecision::Drop { rule: RuleId(self.rules.rule_count() as u32), limited: true };
+                outcome.decision = SynDecision::Drop { rule: self.controller_rule(), limited: true };
             }
         }
         outcome.decision = decided.unwrap_or(outcome.decision);
@@ -277,8 +277,7 @@ impl Policy {
             Effect::LimitSyn { .. } if decided.is_some() || !count => None,
             Effect::LimitSyn { bucket, rate, burst } => {
                 let b = self.buckets.entry((bucket, class)).or_insert(TokenBucket::full(f64::from(burst), now));
-                b.refill(now, rate.per_second(), f64::from(burst.max(1)));
-                if b.take() {
+                if b.admit(now, rate.per_second(), f64::from(burst.max(1))) {
                     None
                 } else {
                     Some(SynDecision::Drop { rule: f.rule, limited: true })

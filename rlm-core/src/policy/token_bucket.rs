@@ -38,6 +38,13 @@ impl TokenBucket {
         self.tokens >= 1.0
     }
 
+    /// Refill at `rate` up to `cap` as of `now`, then take a token if there is one: a policer's
+    /// one step (`LIMIT SYN`, `LIMIT REQUESTS`, the SLA controller, unproven records).
+    pub(crate) fn admit(&mut self, now: Timestamp, rate: f64, cap: f64) -> bool {
+        self.refill(now, rate, cap);
+        self.take()
+    }
+
     /// Take a token if there is one.
     pub(crate) fn take(&mut self) -> bool {
         let ok = self.has_token();
