@@ -2381,3 +2381,65 @@ fn the_sla_controller_sheds_the_requests_of_pages_admitted_before_the_limit() {
     assert_eq!(state.requests_shed, 1);
     assert_eq!(r.engine.stats().requests_rejected, 1);
 }
+
+/// Resource-aware admission (003 Paper D): a URL group whose server time (request to first
+/// response byte) misses its target has its requests held to a rate by the controller, the
+/// excess answered by rlm; the other requests pass; the limit is lifted once the server is fast
+/// again.
+#[test]
+fn a_group_whose_server_time_misses_its_target_is_held_to_a_rate_and_the_rest_passes() {
+    let mut r = Run::with(Config { reject: true, ..Config::default() });
+    r.engine.set_rules(Some(rules("GROUP db IF URL == \"/search*\"\nSLA GROUP db RT.P95 < 500ms\n")));
+    assert!(!r.engine.policy().unwrap().acts_at_syn(), "a group target does not act at the SYN");
+    // Every 100 ms a search on its own connection, answered 1.5 s later until 8 s, then at once;
+    // and an image, answered at once.
+    let mut pending: Vec<(u64, TcpConv)> = Vec::new();
+    let (mut rejected, mut images_rejected) = ([0u32; 4], 0);
+    let mut measured = None;
+    for step in 0..300u64 {
+        let t = step * 100;
+        let phase = match t {
+            ..4_000 => 0,
+            4_000..8_000 => 1,
+            8_000..22_000 => 2,
+            _ => 3,
+        };
+        let mut c = TcpConv::new(&format!("10.5.{}.{}:40000", step / 200, 1 + step % 200), "10.9.0.1:80");
+        handshake(&mut r, &mut c, t);
+        r.feed(t + 10, c.client_data(&get("/search?q=x", "")));
+        if r.verdict == Some(rlm_core::Verdict::Drop) {
+            rejected[phase] += 1;
+            let answer = std::iter::from_fn(|| r.engine.poll_transmit()).find(|t| t.port == Port::Client).expect("a 503 to the client");
+            assert!(String::from_utf8_lossy(&answer.frame).contains("HTTP/1.1 503"));
+        } else {
+            pending.push((if t < 8_000 { t + 1_500 } else { t + 20 }, c));
+        }
+        let mut img = TcpConv::new(&format!("10.6.{}.{}:40000", step / 200, 1 + step % 200), "10.9.0.1:80");
+        handshake(&mut r, &mut img, t + 30);
+        r.feed(t + 40, img.client_data(&get("/img/1.gif", "")));
+        images_rejected += u32::from(r.verdict == Some(rlm_core::Verdict::Drop));
+        r.feed_all(t + 50, img.server_data(&gif_response(100)));
+        pending.sort_by_key(|(due, _)| *due);
+        while pending.first().is_some_and(|(due, _)| *due <= t + 99) {
+            let (due, mut c) = pending.remove(0);
+            r.feed_all(due, c.server_data(&gif_response(100)));
+            r.feed(due + 1, c.server_fin());
+            r.feed(due + 2, c.client_fin());
+        }
+        if t == 7_900 {
+            measured = r.engine.policy().unwrap().controller().unwrap().state().groups[0].measured_s;
+        }
+    }
+    let state = r.engine.policy().unwrap().controller().unwrap().state();
+    println!("rejected {rejected:?}; {state:?}");
+    assert_eq!(images_rejected, 0, "the images are not in the group");
+    assert!(measured.is_some_and(|m| m > 1.0), "the server time measured from the wire: {measured:?}");
+    assert!(rejected[1] >= 20, "the group held to a rate while its server time missed the target: {rejected:?}");
+    assert!(rejected[1] < 40, "not all of it: {rejected:?}");
+    // What was sent before 8 s is answered until 9.5 s and counts for a window after; from
+    // there the rate grows back from its least (0.5/s) to past 1.5 times the arrivals in 10 s.
+    assert_eq!(rejected[3], 0, "the limit lifted once the server is fast: {rejected:?} {state:?}");
+    assert_eq!(state.groups[0].admitted_per_s, None, "lifted: {state:?}");
+    assert_eq!(state.requests_limited, rejected.iter().sum::<u32>() as u64);
+    assert!(state.stages.is_empty() && state.targets.is_empty());
+}

@@ -733,6 +733,11 @@ impl RuleSet {
         self.group_names.get(id.index()).map_or("?", String::as_str)
     }
 
+    /// A group's id by its name (any case).
+    pub fn group_id(&self, name: &str) -> Option<GroupId> {
+        self.group_names.iter().position(|n| n.eq_ignore_ascii_case(name)).map(|i| GroupId(i as u16))
+    }
+
     /// A request's URL group: the first `GROUP` declaration whose condition holds on `facts`
     /// (its URL, host, method, headers and cookies), or none.
     pub fn group_of(&self, facts: &Facts<'_>) -> Option<GroupId> {

@@ -415,7 +415,7 @@ impl Engine {
             let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
             let class = p.classify(cl, sv);
             let rt = self.pageviews.elapsed_for_client(c.client.ip, now);
-            let (fired, answer) = p.at_request_head(now, (cl, sv, class), head, rt);
+            let (fired, answer) = p.at_request_head(now, (cl, sv, class), (head, depth), rt);
             if answer.is_none() {
                 self.stats.rejects_deferred += u64::from(fired);
             }
@@ -435,6 +435,12 @@ impl Engine {
             let encoded = txn.response.as_ref().is_some_and(|r| r.encoded);
             let first = txn.response_first_ts.unwrap_or(now);
             self.pageviews.on_response_head(first, id, depth, txn.is_html(), encoded);
+        }
+        // The server time of a request of a group with a target (its transaction on the
+        // connection, or done in the same segment).
+        if let Some(p) = self.policy.as_mut().filter(|p| p.times_requests()) {
+            let first = on_conn.or_else(|| done_in(rest, depth)).and_then(|t| t.response_first_ts).unwrap_or(now);
+            p.response_head(first, (SocketAddr::from(c.client), SocketAddr::from(c.server)), depth);
         }
         // The response's place in the sequence space, for the SRPT classifier: from its
         // transaction on the connection, or, when it completed in the same segment, from its
@@ -497,6 +503,9 @@ impl Engine {
         }
         let never_established = !c.was_established();
         self.syn.forget(id);
+        if let Some(p) = self.policy.as_mut().filter(|p| p.times_requests()) {
+            p.conn_closed((SocketAddr::from(c.client), SocketAddr::from(c.server)));
+        }
         c.close(now, reason == CloseReason::Shutdown, &mut evs);
         let client = c.client.ip;
         if let Some(fp) = self.fastpath.as_mut() {

@@ -1,6 +1,6 @@
 //! The SLA controller (issue 26): targets instead of thresholds. A rule file's `SLA CLASS
 //! RT.P95 < 2s` targets are held by admitting fewer SYNs of the classes `SHED` names, least
-//! important first.
+//! important first; its `SLA GROUP` targets by admitting fewer of a URL group's requests.
 //!
 //! The control law is AIMD on each shed class's admitted SYN rate, one class (a *stage*) at a
 //! time, every [`PERIOD`]:
@@ -40,13 +40,25 @@
 //! server's stead (503, as `LIMIT REQUESTS` answers, where `REJECT` is carried out): shedding SYNs
 //! does nothing to the pages admitted before the limit, whose images keep the farm busy.
 //!
+//! **Resource-aware admission** (003 Paper D) is the same law on a URL group's requests: a file's
+//! `SLA GROUP db RT.P95 < 500ms` holds the group's *server time* (from the request head to the
+//! response's first byte, as the wire shows it: the appliance cannot read the server's CPU or
+//! disk, but their queue shows in it), measured over the group's responses of the last
+//! [`WINDOW`] and its requests still unanswered (at [`IN_FLIGHT_FACTOR`] times their age), by a
+//! token bucket on the group's requests: the excess is answered in the server's stead (503,
+//! Retry-After 1 s). The bucket applies to the classes in `SHED`, or to every class in a file
+//! without `SHED`. Each group has its own loop: an expensive group is held to what the server
+//! can do of it while the cheap pages pass.
+//!
 //! Sans-IO like the rest of the engine: it is stepped with the engine's clock and fed the
 //! pageviews and SYNs; the SYN node asks it whether a SYN of a shed class goes on.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use rules::{ClassId, RuleSet, SlaScope, Stat};
+use ahash::AHashMap;
+use rules::{ClassId, GroupId, RuleSet, SlaScope, Stat};
 
 use super::class_windows::rank;
 use super::token_bucket::TokenBucket;
@@ -88,96 +100,247 @@ pub const IN_FLIGHT_FACTOR: f64 = 2.0;
 /// The arrival rate is an average over this long.
 const ARRIVAL_WINDOW: Duration = Duration::from_secs(2);
 
-/// One `SLA` on a class, and its recent pageviews.
+/// One `SLA`: a statistic over recent samples, pageview response times of a class or server
+/// times of a group's requests.
 #[derive(Debug)]
 struct Target {
-    class: ClassId,
     stat: Stat,
     limit: f64,
-    /// (finished at, response time in seconds).
+    /// (finished at, seconds).
     recent: VecDeque<(Timestamp, f64)>,
     /// The last measurement, seconds (`None`: nothing to measure yet).
     measured: Option<f64>,
 }
 
-/// One class in `SHED`, and what the controller admits of it.
+impl Target {
+    fn new(stat: Stat, limit: Duration) -> Target {
+        Target { stat, limit: limit.as_secs_f64(), recent: VecDeque::new(), measured: None }
+    }
+
+    fn push(&mut self, now: Timestamp, x: f64) {
+        self.recent.push_back((now, x));
+        // Bounded whatever the rate: the newest samples are the ones that count.
+        if self.recent.len() > 100_000 {
+            self.recent.pop_front();
+        }
+    }
+
+    /// The statistic over the samples of the last [`WINDOW`] and what is still open (`open_ages`,
+    /// each counted [`IN_FLIGHT_FACTOR`] times its age).
+    fn measure(&mut self, now: Timestamp, open_ages: impl IntoIterator<Item = f64>) -> Option<f64> {
+        while self.recent.front().is_some_and(|&(at, _)| now.saturating_since(at) > WINDOW) {
+            self.recent.pop_front();
+        }
+        let mut xs: Vec<f64> = self.recent.iter().map(|&(_, x)| x).collect();
+        xs.extend(open_ages.into_iter().map(|a| a * IN_FLIGHT_FACTOR));
+        self.measured = statistic(&mut xs, self.stat);
+        self.measured
+    }
+}
+
+/// An admitted rate set by AIMD: a shed class's SYNs or a group's requests.
 #[derive(Debug)]
-struct Stage {
-    class: ClassId,
-    /// Admitted SYNs per second; `None`: not limited.
+struct Admitted {
+    /// Admitted per second; `None`: not limited.
     rate: Option<f64>,
     bucket: TokenBucket,
-    /// SYN arrivals (their times) over [`ARRIVAL_WINDOW`].
+    /// Arrivals (their times) over [`ARRIVAL_WINDOW`].
     arrivals: VecDeque<Timestamp>,
 }
 
-impl Stage {
+impl Admitted {
+    fn new() -> Admitted {
+        Admitted { rate: None, bucket: TokenBucket::full(0.0, Timestamp::ZERO), arrivals: VecDeque::new() }
+    }
+
     fn arrival_rate(&self) -> f64 {
         self.arrivals.len() as f64 / ARRIVAL_WINDOW.as_secs_f64()
     }
+
     fn burst(rate: f64) -> f64 {
         (rate / 4.0).max(2.0)
     }
+
+    /// One arrives: counted, and whether it goes on (it takes a token while a limit is in
+    /// force and `police`).
+    fn admit(&mut self, now: Timestamp, police: bool) -> bool {
+        self.arrivals.push_back(now);
+        if self.arrivals.len() > 1_000_000 {
+            self.arrivals.pop_front();
+        }
+        let Some(rate) = self.rate.filter(|_| police) else { return true };
+        self.bucket.admit(now, rate, Admitted::burst(rate))
+    }
+
+    fn expire(&mut self, now: Timestamp) {
+        while self.arrivals.front().is_some_and(|&t| now.saturating_since(t) > ARRIVAL_WINDOW) {
+            self.arrivals.pop_front();
+        }
+    }
+
+    /// Down by the limit over the measurement (`worst`, within [`BETA_MIN`] and [`BETA`]), from
+    /// the arrival rate when not limited yet, to [`MIN_RATE`] at least. Whether a limit was set
+    /// where there was none.
+    fn decrease(&mut self, now: Timestamp, worst: f64) -> bool {
+        let from = self.rate.unwrap_or_else(|| self.arrival_rate().max(MIN_RATE / BETA));
+        let factor = (1.0 / worst.max(1.0)).clamp(BETA_MIN, BETA);
+        let rate = (from * factor).max(MIN_RATE);
+        let new = self.rate.is_none();
+        if new {
+            self.bucket = TokenBucket::full(Admitted::burst(rate), now);
+        }
+        self.rate = Some(rate);
+        new
+    }
+
+    /// Up by [`ALPHA`] of the arrivals (by [`GROWTH`] with `wide` headroom), lifted past
+    /// [`RELEASE`] times them. Whether the limit was lifted.
+    fn increase(&mut self, wide: bool) -> bool {
+        let arrivals = self.arrival_rate();
+        let now_rate = self.rate.unwrap_or(0.0);
+        let mut rate = now_rate + (ALPHA * arrivals).max(0.5);
+        if wide {
+            rate = rate.max(now_rate * GROWTH);
+        }
+        if rate > RELEASE * arrivals {
+            self.rate = None;
+            true
+        } else {
+            self.rate = Some(rate);
+            false
+        }
+    }
+
+    fn above_min(&self) -> bool {
+        self.rate.is_some_and(|r| r > MIN_RATE)
+    }
+}
+
+/// Whether a decrease made at `last` (with the worst measurement over its limit then) still
+/// holds the next one back at `now`, the worst being `worst`: within [`HOLD`] of it, or while
+/// the measurement keeps falling.
+fn held_back(last: Option<(Timestamp, f64)>, now: Timestamp, worst: f64) -> bool {
+    last.is_some_and(|(d, ratio)| now.saturating_since(d) < HOLD || worst < IMPROVING * ratio)
+}
+
+/// One class in `SHED`, and what the controller admits of its SYNs.
+#[derive(Debug)]
+struct Stage {
+    class: ClassId,
+    admitted: Admitted,
+}
+
+/// Resource-aware admission (003 Paper D) of one URL group with an `SLA GROUP` target: its
+/// requests' server time (request head to the response's first byte, as the wire shows it) is
+/// the feedback, a token bucket on its requests the actuator, under the same AIMD law.
+#[derive(Debug)]
+struct GroupLoop {
+    group: GroupId,
+    target: Target,
+    admitted: Admitted,
+    last_decrease: Option<(Timestamp, f64)>,
 }
 
 /// What the controller is doing, for status and metrics.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControllerState {
-    /// Per target: class, its limit and the last measurement (seconds).
+    /// Per class target: class, its limit and the last measurement (seconds).
     pub targets: Vec<(ClassId, Stat, f64, Option<f64>)>,
     /// Per shed class, in `SHED` order: admitted SYNs per second (`None`: not limited) and its
     /// SYN arrival rate.
     pub stages: Vec<(ClassId, Option<f64>, f64)>,
+    /// Per group target: its server time and admitted requests.
+    pub groups: Vec<GroupState>,
     /// Requests of shed classes' pages answered in the server's stead while a target was missed.
     pub requests_shed: u64,
+    /// Requests of a group answered in the server's stead by its admission.
+    pub requests_limited: u64,
     /// Decreases made so far.
     pub decreases: u64,
     /// Increases made so far.
     pub increases: u64,
 }
 
-/// The SLA controller of a rule set with class targets and `SHED`.
+/// A group's admission, for status and metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupState {
+    /// The group.
+    pub group: GroupId,
+    /// Its target's statistic of the server time.
+    pub stat: Stat,
+    /// Its target's limit, seconds.
+    pub limit_s: f64,
+    /// The last measurement, seconds.
+    pub measured_s: Option<f64>,
+    /// Requests admitted per second (`None`: not limited).
+    pub admitted_per_s: Option<f64>,
+    /// The group's requests arriving per second (of the classes its admission applies to).
+    pub arriving_per_s: f64,
+}
+
+/// A request under way to the server, of a group with a target: (client, server) → (its
+/// place on the connection, sent at, group).
+type Outstanding = AHashMap<(SocketAddr, SocketAddr), Vec<(u32, Timestamp, GroupId)>>;
+
+/// A request unanswered this long is forgotten (its connection's close was missed).
+const OUTSTANDING_MAX: Duration = Duration::from_secs(60);
+/// At most this many requests under way are tracked.
+const OUTSTANDING_CAP: usize = 100_000;
+
+/// The SLA controller of a rule set: class targets with `SHED`, and group targets.
 #[derive(Debug)]
 pub struct Controller {
-    targets: Vec<Target>,
+    /// Class targets: their class and target.
+    targets: Vec<(ClassId, Target)>,
     stages: Vec<Stage>,
+    groups: Vec<GroupLoop>,
+    /// The classes a group's admission applies to: those in `SHED`, or all without it.
+    group_classes: Option<Vec<ClassId>>,
+    outstanding: Outstanding,
+    outstanding_n: usize,
     next_step: Option<Timestamp>,
     /// The first step: arrival rates are whole [`ARRIVAL_WINDOW`] after it.
     started: Option<Timestamp>,
-    /// The last decrease: when, and the worst measurement over its limit then.
+    /// The last decrease of a stage: when, and the worst measurement over its limit then.
     last_decrease: Option<(Timestamp, f64)>,
     decreases: u64,
     increases: u64,
-    /// The last look found a target missed.
+    /// The last look found a class target missed.
     missing: bool,
     requests_shed: u64,
+    requests_limited: u64,
     /// Changes whenever a stage's limit is set or lifted (what a kernel fast path's verdicts
     /// depend on).
     pub generation: u64,
 }
 
 impl Controller {
-    /// The controller of `rules`: `None` without a class target or without `SHED`.
+    /// The controller of `rules`: `None` without a group target, and without a class target or
+    /// `SHED`.
     pub fn of(rules: &RuleSet) -> Option<Controller> {
-        let targets: Vec<Target> = rules
-            .slas()
-            .iter()
-            .filter_map(|s| match s.scope {
-                SlaScope::Class(class) => Some(Target { class, stat: s.stat, limit: s.limit.as_secs_f64(), recent: VecDeque::new(), measured: None }),
-                SlaScope::Group(_) => None,
-            })
-            .collect();
-        if targets.is_empty() || rules.shed_order().is_empty() {
+        let shed = rules.shed_order();
+        let mut targets = Vec::new();
+        let mut groups = Vec::new();
+        for s in rules.slas() {
+            match s.scope {
+                SlaScope::Class(class) if !shed.is_empty() => targets.push((class, Target::new(s.stat, s.limit))),
+                SlaScope::Class(_) => {}
+                SlaScope::Group(group) => {
+                    groups.push(GroupLoop { group, target: Target::new(s.stat, s.limit), admitted: Admitted::new(), last_decrease: None })
+                }
+            }
+        }
+        if targets.is_empty() && groups.is_empty() {
             return None;
         }
-        let stages = rules
-            .shed_order()
-            .iter()
-            .map(|&class| Stage { class, rate: None, bucket: TokenBucket::full(0.0, Timestamp::ZERO), arrivals: VecDeque::new() })
-            .collect();
+        let stages = if targets.is_empty() { Vec::new() } else { shed.iter().map(|&class| Stage { class, admitted: Admitted::new() }).collect() };
         Some(Controller {
             targets,
             stages,
+            groups,
+            group_classes: (!shed.is_empty()).then(|| shed.to_vec()),
+            outstanding: AHashMap::new(),
+            outstanding_n: 0,
             next_step: None,
             started: None,
             last_decrease: None,
@@ -185,23 +348,31 @@ impl Controller {
             increases: 0,
             missing: false,
             requests_shed: 0,
+            requests_limited: 0,
             generation: 0,
         })
     }
 
-    /// Whether `class` is one the controller may shed.
+    /// Whether `class` is one the controller may shed at the SYN.
     pub fn sheds(&self, class: ClassId) -> bool {
         self.stages.iter().any(|s| s.class == class)
     }
 
+    /// Whether the controller acts at the SYN (it has class targets and `SHED`).
+    pub fn sheds_syns(&self) -> bool {
+        !self.stages.is_empty()
+    }
+
+    /// Whether it has a group target (it wants [`Controller::request_sent`] and
+    /// [`Controller::response_head`]).
+    pub fn has_groups(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
     /// A pageview of `class` finished at `now` with response time `rt_s`.
     pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64) {
-        for t in self.targets.iter_mut().filter(|t| t.class == class) {
-            t.recent.push_back((now, rt_s));
-            // Bounded whatever the rate: the newest samples are the ones that count.
-            if t.recent.len() > 100_000 {
-                t.recent.pop_front();
-            }
+        for (_, t) in self.targets.iter_mut().filter(|(c, _)| *c == class) {
+            t.push(now, rt_s);
         }
     }
 
@@ -209,12 +380,7 @@ impl Controller {
     /// rules let pass (`police`) of a class with a limit in force takes a token or is dropped.
     pub fn admit_syn(&mut self, now: Timestamp, class: ClassId, police: bool) -> bool {
         let Some(s) = self.stages.iter_mut().find(|s| s.class == class) else { return true };
-        s.arrivals.push_back(now);
-        if s.arrivals.len() > 1_000_000 {
-            s.arrivals.pop_front();
-        }
-        let Some(rate) = s.rate.filter(|_| police) else { return true };
-        s.bucket.admit(now, rate, Stage::burst(rate))
+        s.admitted.admit(now, police)
     }
 
     /// Whether a request of `class` is to be answered in the server's stead: while a target is
@@ -222,9 +388,53 @@ impl Controller {
     /// images would keep the farm busy as long as the limit takes to show) are turned away.
     /// Counted when it says so.
     pub fn shed_request(&mut self, class: ClassId) -> bool {
-        let shed = self.missing && self.stages.iter().any(|s| s.class == class && s.rate.is_some());
+        let shed = self.missing && self.stages.iter().any(|s| s.class == class && s.admitted.rate.is_some());
         self.requests_shed += u64::from(shed);
         shed
+    }
+
+    /// A request of `class` in URL group `group` came (counted in the group's arrivals): whether
+    /// the group's admission lets it go on. Counted when it does not.
+    pub fn admit_request(&mut self, now: Timestamp, class: ClassId, group: Option<GroupId>) -> bool {
+        let Some(g) = group.and_then(|g| self.groups.iter_mut().find(|l| l.group == g)) else { return true };
+        if self.group_classes.as_ref().is_some_and(|cs| !cs.contains(&class)) {
+            return true;
+        }
+        let ok = g.admitted.admit(now, true);
+        self.requests_limited += u64::from(!ok);
+        ok
+    }
+
+    /// A request of `group` went on to the server: its server time is measured from `now`.
+    pub fn request_sent(&mut self, now: Timestamp, (client, server): (SocketAddr, SocketAddr), depth: u32, group: Option<GroupId>) {
+        let Some(group) = group.filter(|g| self.groups.iter().any(|l| l.group == *g)) else { return };
+        if self.outstanding_n >= OUTSTANDING_CAP {
+            return;
+        }
+        self.outstanding.entry((client, server)).or_default().push((depth, now, group));
+        self.outstanding_n += 1;
+    }
+
+    /// The response to the request at `depth` on the connection began at `first_byte`: its group's
+    /// server time.
+    pub fn response_head(&mut self, first_byte: Timestamp, conn: (SocketAddr, SocketAddr), depth: u32) {
+        let Some(reqs) = self.outstanding.get_mut(&conn) else { return };
+        let Some(i) = reqs.iter().position(|r| r.0 == depth) else { return };
+        let (_, sent, group) = reqs.swap_remove(i);
+        self.outstanding_n -= 1;
+        if reqs.is_empty() {
+            self.outstanding.remove(&conn);
+        }
+        if let Some(l) = self.groups.iter_mut().find(|l| l.group == group) {
+            l.target.push(first_byte, first_byte.saturating_since(sent).as_secs_f64());
+        }
+    }
+
+    /// A connection closed: its requests under way will not be answered.
+    pub fn conn_closed(&mut self, conn: (SocketAddr, SocketAddr)) {
+        if let Some(reqs) = self.outstanding.remove(&conn) {
+            self.outstanding_n -= reqs.len();
+        }
     }
 
     /// When the controller next wants to look (the engine's timer).
@@ -240,34 +450,27 @@ impl Controller {
         }
         self.next_step = Some(now + PERIOD);
         let started = *self.started.get_or_insert(now);
-        for s in &mut self.stages {
-            while s.arrivals.front().is_some_and(|&t| now.saturating_since(t) > ARRIVAL_WINDOW) {
-                s.arrivals.pop_front();
-            }
+        for a in self.stages.iter_mut().map(|s| &mut s.admitted).chain(self.groups.iter_mut().map(|g| &mut g.admitted)) {
+            a.expire(now);
         }
         let (mut missed, mut headroom, mut wide) = (false, true, true);
-        for t in &mut self.targets {
-            while t.recent.front().is_some_and(|&(at, _)| now.saturating_since(at) > WINDOW) {
-                t.recent.pop_front();
-            }
-            let mut xs: Vec<f64> = t.recent.iter().map(|&(_, rt)| rt).collect();
-            xs.extend(open_ages(t.class).into_iter().map(|a| a * IN_FLIGHT_FACTOR));
-            t.measured = statistic(&mut xs, t.stat);
-            if let Some(m) = t.measured {
+        for (class, t) in &mut self.targets {
+            if let Some(m) = t.measure(now, open_ages(*class)) {
                 missed |= m > t.limit;
                 headroom &= m < HEADROOM * t.limit;
                 wide &= m < WIDE_HEADROOM * t.limit;
             }
         }
         self.missing = missed;
+        let warm = now.saturating_since(started) >= ARRIVAL_WINDOW;
+        self.step_groups(now, warm);
         // The arrival rates need a window's worth of SYNs before a first limit is set from them.
-        if now.saturating_since(started) < ARRIVAL_WINDOW {
+        if !warm {
             return;
         }
         if missed {
-            let worst = self.worst_ratio();
-            let held = self.last_decrease.is_some_and(|(d, ratio)| now.saturating_since(d) < HOLD || worst < IMPROVING * ratio);
-            if held {
+            let worst = worst_ratio(self.targets.iter().map(|(_, t)| t));
+            if held_back(self.last_decrease, now, worst) {
                 return;
             }
             self.decrease(now, worst);
@@ -276,51 +479,57 @@ impl Controller {
         }
     }
 
-    /// The largest measurement over its limit among the targets (0 without a measurement).
-    fn worst_ratio(&self) -> f64 {
-        self.targets.iter().filter_map(|t| t.measured.map(|m| m / t.limit)).fold(0.0, f64::max)
+    /// Each group's loop: its server time over the last [`WINDOW`] with its requests under way,
+    /// and the same AIMD as the stages' (a group without a measurement has headroom).
+    fn step_groups(&mut self, now: Timestamp, warm: bool) {
+        self.outstanding.retain(|_, reqs| {
+            reqs.retain(|r| now.saturating_since(r.1) <= OUTSTANDING_MAX);
+            !reqs.is_empty()
+        });
+        self.outstanding_n = self.outstanding.values().map(Vec::len).sum();
+        for l in &mut self.groups {
+            let open = self.outstanding.values().flatten().filter(|r| r.2 == l.group).map(|r| now.saturating_since(r.1).as_secs_f64());
+            let m = l.target.measure(now, open);
+            if !warm {
+                continue;
+            }
+            let ratio = m.map_or(0.0, |m| m / l.target.limit);
+            if ratio > 1.0 {
+                if !held_back(l.last_decrease, now, ratio) {
+                    l.admitted.decrease(now, ratio);
+                    l.last_decrease = Some((now, ratio));
+                    self.decreases += 1;
+                }
+            } else if ratio < HEADROOM && l.admitted.rate.is_some() {
+                l.admitted.increase(ratio < WIDE_HEADROOM);
+                self.increases += 1;
+            }
+        }
     }
 
-    /// Shed more: the last stage in force down by the target over the measurement (`worst`,
-    /// the measurement over the limit, within [`BETA_MIN`] and [`BETA`]), or the next class once
-    /// it is at [`MIN_RATE`].
+    /// Shed more: the last stage in force down by the target over the measurement, or the
+    /// next class once it is at [`MIN_RATE`].
     fn decrease(&mut self, now: Timestamp, worst: f64) {
-        let last = self.stages.iter().rposition(|s| s.rate.is_some());
+        let last = self.stages.iter().rposition(|s| s.admitted.rate.is_some());
         let i = match last {
-            Some(i) if self.stages[i].rate.is_some_and(|r| r > MIN_RATE) => i,
+            Some(i) if self.stages[i].admitted.above_min() => i,
             Some(i) if i + 1 < self.stages.len() => i + 1,
             Some(_) => return,
-            None => 0,
+            None if !self.stages.is_empty() => 0,
+            None => return,
         };
-        let s = &mut self.stages[i];
-        let from = s.rate.unwrap_or_else(|| s.arrival_rate().max(MIN_RATE / BETA));
-        let factor = (1.0 / worst.max(1.0)).clamp(BETA_MIN, BETA);
-        let rate = (from * factor).max(MIN_RATE);
-        if s.rate.is_none() {
+        if self.stages[i].admitted.decrease(now, worst) {
             self.generation += 1;
-            s.bucket = TokenBucket::full(Stage::burst(rate), now);
         }
-        s.rate = Some(rate);
         self.last_decrease = Some((now, worst));
         self.decreases += 1;
     }
 
-    /// Shed less: the last stage in force up by [`ALPHA`] of its arrivals (by [`GROWTH`] with
-    /// `wide` headroom), lifted past [`RELEASE`] times them.
+    /// Shed less: the last stage in force up.
     fn increase(&mut self, wide: bool) {
-        let Some(i) = self.stages.iter().rposition(|s| s.rate.is_some()) else { return };
-        let s = &mut self.stages[i];
-        let arrivals = s.arrival_rate();
-        let now_rate = s.rate.unwrap_or(0.0);
-        let mut rate = now_rate + (ALPHA * arrivals).max(0.5);
-        if wide {
-            rate = rate.max(now_rate * GROWTH);
-        }
-        if rate > RELEASE * arrivals {
-            s.rate = None;
+        let Some(i) = self.stages.iter().rposition(|s| s.admitted.rate.is_some()) else { return };
+        if self.stages[i].admitted.increase(wide) {
             self.generation += 1;
-        } else {
-            s.rate = Some(rate);
         }
         self.increases += 1;
     }
@@ -328,13 +537,31 @@ impl Controller {
     /// What it is doing now.
     pub fn state(&self) -> ControllerState {
         ControllerState {
-            targets: self.targets.iter().map(|t| (t.class, t.stat, t.limit, t.measured)).collect(),
-            stages: self.stages.iter().map(|s| (s.class, s.rate, s.arrival_rate())).collect(),
+            targets: self.targets.iter().map(|(c, t)| (*c, t.stat, t.limit, t.measured)).collect(),
+            stages: self.stages.iter().map(|s| (s.class, s.admitted.rate, s.admitted.arrival_rate())).collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|l| GroupState {
+                    group: l.group,
+                    stat: l.target.stat,
+                    limit_s: l.target.limit,
+                    measured_s: l.target.measured,
+                    admitted_per_s: l.admitted.rate,
+                    arriving_per_s: l.admitted.arrival_rate(),
+                })
+                .collect(),
             requests_shed: self.requests_shed,
+            requests_limited: self.requests_limited,
             decreases: self.decreases,
             increases: self.increases,
         }
     }
+}
+
+/// The largest measurement over its limit among `targets` (0 without a measurement).
+fn worst_ratio<'a>(targets: impl Iterator<Item = &'a Target>) -> f64 {
+    targets.filter_map(|t| t.measured.map(|m| m / t.limit)).fold(0.0, f64::max)
 }
 
 /// The mean or nearest-rank percentile of `xs` (reordered), `None` when empty.
@@ -438,8 +665,42 @@ mod tests {
     }
 
     #[test]
-    fn no_controller_without_a_class_target_and_shed() {
-        let rs = rules::compile("t.rlm", "GROUP db IF URL == \"/s*\"\nSLA GROUP db RT < 1s\n").unwrap();
+    fn a_group_target_alone_makes_a_controller_that_does_not_act_at_the_syn() {
+        // (A class target without SHED is refused by the checker.)
+        let rs = rules::compile("t.rlm", "GROUP db IF URL == \"/s*\"\n").unwrap();
         assert!(Controller::of(&rs).is_none());
+        let rs = rules::compile("t.rlm", "GROUP db IF URL == \"/s*\"\nSLA GROUP db RT < 1s\n").unwrap();
+        let c = Controller::of(&rs).expect("a group's admission");
+        assert!(c.has_groups() && !c.sheds_syns());
+    }
+
+    /// A group's admission applies to the classes in `SHED` only, when the file has one: a HIGH
+    /// request of the group is never turned away, LOW's are held to the rate.
+    #[test]
+    fn a_groups_admission_spares_the_classes_not_shed() {
+        let (rs, mut c) =
+            ctl("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC == 10.6.*.*\nGROUP db IF URL == \"/s*\"\nSLA GROUP db RT < 500ms\nSHED LOW\n");
+        let (high, low, db) = (rs.class_id("HIGH").unwrap(), rs.class_id("LOW").unwrap(), rs.group_id("db"));
+        let conn = |i: u64| (format!("10.6.0.1:{}", 1000 + i).parse().unwrap(), "10.9.0.1:80".parse().unwrap());
+        // 10 requests a second, each answered 2 s late.
+        let (mut high_refused, mut low_refused) = (0, 0);
+        for i in 0..100u64 {
+            let now = at(i * 100);
+            high_refused += u32::from(!c.admit_request(now, high, db));
+            if c.admit_request(now, low, db) {
+                c.request_sent(now, conn(i), 0, db);
+            } else {
+                low_refused += 1;
+            }
+            if i >= 20 {
+                c.response_head(now, conn(i - 20), 0);
+            }
+            c.step(now, |_| Vec::new());
+        }
+        assert_eq!(high_refused, 0);
+        assert!(low_refused > 30, "LOW's requests held to a rate: {low_refused} {:?}", c.state());
+        assert!(c.state().groups[0].measured_s.is_some_and(|m| m > 1.0));
+        // A request of no group passes.
+        assert!(c.admit_request(at(10_000), low, None));
     }
 }

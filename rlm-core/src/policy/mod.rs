@@ -25,7 +25,7 @@
 mod adaptation;
 mod class_windows;
 pub mod controller;
-pub use controller::{Controller, ControllerState};
+pub use controller::{Controller, ControllerState, GroupState};
 mod request;
 mod syn;
 mod token_bucket;
@@ -167,7 +167,7 @@ pub struct Policy {
     /// Each client's latest site (its request's Host, its connection's SNI), lower case, when
     /// a class is declared by SITE: a SYN's class is decided by it.
     sites: GenMap<IpAddr, Box<str>, CLIENT_SITES>,
-    /// The SLA controller, when the rules have class targets and `SHED`.
+    /// The SLA controller, when the rules have class targets and `SHED`, or group targets.
     controller: Option<Controller>,
 }
 
@@ -203,7 +203,7 @@ impl Policy {
                 .map(|i| rule_label(&rules, RuleId(i as u32)))
                 .chain(std::iter::once(format!("{}:SLA", rules.file_name())))
                 .collect(),
-            syn_by_address: rules.syn_decided_by_addresses() && controller.is_none(),
+            syn_by_address: rules.syn_decided_by_addresses() && !controller.as_ref().is_some_and(Controller::sheds_syns),
             controller,
             rules,
             window,

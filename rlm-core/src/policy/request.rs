@@ -9,7 +9,7 @@ use std::time::Duration;
 use rules::{ClassId, Effect, Facts, Node};
 
 use super::token_bucket::TokenBucket;
-use super::Policy;
+use super::{Controller, Policy};
 use crate::http::RequestHead;
 use crate::time::Timestamp;
 
@@ -21,21 +21,24 @@ pub const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl Policy {
     /// Whether some rule has `REJECT` or `LIMIT REQUESTS`, or an SLA controller may shed requests
-    /// (every request head is worth evaluating, and may be answered in the server's stead).
+    /// or admits a group's (every request head is worth evaluating, and may be answered in the
+    /// server's stead).
     pub fn rejects(&self) -> bool {
         self.rules.any_effect_at(Node::Request, |e| matches!(e, Effect::Reject { .. } | Effect::LimitRequests { .. })) || self.controller.is_some()
     }
 
     /// The request node at a request head of `client` to `server` (its class `class`, its
-    /// pageview `pageview_rt` old): the `REJECT`s that fire, each counted in its rule's `fired`.
-    /// A `LIMIT REQUESTS` fires when its bucket (per rule, class and the request's URL group)
-    /// has no token. Returns how many fired, and the first one's status and Retry-After when
+    /// pageview `pageview_rt` old, `depth` its place on the connection): the `REJECT`s that
+    /// fire, each counted in its rule's `fired`. A `LIMIT REQUESTS` fires when its bucket (per
+    /// rule, class and the request's URL group) has no token; the SLA controller sheds a shed
+    /// class's requests while a class target is missed, and holds a group with a target to its
+    /// admitted rate. Returns how many fired, and the first one's status and Retry-After when
     /// rejects are carried out (else each is counted `deferred`).
     pub fn at_request_head(
         &mut self,
         now: Timestamp,
         (client, server, class): (SocketAddr, SocketAddr, ClassId),
-        head: &RequestHead,
+        (head, depth): (&RequestHead, u32),
         pageview_rt: Duration,
     ) -> (u32, Option<(u16, Option<Duration>)>) {
         self.refresh(now);
@@ -75,13 +78,40 @@ impl Policy {
             }
         }
         self.firings = firings;
-        // The SLA controller's shedding of a shed class's requests while a target is missed.
-        if answer.is_none() && self.controller.as_mut().is_some_and(|c| c.shed_request(class)) {
-            n += 1;
-            if self.reject_carried_out {
-                answer = Some((LIMIT_STATUS, Some(LIMIT_RETRY_AFTER)));
+        // The SLA controller: a shed class's requests while a target is missed, a group's beyond
+        // its admitted rate; what goes on to the server is timed for its group's target.
+        if let Some(ctl) = self.controller.as_mut() {
+            if answer.is_none() && (ctl.shed_request(class) || !ctl.admit_request(now, class, group)) {
+                n += 1;
+                if self.reject_carried_out {
+                    answer = Some((LIMIT_STATUS, Some(LIMIT_RETRY_AFTER)));
+                }
+            }
+            if answer.is_none() {
+                ctl.request_sent(now, (client, server), depth, group);
             }
         }
         (n, answer)
+    }
+
+    /// Whether the engine is to tell [`Policy::response_head`] and [`Policy::conn_closed`]: the
+    /// SLA controller times a group's requests.
+    pub fn times_requests(&self) -> bool {
+        self.controller.as_ref().is_some_and(Controller::has_groups)
+    }
+
+    /// The response to the request at `depth` on the connection of `client` and `server` began
+    /// at `first_byte`.
+    pub fn response_head(&mut self, first_byte: Timestamp, conn: (SocketAddr, SocketAddr), depth: u32) {
+        if let Some(ctl) = self.controller.as_mut() {
+            ctl.response_head(first_byte, conn, depth);
+        }
+    }
+
+    /// The connection of `client` and `server` closed.
+    pub fn conn_closed(&mut self, conn: (SocketAddr, SocketAddr)) {
+        if let Some(ctl) = self.controller.as_mut() {
+            ctl.conn_closed(conn);
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rules::{ClassId, Effect, Facts, Firing, RuleId};
 
 use super::token_bucket::TokenBucket;
-use super::Policy;
+use super::{Controller, Policy};
 use crate::time::Timestamp;
 
 /// What the SYN node decided.
@@ -68,7 +68,7 @@ pub struct SynOutcome {
 impl Policy {
     /// Whether any rule acts at the SYN.
     pub fn acts_at_syn(&self) -> bool {
-        self.rules.rules_at(rules::Node::Syn).next().is_some() || self.controller.is_some()
+        self.rules.rules_at(rules::Node::Syn).next().is_some() || self.controller.as_ref().is_some_and(Controller::sheds_syns)
     }
 
     /// Whether the engine must see every client SYN: a `FAST SYN` rule (to absorb the clients'

@@ -31,6 +31,11 @@ pub struct ClassLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabel {
+    pub group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: String,
 }
@@ -98,6 +103,11 @@ pub struct Metrics {
     pub controller_rate: Family<ClassLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub controller_measured: Family<ClassLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub controller_target: Family<ClassLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Resource-aware admission: each URL group's admitted request rate (-1: not limited), its
+    /// server time's last measurement and its target's limit.
+    pub group_rate: Family<GroupLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub group_measured: Family<GroupLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub group_target: Family<GroupLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 /// What a `[limits]` bound bounds: `connections` (a count), `held_bytes`, `pageview_list_bytes`.
@@ -136,6 +146,9 @@ impl Metrics {
             controller_rate: Family::default(),
             controller_measured: Family::default(),
             controller_target: Family::default(),
+            group_rate: Family::default(),
+            group_measured: Family::default(),
+            group_target: Family::default(),
         };
         registry.register(
             "rlm_controller_rate",
@@ -148,6 +161,17 @@ impl Metrics {
             m.controller_measured.clone(),
         );
         registry.register("rlm_controller_target_seconds", "Each SLA target's limit", m.controller_target.clone());
+        registry.register(
+            "rlm_group_admitted_rate",
+            "Resource-aware admission: the requests per second admitted of each URL group with an SLA GROUP target (-1 while not limited)",
+            m.group_rate.clone(),
+        );
+        registry.register(
+            "rlm_group_server_time_seconds",
+            "Each SLA GROUP target's last measurement of its group's server time (request to first response byte)",
+            m.group_measured.clone(),
+        );
+        registry.register("rlm_group_target_seconds", "Each SLA GROUP target's limit", m.group_target.clone());
         registry.register("rlm_frames", "Frames handed to the engine, by source (queue, tap, fastpath)", m.frames.clone());
         registry.register("rlm_verdicts", "Verdicts on queued packets", m.verdicts.clone());
         registry.register("rlm_syn_drops", "SYNs dropped by rules, by the client's class", m.syn_drops.clone());

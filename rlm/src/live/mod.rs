@@ -978,7 +978,27 @@ impl Loop {
                 serde_json::json!({ "class": p.class_name(class), "admitted_syn_per_s": rate, "arriving_syn_per_s": arrivals })
             })
             .collect();
-        serde_json::json!({ "targets": targets, "shed": stages, "requests_shed": st.requests_shed, "decreases": st.decreases, "increases": st.increases })
+        let groups: Vec<serde_json::Value> = st
+            .groups
+            .iter()
+            .map(|g| {
+                let name = p.rules().group_name(g.group);
+                let label = metrics::GroupLabel { group: name.to_string() };
+                self.metrics.group_rate.get_or_create(&label).set(g.admitted_per_s.unwrap_or(-1.0));
+                self.metrics.group_target.get_or_create(&label).set(g.limit_s);
+                if let Some(m) = g.measured_s {
+                    self.metrics.group_measured.get_or_create(&label).set(m);
+                }
+                serde_json::json!({
+                    "group": name, "stat": g.stat.to_string(), "limit_s": g.limit_s, "measured_s": g.measured_s,
+                    "admitted_per_s": g.admitted_per_s, "arriving_per_s": g.arriving_per_s,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "targets": targets, "shed": stages, "groups": groups, "requests_shed": st.requests_shed,
+            "requests_limited": st.requests_limited, "decreases": st.decreases, "increases": st.increases,
+        })
     }
 
     fn publish_status(&mut self) {
