@@ -236,8 +236,10 @@ async fn connect(src: IpAddr, server: SocketAddr, profile: TcpProfile, tls: Opti
     Ok((conn, retrans))
 }
 
-/// GET a path; returns the body when its last byte has arrived.
-async fn fetch(c: &mut Conn, host: &str, path: &str) -> Result<Bytes> {
+/// One GET on an open connection: its body when its last byte has arrived, or the status of an answer that is not a success
+/// (a 503 from an overloaded site is an answer, not a broken connection: a browser shows it and
+/// does not ask again); an error when the connection failed under it.
+async fn fetch(c: &mut Conn, host: &str, path: &str) -> Result<Result<Bytes, hyper::StatusCode>> {
     let resp = match c {
         Conn::Http1(s) => {
             s.ready().await?;
@@ -251,9 +253,9 @@ async fn fetch(c: &mut Conn, host: &str, path: &str) -> Result<Bytes> {
     let status = resp.status();
     let body = resp.into_body().collect().await?.to_bytes();
     if !status.is_success() {
-        return Err(anyhow!("{path}: {status}"));
+        return Ok(Err(status));
     }
-    Ok(body)
+    Ok(Ok(body))
 }
 
 /// The image references of a container (the bookstore's pages have only `<img src="...">`).
@@ -323,7 +325,8 @@ impl Browser {
             let host = self.host();
             let conn = self.conns[i].as_mut().expect("ensured");
             match fetch(conn, &host, path).await {
-                Ok(b) => return (Got::Ok, Some(b)),
+                Ok(Ok(b)) => return (Got::Ok, Some(b)),
+                Ok(Err(_status)) => return (Got::Error, None),
                 Err(_) if attempt == 0 => self.conns[i] = None, // closed under us: once more on a new one
                 Err(_) => {
                     self.conns[i] = None;
@@ -443,7 +446,7 @@ impl Browser {
             loop {
                 let Some(path) = q0.lock().await.pop_front() else { break };
                 let ok = match first_conn.as_mut() {
-                    Some(c) => fetch(c, &host, &path).await.is_ok(),
+                    Some(c) => matches!(fetch(c, &host, &path).await, Ok(Ok(_))),
                     None => false,
                 };
                 if ok {
@@ -490,7 +493,7 @@ async fn fetch_all_h2(
     for path in paths {
         let mut c = Conn::H2(sender.clone());
         let host = host.clone();
-        set.spawn(async move { fetch(&mut c, &host, &path).await.is_ok().then(|| start.elapsed()) });
+        set.spawn(async move { matches!(fetch(&mut c, &host, &path).await, Ok(Ok(_))).then(|| start.elapsed()) });
     }
     let (mut fetched, mut last) = (0, Duration::ZERO);
     while let Some(done) = set.join_next().await {
@@ -736,6 +739,53 @@ pub fn run_process(spec: RunSpec, netns: Option<&str>, cgroup: Option<&std::path
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An answer that is not a success (an overloaded site's 503) fails the pageview and is not
+    /// asked for again: a browser shows it. (Only a connection closed under a request is tried
+    /// once more, on a new one.)
+    #[test]
+    fn a_503_is_an_answer_not_asked_again() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let server = listener.local_addr().unwrap();
+            let asked = Arc::new(AtomicUsize::new(0));
+            let counter = asked.clone();
+            tokio::spawn(async move {
+                while let Ok((mut s, _)) = listener.accept().await {
+                    let counter = counter.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 4096];
+                        if s.read(&mut buf).await.unwrap_or(0) > 0 {
+                            counter.fetch_add(1, SeqCst);
+                        }
+                        let _ = s.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+                    });
+                }
+            });
+            let spec = RunSpec {
+                server,
+                browsers: vec![BrowserSpec { addr: "127.0.0.1".parse().unwrap(), class: "HIGH".into(), site: None }],
+                think_mean_s: 1000.0,
+                duration_s: 1.0,
+                ramp_s: 0.0,
+                seed: 1,
+                profile: TcpProfile::Linux,
+                pages: vec![("/home".into(), 1.0)],
+                items: 10,
+                tls: None,
+                think_min_s: 0.0,
+                arrivals: None,
+            };
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            run(spec, tx).await.unwrap();
+            let pv = rx.recv().await.expect("a pageview");
+            assert!(pv.failed, "{pv:?}");
+            assert_eq!(asked.load(SeqCst), 1, "asked once");
+        });
+    }
 
     #[test]
     fn finds_the_images_once_each() {
