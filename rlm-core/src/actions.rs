@@ -23,7 +23,7 @@ use crate::bounded::GenMap;
 use crate::flow::ConnId;
 use crate::policy::TokenBucket;
 use crate::time::Timestamp;
-use crate::wire::{LinkType, Segment};
+use crate::wire::{Endpoint, LinkType, Segment};
 
 /// A frame kept to be sent again: a client's SYN toward the server (`FAST SYN`, `DELAY FIRST
 /// SYN`) or a server's SYN/ACK toward the client (`FAST SYN/ACK`).
@@ -449,6 +449,21 @@ pub fn reject_frames(links: &LinkAddrs, seg: &Segment<'_>, status: u16, retry_af
     let mut to_client = Vec::with_capacity(resp.size(answer.len()));
     resp.write(&mut to_client, answer.as_bytes()).ok()?;
     Some((to_server.into_boxed_slice(), to_client.into_boxed_slice(), answer.len() as u32))
+}
+
+/// `ABORT IDLE`'s frames for the idle connection of `client` and `server` whose streams' next
+/// sequence numbers are `to_server` (the client's) and `to_client` (the server's): a RST to the
+/// server as from the client, and a FIN to the client as from the server (a server closing an
+/// idle keep-alive connection).
+pub fn abort_frames(links: &LinkAddrs, (client, server): (Endpoint, Endpoint), to_server: u32, to_client: u32) -> Option<(Box<[u8]>, Box<[u8]>)> {
+    let (cm, sm) = links.macs(client.ip, server.ip)?;
+    let rst = ip_builder(cm, sm, client.ip, server.ip)?.tcp(client.port, server.port, to_server, 0).rst().ack(to_client);
+    let mut a = Vec::with_capacity(rst.size(0));
+    rst.write(&mut a, &[]).ok()?;
+    let fin = ip_builder(sm, cm, server.ip, client.ip)?.tcp(server.port, client.port, to_client, 65_535).ack(to_server).fin();
+    let mut b = Vec::with_capacity(fin.size(0));
+    fin.write(&mut b, &[]).ok()?;
+    Some((a.into_boxed_slice(), b.into_boxed_slice()))
 }
 
 /// An Ethernet frame's builder from `src_mac` to `dst_mac`, IPv4 or IPv6 from `from` to `to`

@@ -248,7 +248,13 @@ pub enum ActionKind {
     /// `REJECT [status] [RETRY-AFTER d]`: the request is answered by the appliance with `status`
     /// (503 unless written) and never reaches the server.
     Reject { status: u16, retry_after: Option<Duration> },
+    /// `ABORT IDLE [AFTER d]`: the connection is closed, cleanly for both ends, once it has been
+    /// idle for `d` (1 s unless written) after the response to this request (003 Paper C).
+    AbortIdle { after: Duration },
 }
+
+/// How long `ABORT IDLE` waits after a response when no `AFTER` is written.
+pub const DEFAULT_ABORT_AFTER: Duration = Duration::from_secs(1);
 
 /// The status `REJECT` answers with when none is written.
 pub const DEFAULT_REJECT_STATUS: u16 = 503;
@@ -287,6 +293,7 @@ impl ActionKind {
             ActionKind::RemoveEmbeds { .. } => "REMOVE EMBEDS",
             ActionKind::RewriteEmbeds { .. } => "REWRITE EMBEDS",
             ActionKind::Reject { .. } => "REJECT",
+            ActionKind::AbortIdle { .. } => "ABORT IDLE",
         }
     }
 }
@@ -433,6 +440,13 @@ impl fmt::Display for ActionKind {
                 }
                 if let Some(d) = retry_after {
                     write!(f, " RETRY-AFTER {}", fmt_duration(*d))?;
+                }
+                Ok(())
+            }
+            ActionKind::AbortIdle { after } => {
+                f.write_str("ABORT IDLE")?;
+                if *after != DEFAULT_ABORT_AFTER {
+                    write!(f, " AFTER {}", fmt_duration(*after))?;
                 }
                 Ok(())
             }

@@ -96,7 +96,9 @@ pub(crate) fn action_nodes(a: &ActionKind) -> u8 {
         ActionKind::DropSyn | ActionKind::LimitSyn { .. } | ActionKind::DelayFirstSyn { .. } | ActionKind::HaltFastSyn => Node::Syn.bit(),
         ActionKind::Fast { syn, synack, .. } => (if *syn { Node::Syn.bit() } else { 0 }) | (if *synack { Node::SynAck.bit() } else { 0 }),
         ActionKind::RemoveEmbeds { .. } => Node::Response.bit(),
-        ActionKind::RewriteEmbeds { .. } | ActionKind::Reject { .. } | ActionKind::LimitRequests { .. } => Node::Request.bit(),
+        ActionKind::RewriteEmbeds { .. } | ActionKind::Reject { .. } | ActionKind::LimitRequests { .. } | ActionKind::AbortIdle { .. } => {
+            Node::Request.bit()
+        }
     }
 }
 
@@ -487,6 +489,7 @@ pub(crate) fn check(file_name: &str, src: &str, file: ast::File) -> Result<RuleS
                         ActionKind::Reject { status, retry_after } => {
                             push(Node::Request, Effect::Reject { status: *status, retry_after: *retry_after })
                         }
+                        ActionKind::AbortIdle { after } => push(Node::Request, Effect::AbortIdle { after: *after }),
                         ActionKind::LimitRequests { rate, burst } => {
                             push(Node::Request, Effect::LimitRequests { bucket: BucketId(request_buckets.len() as u32), rate: *rate, burst: *burst });
                             request_buckets.push(Bucket { rule: id, rate: *rate, burst: *burst });

@@ -238,6 +238,18 @@ pub enum Effect {
         rate: Rate,
         burst: u32,
     },
+    /// Close the request's connection, for both ends, once it has been idle `after` its response.
+    AbortIdle {
+        after: Duration,
+    },
+}
+
+impl Effect {
+    /// Whether it acts at the request head alone (counted there, not by the embedded objects'
+    /// adaptation evaluated at the same node).
+    pub fn at_request_head(&self) -> bool {
+        matches!(self, Effect::Reject { .. } | Effect::LimitRequests { .. } | Effect::AbortIdle { .. })
+    }
 }
 
 /// A rule whose condition held, and one of its actions at the node evaluated.

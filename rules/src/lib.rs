@@ -245,6 +245,18 @@ pub fn summary(rules: &RuleSet) -> String {
         })
         .map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}")))
         .collect();
+    let aborts: Vec<String> = (0..rules.rule_count() as u32)
+        .map(RuleId)
+        .filter(|&id| rules.rule(id).is_some_and(|r| r.actions.iter().any(|a| matches!(a.kind, ast::ActionKind::AbortIdle { .. }))))
+        .map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}")))
+        .collect();
+    if !aborts.is_empty() {
+        s.push_str(&format!(
+            "\n  ABORT IDLE ({}): rlm closes a plain HTTP keep-alive connection idle after the response to a request the rule fired at (a FIN to the client, \
+             a RST to the server; rlm run with the ebpf observer and injection; otherwise, and in rlm analyze, each firing is counted deferred)",
+            aborts.join(", ")
+        ));
+    }
     if !rejects.is_empty() {
         s.push_str(&format!(
             "\n  REJECT, LIMIT REQUESTS ({}): rlm answers plain HTTP requests in the server's stead (rlm run with the ebpf observer and injection; \

@@ -21,6 +21,8 @@ pub(crate) const THRESHOLD: DurRange = DurRange { what: "a response-time thresho
 pub(crate) const HOLD: DurRange = DurRange { what: "a FOR hold time", min: Duration::ZERO, max: HOUR };
 pub(crate) const GAP: DurRange = DurRange { what: "a retransmission GAP", min: Duration::from_millis(1), max: MINUTE };
 pub(crate) const DELAY: DurRange = DurRange { what: "a DELAY", min: Duration::from_millis(1), max: MINUTE };
+/// `ABORT IDLE AFTER d`: how long a connection is idle after a response before it is closed.
+pub(crate) const IDLE_AFTER: DurRange = DurRange { what: "an ABORT IDLE AFTER", min: Duration::from_millis(10), max: HOUR };
 /// `REJECT ... RETRY-AFTER d`: whole seconds in the response's `Retry-After` header.
 pub(crate) const RETRY_AFTER: DurRange = DurRange { what: "a RETRY-AFTER", min: Duration::from_secs(1), max: Duration::from_secs(86_400) };
 

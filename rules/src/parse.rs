@@ -18,7 +18,7 @@ pub const MAX_EMBED_POS: u64 = 10_000;
 
 const ACTION_WORDS: &[&str] = &["DROP", "LIMIT", "FAST", "DELAY", "HALT", "REMOVE", "REWRITE", "REJECT"];
 const EXPECT_ACTION: &str =
-    "an action: DROP SYN, LIMIT SYN, LIMIT REQUESTS, FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, HALT FAST SYN, REMOVE EMBEDS, REWRITE EMBEDS or REJECT";
+    "an action: DROP SYN, LIMIT SYN, LIMIT REQUESTS, FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, HALT FAST SYN, REMOVE EMBEDS, REWRITE EMBEDS, REJECT or ABORT IDLE";
 const EXPECT_TEST: &str =
     "a test: IP.SRC, IP.DST, PORT.SRC, PORT.DST, RT, RT.<class>, URL, HOST, SITE, METHOD, COOKIE.<name>, HEADER.<name>, CONTENT-TYPE, CLASS or GROUP, or NOT or '('";
 const EXPECT_STATEMENT: &str =
@@ -622,6 +622,16 @@ impl<'s> Parser<'s> {
                     None
                 };
                 ActionKind::Reject { status, retry_after }
+            }
+            "ABORT" => {
+                self.expect_kw("IDLE", "IDLE after ABORT (ABORT IDLE [AFTER 1s])")?;
+                let after = if self.peek_kw("AFTER") {
+                    self.bump();
+                    self.duration(num::IDLE_AFTER)?
+                } else {
+                    DEFAULT_ABORT_AFTER
+                };
+                ActionKind::AbortIdle { after }
             }
             _ => {
                 self.i -= 1;

@@ -476,6 +476,26 @@ fn requests_by_method_cookie_and_header_are_rejected() {
     assert!(printed.contains("COOKIE.cart EXISTS") && printed.contains("HEADER.X-Tier != \"paid*\""), "{printed}");
 }
 
+/// ABORT IDLE (003 Paper C): a request-node action, with its idle time (1 s unless written);
+/// printed back as written; `rlm check` says where it is carried out.
+#[test]
+fn abort_idle_fires_at_the_request_of_a_client_without_a_cart() {
+    let rs = set("IF NOT COOKIE.cart EXISTS THEN ABORT IDLE\nIF HEADER.X-Tier == \"free\" THEN ABORT IDLE AFTER 250ms\n");
+    let (c, s) = (sa("10.5.0.1:4000"), sa(SERVER));
+    let at = |req: &Req| fired(&rs, Node::Request, &Facts { request: Some(req), ..Facts::new(c, s, ClassId(0), &NoAggregates) });
+    let plain = Effect::AbortIdle { after: Duration::from_secs(1) };
+    assert_eq!(at(&Req { method: "GET", headers: &[] }), vec![(0, plain)]);
+    assert!(at(&Req { method: "GET", headers: &[("Cookie", "cart=2")] }).is_empty(), "a cart session is spared");
+    let free = Req { method: "GET", headers: &[("Cookie", "cart=2"), ("X-Tier", "free")] };
+    assert_eq!(at(&free), vec![(1, Effect::AbortIdle { after: Duration::from_millis(250) })]);
+    assert!(fired(&rs, Node::Syn, &Facts::new(c, s, ClassId(0), &NoAggregates)).is_empty(), "nothing at the SYN");
+    let summary = rules::summary(&rs);
+    assert!(summary.contains("ABORT IDLE (line 1, line 2): rlm closes a plain HTTP keep-alive connection"), "{summary}");
+    let printed = rs.ast().to_string();
+    assert_eq!(set(&printed).ast().to_string(), printed, "{printed}");
+    assert!(printed.contains("ABORT IDLE AFTER 250ms"), "{printed}");
+}
+
 /// Cookies as browsers send them: `name=value` pairs split by `;`, spaces around them ignored,
 /// names compared as sent.
 #[test]

@@ -228,6 +228,8 @@ enum TimerKind {
     FastSyn,
     /// The next fast retransmission of a SYN/ACK the client has not acknowledged.
     FastSynAck,
+    /// An `ABORT IDLE` connection's idle time may have run out.
+    AbortIdle,
 }
 
 /// The engine.
@@ -250,6 +252,9 @@ pub struct Engine {
     /// Connections whose request `REJECT` answered (the server reset, the client answered and
     /// sent a FIN): the sequence number of the appliance's next byte to the client.
     rejected: ahash::AHashMap<ConnId, u32>,
+    /// Connections whose last request an `ABORT IDLE` fired at: how long they may be idle after
+    /// its response, and the rule.
+    abort_idle: ahash::AHashMap<ConnId, (std::time::Duration, rules::RuleId)>,
     /// `REJECT` is in the rules and carried out: the link addresses of the ends are learnt.
     rejecting: bool,
     policy: Option<Policy>,
@@ -299,6 +304,7 @@ impl Engine {
             last_now: Timestamp::ZERO,
             keep_headers: None,
             rejected: ahash::AHashMap::new(),
+            abort_idle: ahash::AHashMap::new(),
             rejecting: false,
             policy: None,
             fastpath: None,
@@ -377,7 +383,7 @@ impl Engine {
         self.keep_headers = (!keep.is_empty()).then(|| std::sync::Arc::new(keep.into_iter().map(String::into_boxed_str).collect()));
         self.syn.injecting = p.is_some_and(Policy::injects);
         self.syn.injecting_synack = p.is_some_and(Policy::injects_at_synack);
-        self.rejecting = self.cfg.reject && p.is_some_and(Policy::rejects);
+        self.rejecting = self.cfg.reject && p.is_some_and(Policy::at_requests);
         self.adapt.on_rules(p);
         let needs = self.fastpath_needs();
         if let Some(fp) = self.fastpath.as_mut() {
@@ -457,7 +463,8 @@ impl Engine {
         if self.timers.len() > 2 * self.flows.len().max(self.timers_compacted) + 4096 {
             let flows = &self.flows;
             let half_open = |id: &ConnId| flows.get(*id).is_some_and(|c| matches!(c.state, ConnState::SynSent | ConnState::SynReceived));
-            self.timers.retain(|Reverse((_, id, kind))| *kind == TimerKind::Idle && flows.get(*id).is_some() || half_open(id));
+            self.timers
+                .retain(|Reverse((_, id, kind))| matches!(kind, TimerKind::Idle | TimerKind::AbortIdle) && flows.get(*id).is_some() || half_open(id));
             self.timers_compacted = self.timers.len();
             self.syn.retain(half_open);
         }
@@ -600,6 +607,7 @@ impl Engine {
                 }
                 TimerKind::FastSyn => self.fast_syn_due(now, id),
                 TimerKind::FastSynAck => self.fast_synack_due(now, id),
+                TimerKind::AbortIdle => self.abort_idle_due(now, id),
                 TimerKind::Idle => {
                     let limit = if c.state == ConnState::Closed { self.cfg.closed_linger } else { self.cfg.idle_timeout };
                     let due = c.last_seen + limit;

@@ -411,15 +411,20 @@ impl Engine {
         // The request node's REJECT: carried out when the driver holds requests for a verdict,
         // else counted deferred.
         let mut reject = None;
-        if let Some(p) = self.policy.as_mut().filter(|p| p.rejects()) {
+        if let Some(p) = self.policy.as_mut().filter(|p| p.at_requests()) {
             let (cl, sv) = (SocketAddr::from(c.client), SocketAddr::from(c.server));
             let class = p.classify(cl, sv);
             let rt = self.pageviews.elapsed_for_client(c.client.ip, now);
-            let (fired, answer) = p.at_request_head(now, (cl, sv, class), (head, depth), rt);
-            if answer.is_none() {
-                self.stats.rejects_deferred += u64::from(fired);
+            let v = p.at_request_head(now, (cl, sv, class), (head, depth), rt);
+            if v.answer.is_none() {
+                self.stats.rejects_deferred += u64::from(v.fired);
             }
-            reject = answer.map(|(status, retry_after)| Rejection { depth, status, retry_after });
+            reject = v.answer.map(|(status, retry_after)| Rejection { depth, status, retry_after });
+            // ABORT IDLE: decided at each request of the connection, for the idle time after it.
+            match v.abort_idle.filter(|_| reject.is_none()) {
+                Some(mark) => self.abort_idle.insert(id, mark),
+                None => self.abort_idle.remove(&id),
+            };
         }
         let info = request_info(c, id, depth, Asked::Head(head), txn.request_ts, c.hs.established);
         self.pageviews.on_request(now, &info);
@@ -466,6 +471,9 @@ impl Engine {
             txn.anomalies.insert(crate::http::Anomalies::MIDSTREAM);
         }
         let pv = self.pageviews.on_txn_done(now, id, txn.depth, txn.response_first_ts, txn.response_last_ts);
+        if let Some(&(after, _)) = self.abort_idle.get(&id) {
+            self.push_timer(now + after, id, TimerKind::AbortIdle);
+        }
         self.learn_transfer(id, &txn);
         self.stats.transactions += 1;
         if !txn.anomalies.is_empty() {
@@ -483,6 +491,46 @@ impl Engine {
                 self.events.push_back(Event::Transaction(record));
             }
         }
+    }
+
+    /// `ABORT IDLE` is due on connection `id` (idle since its last response): the server's side
+    /// is reset and the client's closed with a FIN from the server's address, each at its
+    /// stream's next sequence number, as a server closing an idle keep-alive connection would
+    /// (003 Paper C); the connection is then the appliance's to finish, as a rejected one's.
+    /// Counted in the rule's `fired` (and `deferred` when not carried out).
+    pub(super) fn abort_idle_due(&mut self, now: Timestamp, id: ConnId) {
+        let Some((after, rule)) = self.abort_idle.get(&id).copied() else { return };
+        let Some(c) = self.flows.get(id) else { return };
+        // A request under way: its response's end arms the timer again.
+        if c.state != ConnState::Established || !c.http().is_some_and(|h| h.is_idle()) {
+            return;
+        }
+        let due = c.last_seen + after;
+        if due > now {
+            self.push_timer(due, id, TimerKind::AbortIdle);
+            return;
+        }
+        let (client, server) = (c.client, c.server);
+        let seqs = c.c2s.next_seq().zip(c.s2c.next_seq());
+        self.abort_idle.remove(&id);
+        if !self.policy.as_mut().is_some_and(|p| p.abort_due(now, rule)) {
+            self.stats.aborts_deferred += 1;
+            return;
+        }
+        let frames = seqs.and_then(|(to_server, to_client)| crate::actions::abort_frames(&self.syn.links, (client, server), to_server, to_client));
+        let Some((rst, fin)) = frames else {
+            self.stats.rejects_no_link_address += 1;
+            return;
+        };
+        self.transmits.push_back(super::Transmit { port: Port::Server, frame: rst });
+        self.transmits.push_back(super::Transmit { port: Port::Client, frame: fin });
+        let (_, to_client) = seqs.expect("frames were built");
+        self.rejected.insert(id, to_client.wrapping_add(1));
+        self.stats.idle_aborted += 1;
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.rejected(client.into(), server.into());
+        }
+        self.close_conn(now, id, CloseReason::Aborted);
     }
 
     /// Close a connection (if it is not already) and take it out of the table, with what the
@@ -503,6 +551,7 @@ impl Engine {
         }
         let never_established = !c.was_established();
         self.syn.forget(id);
+        self.abort_idle.remove(&id);
         if let Some(p) = self.policy.as_mut().filter(|p| p.times_requests()) {
             p.conn_closed((SocketAddr::from(c.client), SocketAddr::from(c.server)));
         }

@@ -176,8 +176,14 @@ pub struct Stats {
     pub rejects_deferred: u64,
     /// Requests `REJECT` answered in the server's stead ([`crate::Config::reject`]).
     pub requests_rejected: u64,
-    /// Requests `REJECT` fired at but left to pass: the link addresses of an end were unknown.
+    /// Requests `REJECT` fired at (or connections `ABORT IDLE` was due on) but left to pass:
+    /// the link addresses of an end were unknown.
     pub rejects_no_link_address: u64,
+    /// Idle connections `ABORT IDLE` closed ([`crate::Config::reject`]).
+    pub idle_aborted: u64,
+    /// Idle connections `ABORT IDLE` was due on while the engine does not carry it out (each
+    /// also counted in its rule's `fired` and `deferred`).
+    pub aborts_deferred: u64,
     #[allow(missing_docs)]
     pub tls_bad: std::collections::BTreeMap<&'static str, u64>,
     /// Records of what nothing shows is real (see [`crate::Config::unproven_records_per_s`])

@@ -106,6 +106,8 @@ pub enum CloseReason {
     /// The appliance answered a request in the server's stead (`REJECT`) and reset the server's
     /// side: the connection is the appliance's to finish.
     Rejected,
+    /// `ABORT IDLE` closed the idle connection: the server's side reset, the client's sent a FIN.
+    Aborted,
 }
 
 impl CloseReason {
@@ -121,6 +123,7 @@ impl CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::Reused => "reused",
             CloseReason::Rejected => "rejected",
+            CloseReason::Aborted => "aborted",
         }
     }
     /// Whether the connection never got established from the client's point of view.

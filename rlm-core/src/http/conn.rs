@@ -165,6 +165,11 @@ impl HttpConn {
         self.pending.len()
     }
 
+    /// No request under way: every request answered whole, no request's bytes begun.
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_empty() && self.req_buf.is_empty() && self.req == Stream::Head && self.resp == Stream::Head
+    }
+
     /// True once either side stopped speaking HTTP (CONNECT tunnel, upgrade).
     pub fn is_tunnel(&self) -> bool {
         self.resp == Stream::Tunnel

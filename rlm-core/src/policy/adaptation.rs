@@ -68,8 +68,9 @@ impl Policy {
         firings.clear();
         self.rules.eval(node, &facts, &mut firings);
         let mut found = None;
-        // REJECT's firings are counted at the request head ([`Policy::at_request_head`]).
-        for f in firings.iter().filter(|f| !matches!(f.effect, Effect::Reject { .. })) {
+        // REJECT's, LIMIT REQUESTS' and ABORT IDLE's firings are counted at the request head
+        // ([`Policy::at_request_head`]).
+        for f in firings.iter().filter(|f| !f.effect.at_request_head()) {
             let Some(rc) = self.rule_counters.get_mut(f.rule.0 as usize) else { continue };
             rc.fired += 1;
             rc.last_fired = Some(now);

@@ -13,7 +13,7 @@
 //!   multiplied by the target over the measurement, held within [`BETA_MIN`] and [`BETA`] (the
 //!   first decrease starts from the class's SYN arrival rate); at [`MIN_RATE`] the next class
 //!   in `SHED` order becomes a stage. After a decrease the next one waits [`HOLD`], and longer
-//!   while the measurement keeps falling (below [`IMPROVING`] of what it was at the decrease):
+//!   while the measurement keeps falling (below [`IMPROVING`] of the last look's):
 //!   what was shed shows in the measurements only when the pageviews already admitted have
 //!   drained, and shedding more meanwhile would overshoot.
 //! - **Increase** when every target has headroom (below [`HEADROOM`] of its limit): the last
@@ -73,9 +73,9 @@ pub const WINDOW: Duration = Duration::from_secs(2);
 pub const BETA: f64 = 0.75;
 /// The most a decrease sheds at once: half the rate.
 pub const BETA_MIN: f64 = 0.5;
-/// A measurement below this share of the one at the last decrease is the shedding taking
-/// effect (the work admitted before it draining): no further decrease until it stops falling.
-pub const IMPROVING: f64 = 0.9;
+/// A measurement below this share of the last look's (half a second before) is the shedding
+/// taking effect (the work admitted before it draining): no further decrease while it falls.
+pub const IMPROVING: f64 = 0.95;
 /// After a decrease, the next waits this long.
 pub const HOLD: Duration = Duration::from_secs(1);
 /// An increase adds this share of the class's SYN arrival rate (per period).
@@ -97,7 +97,7 @@ pub const MIN_RATE: f64 = 0.5;
 /// so that an overload shows when the pages under way are half the target old, not once they
 /// have missed it.
 pub const IN_FLIGHT_FACTOR: f64 = 2.0;
-/// The arrival rate is an average over this long.
+/// The arrival rate is an average over this long (over the time since the first look before it).
 const ARRIVAL_WINDOW: Duration = Duration::from_secs(2);
 
 /// One `SLA`: a statistic over recent samples, pageview response times of a class or server
@@ -146,15 +146,18 @@ struct Admitted {
     bucket: TokenBucket,
     /// Arrivals (their times) over [`ARRIVAL_WINDOW`].
     arrivals: VecDeque<Timestamp>,
+    /// The time they are counted over, seconds: [`ARRIVAL_WINDOW`], or the time since the
+    /// controller's first look when shorter (at least a [`PERIOD`]).
+    span_s: f64,
 }
 
 impl Admitted {
     fn new() -> Admitted {
-        Admitted { rate: None, bucket: TokenBucket::full(0.0, Timestamp::ZERO), arrivals: VecDeque::new() }
+        Admitted { rate: None, bucket: TokenBucket::full(0.0, Timestamp::ZERO), arrivals: VecDeque::new(), span_s: ARRIVAL_WINDOW.as_secs_f64() }
     }
 
     fn arrival_rate(&self) -> f64 {
-        self.arrivals.len() as f64 / ARRIVAL_WINDOW.as_secs_f64()
+        self.arrivals.len() as f64 / self.span_s
     }
 
     fn burst(rate: f64) -> f64 {
@@ -172,7 +175,8 @@ impl Admitted {
         self.bucket.admit(now, rate, Admitted::burst(rate))
     }
 
-    fn expire(&mut self, now: Timestamp) {
+    fn expire(&mut self, now: Timestamp, span: Duration) {
+        self.span_s = span.as_secs_f64();
         while self.arrivals.front().is_some_and(|&t| now.saturating_since(t) > ARRIVAL_WINDOW) {
             self.arrivals.pop_front();
         }
@@ -216,11 +220,11 @@ impl Admitted {
     }
 }
 
-/// Whether a decrease made at `last` (with the worst measurement over its limit then) still
-/// holds the next one back at `now`, the worst being `worst`: within [`HOLD`] of it, or while
-/// the measurement keeps falling.
-fn held_back(last: Option<(Timestamp, f64)>, now: Timestamp, worst: f64) -> bool {
-    last.is_some_and(|(d, ratio)| now.saturating_since(d) < HOLD || worst < IMPROVING * ratio)
+/// Whether a missed target waits at `now` for a decrease: within [`HOLD`] of the last one
+/// (`last`), or while the measurement over its limit (`worst`) is falling from the last look's
+/// (`prev`).
+fn held_back(last: Option<Timestamp>, prev: f64, now: Timestamp, worst: f64) -> bool {
+    last.is_some_and(|d| now.saturating_since(d) < HOLD) || worst < IMPROVING * prev
 }
 
 /// One class in `SHED`, and what the controller admits of its SYNs.
@@ -238,7 +242,9 @@ struct GroupLoop {
     group: GroupId,
     target: Target,
     admitted: Admitted,
-    last_decrease: Option<(Timestamp, f64)>,
+    last_decrease: Option<Timestamp>,
+    /// The last look's measurement over the limit.
+    prev_ratio: f64,
 }
 
 /// What the controller is doing, for status and metrics.
@@ -299,10 +305,12 @@ pub struct Controller {
     outstanding: Outstanding,
     outstanding_n: usize,
     next_step: Option<Timestamp>,
-    /// The first step: arrival rates are whole [`ARRIVAL_WINDOW`] after it.
+    /// The first step: arrival rates are counted from it.
     started: Option<Timestamp>,
-    /// The last decrease of a stage: when, and the worst measurement over its limit then.
-    last_decrease: Option<(Timestamp, f64)>,
+    /// The last decrease of a stage.
+    last_decrease: Option<Timestamp>,
+    /// The last look's worst class measurement over its limit.
+    prev_worst: f64,
     decreases: u64,
     increases: u64,
     /// The last look found a class target missed.
@@ -325,9 +333,13 @@ impl Controller {
             match s.scope {
                 SlaScope::Class(class) if !shed.is_empty() => targets.push((class, Target::new(s.stat, s.limit))),
                 SlaScope::Class(_) => {}
-                SlaScope::Group(group) => {
-                    groups.push(GroupLoop { group, target: Target::new(s.stat, s.limit), admitted: Admitted::new(), last_decrease: None })
-                }
+                SlaScope::Group(group) => groups.push(GroupLoop {
+                    group,
+                    target: Target::new(s.stat, s.limit),
+                    admitted: Admitted::new(),
+                    last_decrease: None,
+                    prev_ratio: 0.0,
+                }),
             }
         }
         if targets.is_empty() && groups.is_empty() {
@@ -344,6 +356,7 @@ impl Controller {
             next_step: None,
             started: None,
             last_decrease: None,
+            prev_worst: 0.0,
             decreases: 0,
             increases: 0,
             missing: false,
@@ -450,8 +463,9 @@ impl Controller {
         }
         self.next_step = Some(now + PERIOD);
         let started = *self.started.get_or_insert(now);
+        let span = now.saturating_since(started).clamp(PERIOD, ARRIVAL_WINDOW);
         for a in self.stages.iter_mut().map(|s| &mut s.admitted).chain(self.groups.iter_mut().map(|g| &mut g.admitted)) {
-            a.expire(now);
+            a.expire(now, span);
         }
         let (mut missed, mut headroom, mut wide) = (false, true, true);
         for (class, t) in &mut self.targets {
@@ -462,18 +476,13 @@ impl Controller {
             }
         }
         self.missing = missed;
-        let warm = now.saturating_since(started) >= ARRIVAL_WINDOW;
-        self.step_groups(now, warm);
-        // The arrival rates need a window's worth of SYNs before a first limit is set from them.
-        if !warm {
-            return;
-        }
+        self.step_groups(now);
+        let worst = worst_ratio(self.targets.iter().map(|(_, t)| t));
+        let prev = std::mem::replace(&mut self.prev_worst, worst);
         if missed {
-            let worst = worst_ratio(self.targets.iter().map(|(_, t)| t));
-            if held_back(self.last_decrease, now, worst) {
-                return;
+            if !held_back(self.last_decrease, prev, now, worst) {
+                self.decrease(now, worst);
             }
-            self.decrease(now, worst);
         } else if headroom {
             self.increase(wide);
         }
@@ -481,7 +490,7 @@ impl Controller {
 
     /// Each group's loop: its server time over the last [`WINDOW`] with its requests under way,
     /// and the same AIMD as the stages' (a group without a measurement has headroom).
-    fn step_groups(&mut self, now: Timestamp, warm: bool) {
+    fn step_groups(&mut self, now: Timestamp) {
         self.outstanding.retain(|_, reqs| {
             reqs.retain(|r| now.saturating_since(r.1) <= OUTSTANDING_MAX);
             !reqs.is_empty()
@@ -489,15 +498,13 @@ impl Controller {
         self.outstanding_n = self.outstanding.values().map(Vec::len).sum();
         for l in &mut self.groups {
             let open = self.outstanding.values().flatten().filter(|r| r.2 == l.group).map(|r| now.saturating_since(r.1).as_secs_f64());
-            let m = l.target.measure(now, open);
-            if !warm {
-                continue;
-            }
-            let ratio = m.map_or(0.0, |m| m / l.target.limit);
+            let ratio = l.target.measure(now, open).map_or(0.0, |m| m / l.target.limit);
+            let prev = std::mem::replace(&mut l.prev_ratio, ratio);
             if ratio > 1.0 {
-                if !held_back(l.last_decrease, now, ratio) {
+                let at_min = l.admitted.rate.is_some() && !l.admitted.above_min();
+                if !at_min && !held_back(l.last_decrease, prev, now, ratio) {
                     l.admitted.decrease(now, ratio);
-                    l.last_decrease = Some((now, ratio));
+                    l.last_decrease = Some(now);
                     self.decreases += 1;
                 }
             } else if ratio < HEADROOM && l.admitted.rate.is_some() {
@@ -521,7 +528,7 @@ impl Controller {
         if self.stages[i].admitted.decrease(now, worst) {
             self.generation += 1;
         }
-        self.last_decrease = Some((now, worst));
+        self.last_decrease = Some(now);
         self.decreases += 1;
     }
 

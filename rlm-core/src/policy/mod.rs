@@ -27,6 +27,7 @@ mod class_windows;
 pub mod controller;
 pub use controller::{Controller, ControllerState, GroupState};
 mod request;
+pub use request::RequestVerdict;
 mod syn;
 mod token_bucket;
 

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rules::{ClassId, Effect, Facts, Node};
+use rules::{ClassId, Effect, Facts, Node, RuleId};
 
 use super::token_bucket::TokenBucket;
 use super::{Controller, Policy};
@@ -19,6 +19,18 @@ pub const LIMIT_STATUS: u16 = 503;
 /// The Retry-After of that answer.
 pub const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// What the request node decided at a request head.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RequestVerdict {
+    /// `REJECT`s and `LIMIT REQUESTS` that fired, and the controller's sheds.
+    pub fired: u32,
+    /// The answer in the server's stead (status, Retry-After), when rejects are carried out.
+    pub answer: Option<(u16, Option<Duration>)>,
+    /// An `ABORT IDLE` fired: how long the connection may be idle after this request's response,
+    /// and the rule.
+    pub abort_idle: Option<(Duration, RuleId)>,
+}
+
 impl Policy {
     /// Whether some rule has `REJECT` or `LIMIT REQUESTS`, or an SLA controller may shed requests
     /// or admits a group's (every request head is worth evaluating, and may be answered in the
@@ -27,20 +39,42 @@ impl Policy {
         self.rules.any_effect_at(Node::Request, |e| matches!(e, Effect::Reject { .. } | Effect::LimitRequests { .. })) || self.controller.is_some()
     }
 
+    /// Whether some rule has `ABORT IDLE`.
+    pub fn aborts_idle(&self) -> bool {
+        self.rules.any_effect_at(Node::Request, |e| matches!(e, Effect::AbortIdle { .. }))
+    }
+
+    /// Whether request heads are evaluated: something may reject them or abort their connections.
+    pub fn at_requests(&self) -> bool {
+        self.rejects() || self.aborts_idle()
+    }
+
+    /// An `ABORT IDLE` of `rule` is due on an idle connection: counted in its rule's `fired`.
+    /// Whether it is carried out (else counted `deferred`).
+    pub fn abort_due(&mut self, now: Timestamp, rule: RuleId) -> bool {
+        if let Some(rc) = self.rule_counters.get_mut(rule.0 as usize) {
+            rc.fired += 1;
+            rc.last_fired = Some(now);
+            rc.deferred += u64::from(!self.reject_carried_out);
+        }
+        self.reject_carried_out
+    }
+
     /// The request node at a request head of `client` to `server` (its class `class`, its
     /// pageview `pageview_rt` old, `depth` its place on the connection): the `REJECT`s that
     /// fire, each counted in its rule's `fired`. A `LIMIT REQUESTS` fires when its bucket (per
     /// rule, class and the request's URL group) has no token; the SLA controller sheds a shed
     /// class's requests while a class target is missed, and holds a group with a target to its
     /// admitted rate. Returns how many fired, and the first one's status and Retry-After when
-    /// rejects are carried out (else each is counted `deferred`).
+    /// rejects are carried out (else each is counted `deferred`); and the first `ABORT IDLE`
+    /// that fired (counted when the abort is due, [`Policy::abort_due`]).
     pub fn at_request_head(
         &mut self,
         now: Timestamp,
         (client, server, class): (SocketAddr, SocketAddr, ClassId),
         (head, depth): (&RequestHead, u32),
         pageview_rt: Duration,
-    ) -> (u32, Option<(u16, Option<Duration>)>) {
+    ) -> RequestVerdict {
         self.refresh(now);
         let mut facts = Facts::new(client, server, class, &self.windows);
         facts.holds = Some(&self.holds);
@@ -52,9 +86,13 @@ impl Policy {
         let mut firings = std::mem::take(&mut self.firings);
         firings.clear();
         self.rules.eval(Node::Request, &facts, &mut firings);
-        let (mut n, mut answer) = (0, None);
+        let (mut n, mut answer, mut abort_idle) = (0, None, None);
         for f in &firings {
             let (status, retry_after) = match f.effect {
+                Effect::AbortIdle { after } => {
+                    abort_idle = abort_idle.or(Some((after, f.rule)));
+                    continue;
+                }
                 Effect::Reject { status, retry_after } => (status, retry_after),
                 Effect::LimitRequests { bucket, rate, burst } => {
                     // One bucket per (rule's bucket, class, group), full when first used.
@@ -91,7 +129,7 @@ impl Policy {
                 ctl.request_sent(now, (client, server), depth, group);
             }
         }
-        (n, answer)
+        RequestVerdict { fired: n, answer, abort_idle }
     }
 
     /// Whether the engine is to tell [`Policy::response_head`] and [`Policy::conn_closed`]: the

@@ -426,6 +426,8 @@ struct Loop {
     panic_at: Option<Instant>,
     /// How long the engine's calls take (one in [`calls::SAMPLE`] timed).
     calls: calls::CallTimes,
+    /// The SLA controller's decreases and increases when last logged.
+    controller_logged: (u64, u64),
     /// The time of the last ring report handed to the engine.
     last_report: rlm_core::Timestamp,
     /// `[limits]`, derived.
@@ -516,6 +518,7 @@ impl Loop {
             srpt_bands: cfg.srpt.leaves() as usize,
             panic_at: cfg.fault.map(|Fault::PanicAfter(d)| Instant::now() + d),
             calls: calls::CallTimes::default(),
+            controller_logged: (0, 0),
             last_report: rlm_core::Timestamp::ZERO,
             limits,
         }
@@ -954,7 +957,7 @@ impl Loop {
 
     /// The SLA controller's state into the metrics, and as the status' `controller` (null
     /// without one).
-    fn publish_controller(&self) -> serde_json::Value {
+    fn publish_controller(&mut self) -> serde_json::Value {
         let Some(p) = self.engine.policy() else { return serde_json::Value::Null };
         let Some(ctl) = p.controller() else { return serde_json::Value::Null };
         let st = ctl.state();
@@ -995,10 +998,16 @@ impl Loop {
                 })
             })
             .collect();
-        serde_json::json!({
+        let state = serde_json::json!({
             "targets": targets, "shed": stages, "groups": groups, "requests_shed": st.requests_shed,
             "requests_limited": st.requests_limited, "decreases": st.decreases, "increases": st.increases,
-        })
+        });
+        // Each second the controller changed a rate, what it measured and set, in the log.
+        if (st.decreases, st.increases) != self.controller_logged {
+            self.controller_logged = (st.decreases, st.increases);
+            info!(state = %state, "SLA controller changed a rate");
+        }
+        state
     }
 
     fn publish_status(&mut self) {
