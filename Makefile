@@ -33,8 +33,10 @@ EXPERIMENTS := fidelity fidelity-tls openloop syn-throttle syn-police fast-synac
 # in the clear, fidelity-tls's measurement over HTTPS and the engine's test of sites as classes.
 # srpt-tls (issue 25: srpt's load at ρ 0.9 over HTTPS, two 45 s arms quick) neither, as srpt.
 # sla-step (issue 26: six 45 s arms of open-loop arrivals quick) neither: make test carries the
-# controller's engine and unit tests and REJECT's inline test.
-LAB_ONLY := baseline-lan baseline-wan heavy maxclients fast-syn rewrite-embeds predict srpt srpt-transient attacks soak syn-throttle-tls sites srpt-tls sla-step
+# controller's engine and unit tests and REJECT's inline test. url-admission (issue 26: three 30 s
+# arms of open-loop arrivals quick) neither: make test carries the group admission's engine test.
+# cookie-abort (issue 26: two 60 s arms quick) neither: make test carries ABORT IDLE's engine tests.
+LAB_ONLY := baseline-lan baseline-wan heavy maxclients fast-syn rewrite-embeds predict srpt srpt-transient attacks soak syn-throttle-tls sites srpt-tls sla-step url-admission cookie-abort
 comma := ,
 empty :=
 space := $(empty) $(empty)

@@ -2459,6 +2459,8 @@ fn abort_idle_closes_an_idle_keep_alive_connection_cleanly_and_spares_the_cart()
     let mut r = Run::with(Config { reject: true, ..Config::default() });
     r.engine.enable_fastpath();
     r.engine.set_rules(Some(rules("IF NOT COOKIE.cart EXISTS THEN ABORT IDLE AFTER 2s\n")));
+    let first: Vec<_> = std::iter::from_fn(|| r.engine.poll_fastpath()).collect();
+    assert!(first.contains(&FastpathUpdate::QueueRequests(true)), "the kernel hands over the requests and the aborted connections: {first:?}");
     let tcp = |f: &[u8]| -> (u32, u32, bool, bool, usize) {
         let p = SlicedPacket::from_ethernet(f).unwrap();
         let Some(TransportSlice::Tcp(t)) = p.transport else { panic!("tcp") };

@@ -38,6 +38,17 @@ pub struct BrowserSpec {
     /// Over HTTPS, the site this browser asks for (SNI and Host), when not the run's.
     #[serde(default)]
     pub site: Option<String>,
+    /// A `Cookie` header this browser sends with every request (cookie-abort's carts:
+    /// `cart=3`); none: no cookie.
+    #[serde(default)]
+    pub cookie: Option<String>,
+}
+
+/// Who asks: the request's Host and the browser's cookie.
+#[derive(Clone, Debug)]
+struct Asker {
+    host: String,
+    cookie: Option<String>,
 }
 
 /// A run of browsers.
@@ -239,15 +250,20 @@ async fn connect(src: IpAddr, server: SocketAddr, profile: TcpProfile, tls: Opti
 /// One GET on an open connection: its body when its last byte has arrived, or the status of an answer that is not a success
 /// (a 503 from an overloaded site is an answer, not a broken connection: a browser shows it and
 /// does not ask again); an error when the connection failed under it.
-async fn fetch(c: &mut Conn, host: &str, path: &str) -> Result<Result<Bytes, hyper::StatusCode>> {
+async fn fetch(c: &mut Conn, who: &Asker, path: &str) -> Result<Result<Bytes, hyper::StatusCode>> {
+    let host = &who.host;
+    let with_cookie = |b: hyper::http::request::Builder| match &who.cookie {
+        Some(c) => b.header("cookie", c.as_str()),
+        None => b,
+    };
     let resp = match c {
         Conn::Http1(s) => {
             s.ready().await?;
-            s.send_request(hyper::Request::get(path).header("host", host).body(Empty::<Bytes>::new())?).await?
+            s.send_request(with_cookie(hyper::Request::get(path).header("host", host.as_str())).body(Empty::<Bytes>::new())?).await?
         }
         Conn::H2(s) => {
             s.ready().await?;
-            s.send_request(hyper::Request::get(format!("https://{host}{path}")).body(Empty::<Bytes>::new())?).await?
+            s.send_request(with_cookie(hyper::Request::get(format!("https://{host}{path}"))).body(Empty::<Bytes>::new())?).await?
         }
     };
     let status = resp.status();
@@ -290,11 +306,12 @@ enum Got {
 }
 
 impl Browser {
-    fn host(&self) -> String {
-        match &self.tls {
+    fn asker(&self) -> Asker {
+        let host = match &self.tls {
             Some(t) => t.site.clone(),
             None => self.run.server.to_string(),
-        }
+        };
+        Asker { host, cookie: self.spec.cookie.clone() }
     }
 
     /// Make sure slot `i` has a connection; returns SYN retransmissions spent, or the failure.
@@ -322,9 +339,9 @@ impl Browser {
                     return (Got::ConnectFailed, None);
                 }
             }
-            let host = self.host();
+            let who = self.asker();
             let conn = self.conns[i].as_mut().expect("ensured");
-            match fetch(conn, &host, path).await {
+            match fetch(conn, &who, path).await {
                 Ok(Ok(b)) => return (Got::Ok, Some(b)),
                 Ok(Err(_status)) => return (Got::Error, None),
                 Err(_) if attempt == 0 => self.conns[i] = None, // closed under us: once more on a new one
@@ -391,7 +408,7 @@ impl Browser {
         record.objects_expected = refs.len() as u32;
         if let Some(Conn::H2(sender)) = &self.conns[0] {
             // HTTP/2: every image asked for at once on the one connection.
-            let (fetched, l) = fetch_all_h2(sender.clone(), self.host(), refs, start).await;
+            let (fetched, l) = fetch_all_h2(sender.clone(), self.asker(), refs, start).await;
             record.objects_fetched = fetched;
             last = last.max(l);
             record.end_ts = start_wall + last.as_secs_f64();
@@ -438,7 +455,7 @@ impl Browser {
             }
             (second.conns[0].take(), fetched, retrans, failed, last)
         };
-        let host = self.host();
+        let who = self.asker();
         let q0 = queue.clone();
         let slot0 = async move {
             let mut fetched = 0u32;
@@ -446,7 +463,7 @@ impl Browser {
             loop {
                 let Some(path) = q0.lock().await.pop_front() else { break };
                 let ok = match first_conn.as_mut() {
-                    Some(c) => matches!(fetch(c, &host, &path).await, Ok(Ok(_))),
+                    Some(c) => matches!(fetch(c, &who, &path).await, Ok(Ok(_))),
                     None => false,
                 };
                 if ok {
@@ -485,15 +502,15 @@ impl Browser {
 /// arrived (since `start`).
 async fn fetch_all_h2(
     sender: hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
-    host: String,
+    who: Asker,
     paths: Vec<String>,
     start: Instant,
 ) -> (u32, Duration) {
     let mut set = tokio::task::JoinSet::new();
     for path in paths {
         let mut c = Conn::H2(sender.clone());
-        let host = host.clone();
-        set.spawn(async move { matches!(fetch(&mut c, &host, &path).await, Ok(Ok(_))).then(|| start.elapsed()) });
+        let who = who.clone();
+        set.spawn(async move { matches!(fetch(&mut c, &who, &path).await, Ok(Ok(_))).then(|| start.elapsed()) });
     }
     let (mut fetched, mut last) = (0, Duration::ZERO);
     while let Some(done) = set.join_next().await {
@@ -767,7 +784,7 @@ mod tests {
             });
             let spec = RunSpec {
                 server,
-                browsers: vec![BrowserSpec { addr: "127.0.0.1".parse().unwrap(), class: "HIGH".into(), site: None }],
+                browsers: vec![BrowserSpec { addr: "127.0.0.1".parse().unwrap(), class: "HIGH".into(), site: None, cookie: None }],
                 think_mean_s: 1000.0,
                 duration_s: 1.0,
                 ramp_s: 0.0,

@@ -58,6 +58,11 @@ pub struct ArmSpec {
     /// Open-loop pageview arrivals instead of thinking browsers (sla-step): the browsers are a
     /// pool of visitors, each arrival taken by an idle one of a class drawn by the pool's shares.
     pub arrivals: Option<sim_clients::browser::Arrivals>,
+    /// The pages the browsers ask for, with weights (url-admission's DB-heavy mix); None:
+    /// TPC-W's browsing mix ([`crate::runner::tpcw_pages`]).
+    pub pages: Option<Vec<(String, f64)>>,
+    /// (class, `Cookie` header) for the browsers of a class that send one (cookie-abort's carts).
+    pub cookies: Vec<(String, String)>,
 }
 
 /// How an arm's browsers speak HTTPS.
@@ -232,6 +237,8 @@ pub struct FrontSummary {
     pub page_time_s: Summary,
     pub image_time_s: Summary,
     pub accepted_by_subnet: BTreeMap<String, u64>,
+    /// Connections that ended reset under the server, by the client's /16.
+    pub reset_by_subnet: BTreeMap<String, u64>,
 }
 
 impl FrontSummary {
@@ -248,6 +255,7 @@ impl FrontSummary {
             page_time_s: Summary::of(&pages),
             image_time_s: Summary::of(&images),
             accepted_by_subnet: r.accepted_by_subnet.clone(),
+            reset_by_subnet: r.reset_by_subnet.clone(),
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::arm::ArmSpec;
 use crate::experiments::attacks::Attacks;
 use crate::experiments::baseline_lan::BaselineLan;
 use crate::experiments::baseline_wan::BaselineWan;
+use crate::experiments::cookie_abort::CookieAbort;
 use crate::experiments::fast_syn::FastSyn;
 use crate::experiments::fast_synack::FastSynack;
 use crate::experiments::fidelity::Fidelity;
@@ -31,6 +32,7 @@ use crate::experiments::syn_throttle::SynThrottle;
 use crate::experiments::syn_throttle_tls::SynThrottleTls;
 use crate::experiments::think_gap::ThinkGap;
 use crate::experiments::throughput::Throughput;
+use crate::experiments::url_admission::UrlAdmission;
 use crate::experiments::{check_browsers, Checks, Experiment, Results};
 use crate::report;
 
@@ -60,6 +62,8 @@ pub const ALL: &[&dyn Experiment] = &[
     &Attacks,
     &Soak,
     &SlaStep,
+    &UrlAdmission,
+    &CookieAbort,
 ];
 
 /// The experiments' names, in order.

@@ -235,7 +235,12 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             .enumerate()
             .flat_map(|(g, class)| {
                 let site = arm.https.as_ref().and_then(|h| h.group_sites.get(g).cloned());
-                info.clients.group(g).iter().map(move |a| BrowserSpec { addr: a.parse().expect("address"), class: class.clone(), site: site.clone() })
+                info.clients.group(g).iter().map(move |a| BrowserSpec {
+                    addr: a.parse().expect("address"),
+                    class: class.clone(),
+                    site: site.clone(),
+                    cookie: arm.cookies.iter().find(|(c, _)| c == class).map(|(_, v)| v.clone()),
+                })
             })
             .collect();
         let port = arm.farm.front_port();
@@ -247,7 +252,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             ramp_s: arm.ramp_s(),
             seed: arm.seed,
             profile: arm.profile,
-            pages: tpcw_pages(),
+            pages: arm.pages.clone().unwrap_or_else(tpcw_pages),
             items: arm.farm.items,
             tls: tls_spec(arm, &farm)?,
             think_min_s: arm.https.as_ref().map_or(0.0, |h| h.think_min_s),

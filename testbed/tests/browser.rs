@@ -48,7 +48,7 @@ fn second_connection_failure_as_in_figure_5() {
     std::fs::create_dir_all(&dir).unwrap();
     let spec = RunSpec {
         server: format!("{FARM_ADDR}:80").parse().unwrap(),
-        browsers: vec![BrowserSpec { addr: info.clients.high[0].parse().unwrap(), class: "HIGH".into(), site: None }],
+        browsers: vec![BrowserSpec { addr: info.clients.high[0].parse().unwrap(), class: "HIGH".into(), site: None, cookie: None }],
         think_mean_s: 1000.0,
         duration_s: 2.0,
         ramp_s: 0.0,
@@ -111,7 +111,12 @@ fn browsers_speak_https_over_http1_and_http2() {
     for h2 in [false, true] {
         let spec = RunSpec {
             server: format!("{FARM_ADDR}:{}", cfg.front_port()).parse().unwrap(),
-            browsers: info.clients.high.iter().map(|a| BrowserSpec { addr: a.parse().unwrap(), class: "HIGH".into(), site: None }).collect(),
+            browsers: info
+                .clients
+                .high
+                .iter()
+                .map(|a| BrowserSpec { addr: a.parse().unwrap(), class: "HIGH".into(), site: None, cookie: None })
+                .collect(),
             think_mean_s: 0.3,
             duration_s: 3.0,
             ramp_s: 0.0,

@@ -1472,3 +1472,158 @@ fn reject_answers_curl_and_chromium_and_neither_side_sees_a_tcp_error() {
     assert!(resets.iter().all(|r| !r.starts_with(FARM_ADDR)), "none from the server: {resets:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A keep-alive request on `s` (its `Cookie`, if any): the answer's status line and body, read
+/// by its Content-Length.
+fn keepalive_get(s: &mut TcpStream, target: &str, cookie: Option<&str>) -> std::io::Result<(String, String)> {
+    let cookie = cookie.map(|c| format!("Cookie: {c}\r\n")).unwrap_or_default();
+    s.write_all(format!("GET {target} HTTP/1.1\r\nHost: farm\r\n{cookie}\r\n").as_bytes())?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_string();
+            let len: usize =
+                head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                let body = String::from_utf8_lossy(&got[end + 4..end + 4 + len]).to_string();
+                return Ok((head.lines().next().unwrap_or("").to_string(), body));
+            }
+        }
+        match s.read(&mut buf)? {
+            0 => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed before the answer")),
+            n => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// ABORT IDLE inline (issue 26, 003 Paper C): a keep-alive server (a thread per connection
+/// answering every request until the client closes) behind `rlm run` with `IF NOT
+/// COOKIE.cart EXISTS THEN ABORT IDLE AFTER 1s`. A cartless client's idle connection is closed
+/// by a FIN about a second after its answer (its next request goes on a new connection and is
+/// served); a cart client's connection stays and serves its next request. Headless Chromium
+/// loads a page with two images and one that takes 3 s (the connections that brought the
+/// others idle meanwhile, and closed), then its script's fetch is served. At the client no TCP error (no RST, retransmission, lost or
+/// out-of-order segment); at the server the only RSTs are rlm's, one per abort, and the server
+/// saw its cartless connections reset, never a cart's.
+#[test]
+fn abort_idle_closes_idle_connections_cleanly_for_curl_chromium_and_the_server() {
+    if std::process::Command::new("chromium").arg("--version").output().is_err() {
+        panic!("chromium is missing (make deps installs it)");
+    }
+    let (plan, _guard, info) = {
+        let plan = Plan { prefix: format!("rlmk{}", std::process::id()), high_clients: 1, low_clients: 1, ..Plan::default() };
+        let guard = testbed::topology::DownOnDrop(plan.clone());
+        let info = plan.up().expect("up");
+        (plan, guard, info)
+    };
+    let _ = plan;
+    let page = "<!DOCTYPE html><html><body><p id=\"r\">pending</p><img src=\"/a.gif\"><img src=\"/b.gif\"><img src=\"/slow.gif\">\
+        <script>window.onload = async () => { const b = await fetch('/ok.txt', {cache: 'no-store'}); \
+        document.getElementById('r').textContent = 'after ' + b.status + ' ' + (await b.text()).trim(); };</script></body></html>\n";
+    // (client address and port, reset under the server) of each connection that ended.
+    let ended: Arc<std::sync::Mutex<Vec<(String, bool)>>> = Arc::default();
+    let log = ended.clone();
+    listen(&info.namespaces.servers, 80, move |mut s| {
+        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let mut buf = [0u8; 4096];
+        let mut got = Vec::new();
+        let reset = loop {
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&got[..end]).to_string();
+                got.drain(..end + 4);
+                let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let (ctype, body): (&str, Vec<u8>) = match target.as_str() {
+                    "/page" => ("text/html", page.as_bytes().to_vec()),
+                    "/slow.gif" => {
+                        std::thread::sleep(Duration::from_secs(3));
+                        ("image/gif", b"GIF89a\x01\x00\x01\x00\x00\x00\x00;".to_vec())
+                    }
+                    "/ok.txt" => ("text/plain", b"fine\n".to_vec()),
+                    "/a.gif" | "/b.gif" => ("image/gif", b"GIF89a\x01\x00\x01\x00\x00\x00\x00;".to_vec()),
+                    _ => ("text/plain", b"hello\n".to_vec()),
+                };
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n", body.len());
+                if s.write_all(head.as_bytes()).and_then(|_| s.write_all(&body)).is_err() {
+                    break true;
+                }
+                continue;
+            }
+            match s.read(&mut buf) {
+                Ok(0) => break false,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => break e.kind() == std::io::ErrorKind::ConnectionReset,
+            }
+        };
+        log.lock().unwrap().push((peer, reset));
+    });
+    let dir = std::env::temp_dir().join(format!("rlm-abort-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let arm = RlmArm { rules: format!("{CLASSES}IF NOT COOKIE.cart EXISTS THEN ABORT IDLE AFTER 1s\n"), ..RlmArm::default() };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+    let cli_cap = Capture::start(&info.namespaces.clients, &info.clients.interface, dir.join("client.pcap"));
+    let srv_cap = Capture::start(&info.namespaces.servers, "srv0", dir.join("server.pcap"));
+
+    // Two keep-alive clients, from the clients' namespace: the cartless (LOW) and the cart's (HIGH).
+    let (low, high) = (info.clients.low[0].clone(), info.clients.high[0].clone());
+    let ns = info.namespaces.clients.clone();
+    let clients = std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let open = |src: &str| {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.bind(&format!("{src}:0").parse::<SocketAddr>().unwrap().into()).unwrap();
+            s.connect_timeout(&format!("{FARM_ADDR}:80").parse::<SocketAddr>().unwrap().into(), Duration::from_secs(3)).unwrap();
+            let s: TcpStream = s.into();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        };
+        let (mut plain, mut cart) = (open(&low), open(&high));
+        let cart_addr = cart.local_addr().unwrap().to_string();
+        let first = (keepalive_get(&mut plain, "/a", None).unwrap(), keepalive_get(&mut cart, "/a", Some("cart=7")).unwrap());
+        // Idle: the cartless connection is closed by a FIN (read returns 0), within about a second.
+        let t = Instant::now();
+        let mut buf = [0u8; 16];
+        let closed = plain.read(&mut buf);
+        let closed_after = t.elapsed();
+        drop(plain);
+        // The next request of the cartless client on a new connection; the cart's on its own.
+        let mut again = open(&low);
+        let next = (keepalive_get(&mut again, "/b", None).unwrap(), keepalive_get(&mut cart, "/b", Some("cart=7")).unwrap());
+        drop(cart);
+        (first, closed.map_err(|e| e.to_string()), closed_after, next, cart_addr)
+    });
+    let (first, closed, closed_after, next, cart_addr) = clients.join().unwrap();
+    assert_eq!((first.0 .1.as_str(), first.1 .1.as_str()), ("hello\n", "hello\n"));
+    assert_eq!(closed, Ok(0), "the idle connection closed by a FIN, not reset");
+    assert!(closed_after >= Duration::from_millis(800) && closed_after <= Duration::from_millis(2_500), "closed after {closed_after:?}");
+    assert_eq!((next.0 .1.as_str(), next.1 .1.as_str()), ("hello\n", "hello\n"), "both served again; the cart's on its kept connection");
+
+    // Chromium: the page's first connection idles while the image takes 3 s; then the script's fetch.
+    let profile = dir.join("profile");
+    let out = chromium_dump(&info.namespaces.clients, &profile, "--virtual-time-budget=10000", &[], &format!("http://{FARM_ADDR}/page"));
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(dom.contains("after 200 fine"), "Chromium's next fetch served: {dom} {}", String::from_utf8_lossy(&out.stderr));
+
+    std::thread::sleep(Duration::from_secs(2));
+    let client_pcap = cli_cap.stop();
+    let server_pcap = srv_cap.stop();
+    let out = rlm.stop().expect("stop");
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
+    println!("rlm stats {}", status["stats"]);
+    let aborted = status["stats"]["idle_aborted"].as_u64().unwrap();
+    assert!(aborted >= 2, "the cartless client's and Chromium's idle connections: {aborted}");
+
+    let errors = "tcp.flags.reset == 1 || tcp.analysis.retransmission || tcp.analysis.fast_retransmission || \
+                  tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment || tcp.analysis.out_of_order";
+    let at_client = tshark_select(&client_pcap, errors);
+    assert!(at_client.is_empty(), "TCP errors at the client: {at_client:?}");
+    let resets = tshark_select(&server_pcap, "tcp.flags.reset == 1");
+    assert_eq!(resets.len() as u64, aborted, "one RST per abort: {resets:?}");
+    assert!(resets.iter().all(|r| !r.starts_with(FARM_ADDR)), "none from the server: {resets:?}");
+    let ended = ended.lock().unwrap().clone();
+    let reset_at_server: Vec<_> = ended.iter().filter(|(_, r)| *r).collect();
+    assert_eq!(reset_at_server.len() as u64, aborted, "{ended:?}");
+    assert!(ended.iter().any(|(a, r)| *a == cart_addr && !r), "the cart's connection ended, closed by its client: {ended:?}");
+    assert!(reset_at_server.iter().all(|(a, _)| *a != cart_addr), "the cart's connection was cut: {ended:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

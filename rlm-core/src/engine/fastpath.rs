@@ -117,8 +117,9 @@ pub(super) struct FastpathNeeds {
     pub mode: SynMode,
     /// The servers' segments must come through the queue (a `REMOVE EMBEDS` is carried out).
     pub queue_responses: bool,
-    /// The clients' segments must come through the queue (a `REWRITE EMBEDS` or a `REJECT` is
-    /// carried out).
+    /// The clients' segments must come through the queue (a `REWRITE EMBEDS`, a `REJECT` or an
+    /// `ABORT IDLE` is carried out: the kernel then also hands over the segments of the
+    /// connections the engine rejected or aborted).
     pub queue_requests: bool,
 }
 
@@ -137,8 +138,8 @@ impl FastpathNeeds {
             _ => SynMode::PassAll,
         };
         let queue_responses = adapt && policy.is_some_and(Policy::removes_embeds);
-        let queue_requests =
-            (adapt && policy.is_some_and(|p| p.rewrites_embeds() && p.rewrites_with_mapping())) || (reject && policy.is_some_and(Policy::rejects));
+        let queue_requests = (adapt && policy.is_some_and(|p| p.rewrites_embeds() && p.rewrites_with_mapping()))
+            || (reject && policy.is_some_and(Policy::at_requests));
         FastpathNeeds { mode, queue_responses, queue_requests }
     }
 }

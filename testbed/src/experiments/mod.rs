@@ -25,6 +25,7 @@ use crate::topology::Offloads;
 pub mod attacks;
 pub mod baseline_lan;
 pub mod baseline_wan;
+pub mod cookie_abort;
 pub mod fast_syn;
 pub mod fast_synack;
 pub mod fidelity;
@@ -46,6 +47,7 @@ pub mod syn_throttle;
 pub mod syn_throttle_tls;
 pub mod think_gap;
 pub mod throughput;
+pub mod url_admission;
 
 /// An experiment of the lab: its arms, how they run, and what its result must show.
 pub trait Experiment {
@@ -229,6 +231,8 @@ pub fn arm(name: &str, clients: u32, duration_s: f64, wan: &[&str], capture: boo
         attack: None,
         https: None,
         arrivals: None,
+        pages: None,
+        cookies: Vec::new(),
     }
 }
 

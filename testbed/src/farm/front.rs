@@ -64,6 +64,9 @@ pub struct FrontStats {
     pub image_times: std::sync::Mutex<Vec<f32>>,
     /// Connections accepted, by the client's /16 ("10.4", "10.5").
     pub accepted_by_subnet: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Connections that ended in an error of the connection (a reset, rlm's ABORT IDLE or
+    /// REJECT), by the client's /16: the server's own view of what was cut under it.
+    pub reset_by_subnet: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 /// What the front server reports when it stops (`rlm-lab farm-front --stats FILE`).
@@ -76,6 +79,8 @@ pub struct FrontReport {
     pub page_times_s: Vec<f32>,
     pub image_times_s: Vec<f32>,
     pub accepted_by_subnet: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    pub reset_by_subnet: std::collections::BTreeMap<String, u64>,
 }
 
 impl FrontStats {
@@ -88,6 +93,7 @@ impl FrontStats {
             page_times_s: self.page_times.lock().map(|v| v.clone()).unwrap_or_default(),
             image_times_s: self.image_times.lock().map(|v| v.clone()).unwrap_or_default(),
             accepted_by_subnet: self.accepted_by_subnet.lock().map(|m| m.clone()).unwrap_or_default(),
+            reset_by_subnet: self.reset_by_subnet.lock().map(|m| m.clone()).unwrap_or_default(),
         }
     }
 }
@@ -288,17 +294,23 @@ async fn worker(id: usize, db: String, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) ->
 }
 
 /// One HTTP/1.1 connection, kept alive for `keepalive` between requests.
-async fn serve_http1<I>(io: I, sh: Arc<Shared>, keepalive: Duration)
+/// Whether it ended in an error of the connection (a reset).
+async fn serve_http1<I>(io: I, sh: Arc<Shared>, keepalive: Duration) -> bool
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req| handle(sh.clone(), req));
-    let _ = hyper::server::conn::http1::Builder::new()
+    hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(keepalive)
         .keep_alive(true)
         .serve_connection(io, svc)
-        .await;
+        .await
+        .is_err_and(|e| {
+            std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset)
+        })
 }
 
 /// One HTTP/2 connection, closed gracefully once no request came for `keepalive`.
@@ -364,25 +376,33 @@ pub async fn serve(cfg: FrontConfig, stats: Arc<FrontStats>, stop: impl std::fut
         };
         let _ = stream.set_nodelay(true);
         stats.connections.fetch_add(1, Ordering::Relaxed);
-        if let std::net::IpAddr::V4(a) = peer.ip() {
-            let o = a.octets();
-            if let Ok(mut m) = stats.accepted_by_subnet.lock() {
-                *m.entry(format!("{}.{}", o[0], o[1])).or_insert(0) += 1;
-            }
+        let subnet = match peer.ip() {
+            std::net::IpAddr::V4(a) => format!("{}.{}", a.octets()[0], a.octets()[1]),
+            std::net::IpAddr::V6(_) => "v6".to_string(),
+        };
+        if let Ok(mut m) = stats.accepted_by_subnet.lock() {
+            *m.entry(subnet.clone()).or_insert(0) += 1;
         }
+        let stats = stats.clone();
         let sh = shared.clone();
         let keepalive = cfg.keepalive;
         let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         tokio::spawn(async move {
-            match tls {
+            let reset = match tls {
                 None => serve_http1(TokioIo::new(stream), sh, keepalive).await,
                 Some(acceptor) => {
                     let Ok(Ok(s)) = tokio::time::timeout(keepalive, acceptor.accept(stream)).await else { return };
                     if s.get_ref().1.alpn_protocol() == Some(b"h2") {
-                        serve_h2(TokioIo::new(s), sh, keepalive).await
+                        serve_h2(TokioIo::new(s), sh, keepalive).await;
+                        false
                     } else {
                         serve_http1(TokioIo::new(s), sh, keepalive).await
                     }
+                }
+            };
+            if reset {
+                if let Ok(mut m) = stats.reset_by_subnet.lock() {
+                    *m.entry(subnet).or_insert(0) += 1;
                 }
             }
             drop(permit);
