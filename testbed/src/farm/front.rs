@@ -294,23 +294,53 @@ async fn worker(id: usize, db: String, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) ->
 }
 
 /// One HTTP/1.1 connection, kept alive for `keepalive` between requests.
-/// Whether it ended in an error of the connection (a reset).
-async fn serve_http1<I>(io: I, sh: Arc<Shared>, keepalive: Duration) -> bool
+/// One HTTP/1.1 connection, kept alive for `keepalive` between requests.
+async fn serve_http1<I>(io: I, sh: Arc<Shared>, keepalive: Duration)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req| handle(sh.clone(), req));
-    hyper::server::conn::http1::Builder::new()
+    let _ = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(keepalive)
         .keep_alive(true)
         .serve_connection(io, svc)
-        .await
-        .is_err_and(|e| {
-            std::error::Error::source(&e)
-                .and_then(|s| s.downcast_ref::<std::io::Error>())
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset)
-        })
+        .await;
+}
+
+/// A connection's stream that notes whether a read found it reset (hyper closes an idle
+/// connection on a reset without a word).
+struct ResetWatch<S> {
+    inner: S,
+    reset: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for ResetWatch<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Err(e)) = &r {
+            if e.kind() == std::io::ErrorKind::ConnectionReset {
+                self.reset.store(true, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for ResetWatch<S> {
+    fn poll_write(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// One HTTP/2 connection, closed gracefully once no request came for `keepalive`.
@@ -387,20 +417,21 @@ pub async fn serve(cfg: FrontConfig, stats: Arc<FrontStats>, stop: impl std::fut
         let sh = shared.clone();
         let keepalive = cfg.keepalive;
         let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+        let reset = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stream = ResetWatch { inner: stream, reset: reset.clone() };
         tokio::spawn(async move {
-            let reset = match tls {
+            match tls {
                 None => serve_http1(TokioIo::new(stream), sh, keepalive).await,
                 Some(acceptor) => {
                     let Ok(Ok(s)) = tokio::time::timeout(keepalive, acceptor.accept(stream)).await else { return };
                     if s.get_ref().1.alpn_protocol() == Some(b"h2") {
-                        serve_h2(TokioIo::new(s), sh, keepalive).await;
-                        false
+                        serve_h2(TokioIo::new(s), sh, keepalive).await
                     } else {
                         serve_http1(TokioIo::new(s), sh, keepalive).await
                     }
                 }
-            };
-            if reset {
+            }
+            if reset.load(Ordering::Relaxed) {
                 if let Ok(mut m) = stats.reset_by_subnet.lock() {
                     *m.entry(subnet).or_insert(0) += 1;
                 }
