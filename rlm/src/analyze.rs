@@ -82,11 +82,27 @@ pub struct ClassRtPoint {
     pub mean_s: f64,
 }
 
+/// What the SLA controller would have done over the capture (its SYN drops are its entry's in
+/// `rules`, labelled `FILE:SLA`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ControllerWhatIf {
+    pub decreases: u64,
+    pub increases: u64,
+    /// Requests of shed classes' pages it would have answered in the server's stead.
+    pub requests_shed: u64,
+    /// Requests of URL groups over their admitted rate it would have answered.
+    pub requests_limited: u64,
+    /// Where it ended: each shed class's and group's admitted rate (`None`: not limited).
+    pub final_rates: Vec<(String, Option<f64>)>,
+}
+
 /// The what-if part of the summary (`--rules`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct WhatIf {
     pub rules_file: String,
+    /// The file's rules, then the SLA controller's entry when it has one.
     pub rules: Vec<RuleReport>,
+    pub controller: Option<ControllerWhatIf>,
     /// Pageviews of each class per bucket of `WHAT_IF_BUCKET_S` seconds.
     pub class_rt: Vec<ClassRtPoint>,
 }
@@ -454,6 +470,19 @@ impl Summary {
                     let _ = writeln!(s, "      e.g. {e}");
                 }
             }
+            if let Some(c) = &w.controller {
+                let rates: Vec<String> =
+                    c.final_rates.iter().map(|(n, r)| format!("{n} {}", r.map_or("not limited".to_string(), |r| format!("{r:.2}/s")))).collect();
+                let _ = writeln!(
+                    s,
+                    "    the SLA controller: {} decreases, {} increases; {} requests of shed classes and {} of groups over their rate it would have answered (503); at the end: {}",
+                    c.decreases,
+                    c.increases,
+                    c.requests_shed,
+                    c.requests_limited,
+                    rates.join(", ")
+                );
+            }
             if !w.class_rt.is_empty() {
                 let _ = writeln!(s, "    class response times per {WHAT_IF_BUCKET_S} s (pageviews, mean):");
                 let mut by_ts: BTreeMap<u64, Vec<&ClassRtPoint>> = BTreeMap::new();
@@ -520,9 +549,33 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
             })
             .collect(),
         class_rt: Vec::new(),
+        controller: None,
     });
     let mut class_buckets: BTreeMap<(u64, String), (u64, f64)> = BTreeMap::new();
     engine.set_rules(opts.rules);
+    // The SLA controller acts as a rule of its own (its drops carry `FILE:SLA`).
+    if let (Some(w), Some(p)) = (what_if.as_mut(), engine.policy().filter(|p| p.controller().is_some())) {
+        let rs = p.rules();
+        let mut parts: Vec<String> = rs
+            .slas()
+            .iter()
+            .map(|s| {
+                let scope = match s.scope {
+                    rules::SlaScope::Class(c) => rs.class_name(c).to_string(),
+                    rules::SlaScope::Group(g) => format!("GROUP {}", rs.group_name(g)),
+                };
+                format!("SLA {scope} RT.{} < {}", s.stat, rules::fmt_duration(s.limit))
+            })
+            .collect();
+        if !rs.shed_order().is_empty() {
+            parts.push(format!("SHED {}", rs.shed_order().iter().map(|&c| rs.class_name(c)).collect::<Vec<_>>().join(", ")));
+        }
+        w.rules.push(RuleReport {
+            rule: p.rule_label(p.controller_rule()).to_string(),
+            text: format!("the SLA controller ({})", parts.join("; ")),
+            ..RuleReport::default()
+        });
+    }
     let mut rt = RtStream::default();
     let mut tx = TransactionCounts::default();
     let mut pv = PageviewCounts::default();
@@ -627,6 +680,27 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
         if let Some(p) = engine.policy() {
             for (r, c) in w.rules.iter_mut().zip(&p.rule_counters) {
                 (r.fired, r.deferred) = (c.fired, c.deferred);
+            }
+            if let Some(ctl) = p.controller() {
+                let st = ctl.state();
+                let shed = st.requests_shed + st.requests_limited;
+                if let Some(r) = w.rules.last_mut() {
+                    (r.fired, r.deferred) = (shed, shed);
+                }
+                let rs = p.rules();
+                let final_rates = st
+                    .stages
+                    .iter()
+                    .map(|&(c, rate, _)| (rs.class_name(c).to_string(), rate))
+                    .chain(st.groups.iter().map(|g| (format!("GROUP {}", rs.group_name(g.group)), g.admitted_per_s)))
+                    .collect();
+                w.controller = Some(ControllerWhatIf {
+                    decreases: st.decreases,
+                    increases: st.increases,
+                    requests_shed: st.requests_shed,
+                    requests_limited: st.requests_limited,
+                    final_rates,
+                });
             }
         }
         w.class_rt = class_buckets

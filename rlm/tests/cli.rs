@@ -584,6 +584,23 @@ fn what_if_replays_a_rule_file_over_a_capture() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("r.rlm:1:7"));
     assert!(!sum.exists());
+    // With SLA targets, the controller is an entry of its own, and its summary is there.
+    std::fs::write(
+        &rules,
+        "CLASS C IF IP.SRC == 141.142.*.*\nGROUP db IF URL == \"/s*\"\nSLA C RT.P95 < 2s\nSLA GROUP db RT < 500ms\nSHED DEFAULT\n",
+    )
+    .unwrap();
+    let out = rlm().args(["analyze", "--quiet", "--rules"]).arg(&rules).arg("--summary-json").arg(&sum).arg(trace("get.pcap")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("r.rlm:SLA the SLA controller (SLA C RT.P95 < 2s; SLA GROUP db RT.MEAN < 500ms; SHED DEFAULT)"), "{text}");
+    assert!(
+        text.contains("the SLA controller: 0 decreases, 0 increases") && text.contains("at the end: DEFAULT not limited, GROUP db not limited"),
+        "{text}"
+    );
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    assert_eq!(s["what_if"]["rules"].as_array().map(Vec::len), Some(1), "{s}");
+    assert_eq!(s["what_if"]["controller"]["requests_limited"], 0);
 }
 
 #[test]
