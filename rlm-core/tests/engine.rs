@@ -2533,3 +2533,67 @@ fn abort_idle_is_counted_deferred_where_not_carried_out() {
     assert_eq!((rc.fired, rc.deferred), (1, 1));
     assert_eq!((r.engine.stats().aborts_deferred, r.engine.stats().idle_aborted), (1, 0));
 }
+
+/// Where REJECT is carried out the SLA controller admits a shed class's pageviews instead of
+/// dropping SYNs: every SYN passes; a SYN that opens a pageview without a token has its
+/// connection's first request answered 503 (no retransmission 3 s later); the second connection
+/// of an admitted page passes whole.
+#[test]
+fn the_sla_controller_turns_pageviews_away_at_their_first_request_where_reject_is_carried_out() {
+    let mut r = Run::with(Config { reject: true, ..Config::default() });
+    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC == 10.5.*.*\nSLA HIGH RT.P95 < 2s\nSHED LOW\n")));
+    let mut hung = Vec::new();
+    let (mut syns_dropped, mut served, mut turned) = (0, 0, 0);
+    let mut admitted: Option<(bool, bool)> = None;
+    for step in 0..400u64 {
+        let t = step * 25;
+        // HIGH pages every 200 ms; hung until 5 s (the target missed), then answered at once.
+        if step % 8 == 0 {
+            let mut c = TcpConv::new(&format!("10.4.0.{}:{}", 1 + (step / 8) % 200, 30_000 + step), "10.9.0.1:80");
+            handshake(&mut r, &mut c, t);
+            r.feed(t + 20, c.client_data(&get("/", "")));
+            if t < 5_000 {
+                hung.push(c);
+            } else {
+                r.feed_all(t + 21, c.server_data(&gif_response(100)));
+            }
+        }
+        if t == 5_000 {
+            for mut c in hung.drain(..) {
+                r.feed_all(t, c.server_data(&gif_response(100)));
+            }
+        }
+        // A new LOW visitor every 25 ms (40 pageviews a second).
+        let ip = format!("10.5.{}.{}", step / 200, 1 + step % 200);
+        let mut c = TcpConv::new(&format!("{ip}:40000"), "10.9.0.1:80");
+        r.feed(t, c.syn());
+        syns_dropped += u32::from(r.verdict == Some(rlm_core::Verdict::Drop));
+        r.feed(t, c.synack());
+        r.feed(t + 1, c.ack());
+        r.feed(t + 2, c.client_data(&get("/", "")));
+        if r.verdict == Some(rlm_core::Verdict::Drop) {
+            turned += 1;
+        } else {
+            served += 1;
+            r.feed_all(t + 3, c.server_data(&gif_response(100)));
+            if t >= 7_000 && admitted.is_none() {
+                // The page's second connection, for an image: its SYN and its request pass.
+                let mut second = TcpConv::new(&format!("{ip}:40001"), "10.9.0.1:80");
+                r.feed(t + 4, second.syn());
+                let syn_passed = r.verdict == Some(rlm_core::Verdict::Accept);
+                r.feed(t + 4, second.synack());
+                r.feed(t + 5, second.ack());
+                r.feed(t + 6, second.client_data(&get("/img/1.gif", "")));
+                admitted = Some((syn_passed, r.verdict == Some(rlm_core::Verdict::Accept)));
+                r.feed_all(t + 7, second.server_data(&gif_response(100)));
+            }
+        }
+        while r.engine.poll_transmit().is_some() {}
+    }
+    let state = r.engine.policy().unwrap().controller().unwrap().state();
+    println!("served {served} turned away {turned}; {state:?}");
+    assert_eq!(syns_dropped, 0, "no SYN dropped where the requests are answered");
+    assert!(state.pageviews_turned_away > 0 && turned > 20, "pageviews turned away at their first request: {turned} {state:?}");
+    assert!(served > 20, "and others admitted: {served}");
+    assert_eq!(admitted, Some((true, true)), "an admitted page's second connection and its image pass");
+}

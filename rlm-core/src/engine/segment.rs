@@ -552,7 +552,7 @@ impl Engine {
         let never_established = !c.was_established();
         self.syn.forget(id);
         self.abort_idle.remove(&id);
-        if let Some(p) = self.policy.as_mut().filter(|p| p.times_requests()) {
+        if let Some(p) = self.policy.as_mut().filter(|p| p.controller().is_some()) {
             p.conn_closed((SocketAddr::from(c.client), SocketAddr::from(c.server)));
         }
         c.close(now, reason == CloseReason::Shutdown, &mut evs);

@@ -36,6 +36,11 @@
 //! per hold), so the loop spends most of its time just under the target, and the dead band
 //! keeps it from chattering there.
 //!
+//! Where the engine answers requests in the server's stead, a shed class's limit admits
+//! pageviews, not SYNs: a SYN that opens a pageview takes a token or passes marked, and its
+//! connection's first request is answered 503 ([`Controller::turn_away`]); a dropped SYN would
+//! come back 3 s later as a page that can no longer meet any target, at the same cost to the farm.
+//!
 //! While a target is missed, the requests of the pages of a class being shed are answered in the
 //! server's stead (503, as `LIMIT REQUESTS` answers, where `REJECT` is carried out): shedding SYNs
 //! does nothing to the pages admitted before the limit, whose images keep the farm busy.
@@ -261,6 +266,8 @@ pub struct ControllerState {
     pub requests_shed: u64,
     /// Requests of a group answered in the server's stead by its admission.
     pub requests_limited: u64,
+    /// Pageviews of shed classes turned away at their SYN (their first request answered).
+    pub pageviews_turned_away: u64,
     /// Decreases made so far.
     pub decreases: u64,
     /// Increases made so far.
@@ -304,6 +311,10 @@ pub struct Controller {
     group_classes: Option<Vec<ClassId>>,
     outstanding: Outstanding,
     outstanding_n: usize,
+    /// Connections whose pageview was turned away at its SYN: their first request is answered
+    /// in the server's stead.
+    turned_away: ahash::AHashSet<(SocketAddr, SocketAddr)>,
+    pageviews_turned_away: u64,
     next_step: Option<Timestamp>,
     /// The first step: arrival rates are counted from it.
     started: Option<Timestamp>,
@@ -353,6 +364,8 @@ impl Controller {
             group_classes: (!shed.is_empty()).then(|| shed.to_vec()),
             outstanding: AHashMap::new(),
             outstanding_n: 0,
+            turned_away: ahash::AHashSet::new(),
+            pageviews_turned_away: 0,
             next_step: None,
             started: None,
             last_decrease: None,
@@ -394,6 +407,20 @@ impl Controller {
     pub fn admit_syn(&mut self, now: Timestamp, class: ClassId, police: bool) -> bool {
         let Some(s) = self.stages.iter_mut().find(|s| s.class == class) else { return true };
         s.admitted.admit(now, police)
+    }
+
+    /// The pageview opened by the connection of `conn` is turned away (its SYN found no token
+    /// where requests are answered in the server's stead): its first request will be.
+    pub fn turn_away(&mut self, conn: (SocketAddr, SocketAddr)) {
+        if self.turned_away.len() < OUTSTANDING_CAP {
+            self.turned_away.insert(conn);
+            self.pageviews_turned_away += 1;
+        }
+    }
+
+    /// Whether the connection's pageview was turned away at its SYN (then no longer).
+    pub fn take_turned_away(&mut self, conn: (SocketAddr, SocketAddr)) -> bool {
+        !self.turned_away.is_empty() && self.turned_away.remove(&conn)
     }
 
     /// Whether a request of `class` is to be answered in the server's stead: while a target is
@@ -445,6 +472,7 @@ impl Controller {
 
     /// A connection closed: its requests under way will not be answered.
     pub fn conn_closed(&mut self, conn: (SocketAddr, SocketAddr)) {
+        self.take_turned_away(conn);
         if let Some(reqs) = self.outstanding.remove(&conn) {
             self.outstanding_n -= reqs.len();
         }
@@ -560,6 +588,7 @@ impl Controller {
                 .collect(),
             requests_shed: self.requests_shed,
             requests_limited: self.requests_limited,
+            pageviews_turned_away: self.pageviews_turned_away,
             decreases: self.decreases,
             increases: self.increases,
         }

@@ -119,7 +119,8 @@ impl Policy {
         // The SLA controller: a shed class's requests while a target is missed, a group's beyond
         // its admitted rate; what goes on to the server is timed for its group's target.
         if let Some(ctl) = self.controller.as_mut() {
-            if answer.is_none() && (ctl.shed_request(class) || !ctl.admit_request(now, class, group)) {
+            let turned_away = ctl.take_turned_away((client, server));
+            if answer.is_none() && (turned_away || ctl.shed_request(class) || !ctl.admit_request(now, class, group)) {
                 n += 1;
                 if self.reject_carried_out {
                     answer = Some((LIMIT_STATUS, Some(LIMIT_RETRY_AFTER)));
@@ -132,8 +133,8 @@ impl Policy {
         RequestVerdict { fired: n, answer, abort_idle }
     }
 
-    /// Whether the engine is to tell [`Policy::response_head`] and [`Policy::conn_closed`]: the
-    /// SLA controller times a group's requests.
+    /// Whether the engine is to tell [`Policy::response_head`]: the SLA controller times a
+    /// group's requests.
     pub fn times_requests(&self) -> bool {
         self.controller.as_ref().is_some_and(Controller::has_groups)
     }

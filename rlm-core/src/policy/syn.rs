@@ -211,9 +211,19 @@ impl Policy {
             }
         }
         self.firings = firings;
-        // The SLA controller's limit on a shed class, for a SYN the rules let pass.
+        // The SLA controller's limit on a shed class, for a SYN the rules let pass. Where REJECT
+        // is carried out it admits pageviews: a SYN that opens one takes a token, or passes and
+        // its connection's first request is answered 503 (a dropped SYN comes back 3 s later, a
+        // page that can no longer meet any target and costs the farm as much); the other SYNs
+        // of an admitted page pass. Elsewhere the SYN over the rate is dropped.
         if let (true, None, Some(ctl)) = (count, decided, self.controller.as_mut()) {
-            if !ctl.admit_syn(now, class, outcome.decision == SynDecision::Pass) {
+            let pass = outcome.decision == SynDecision::Pass;
+            if self.reject_carried_out {
+                let opens = pageview_rt.is_some_and(|rt| rt.is_zero());
+                if opens && !ctl.admit_syn(now, class, pass) {
+                    ctl.turn_away((client, server));
+                }
+            } else if !ctl.admit_syn(now, class, pass) {
                 outcome.decision = SynDecision::Drop { rule: self.controller_rule(), limited: true };
             }
         }

@@ -1000,7 +1000,7 @@ impl Loop {
             .collect();
         let state = serde_json::json!({
             "targets": targets, "shed": stages, "groups": groups, "requests_shed": st.requests_shed,
-            "requests_limited": st.requests_limited, "decreases": st.decreases, "increases": st.increases,
+            "requests_limited": st.requests_limited, "pageviews_turned_away": st.pageviews_turned_away, "decreases": st.decreases, "increases": st.increases,
         });
         // Each second the controller changed a rate, what it measured and set, in the log.
         if (st.decreases, st.increases) != self.controller_logged {
