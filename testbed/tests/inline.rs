@@ -1383,6 +1383,11 @@ fn tshark_select(file: &std::path::Path, filter: &str) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
 }
 
+/// What tshark's analysis calls a TCP error at an end: a reset, a retransmission, a segment lost
+/// or out of order.
+const TCP_ERRORS: &str = "tcp.flags.reset == 1 || tcp.analysis.retransmission || tcp.analysis.fast_retransmission || \
+                          tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment || tcp.analysis.out_of_order";
+
 /// REJECT inline (issue 26): requests to /busy get rlm's 503 (Retry-After, Connection: close)
 /// and never reach the farm. curl reads it whole; headless Chromium shows the 503 page, and a
 /// page whose script fetches a /busy resource and then another gets 503 then 200 in the same
@@ -1461,9 +1466,7 @@ fn reject_answers_curl_and_chromium_and_neither_side_sees_a_tcp_error() {
     assert!(served.iter().all(|t| !t.starts_with("/busy")), "no /busy request reached the farm: {served:?}");
     assert!(served.iter().any(|t| t == "/ok.txt"), "{served:?}");
 
-    let errors = "tcp.flags.reset == 1 || tcp.analysis.retransmission || tcp.analysis.fast_retransmission || \
-                  tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment || tcp.analysis.out_of_order";
-    let at_client = tshark_select(&client_pcap, errors);
+    let at_client = tshark_select(&client_pcap, TCP_ERRORS);
     assert!(at_client.is_empty(), "TCP errors at the client: {at_client:?}");
     let answers = tshark_select(&client_pcap, "http.response.code == 503");
     assert_eq!(answers.len() as u64, rejected, "{answers:?}");
@@ -1613,9 +1616,7 @@ fn abort_idle_closes_idle_connections_cleanly_for_curl_chromium_and_the_server()
     let aborted = status["stats"]["idle_aborted"].as_u64().unwrap();
     assert!(aborted >= 2, "the cartless client's and Chromium's idle connections: {aborted}");
 
-    let errors = "tcp.flags.reset == 1 || tcp.analysis.retransmission || tcp.analysis.fast_retransmission || \
-                  tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment || tcp.analysis.out_of_order";
-    let at_client = tshark_select(&client_pcap, errors);
+    let at_client = tshark_select(&client_pcap, TCP_ERRORS);
     assert!(at_client.is_empty(), "TCP errors at the client: {at_client:?}");
     let resets = tshark_select(&server_pcap, "tcp.flags.reset == 1");
     assert_eq!(resets.len() as u64, aborted, "one RST per abort: {resets:?}");
