@@ -2537,7 +2537,7 @@ fn abort_idle_is_counted_deferred_where_not_carried_out() {
 /// Where REJECT is carried out the SLA controller admits a shed class's pageviews instead of
 /// dropping SYNs: every SYN passes; a SYN that opens a pageview without a token has its
 /// connection's first request answered 503 (no retransmission 3 s later); the second connection
-/// of an admitted page passes whole.
+/// of an admitted page passes whole. To HTTPS's port the SYNs are dropped as before.
 #[test]
 fn the_sla_controller_turns_pageviews_away_at_their_first_request_where_reject_is_carried_out() {
     let mut r = Run::with(Config { reject: true, ..Config::default() });
@@ -2596,4 +2596,14 @@ fn the_sla_controller_turns_pageviews_away_at_their_first_request_where_reject_i
     assert!(state.pageviews_turned_away > 0 && turned > 20, "pageviews turned away at their first request: {turned} {state:?}");
     assert!(served > 20, "and others admitted: {served}");
     assert_eq!(admitted, Some((true, true)), "an admitted page's second connection and its image pass");
+    // To HTTPS's port, whose requests are encrypted, the SYNs over the limit are dropped.
+    assert!(state.stages[0].1.is_some(), "LOW still limited: {state:?}");
+    let dropped = (0..10u64)
+        .filter(|i| {
+            let c = TcpConv::new(&format!("10.5.9.{}:40000", 1 + i), "10.9.0.1:443");
+            r.feed(10_000, c.syn());
+            r.verdict == Some(rlm_core::Verdict::Drop)
+        })
+        .count();
+    assert!(dropped >= 5, "HTTPS SYNs over the limit dropped: {dropped}");
 }

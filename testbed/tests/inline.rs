@@ -1515,7 +1515,7 @@ fn abort_idle_closes_idle_connections_cleanly_for_curl_chromium_and_the_server()
         panic!("chromium is missing (make deps installs it)");
     }
     let (plan, _guard, info) = {
-        let plan = Plan { prefix: format!("rlmk{}", std::process::id()), high_clients: 1, low_clients: 1, ..Plan::default() };
+        let plan = Plan { prefix: format!("rlmx{}", std::process::id()), high_clients: 1, low_clients: 1, ..Plan::default() };
         let guard = testbed::topology::DownOnDrop(plan.clone());
         let info = plan.up().expect("up");
         (plan, guard, info)

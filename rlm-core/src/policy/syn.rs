@@ -215,10 +215,11 @@ impl Policy {
         // is carried out it admits pageviews: a SYN that opens one takes a token, or passes and
         // its connection's first request is answered 503 (a dropped SYN comes back 3 s later, a
         // page that can no longer meet any target and costs the farm as much); the other SYNs
-        // of an admitted page pass. Elsewhere the SYN over the rate is dropped.
+        // of an admitted page pass. Elsewhere, and to HTTPS's ports (whose requests are
+        // encrypted), the SYN over the rate is dropped.
         if let (true, None, Some(ctl)) = (count, decided, self.controller.as_mut()) {
             let pass = outcome.decision == SynDecision::Pass;
-            if self.reject_carried_out {
+            if self.reject_carried_out && !rules::TLS_PORTS.contains(&server.port()) {
                 let opens = pageview_rt.is_some_and(|rt| rt.is_zero());
                 if opens && !ctl.admit_syn(now, class, pass) {
                     ctl.turn_away((client, server));
