@@ -40,6 +40,7 @@
 //! pageviews, not SYNs: a SYN that opens a pageview takes a token or passes marked, and its
 //! connection's first request is answered 503 ([`Controller::turn_away`]); a dropped SYN would
 //! come back 3 s later as a page that can no longer meet any target, at the same cost to the farm.
+//! (To HTTPS's ports, whose requests are encrypted, the SYNs over the limit are dropped.)
 //!
 //! While a target is missed, the requests of the pages of a class being shed are answered in the
 //! server's stead (503, as `LIMIT REQUESTS` answers, where `REJECT` is carried out): shedding SYNs
