@@ -428,7 +428,7 @@ mod tests {
 /// length (what the server's sequence space moves by, before its FIN).
 pub fn reject_frames(links: &LinkAddrs, seg: &Segment<'_>, status: u16, retry_after: Option<Duration>) -> Option<(Box<[u8]>, Box<[u8]>, u32)> {
     let (client, server) = (seg.src, seg.dst);
-    let (cm, sm) = links.macs(client.ip, server.ip)?;
+    let macs = links.macs(client.ip, server.ip)?;
     let reason = match status {
         429 => "Too Many Requests",
         503 => "Service Unavailable",
@@ -441,14 +441,9 @@ pub fn reject_frames(links: &LinkAddrs, seg: &Segment<'_>, status: u16, retry_af
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/html\r\nContent-Length: {}\r\n{retry}Connection: close\r\nCache-Control: no-store\r\n\r\n{body}",
         body.len()
     );
-    let rst = ip_builder(cm, sm, client.ip, server.ip)?.tcp(client.port, server.port, seg.seq, 0).rst().ack(seg.ack);
-    let mut to_server = Vec::with_capacity(rst.size(0));
-    rst.write(&mut to_server, &[]).ok()?;
     let end = seg.seq.wrapping_add(seg.payload_len);
-    let resp = ip_builder(sm, cm, server.ip, client.ip)?.tcp(server.port, client.port, seg.ack, 65_535).ack(end).psh().fin();
-    let mut to_client = Vec::with_capacity(resp.size(answer.len()));
-    resp.write(&mut to_client, answer.as_bytes()).ok()?;
-    Some((to_server.into_boxed_slice(), to_client.into_boxed_slice(), answer.len() as u32))
+    let (to_server, to_client) = reset_and_close(macs, (client, server), (seg.seq, seg.ack, end), answer.as_bytes())?;
+    Some((to_server, to_client, answer.len() as u32))
 }
 
 /// `ABORT IDLE`'s frames for the idle connection of `client` and `server` whose streams' next
@@ -456,14 +451,27 @@ pub fn reject_frames(links: &LinkAddrs, seg: &Segment<'_>, status: u16, retry_af
 /// server as from the client, and a FIN to the client as from the server (a server closing an
 /// idle keep-alive connection).
 pub fn abort_frames(links: &LinkAddrs, (client, server): (Endpoint, Endpoint), to_server: u32, to_client: u32) -> Option<(Box<[u8]>, Box<[u8]>)> {
-    let (cm, sm) = links.macs(client.ip, server.ip)?;
-    let rst = ip_builder(cm, sm, client.ip, server.ip)?.tcp(client.port, server.port, to_server, 0).rst().ack(to_client);
-    let mut a = Vec::with_capacity(rst.size(0));
-    rst.write(&mut a, &[]).ok()?;
-    let fin = ip_builder(sm, cm, server.ip, client.ip)?.tcp(server.port, client.port, to_client, 65_535).ack(to_server).fin();
-    let mut b = Vec::with_capacity(fin.size(0));
-    fin.write(&mut b, &[]).ok()?;
-    Some((a.into_boxed_slice(), b.into_boxed_slice()))
+    reset_and_close(links.macs(client.ip, server.ip)?, (client, server), (to_server, to_client, to_server), &[])
+}
+
+/// The appliance ends a connection for both ends (REJECT, ABORT IDLE): an RST to the server as
+/// from the client, at `rst_seq` acknowledging `server_seq`; and to the client, as from the
+/// server at `server_seq`, `answer` (pushed, when there is one) and a FIN, acknowledging
+/// `client_ack`. `macs`: the client's and the server's link addresses.
+fn reset_and_close(
+    (cm, sm): (Mac, Mac),
+    (client, server): (Endpoint, Endpoint),
+    (rst_seq, server_seq, client_ack): (u32, u32, u32),
+    answer: &[u8],
+) -> Option<(Box<[u8]>, Box<[u8]>)> {
+    let rst = ip_builder(cm, sm, client.ip, server.ip)?.tcp(client.port, server.port, rst_seq, 0).rst().ack(server_seq);
+    let mut to_server = Vec::with_capacity(rst.size(0));
+    rst.write(&mut to_server, &[]).ok()?;
+    let fin = ip_builder(sm, cm, server.ip, client.ip)?.tcp(server.port, client.port, server_seq, 65_535).ack(client_ack);
+    let fin = if answer.is_empty() { fin.fin() } else { fin.psh().fin() };
+    let mut to_client = Vec::with_capacity(fin.size(answer.len()));
+    fin.write(&mut to_client, answer).ok()?;
+    Some((to_server.into_boxed_slice(), to_client.into_boxed_slice()))
 }
 
 /// An Ethernet frame's builder from `src_mac` to `dst_mac`, IPv4 or IPv6 from `from` to `to`

@@ -555,21 +555,18 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
     engine.set_rules(opts.rules);
     // The SLA controller acts as a rule of its own (its drops carry `FILE:SLA`).
     if let (Some(w), Some(p)) = (what_if.as_mut(), engine.policy().filter(|p| p.controller().is_some())) {
-        let rs = p.rules();
-        let mut parts: Vec<String> = rs
-            .slas()
+        // Its SLA and SHED statements, as the file's printed back.
+        let parts: Vec<String> = p
+            .rules()
+            .ast()
+            .items
             .iter()
-            .map(|s| {
-                let scope = match s.scope {
-                    rules::SlaScope::Class(c) => rs.class_name(c).to_string(),
-                    rules::SlaScope::Group(g) => format!("GROUP {}", rs.group_name(g)),
-                };
-                format!("SLA {scope} RT.{} < {}", s.stat, rules::fmt_duration(s.limit))
+            .filter_map(|item| match item {
+                rules::ast::Item::Sla(s) => Some(s.to_string()),
+                rules::ast::Item::Shed(s) => Some(s.to_string()),
+                _ => None,
             })
             .collect();
-        if !rs.shed_order().is_empty() {
-            parts.push(format!("SHED {}", rs.shed_order().iter().map(|&c| rs.class_name(c)).collect::<Vec<_>>().join(", ")));
-        }
         w.rules.push(RuleReport {
             rule: p.rule_label(p.controller_rule()).to_string(),
             text: format!("the SLA controller ({})", parts.join("; ")),

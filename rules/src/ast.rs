@@ -305,20 +305,30 @@ impl fmt::Display for File {
                 Item::Class(c) => writeln!(f, "{c}")?,
                 Item::Rule(r) => writeln!(f, "{r}")?,
                 Item::Group(g) => writeln!(f, "GROUP {} IF {}", g.name.name, g.cond)?,
-                Item::Sla(s) => {
-                    match &s.target {
-                        SlaTarget::Class(c) => write!(f, "SLA {} RT", c.name)?,
-                        SlaTarget::Group(g) => write!(f, "SLA GROUP {} RT", g.name)?,
-                    }
-                    if s.stat != Stat::Mean {
-                        write!(f, ".{}", s.stat)?;
-                    }
-                    writeln!(f, " < {}", fmt_duration(s.limit))?
-                }
-                Item::Shed(s) => writeln!(f, "SHED {}", s.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "))?,
+                Item::Sla(s) => writeln!(f, "{s}")?,
+                Item::Shed(s) => writeln!(f, "{s}")?,
             }
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for SlaDecl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.target {
+            SlaTarget::Class(c) => write!(f, "SLA {} RT", c.name)?,
+            SlaTarget::Group(g) => write!(f, "SLA GROUP {} RT", g.name)?,
+        }
+        if self.stat != Stat::Mean {
+            write!(f, ".{}", self.stat)?;
+        }
+        write!(f, " < {}", fmt_duration(self.limit))
+    }
+}
+
+impl fmt::Display for ShedDecl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SHED {}", self.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "))
     }
 }
 

@@ -221,35 +221,31 @@ pub fn summary(rules: &RuleSet) -> String {
         let shed: Vec<&str> = rules.shed_order().iter().map(|&c| rules.class_name(c)).collect();
         s.push_str(&format!("\n  shed to hold the class targets: {} (first shed first)", shed.join(", then ")));
     }
+    let line = |id: RuleId| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}"));
+    // The lines of the rules with an action of these kinds.
+    let lines_with = |kind: fn(&ast::ActionKind) -> bool| -> Vec<String> {
+        (0..rules.rule_count() as u32)
+            .map(RuleId)
+            .filter(|&id| rules.rule(id).is_some_and(|r| r.actions.iter().any(|a| kind(&a.kind))))
+            .map(line)
+            .collect()
+    };
     for node in Node::ALL {
-        let ids: Vec<String> =
-            rules.rules_at(node).map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}"))).collect();
+        let ids: Vec<String> = rules.rules_at(node).map(line).collect();
         if !ids.is_empty() {
             s.push_str(&format!("\n  at the {} node: {}", node.name(), ids.join(", ")));
         }
     }
     for id in rules.content_rules_on_tls_only() {
-        let line = rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| l.to_string());
         s.push_str(&format!(
-            "\n  not applicable: tls: line {line} edits content on connections to HTTPS's ports only ({}): their responses are encrypted, \
+            "\n  not applicable: tls: {} edits content on connections to HTTPS's ports only ({}): their responses are encrypted, \
              so rlm leaves them whole and counts them (stats.adapt_not_applicable_tls)",
+            line(id),
             eval::TLS_PORTS.map(|p| p.to_string()).join(", ")
         ));
     }
-    let rejects: Vec<String> = (0..rules.rule_count() as u32)
-        .map(RuleId)
-        .filter(|&id| {
-            rules
-                .rule(id)
-                .is_some_and(|r| r.actions.iter().any(|a| matches!(a.kind, ast::ActionKind::Reject { .. } | ast::ActionKind::LimitRequests { .. })))
-        })
-        .map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}")))
-        .collect();
-    let aborts: Vec<String> = (0..rules.rule_count() as u32)
-        .map(RuleId)
-        .filter(|&id| rules.rule(id).is_some_and(|r| r.actions.iter().any(|a| matches!(a.kind, ast::ActionKind::AbortIdle { .. }))))
-        .map(|id| rules.rule_position(id).map_or_else(|| "?".to_string(), |(l, _)| format!("line {l}")))
-        .collect();
+    let rejects = lines_with(|k| matches!(k, ast::ActionKind::Reject { .. } | ast::ActionKind::LimitRequests { .. }));
+    let aborts = lines_with(|k| matches!(k, ast::ActionKind::AbortIdle { .. }));
     if !aborts.is_empty() {
         s.push_str(&format!(
             "\n  ABORT IDLE ({}): rlm closes a plain HTTP keep-alive connection idle after the response to a request the rule fired at (a FIN to the client, \

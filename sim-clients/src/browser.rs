@@ -247,9 +247,10 @@ async fn connect(src: IpAddr, server: SocketAddr, profile: TcpProfile, tls: Opti
     Ok((conn, retrans))
 }
 
-/// One GET on an open connection: its body when its last byte has arrived, or the status of an answer that is not a success
-/// (a 503 from an overloaded site is an answer, not a broken connection: a browser shows it and
-/// does not ask again); an error when the connection failed under it.
+/// One GET on an open connection: its body when its last byte has arrived, or the status of an
+/// answer that is not a success (a 503 from an overloaded site is an answer, not a broken
+/// connection: a browser shows it and does not ask again); an error when the connection failed
+/// under it.
 async fn fetch(c: &mut Conn, who: &Asker, path: &str) -> Result<Result<Bytes, hyper::StatusCode>> {
     let host = &who.host;
     let with_cookie = |b: hyper::http::request::Builder| match &who.cookie {

@@ -255,7 +255,9 @@ pub struct Engine {
     /// Connections whose last request an `ABORT IDLE` fired at: how long they may be idle after
     /// its response, and the rule.
     abort_idle: ahash::AHashMap<ConnId, (std::time::Duration, rules::RuleId)>,
-    /// `REJECT` is in the rules and carried out: the link addresses of the ends are learnt.
+    /// `REJECT` (or what answers or closes in the server's stead: `LIMIT REQUESTS`, the SLA
+    /// controller, `ABORT IDLE`) is in the rules and carried out: the link addresses of the ends
+    /// are learnt.
     rejecting: bool,
     policy: Option<Policy>,
     fastpath: Option<Fastpath>,

@@ -517,14 +517,15 @@ impl Engine {
             self.stats.aborts_deferred += 1;
             return;
         }
-        let frames = seqs.and_then(|(to_server, to_client)| crate::actions::abort_frames(&self.syn.links, (client, server), to_server, to_client));
-        let Some((rst, fin)) = frames else {
+        let frames = seqs.and_then(|(to_server, to_client)| {
+            crate::actions::abort_frames(&self.syn.links, (client, server), to_server, to_client).map(|f| (f, to_client))
+        });
+        let Some(((rst, fin), to_client)) = frames else {
             self.stats.rejects_no_link_address += 1;
             return;
         };
         self.transmits.push_back(super::Transmit { port: Port::Server, frame: rst });
         self.transmits.push_back(super::Transmit { port: Port::Client, frame: fin });
-        let (_, to_client) = seqs.expect("frames were built");
         self.rejected.insert(id, to_client.wrapping_add(1));
         self.stats.idle_aborted += 1;
         if let Some(fp) = self.fastpath.as_mut() {

@@ -226,11 +226,22 @@ impl Admitted {
     }
 }
 
-/// Whether a missed target waits at `now` for a decrease: within [`HOLD`] of the last one
-/// (`last`), or while the measurement over its limit (`worst`) is falling from the last look's
-/// (`prev`).
-fn held_back(last: Option<Timestamp>, prev: f64, now: Timestamp, worst: f64) -> bool {
-    last.is_some_and(|d| now.saturating_since(d) < HOLD) || worst < IMPROVING * prev
+/// The pace of a loop's decreases: when it last decreased, and its last look's measurement over
+/// the limit.
+#[derive(Debug, Default)]
+struct Pace {
+    last_decrease: Option<Timestamp>,
+    prev: f64,
+}
+
+impl Pace {
+    /// A look at `now` found the measurement at `ratio` times its limit: whether a decrease may be
+    /// made (the target missed, not within [`HOLD`] of the last decrease, and the measurement not
+    /// falling from the last look's).
+    fn may_decrease(&mut self, now: Timestamp, ratio: f64) -> bool {
+        let prev = std::mem::replace(&mut self.prev, ratio);
+        ratio > 1.0 && !self.last_decrease.is_some_and(|d| now.saturating_since(d) < HOLD) && ratio >= IMPROVING * prev
+    }
 }
 
 /// One class in `SHED`, and what the controller admits of its SYNs.
@@ -248,9 +259,7 @@ struct GroupLoop {
     group: GroupId,
     target: Target,
     admitted: Admitted,
-    last_decrease: Option<Timestamp>,
-    /// The last look's measurement over the limit.
-    prev_ratio: f64,
+    pace: Pace,
 }
 
 /// What the controller is doing, for status and metrics.
@@ -298,8 +307,8 @@ type Outstanding = AHashMap<(SocketAddr, SocketAddr), Vec<(u32, Timestamp, Group
 
 /// A request unanswered this long is forgotten (its connection's close was missed).
 const OUTSTANDING_MAX: Duration = Duration::from_secs(60);
-/// At most this many requests under way are tracked.
-const OUTSTANDING_CAP: usize = 100_000;
+/// At most this many requests under way, and as many connections turned away, are tracked.
+const TRACKED_CAP: usize = 100_000;
 
 /// The SLA controller of a rule set: class targets with `SHED`, and group targets.
 #[derive(Debug)]
@@ -319,10 +328,8 @@ pub struct Controller {
     next_step: Option<Timestamp>,
     /// The first step: arrival rates are counted from it.
     started: Option<Timestamp>,
-    /// The last decrease of a stage.
-    last_decrease: Option<Timestamp>,
-    /// The last look's worst class measurement over its limit.
-    prev_worst: f64,
+    /// The pace of the stages' decreases (over the worst class measurement).
+    pace: Pace,
     decreases: u64,
     increases: u64,
     /// The last look found a class target missed.
@@ -345,13 +352,9 @@ impl Controller {
             match s.scope {
                 SlaScope::Class(class) if !shed.is_empty() => targets.push((class, Target::new(s.stat, s.limit))),
                 SlaScope::Class(_) => {}
-                SlaScope::Group(group) => groups.push(GroupLoop {
-                    group,
-                    target: Target::new(s.stat, s.limit),
-                    admitted: Admitted::new(),
-                    last_decrease: None,
-                    prev_ratio: 0.0,
-                }),
+                SlaScope::Group(group) => {
+                    groups.push(GroupLoop { group, target: Target::new(s.stat, s.limit), admitted: Admitted::new(), pace: Pace::default() })
+                }
             }
         }
         if targets.is_empty() && groups.is_empty() {
@@ -369,8 +372,7 @@ impl Controller {
             pageviews_turned_away: 0,
             next_step: None,
             started: None,
-            last_decrease: None,
-            prev_worst: 0.0,
+            pace: Pace::default(),
             decreases: 0,
             increases: 0,
             missing: false,
@@ -378,11 +380,6 @@ impl Controller {
             requests_limited: 0,
             generation: 0,
         })
-    }
-
-    /// Whether `class` is one the controller may shed at the SYN.
-    pub fn sheds(&self, class: ClassId) -> bool {
-        self.stages.iter().any(|s| s.class == class)
     }
 
     /// Whether the controller acts at the SYN (it has class targets and `SHED`).
@@ -413,7 +410,7 @@ impl Controller {
     /// The pageview opened by the connection of `conn` is turned away (its SYN found no token
     /// where requests are answered in the server's stead): its first request will be.
     pub fn turn_away(&mut self, conn: (SocketAddr, SocketAddr)) {
-        if self.turned_away.len() < OUTSTANDING_CAP {
+        if self.turned_away.len() < TRACKED_CAP {
             self.turned_away.insert(conn);
             self.pageviews_turned_away += 1;
         }
@@ -449,7 +446,7 @@ impl Controller {
     /// A request of `group` went on to the server: its server time is measured from `now`.
     pub fn request_sent(&mut self, now: Timestamp, (client, server): (SocketAddr, SocketAddr), depth: u32, group: Option<GroupId>) {
         let Some(group) = group.filter(|g| self.groups.iter().any(|l| l.group == *g)) else { return };
-        if self.outstanding_n >= OUTSTANDING_CAP {
+        if self.outstanding_n >= TRACKED_CAP {
             return;
         }
         self.outstanding.entry((client, server)).or_default().push((depth, now, group));
@@ -507,9 +504,9 @@ impl Controller {
         self.missing = missed;
         self.step_groups(now);
         let worst = worst_ratio(self.targets.iter().map(|(_, t)| t));
-        let prev = std::mem::replace(&mut self.prev_worst, worst);
+        let may_decrease = self.pace.may_decrease(now, worst);
         if missed {
-            if !held_back(self.last_decrease, prev, now, worst) {
+            if may_decrease {
                 self.decrease(now, worst);
             }
         } else if headroom {
@@ -528,12 +525,12 @@ impl Controller {
         for l in &mut self.groups {
             let open = self.outstanding.values().flatten().filter(|r| r.2 == l.group).map(|r| now.saturating_since(r.1).as_secs_f64());
             let ratio = l.target.measure(now, open).map_or(0.0, |m| m / l.target.limit);
-            let prev = std::mem::replace(&mut l.prev_ratio, ratio);
+            let may_decrease = l.pace.may_decrease(now, ratio);
             if ratio > 1.0 {
                 let at_min = l.admitted.rate.is_some() && !l.admitted.above_min();
-                if !at_min && !held_back(l.last_decrease, prev, now, ratio) {
+                if may_decrease && !at_min {
                     l.admitted.decrease(now, ratio);
-                    l.last_decrease = Some(now);
+                    l.pace.last_decrease = Some(now);
                     self.decreases += 1;
                 }
             } else if ratio < HEADROOM && l.admitted.rate.is_some() {
@@ -557,7 +554,7 @@ impl Controller {
         if self.stages[i].admitted.decrease(now, worst) {
             self.generation += 1;
         }
-        self.last_decrease = Some(now);
+        self.pace.last_decrease = Some(now);
         self.decreases += 1;
     }
 

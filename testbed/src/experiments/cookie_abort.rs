@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 
 use super::{arm, arm_in, num, rlm_clean, run_arms, with_rlm, Checks, Experiment, Results, CLASS_RULES};
 use crate::arm::{read_truth, ArmResult, ArmSpec};
+use crate::stats::percentile_sorted;
 
 /// The farm's keep-alive time (Apache's default).
 pub const KEEPALIVE_S: f64 = 15.0;
@@ -78,7 +79,7 @@ impl Experiment for CookieAbort {
                 let mut rts: Vec<f64> = steady.iter().filter(|p| class == "ALL" || p.class == class).map(|p| p.rt_s).collect();
                 rts.sort_by(f64::total_cmp);
                 let n = rts.len();
-                let p95 = (n > 0).then(|| rts[((0.95 * n as f64).ceil() as usize).clamp(1, n) - 1]);
+                let p95 = (n > 0).then(|| percentile_sorted(&rts, 95.0));
                 let retrans = steady.iter().filter(|p| (class == "ALL" || p.class == class) && p.syn_retransmissions > 0).count();
                 by_class.insert(
                     class.into(),

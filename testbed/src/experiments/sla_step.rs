@@ -16,6 +16,7 @@ use sim_clients::browser::{Arrivals, GroundTruth};
 
 use super::{arm, arm_in, num, rlm_clean, run_arms, with_rlm, Checks, Experiment, Results, CLASS_RULES};
 use crate::arm::{read_truth, ArmResult, ArmSpec};
+use crate::stats::percentile_sorted;
 
 /// HIGH's target: its 95th percentile under 2 s.
 pub const TARGET_S: f64 = 2.0;
@@ -159,7 +160,7 @@ pub fn windows(pvs: &[GroundTruth], duration_s: f64, target_s: f64) -> Value {
         .map(|w| {
             let mut h = std::mem::take(&mut high[w]);
             h.sort_by(f64::total_cmp);
-            let p95 = (!h.is_empty()).then(|| h[((0.95 * h.len() as f64).ceil() as usize).clamp(1, h.len()) - 1]);
+            let p95 = (!h.is_empty()).then(|| percentile_sorted(&h, 95.0));
             json!({
                 "t_s": w,
                 "high_n": h.len(),

@@ -20,6 +20,7 @@ use super::{arm, arm_in, num, rlm_clean, run_arms, with_rlm, Checks, Experiment,
 use crate::arm::{read_truth, ArmResult, ArmSpec};
 use crate::farm::site::PageType;
 use crate::runner::tpcw_pages;
+use crate::stats::{mean, percentile_sorted};
 
 /// The group's target: its server time's 95th percentile under this.
 pub const TARGET_S: f64 = 0.5;
@@ -139,8 +140,8 @@ pub fn steady(pvs: &[GroundTruth], from: f64, to: f64) -> Value {
     let whole: Vec<&GroundTruth> = in_window.iter().copied().filter(|p| !p.failed && p.objects_fetched >= p.objects_expected).collect();
     let mut rts: Vec<f64> = whole.iter().map(|p| p.rt_s).collect();
     rts.sort_by(f64::total_cmp);
-    let p95 = (!rts.is_empty()).then(|| rts[((0.95 * rts.len() as f64).ceil() as usize).clamp(1, rts.len()) - 1]);
-    let mean = (!rts.is_empty()).then(|| rts.iter().sum::<f64>() / rts.len() as f64);
+    let p95 = (!rts.is_empty()).then(|| percentile_sorted(&rts, 95.0));
+    let mean_s = (!rts.is_empty()).then(|| mean(&rts));
     let is_db = |p: &GroundTruth| DB_PAGES.iter().any(|d| p.url.starts_with(d.path()));
     let begun = pvs.iter().filter(|p| (from..to).contains(&(p.start_ts - t0))).count();
     json!({
@@ -150,7 +151,7 @@ pub fn steady(pvs: &[GroundTruth], from: f64, to: f64) -> Value {
         "completed_db_per_s": whole.iter().filter(|p| is_db(p)).count() as f64 / span,
         "failed_per_s": in_window.iter().filter(|p| p.failed).count() as f64 / span,
         "p95_s": p95,
-        "mean_s": mean,
+        "mean_s": mean_s,
     })
 }
 

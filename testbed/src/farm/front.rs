@@ -308,6 +308,13 @@ where
         .await;
 }
 
+/// One more connection of `subnet` in a count by client subnet.
+fn count_by_subnet(counts: &std::sync::Mutex<std::collections::BTreeMap<String, u64>>, subnet: String) {
+    if let Ok(mut m) = counts.lock() {
+        *m.entry(subnet).or_insert(0) += 1;
+    }
+}
+
 /// A connection's stream that notes whether a read found it reset (hyper closes an idle
 /// connection on a reset without a word).
 struct ResetWatch<S> {
@@ -410,9 +417,7 @@ pub async fn serve(cfg: FrontConfig, stats: Arc<FrontStats>, stop: impl std::fut
             std::net::IpAddr::V4(a) => format!("{}.{}", a.octets()[0], a.octets()[1]),
             std::net::IpAddr::V6(_) => "v6".to_string(),
         };
-        if let Ok(mut m) = stats.accepted_by_subnet.lock() {
-            *m.entry(subnet.clone()).or_insert(0) += 1;
-        }
+        count_by_subnet(&stats.accepted_by_subnet, subnet.clone());
         let stats = stats.clone();
         let sh = shared.clone();
         let keepalive = cfg.keepalive;
@@ -432,9 +437,7 @@ pub async fn serve(cfg: FrontConfig, stats: Arc<FrontStats>, stop: impl std::fut
                 }
             }
             if reset.load(Ordering::Relaxed) {
-                if let Ok(mut m) = stats.reset_by_subnet.lock() {
-                    *m.entry(subnet).or_insert(0) += 1;
-                }
+                count_by_subnet(&stats.reset_by_subnet, subnet);
             }
             drop(permit);
         });
