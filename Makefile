@@ -58,10 +58,11 @@ build: deps
 test: unit lab-quick
 
 # The tests that flood the machine are ignored in the first pass (they would starve the timing
-# tests running beside them) and run alone after it.
+# tests running beside them, or overflow the per-CPU backlog their packets share) and run after
+# it, one at a time.
 unit: deps
 	$(CARGO) test --workspace --locked
-	$(CARGO) test --workspace --locked -- --ignored
+	$(CARGO) test --workspace --locked -- --ignored --test-threads=1
 
 # Each quick experiment takes at most about 3 minutes (fast-synack, syn-police); the check holds
 # them to the papers' shapes.
