@@ -58,7 +58,7 @@ build: deps
 test: unit lab-quick
 
 # The tests that flood the machine are ignored in the first pass (they would starve the timing
-# tests running beside them, or overflow the per-CPU backlog their packets share) and run after
+# tests running beside them, or make them lose packets at the server) and run after
 # it, one at a time.
 unit: deps
 	$(CARGO) test --workspace --locked
