@@ -209,6 +209,7 @@ impl Plan {
         for (ns, dev) in [(&cli, "cli0"), (&wan, "wan-c"), (&wan, "wan-a"), (&app, "app-c"), (&app, "app-s"), (&srv, "srv0")] {
             ip(ns, &format!("link set {dev} up"))?;
             set_offloads(ns, dev, self.offloads.on_at(dev))?;
+            keep_flows_in_order(ns, dev)?;
         }
         let info = self.info();
         self.wait_ready(&info)?;
@@ -378,6 +379,20 @@ fn parse_qdisc_counts(out: &str) -> (u64, u64) {
 }
 
 /// TSO, GSO and GRO of `dev` on or off.
+/// Steer each flow's frames arriving on `dev` to one CPU (RPS over every CPU, by flow hash), as
+/// a real NIC's receive-side scaling does. A veth otherwise queues a frame on the backlog of the
+/// CPU that sent it, and two segments of one connection sent from two CPUs can swap: a server's
+/// ACK of the client's FIN, sent in a softirq, was overtaken by its own FIN, sent by the
+/// application's close() on the other CPU; the client's duplicate ACK then met a closed socket
+/// and drew a RST (seen once in a clean-clone `make test`, in the REJECT inline test).
+fn keep_flows_in_order(ns: &str, dev: &str) -> Result<()> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(32);
+    let mask = format!("{:x}", (1u64 << cpus) - 1);
+    // `ip netns exec` mounts the namespace's own sysfs, where its devices are.
+    let path = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
+    in_ns(ns, "sh", &["-c", &format!("echo {mask} > {path}")]).map(|_| ())
+}
+
 fn set_offloads(ns: &str, dev: &str, on: bool) -> Result<()> {
     let v = if on { "on" } else { "off" };
     in_ns(ns, "ethtool", &["-K", dev, "tso", v, "gso", v, "gro", v]).map(|_| ())
