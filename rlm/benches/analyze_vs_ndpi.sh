@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # rlm analyze against ndpiReader on the same synthetic captures (make bench-analyze).
 #
-# 1. Builds `rlm` and the `gen_capture` example (release) and generates two captures of
-#    PACKETS packets (default 1 M): html (20-60 KB pages with embeds) and image (small pages,
-#    many 5-50 KB images). They are kept in DIR and reused while the generator is unchanged.
-# 2. Runs `rlm analyze --quiet FILE` and `ndpiReader -i FILE -q` alternately, RUNS times each
-#    (default 3), with the file in the page cache; takes the median wall time, packets/s and the
-#    peak RSS (/usr/bin/time -v "Maximum resident set size").
+# 1. Builds `rlm` and the `gen_capture` example (release) and generates three captures of
+#    PACKETS packets (default 1 M): html (20-60 KB pages with embeds), image (small pages,
+#    many 5-50 KB images) and dense (80-120 KB of tag-dense HTML). They are kept in DIR and
+#    reused while the generator is unchanged.
+# 2. Runs `rlm analyze --quiet FILE`, `ndpiReader -i FILE -q` and the bare read of the file
+#    (`tcpdump -r FILE -w /dev/null`: what a reader of the file cannot beat) alternately, RUNS
+#    times each (default 3), with the file in the page cache; takes the median wall time,
+#    packets/s and the peak RSS (/usr/bin/time -v "Maximum resident set size").
 # 3. Memory against capture length: the generator piped into `rlm analyze -` (and into
 #    `ndpiReader -i /dev/stdin`, for context) at PACKETS and BIG packets (default 10 M, never
 #    written to disk); rlm's peak RSS at BIG must be within 2x of its peak at PACKETS.
 # 4. Writes the figures to JSON (default target/bench-analyze.json) and prints a markdown table.
 #
 # Environment: PACKETS, BIG, RUNS, DIR (captures; default target/bench-analyze), JSON,
-# PROFILES (default "html image"), STRICT=1 to exit 1 when the memory bound fails.
+# PROFILES (default "html image dense"), STRICT=1 to exit 1 when the memory bound fails.
 # The machine is shared: figures move with other load; compare within one run.
 set -euo pipefail
 
@@ -23,17 +25,18 @@ BIG=${BIG:-10000000}
 RUNS=${RUNS:-3}
 DIR=${DIR:-$ROOT/target/bench-analyze}
 JSON=${JSON:-$ROOT/target/bench-analyze.json}
-PROFILES=${PROFILES:-html image}
+PROFILES=${PROFILES:-html image dense}
 CARGO=${CARGO:-cargo}
 
-for tool in ndpiReader /usr/bin/time awk; do
-    command -v "$tool" >/dev/null || { echo "bench-analyze: $tool not found (make deps installs libndpi-bin and time)" >&2; exit 1; }
+for tool in ndpiReader tcpdump /usr/bin/time awk; do
+    command -v "$tool" >/dev/null || { echo "bench-analyze: $tool not found (make deps installs libndpi-bin, tcpdump and time)" >&2; exit 1; }
 done
 
 cd "$ROOT"
 "$CARGO" build --release --locked -p rlm --bin rlm --example gen_capture >&2
-RLM=$ROOT/target/release/rlm
-GEN=$ROOT/target/release/examples/gen_capture
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+RLM=$TARGET/release/rlm
+GEN=$TARGET/release/examples/gen_capture
 mkdir -p "$DIR"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -81,7 +84,7 @@ for profile in $PROFILES; do
     fi
     size=$(stat -c %s "$f")
     cat "$f" > /dev/null # into the page cache, for both tools alike
-    rlm_t=() rlm_m=() ndpi_t=() ndpi_m=()
+    rlm_t=() rlm_m=() ndpi_t=() ndpi_m=() bare_t=()
     for i in $(seq "$RUNS"); do
         read -r t m rc < <(measure "$RLM" analyze --quiet "$f")
         [ "$rc" = 0 ] || { echo "rlm analyze $f failed ($rc): $(cat "$TMP/err")" >&2; exit 1; }
@@ -89,17 +92,22 @@ for profile in $PROFILES; do
         read -r t m rc < <(measure ndpiReader -i "$f" -q)
         [ "$rc" = 0 ] || { echo "ndpiReader $f failed ($rc): $(cat "$TMP/err")" >&2; exit 1; }
         ndpi_t+=("$t") ndpi_m+=("$m")
-        echo "$profile run $i: rlm ${rlm_t[-1]} s ${rlm_m[-1]} KB, ndpiReader ${ndpi_t[-1]} s ${ndpi_m[-1]} KB" >&2
+        read -r t _ rc < <(measure tcpdump -r "$f" -w /dev/null)
+        [ "$rc" = 0 ] || { echo "tcpdump -r $f failed ($rc): $(cat "$TMP/err")" >&2; exit 1; }
+        bare_t+=("$t")
+        echo "$profile run $i: rlm ${rlm_t[-1]} s ${rlm_m[-1]} KB, ndpiReader ${ndpi_t[-1]} s ${ndpi_m[-1]} KB, bare read ${bare_t[-1]} s" >&2
     done
     rt=$(echo "${rlm_t[*]}" | median)
     nt=$(echo "${ndpi_t[*]}" | median)
     rm_=$(echo "${rlm_m[*]}" | median)
     nm=$(echo "${ndpi_m[*]}" | median)
+    bt_=$(echo "${bare_t[*]}" | median)
+    of_bare=$(awk -v b="$bt_" -v r="$rt" 'BEGIN {printf "%.2f", b / r}')
     rpps=$(awk -v p="$PACKETS" -v t="$rt" 'BEGIN {printf "%.0f", p / t}')
     npps=$(awk -v p="$PACKETS" -v t="$nt" 'BEGIN {printf "%.0f", p / t}')
     ratio=$(awk -v a="$rpps" -v b="$npps" 'BEGIN {printf "%.2f", a / b}')
-    json_rows+=("{\"profile\": \"$profile\", \"packets\": $PACKETS, \"bytes\": $size, \"runs\": $RUNS, \"rlm\": {\"median_s\": $rt, \"packets_per_s\": $rpps, \"peak_rss_kb\": $rm_, \"wall_s\": [$(IFS=,; echo "${rlm_t[*]}")]}, \"ndpiReader\": {\"median_s\": $nt, \"packets_per_s\": $npps, \"peak_rss_kb\": $nm, \"wall_s\": [$(IFS=,; echo "${ndpi_t[*]}")]}, \"rlm_over_ndpi\": $ratio}")
-    md_rows+=("| $profile | $PACKETS | $((size / 1048576)) MiB | $rt s | $(awk -v x="$rpps" 'BEGIN {printf "%.0f k", x / 1000}') | $((rm_ / 1024)) MiB | $nt s | $(awk -v x="$npps" 'BEGIN {printf "%.0f k", x / 1000}') | $((nm / 1024)) MiB | ${ratio}x |")
+    json_rows+=("{\"profile\": \"$profile\", \"packets\": $PACKETS, \"bytes\": $size, \"runs\": $RUNS, \"rlm\": {\"median_s\": $rt, \"packets_per_s\": $rpps, \"peak_rss_kb\": $rm_, \"wall_s\": [$(IFS=,; echo "${rlm_t[*]}")]}, \"ndpiReader\": {\"median_s\": $nt, \"packets_per_s\": $npps, \"peak_rss_kb\": $nm, \"wall_s\": [$(IFS=,; echo "${ndpi_t[*]}")]}, \"bare_read\": {\"median_s\": $bt_, \"wall_s\": [$(IFS=,; echo "${bare_t[*]}")]}, \"rlm_over_ndpi\": $ratio, \"rlm_over_bare_read\": $of_bare}")
+    md_rows+=("| $profile | $PACKETS | $((size / 1048576)) MiB | $rt s | $(awk -v x="$rpps" 'BEGIN {printf "%.0f k", x / 1000}') | $((rm_ / 1024)) MiB | $nt s | $(awk -v x="$npps" 'BEGIN {printf "%.0f k", x / 1000}') | $((nm / 1024)) MiB | ${ratio}x | $bt_ s | $(awk -v x="$of_bare" 'BEGIN {printf "%.0f%%", x * 100}') |")
 
     # Memory against capture length, through a pipe (the big capture is never written).
     read -r _ small rc < <(measure_piped "$profile" "$PACKETS" "$RLM" analyze --quiet -)
@@ -132,10 +140,10 @@ done
 } > "$JSON"
 
 echo
-echo "Throughput: median of $RUNS alternating runs, file in the page cache (\`rlm analyze --quiet FILE\`, \`ndpiReader -i FILE -q\`)"
+echo "Throughput: median of $RUNS alternating runs, file in the page cache (\`rlm analyze --quiet FILE\`, \`ndpiReader -i FILE -q\`, \`tcpdump -r FILE -w /dev/null\`)"
 echo
-echo "| capture | packets | size | rlm | rlm packets/s | rlm peak RSS | ndpiReader | ndpiReader packets/s | ndpiReader peak RSS | rlm / ndpiReader |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| capture | packets | size | rlm | rlm packets/s | rlm peak RSS | ndpiReader | ndpiReader packets/s | ndpiReader peak RSS | rlm / ndpiReader | bare read | rlm's speed / the bare read's |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 printf '%s\n' "${md_rows[@]}"
 echo
 echo "Peak RSS against capture length (generator piped in: \`rlm analyze -\`, \`ndpiReader -i /dev/stdin\`)"

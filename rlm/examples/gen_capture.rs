@@ -1,8 +1,8 @@
 //! Synthetic captures of web traffic, for `benches/analyze_vs_ndpi.sh`.
 //!
 //! ```sh
-//! cargo run -p rlm-core --release --example gen_capture -- --profile html --packets 1000000 --out html-1m.pcap
-//! cargo run -p rlm-core --release --example gen_capture -- --profile image --packets 10000000 --out - | rlm analyze -
+//! cargo run -p rlm --release --example gen_capture -- --profile html --packets 1000000 --out html-1m.pcap
+//! cargo run -p rlm --release --example gen_capture -- --profile image --packets 10000000 --out - | rlm analyze -
 //! ```
 //!
 //! What the server side of a busy site sees, seen next to the servers: pageviews start as a
@@ -14,6 +14,8 @@
 //!
 //! - `html`: pages of 20-60 KB of HTML with 5-15 embeds (stylesheets, scripts, small images).
 //! - `image`: pages of 2-6 KB of HTML with 20-60 images of 5-50 KB.
+//! - `dense`: pages of 80-120 KB of tag-dense HTML (a product table: a tag every 20 bytes or
+//!   so, with attributes) with 10-20 embeds, as `html`'s.
 //!
 //! Frames are real Ethernet/IPv4/TCP (rlm_core::testkit); the output is a microsecond pcap, cut
 //! after exactly `--packets` frames. The same arguments give the same bytes.
@@ -28,6 +30,7 @@ use rlm_core::testkit::{Rng, TcpConv};
 enum Profile {
     Html,
     Image,
+    Dense,
 }
 
 struct Args {
@@ -41,7 +44,7 @@ struct Args {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: gen_capture --profile html|image --packets N [--out FILE|-] [--seed S] [--clients C] [--rate PAGEVIEWS_PER_S]");
+    eprintln!("usage: gen_capture --profile html|image|dense --packets N [--out FILE|-] [--seed S] [--clients C] [--rate PAGEVIEWS_PER_S]");
     std::process::exit(2);
 }
 
@@ -55,6 +58,7 @@ fn parse_args() -> Args {
                 a.profile = match v().as_str() {
                     "html" => Profile::Html,
                     "image" => Profile::Image,
+                    "dense" => Profile::Dense,
                     _ => usage(),
                 }
             }
@@ -68,7 +72,11 @@ fn parse_args() -> Args {
     }
     if a.rate <= 0.0 {
         // About 10k packets/s (~60-80 Mbit/s) either way.
-        a.rate = if a.profile == Profile::Html { 70.0 } else { 8.0 };
+        a.rate = match a.profile {
+            Profile::Html => 70.0,
+            Profile::Image => 8.0,
+            Profile::Dense => 35.0,
+        };
     }
     a
 }
@@ -225,16 +233,17 @@ fn page(rng: &mut Rng, profile: Profile, id: u64) -> (Object, Vec<u8>, Vec<Objec
     let (html_size, n) = match profile {
         Profile::Html => (between(rng, 20_000, 60_000) as usize, between(rng, 5, 15)),
         Profile::Image => (between(rng, 2_000, 6_000) as usize, between(rng, 20, 60)),
+        Profile::Dense => (between(rng, 80_000, 120_000) as usize, between(rng, 10, 20)),
     };
     for k in 0..n {
         let o = match (profile, k % 4) {
-            (Profile::Html, 0) => {
+            (Profile::Html | Profile::Dense, 0) => {
                 Object { uri: format!("/static/site{}.css", k), content_type: "text/css", size: between(rng, 2_000, 15_000) as usize }
             }
-            (Profile::Html, 1) => {
+            (Profile::Html | Profile::Dense, 1) => {
                 Object { uri: format!("/static/app{}.js", k), content_type: "application/javascript", size: between(rng, 2_000, 15_000) as usize }
             }
-            (Profile::Html, _) => {
+            (Profile::Html | Profile::Dense, _) => {
                 Object { uri: format!("/img/p{id}/i{k}.png"), content_type: "image/png", size: between(rng, 1_000, 5_000) as usize }
             }
             (Profile::Image, _) => {
@@ -263,6 +272,15 @@ fn page(rng: &mut Rng, profile: Profile, id: u64) -> (Object, Vec<u8>, Vec<Objec
                 images[i].uri
             ));
             i += 1;
+        } else if profile == Profile::Dense {
+            // A row of a product table: a tag every 20 bytes or so, most with attributes.
+            html.push_str(&format!(
+                "<tr class=\"r{}\"><td><input type=\"checkbox\" name=\"s{para}\"></td><td><a href=\"/item/{id}/{para}\"><b>#{para}</b></a></td><td><span class=\"p\">${}.{:02}</span></td><td><i>{}</i></td><td><a href=\"/cart?add={para}\" rel=\"nofollow\">add</a></td></tr>\n",
+                para % 2,
+                rng.below(200),
+                rng.below(100),
+                rng.below(50)
+            ));
         } else {
             html.push_str(&format!(
                 "<p class=\"desc\">Paragraph {para} of page {id}: a description of the item with its price, availability and a few words about delivery times and returns.</p>\n"
