@@ -335,6 +335,27 @@ pub fn rlm_rules(ns: &str) -> Vec<String> {
     out
 }
 
+/// What rlm may change in the appliance's namespace, as text to compare before it starts and
+/// after it stops: the nft ruleset, `iptables-save` and `ip6tables-save` (their comment lines,
+/// which carry the time, left out), every qdisc, the tc filters of `ports` both ways, and the
+/// br_netfilter sysctls.
+pub fn host_state(ns: &str, ports: &[&str]) -> Vec<(String, String)> {
+    let run = |cmd: &str, args: &[&str]| crate::topology::in_ns(ns, cmd, args).unwrap_or_else(|e| format!("({cmd} failed: {e:#})"));
+    let mut out = vec![("nft list ruleset".to_string(), run("nft", &["list", "ruleset"]))];
+    for cmd in ["iptables-save", "ip6tables-save"] {
+        let text = run(cmd, &[]);
+        out.push((cmd.to_string(), text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n")));
+    }
+    out.push(("tc qdisc show".to_string(), run("tc", &["qdisc", "show"])));
+    for p in ports {
+        for dir in ["ingress", "egress"] {
+            out.push((format!("tc filter show dev {p} {dir}"), run("tc", &["filter", "show", "dev", p, dir])));
+        }
+    }
+    out.push(("sysctl net.bridge".to_string(), run("sysctl", &["net.bridge"])));
+    out
+}
+
 fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let v: Vec<&str> = text.lines().collect();

@@ -196,6 +196,11 @@ fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     let (_plan, _guard, info) = lab("i", 2);
     let dir = std::env::temp_dir().join(format!("rlm-inline-{}", std::process::id()));
     let arm = RlmArm { rules: CLASSES.into(), ..RlmArm::default() };
+    let ports = [info.bridge.client_port.as_str(), info.bridge.server_port.as_str()];
+    // An operator's box that does not pass bridged IPv6 to ip6tables: rlm turns it on while it
+    // runs, and must turn it off again.
+    in_ns(&info.namespaces.appliance, &["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-ip6tables=0"]);
+    let before = testbed::inline::host_state(&info.namespaces.appliance, &ports);
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts and answers /status");
     assert!(!rlm_rules(&info.namespaces.appliance).is_empty(), "rlm's queue rules are installed while it runs");
     assert_eq!(std::fs::read_to_string(dir.join("rules.rlm")).unwrap(), CLASSES);
@@ -218,6 +223,12 @@ fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     assert_eq!(out.exit_code, Some(0), "rlm exits 0 on SIGTERM; log {}", out.log.display());
     assert!(out.rules_left.is_empty(), "no rule left behind: {:?}", out.rules_left);
     assert!(out.clean_exit && out.rules_installed);
+    // Nothing else left either: the tables, qdiscs, filters and sysctls are as rlm found them
+    // (broken once: an empty mangle table and net.bridge.bridge-nf-call-ip6tables = 1 stayed).
+    let after = testbed::inline::host_state(&info.namespaces.appliance, &ports);
+    for ((what, was), (_, is)) in before.iter().zip(&after) {
+        assert_eq!(was, is, "{what} after rlm stopped");
+    }
     // No rule acts at the SYN: the kernel fast path passed each of the 20 SYNs and reported it,
     // and rlm measured the 20 pages.
     let passed = out.fastpath.get("syn_passed").copied().unwrap_or(0.0);

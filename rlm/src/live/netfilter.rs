@@ -10,6 +10,10 @@
 //! reachable. The nft `queue` statement is used instead where the kernel has it (checked with
 //! `nft -c`); this machine's kernel lacks it, so the xt NFQUEUE target through iptables-nft is
 //! what runs here.
+//!
+//! Nothing of it outlives rlm: at removal the br_netfilter sysctls get back the values rlm found,
+//! and a `mangle` table that iptables-nft created for rlm's chain (it did not exist before, and
+//! holds no rule once rlm's are gone) is deleted.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -200,8 +204,42 @@ pub fn nft_queue_available() -> bool {
     })
 }
 
-/// The sysctls that make bridged traffic visible to iptables and nftables' inet family.
-pub fn enable_br_netfilter() -> Result<()> {
+/// The br_netfilter sysctls rlm sets (under `/proc/sys/net/bridge`).
+const BR_NETFILTER_SYSCTLS: [&str; 2] = ["bridge-nf-call-iptables", "bridge-nf-call-ip6tables"];
+
+/// What rlm changes besides its own rules, as it found it before: put back at removal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Prior {
+    /// Each br_netfilter sysctl rlm set, and its value before.
+    sysctls: Vec<(&'static str, String)>,
+    /// The nft families (`ip`, `ip6`) whose `mangle` table did not exist before rlm's rules
+    /// (iptables-nft creates it for them).
+    new_mangle: Vec<&'static str>,
+}
+
+/// Whether rules of another rlm (on another bridge) are installed: a chain `RLM-*` in the
+/// `mangle` table of iptables or ip6tables, or an nft table `rlm_*`.
+fn another_rlm_installed() -> bool {
+    let listing = |cmd: &str, args: &[&str]| {
+        Command::new(cmd).args(args).stderr(Stdio::null()).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    };
+    let chains = ["iptables", "ip6tables"].iter().any(|c| listing(c, &["-t", "mangle", "-S"]).lines().any(|l| l.starts_with("-N RLM-")));
+    chains || listing("nft", &["list", "tables"]).lines().any(|l| l.split_whitespace().last().is_some_and(|t| t.starts_with("rlm_")))
+}
+
+/// Whether nft lists table `mangle` of `family` (false without nft: nothing to delete then).
+fn mangle_exists(family: &str) -> bool {
+    Command::new("nft").args(["list", "table", family, "mangle"]).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Whether an `iptables -t mangle -S` listing holds nothing but the built-in chains' policies.
+fn mangle_is_empty(listing: &str) -> bool {
+    listing.lines().all(|l| l.trim().is_empty() || l.starts_with("-P "))
+}
+
+/// The sysctls that make bridged traffic visible to iptables and nftables' inet family. Returns
+/// each one's value before.
+pub fn enable_br_netfilter() -> Result<Vec<(&'static str, String)>> {
     // The module is built in or loaded; the sysctl directory exists once it is.
     let dir = std::path::Path::new("/proc/sys/net/bridge");
     if !dir.exists() {
@@ -210,10 +248,42 @@ pub fn enable_br_netfilter() -> Result<()> {
     if !dir.exists() {
         bail!("br_netfilter is not available (/proc/sys/net/bridge missing): bridged traffic cannot be queued");
     }
-    for k in ["bridge-nf-call-iptables", "bridge-nf-call-ip6tables"] {
+    let mut before = Vec::new();
+    for k in BR_NETFILTER_SYSCTLS {
+        let was = std::fs::read_to_string(dir.join(k)).with_context(|| format!("cannot read net.bridge.{k}"))?;
         std::fs::write(dir.join(k), "1").with_context(|| format!("cannot set net.bridge.{k}"))?;
+        before.push((k, was.trim().to_string()));
     }
-    Ok(())
+    Ok(before)
+}
+
+impl Prior {
+    /// Put back what rlm changed (its rules already removed): the sysctls' values (unless another
+    /// rlm's rules, on another bridge, still need them), and delete the `mangle` tables created
+    /// for it that hold no rule now. Every step is tried; the errors are reported together.
+    fn restore(&self) -> Result<()> {
+        let mut errors = Vec::new();
+        let others = another_rlm_installed();
+        for (k, was) in self.sysctls.iter().filter(|_| !others) {
+            let path = std::path::Path::new("/proc/sys/net/bridge").join(k);
+            if let Err(e) = std::fs::write(&path, was) {
+                errors.push(format!("cannot restore net.bridge.{k} to {was}: {e}"));
+            }
+        }
+        for (family, list) in self.new_mangle.iter().map(|f| (*f, if *f == "ip" { "iptables" } else { "ip6tables" })) {
+            let Ok(out) = Command::new(list).args(["-t", "mangle", "-S"]).stderr(Stdio::null()).output() else { continue };
+            if out.status.success() && mangle_is_empty(&String::from_utf8_lossy(&out.stdout)) {
+                let st = Command::new("nft").args(["delete", "table", family, "mangle"]).stderr(Stdio::null()).status();
+                if !st.is_ok_and(|s| s.success()) {
+                    errors.push(format!("nft delete table {family} mangle failed"));
+                }
+            }
+        }
+        if !errors.is_empty() {
+            bail!("{}", errors.join("; "));
+        }
+        Ok(())
+    }
 }
 
 /// What is installed, so that it can be removed: by [`Installed::remove`], or when dropped
@@ -222,6 +292,8 @@ pub fn enable_br_netfilter() -> Result<()> {
 pub struct Installed {
     plan: QueuePlan,
     backend: Backend,
+    /// What was there before, put back at removal.
+    prior: Prior,
     /// Still to be removed (cleared by [`Installed::remove`]).
     armed: bool,
 }
@@ -235,20 +307,26 @@ impl Installed {
 /// Install the queue rules atomically. What an earlier run left is not looked for here:
 /// `rlm run` removes it first ([`remove_leftovers`], through `cleanup::cleanup`).
 pub fn install(plan: &QueuePlan) -> Result<Installed> {
-    enable_br_netfilter()?;
+    let new_mangle: Vec<&'static str> = ["ip", "ip6"].into_iter().filter(|f| !mangle_exists(f)).collect();
+    let mut prior = Prior { sysctls: Vec::new(), new_mangle };
+    prior.sysctls = enable_br_netfilter()?;
     let backend = if nft_queue_available() { Backend::Nft } else { Backend::Iptables };
-    match backend {
-        Backend::Nft => run_with_input("nft", &["-f", "-"], &plan.nft_install())?,
+    let installed = match backend {
+        Backend::Nft => run_with_input("nft", &["-f", "-"], &plan.nft_install()),
         Backend::Iptables => {
             let text = plan.iptables_install();
-            run_with_input("iptables-restore", &["--noflush"], &text)?;
-            if let Err(e) = run_with_input("ip6tables-restore", &["--noflush"], &text) {
-                let _ = run_with_input("iptables-restore", &["--noflush"], &plan.iptables_remove());
-                return Err(e);
-            }
+            run_with_input("iptables-restore", &["--noflush"], &text).and_then(|()| {
+                run_with_input("ip6tables-restore", &["--noflush"], &text).inspect_err(|_| {
+                    let _ = run_with_input("iptables-restore", &["--noflush"], &plan.iptables_remove());
+                })
+            })
         }
+    };
+    if let Err(e) = installed {
+        let _ = prior.restore();
+        return Err(e);
     }
-    Ok(Installed { plan: plan.clone(), backend, armed: true })
+    Ok(Installed { plan: plan.clone(), backend, prior, armed: true })
 }
 
 /// The restore text that removes whatever an earlier run on `bridge` left (after a crash or
@@ -314,6 +392,11 @@ impl Installed {
     }
 
     fn remove_now(&self) -> Result<()> {
+        self.remove_rules()?;
+        self.prior.restore()
+    }
+
+    fn remove_rules(&self) -> Result<()> {
         match self.backend {
             Backend::Nft => {
                 let st = Command::new("nft").args(["delete", "table", "inet", &self.plan.nft_table()]).status()?;
@@ -363,6 +446,14 @@ pub fn check_bridge(bridge: &str, client_port: &str, server_port: &str) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mangle_table_with_only_the_builtin_policies_is_empty() {
+        assert!(mangle_is_empty("-P PREROUTING ACCEPT\n-P INPUT ACCEPT\n-P FORWARD ACCEPT\n-P OUTPUT ACCEPT\n-P POSTROUTING ACCEPT\n"));
+        assert!(mangle_is_empty(""));
+        assert!(!mangle_is_empty("-P FORWARD ACCEPT\n-N SOMEONES\n"));
+        assert!(!mangle_is_empty("-P FORWARD ACCEPT\n-A FORWARD -j MARK --set-mark 1\n"));
+    }
 
     fn plan(queues: u16) -> QueuePlan {
         QueuePlan {
