@@ -195,7 +195,25 @@ fn fetch_from_clients_within(info: &Info, srcs: Vec<String>, timeout: Duration) 
 fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     let (_plan, _guard, info) = lab("i", 2);
     let dir = std::env::temp_dir().join(format!("rlm-inline-{}", std::process::id()));
-    let arm = RlmArm { rules: CLASSES.into(), ..RlmArm::default() };
+    // SRPT on the client port too (its qdisc, its programs and its state pinned in a directory
+    // of a BPF filesystem, which rlm makes: all gone at the clean exit). A BPF filesystem of the
+    // test's own, outside /sys (which `ip netns exec` mounts anew, without /sys/fs/bpf).
+    let bpffs = std::env::temp_dir().join(format!("rlm-inline-bpf-{}", std::process::id()));
+    std::fs::create_dir_all(&bpffs).unwrap();
+    let mounted = std::process::Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&bpffs).status().expect("mount");
+    assert!(mounted.success(), "mounting a BPF filesystem on {}", bpffs.display());
+    /// Unmounts the test's BPF filesystem however the test ends.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _unmount = Unmount(bpffs.clone());
+    let state = bpffs.join("rlm").display().to_string();
+    let extra_args = ["--srpt", "fair", "--srpt-link-bps", "1000000000", "--srpt-state-dir", &state].into_iter().map(String::from).collect();
+    let arm = RlmArm { rules: CLASSES.into(), extra_args, ..RlmArm::default() };
     let ports = [info.bridge.client_port.as_str(), info.bridge.server_port.as_str()];
     // An operator's box that does not pass bridged IPv6 to ip6tables: rlm turns it on while it
     // runs, and must turn it off again.
@@ -204,6 +222,8 @@ fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts and answers /status");
     assert!(!rlm_rules(&info.namespaces.appliance).is_empty(), "rlm's queue rules are installed while it runs");
     assert_eq!(std::fs::read_to_string(dir.join("rules.rlm")).unwrap(), CLASSES);
+    let pinned = std::path::Path::new(&state).join(&info.bridge.client_port);
+    assert!(std::fs::read_dir(&pinned).is_ok_and(|d| d.count() > 0), "the SRPT state is pinned in {} while rlm runs", pinned.display());
 
     let srcs: Vec<String> = info.clients.high.iter().chain(info.clients.low.iter()).cycle().take(20).cloned().collect();
     for r in fetch_from_clients(&info, srcs) {
@@ -223,12 +243,14 @@ fn rlm_starts_sees_the_handshakes_and_stops_cleanly() {
     assert_eq!(out.exit_code, Some(0), "rlm exits 0 on SIGTERM; log {}", out.log.display());
     assert!(out.rules_left.is_empty(), "no rule left behind: {:?}", out.rules_left);
     assert!(out.clean_exit && out.rules_installed);
-    // Nothing else left either: the tables, qdiscs, filters and sysctls are as rlm found them
-    // (broken once: an empty mangle table and net.bridge.bridge-nf-call-ip6tables = 1 stayed).
+    // Nothing else left either: the tables, qdiscs, filters, sysctls and the BPF filesystem are
+    // as rlm found them (broken once each: an empty mangle table, net.bridge.bridge-nf-call-ip6tables
+    // = 1 and the empty state directory stayed).
     let after = testbed::inline::host_state(&info.namespaces.appliance, &ports);
     for ((what, was), (_, is)) in before.iter().zip(&after) {
         assert_eq!(was, is, "{what} after rlm stopped");
     }
+    assert!(!std::path::Path::new(&state).exists(), "{state} after rlm stopped");
     // No rule acts at the SYN: the kernel fast path passed each of the 20 SYNs and reported it,
     // and rlm measured the 20 pages.
     let passed = out.fastpath.get("syn_passed").copied().unwrap_or(0.0);

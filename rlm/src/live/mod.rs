@@ -261,6 +261,8 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let queue_synacks = false;
     // The classifier's pinned state, if kept (removed at a clean exit unless told to keep it).
     let mut pinned: Option<std::path::PathBuf> = None;
+    // Whether rlm made the SRPT state directory (then it goes at a clean exit with the pins).
+    let mut state_root_created = false;
     let source = match cfg.observer {
         Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
         Observer::Ebpf => {
@@ -273,6 +275,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                     let params = cfg.srpt.params(kmod_fastpath::classid(shaper::MAJOR, shaper::FIRST_LEAF));
                     let mut e = SrptEgress::load(&cfg.server_ports, &params).context("cannot set up the SRPT classifier")?;
                     if let Some(dir) = cfg.srpt.state_path(&cfg.client_port) {
+                        state_root_created = !std::path::Path::new(&cfg.srpt.state_dir).exists();
                         match e.keep_state(&dir) {
                             Ok(k) => {
                                 match k.flows + k.responses {
@@ -389,7 +392,13 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     match pinned {
         Some(dir) if cfg.srpt.keep_state_on_exit => info!(dir = %dir.display(), "SRPT: per-flow state left pinned for the next rlm"),
         Some(dir) => match SrptEgress::forget_state(&dir) {
-            Ok(()) => info!(dir = %dir.display(), "SRPT: pinned state removed"),
+            Ok(()) => {
+                // The state directory too, if rlm made it and no other port's state is in it.
+                if state_root_created {
+                    let _ = std::fs::remove_dir(&cfg.srpt.state_dir);
+                }
+                info!(dir = %dir.display(), "SRPT: pinned state removed")
+            }
             Err(e) => warn!("removing the pinned SRPT state in {} failed: {e:#}", dir.display()),
         },
         None => {}
