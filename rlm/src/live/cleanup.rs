@@ -89,6 +89,42 @@ pub fn cleanup(plan: &CleanupPlan) -> Cleaned {
     c
 }
 
+/// The ports of `ports` that have no clsact qdisc now (`tc qdisc show dev PORT`): asked before
+/// rlm attaches clsact filters, so that at a clean exit it deletes the qdiscs it made
+/// ([`remove_clsact_made`]).
+pub fn without_clsact(ports: &[&str]) -> Vec<String> {
+    ports
+        .iter()
+        .filter(|p| {
+            let out = std::process::Command::new("tc").args(["qdisc", "show", "dev", p]).output();
+            out.is_ok_and(|o| o.status.success() && !String::from_utf8_lossy(&o.stdout).contains("qdisc clsact"))
+        })
+        .map(|p| p.to_string())
+        .collect()
+}
+
+/// Delete the clsact qdisc of each of `ports` (those rlm made it on, [`without_clsact`]) that no
+/// filter hangs from any more (rlm's went with its programs; another program's would keep it).
+/// Returns the ports whose qdisc was deleted.
+pub fn remove_clsact_made(ports: &[String]) -> Result<Vec<String>> {
+    let tc = |args: &[&str]| std::process::Command::new("tc").args(args).output();
+    let mut removed = Vec::new();
+    for p in ports {
+        let filters: String = ["ingress", "egress"]
+            .iter()
+            .filter_map(|dir| tc(&["filter", "show", "dev", p, dir]).ok().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()))
+            .collect();
+        if filters.trim().is_empty() {
+            let out = tc(&["qdisc", "del", "dev", p, "clsact"])?;
+            if !out.status.success() {
+                anyhow::bail!("tc qdisc del dev {p} clsact: {}", String::from_utf8_lossy(&out.stderr).trim());
+            }
+            removed.push(p.clone());
+        }
+    }
+    Ok(removed)
+}
+
 fn port_exists(name: &str) -> bool {
     std::path::Path::new("/sys/class/net").join(name).exists()
 }

@@ -263,6 +263,12 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let mut pinned: Option<std::path::PathBuf> = None;
     // Whether rlm made the SRPT state directory (then it goes at a clean exit with the pins).
     let mut state_root_created = false;
+    // The ports without a clsact qdisc before rlm's filters: the qdiscs it makes go at a clean
+    // exit with the filters.
+    let clsact_made = match cfg.observer {
+        Observer::Ebpf if cfg.ebpf.attach.mode().is_clsact() => cleanup::without_clsact(&[&cfg.client_port, &cfg.server_port]),
+        _ => Vec::new(),
+    };
     let source = match cfg.observer {
         Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
         Observer::Ebpf => {
@@ -378,6 +384,12 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         }
         Err(e) => Err(e),
     };
+    // The loop is gone, and its programs with it: the clsact qdiscs rlm made go too.
+    match cleanup::remove_clsact_made(&clsact_made) {
+        Ok(ports) if !ports.is_empty() => info!(?ports, "removed the clsact qdiscs rlm made"),
+        Ok(_) => {}
+        Err(e) => warn!("removing the clsact qdiscs rlm made failed: {e:#}"),
+    }
     let removed = installed.remove();
     match &removed {
         Ok(()) => info!("removed rlm's rules; the bridge forwards plainly"),
