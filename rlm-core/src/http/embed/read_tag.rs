@@ -2,10 +2,10 @@
 //! attributes the tag can use are buffered, an `<img>`'s fetching attributes are placed, and at
 //! the `>` the tag's references are reported.
 
-use memchr::memchr;
-
 use super::css::CssScanner;
-use super::tag::{attr_of, attr_of_any_case, find_class, skip_class, Attr, Html, Tag, ATTR_END, BEFORE_ATTR, NAME_END, SPACE, UNQUOTED_END};
+use super::tag::{
+    attr_of, attr_of_any_case, find_byte, find_class, skip_class, Attr, Html, Tag, ATTR_END, BEFORE_ATTR, NAME_END, SPACE, UNQUOTED_END,
+};
 use super::urls::{clean_url, srcset_urls};
 use super::{EmbedKind, EmbedRef, EmbedScanner, MAX_NAME, MAX_VALUE};
 
@@ -235,7 +235,7 @@ impl EmbedScanner {
     fn read_quoted_value(&mut self, at: &mut TagCursor<'_>, q: u8) -> Flow {
         let data = at.data;
         let rest = &data[at.i..];
-        let Some(k) = memchr(q, rest) else {
+        let Some(k) = find_byte(q, rest) else {
             self.push_value(rest);
             return self.pause(at);
         };

@@ -53,6 +53,21 @@ static CLASS: [u8; 256] = {
     t
 };
 
+/// Index of the first `b` in `s`: its first [`NEAR`] bytes one by one (in tag-dense HTML the
+/// next `<`, `>` or quote is usually a few bytes away, closer than a vector search's setup
+/// pays for), then `memchr` over the rest.
+#[inline(always)]
+pub(super) fn find_byte(b: u8, s: &[u8]) -> Option<usize> {
+    let near = s.len().min(NEAR);
+    if let Some(k) = s[..near].iter().position(|&x| x == b) {
+        return Some(k);
+    }
+    memchr::memchr(b, &s[near..]).map(|k| k + near)
+}
+
+/// How many bytes [`find_byte`] compares one by one before it searches.
+pub(super) const NEAR: usize = 16;
+
 /// Index of the first byte of `s` in class `c`.
 #[inline(always)]
 pub(super) fn find_class(s: &[u8], c: u8) -> Option<usize> {

@@ -218,3 +218,20 @@ fn huge_attribute_values_are_dropped_not_buffered() {
     let r = scan(&body, 1000);
     assert_eq!(urls(&r), vec!["/ok.gif"]);
 }
+
+#[test]
+fn find_byte_finds_the_first_whether_near_or_far() {
+    use super::tag::{find_byte, NEAR};
+    for len in [0, 1, NEAR - 1, NEAR, NEAR + 1, 3 * NEAR] {
+        let hay = vec![b'x'; len];
+        assert_eq!(find_byte(b'<', &hay), None, "none in {len} bytes");
+        for at in 0..len {
+            let mut h = hay.clone();
+            h[at] = b'<';
+            if at + 1 < len {
+                h[len - 1] = b'<';
+            }
+            assert_eq!(find_byte(b'<', &h), Some(at), "the first of {len} bytes at {at}");
+        }
+    }
+}
