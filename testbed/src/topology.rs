@@ -378,7 +378,6 @@ fn parse_qdisc_counts(out: &str) -> (u64, u64) {
     (pkts, after("(dropped").unwrap_or(0))
 }
 
-/// TSO, GSO and GRO of `dev` on or off.
 /// Steer each flow's frames arriving on `dev` to one CPU (RPS over every CPU, by flow hash), as
 /// a real NIC's receive-side scaling does. A veth otherwise queues a frame on the backlog of the
 /// CPU that sent it, and two segments of one connection sent from two CPUs can swap: a server's
@@ -393,6 +392,7 @@ fn keep_flows_in_order(ns: &str, dev: &str) -> Result<()> {
     in_ns(ns, "sh", &["-c", &format!("echo {mask} > {path}")]).map(|_| ())
 }
 
+/// TSO, GSO and GRO of `dev` on or off.
 fn set_offloads(ns: &str, dev: &str, on: bool) -> Result<()> {
     let v = if on { "on" } else { "off" };
     in_ns(ns, "ethtool", &["-K", dev, "tso", v, "gso", v, "gro", v]).map(|_| ())
