@@ -211,20 +211,8 @@ fn starts_sees_the_handshakes_and_stops_cleanly(tag: &str, attach: &str) {
     // SRPT on the client port too (its qdisc, its programs and its state pinned in a directory
     // of a BPF filesystem, which rlm makes: all gone at the clean exit). A BPF filesystem of the
     // test's own, outside /sys (which `ip netns exec` mounts anew, without /sys/fs/bpf).
-    let bpffs = std::env::temp_dir().join(format!("rlm-inline-bpf-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&bpffs).unwrap();
-    let mounted = std::process::Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&bpffs).status().expect("mount");
-    assert!(mounted.success(), "mounting a BPF filesystem on {}", bpffs.display());
-    /// Unmounts the test's BPF filesystem however the test ends.
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-            let _ = std::fs::remove_dir(&self.0);
-        }
-    }
-    let _unmount = Unmount(bpffs.clone());
-    let state = bpffs.join("rlm").display().to_string();
+    let bpffs = kmod_fastpath::testrun::Bpffs::mount(&format!("inline-{tag}"));
+    let state = bpffs.0.join("rlm").display().to_string();
     let extra_args = ["--srpt", "fair", "--srpt-link-bps", "1000000000", "--srpt-state-dir", &state, "--ebpf-attach", attach]
         .into_iter()
         .map(String::from)
