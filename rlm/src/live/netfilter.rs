@@ -207,24 +207,32 @@ pub fn nft_queue_available() -> bool {
 /// The br_netfilter sysctls rlm sets (under `/proc/sys/net/bridge`).
 const BR_NETFILTER_SYSCTLS: [&str; 2] = ["bridge-nf-call-iptables", "bridge-nf-call-ip6tables"];
 
+/// The address families rlm's iptables rules go into: nft's name for each, and its tool.
+const FAMILIES: [(&str, &str); 2] = [("ip", "iptables"), ("ip6", "ip6tables")];
+
 /// What rlm changes besides its own rules, as it found it before: put back at removal.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Prior {
     /// Each br_netfilter sysctl rlm set, and its value before.
     sysctls: Vec<(&'static str, String)>,
-    /// The nft families (`ip`, `ip6`) whose `mangle` table did not exist before rlm's rules
+    /// The families ([`FAMILIES`]) whose `mangle` table did not exist before rlm's rules
     /// (iptables-nft creates it for them).
-    new_mangle: Vec<&'static str>,
+    new_mangle: Vec<(&'static str, &'static str)>,
 }
 
-/// Whether rules of another rlm (on another bridge) are installed: a chain `RLM-*` in the
-/// `mangle` table of iptables or ip6tables, or an nft table `rlm_*`.
-fn another_rlm_installed() -> bool {
-    let listing = |cmd: &str, args: &[&str]| {
-        Command::new(cmd).args(args).stderr(Stdio::null()).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
-    };
-    let chains = ["iptables", "ip6tables"].iter().any(|c| listing(c, &["-t", "mangle", "-S"]).lines().any(|l| l.starts_with("-N RLM-")));
-    chains || listing("nft", &["list", "tables"]).lines().any(|l| l.split_whitespace().last().is_some_and(|t| t.starts_with("rlm_")))
+/// `LIST -t mangle -S` (`iptables` or `ip6tables`), or None when it cannot be listed.
+fn mangle_listing(list: &str) -> Option<String> {
+    let out = Command::new(list).args(["-t", "mangle", "-S"]).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether an nft table of another rlm (`rlm_*`) is there.
+fn another_rlm_nft_table() -> bool {
+    Command::new("nft")
+        .args(["list", "tables"])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.split_whitespace().last().is_some_and(|t| t.starts_with("rlm_"))))
 }
 
 /// Whether nft lists table `mangle` of `family` (false without nft: nothing to delete then).
@@ -258,21 +266,23 @@ pub fn enable_br_netfilter() -> Result<Vec<(&'static str, String)>> {
 }
 
 impl Prior {
-    /// Put back what rlm changed (its rules already removed): the sysctls' values (unless another
-    /// rlm's rules, on another bridge, still need them), and delete the `mangle` tables created
-    /// for it that hold no rule now. Every step is tried; the errors are reported together.
+    /// Put back what rlm changed (its rules already removed): the sysctls' values (unless rules
+    /// of another rlm, on another bridge, still need them: a chain `RLM-*` in a `mangle` table,
+    /// or an nft table `rlm_*`), and delete the `mangle` tables created for it that hold no rule
+    /// now. Every step is tried; the errors are reported together.
     fn restore(&self) -> Result<()> {
         let mut errors = Vec::new();
-        let others = another_rlm_installed();
+        let listings: Vec<(&str, Option<String>)> = FAMILIES.iter().map(|&(family, list)| (family, mangle_listing(list))).collect();
+        let others = listings.iter().flat_map(|(_, l)| l.as_deref()).any(|l| l.lines().any(|c| c.starts_with("-N RLM-"))) || another_rlm_nft_table();
         for (k, was) in self.sysctls.iter().filter(|_| !others) {
             let path = std::path::Path::new("/proc/sys/net/bridge").join(k);
             if let Err(e) = std::fs::write(&path, was) {
                 errors.push(format!("cannot restore net.bridge.{k} to {was}: {e}"));
             }
         }
-        for (family, list) in self.new_mangle.iter().map(|f| (*f, if *f == "ip" { "iptables" } else { "ip6tables" })) {
-            let Ok(out) = Command::new(list).args(["-t", "mangle", "-S"]).stderr(Stdio::null()).output() else { continue };
-            if out.status.success() && mangle_is_empty(&String::from_utf8_lossy(&out.stdout)) {
+        for (family, listing) in &listings {
+            let created = self.new_mangle.iter().any(|(f, _)| f == family);
+            if created && listing.as_deref().is_some_and(mangle_is_empty) {
                 let st = Command::new("nft").args(["delete", "table", family, "mangle"]).stderr(Stdio::null()).status();
                 if !st.is_ok_and(|s| s.success()) {
                     errors.push(format!("nft delete table {family} mangle failed"));
@@ -307,9 +317,8 @@ impl Installed {
 /// Install the queue rules atomically. What an earlier run left is not looked for here:
 /// `rlm run` removes it first ([`remove_leftovers`], through `cleanup::cleanup`).
 pub fn install(plan: &QueuePlan) -> Result<Installed> {
-    let new_mangle: Vec<&'static str> = ["ip", "ip6"].into_iter().filter(|f| !mangle_exists(f)).collect();
-    let mut prior = Prior { sysctls: Vec::new(), new_mangle };
-    prior.sysctls = enable_br_netfilter()?;
+    let new_mangle = FAMILIES.into_iter().filter(|(f, _)| !mangle_exists(f)).collect();
+    let prior = Prior { new_mangle, sysctls: enable_br_netfilter()? };
     let backend = if nft_queue_available() { Backend::Nft } else { Backend::Iptables };
     let installed = match backend {
         Backend::Nft => run_with_input("nft", &["-f", "-"], &plan.nft_install()),
@@ -362,8 +371,8 @@ pub fn remove_leftovers(bridge: &str) -> Result<bool> {
     let mut found = false;
     let mut errors = Vec::new();
     for (list, restore) in [("iptables", "iptables-restore"), ("ip6tables", "ip6tables-restore")] {
-        let Ok(out) = Command::new(list).args(["-t", "mangle", "-S"]).stderr(Stdio::null()).output() else { continue };
-        if let Some(text) = leftover_removal(bridge, &String::from_utf8_lossy(&out.stdout)) {
+        let Some(listing) = mangle_listing(list) else { continue };
+        if let Some(text) = leftover_removal(bridge, &listing) {
             match run_with_input(restore, &["--noflush"], &text) {
                 Ok(()) => found = true,
                 Err(e) => errors.push(format!("{e:#}")),
