@@ -9,7 +9,7 @@
 use kmod_fastpath::ring::{Event, EventKind};
 use rlm_core::policy::SynDecision;
 use rlm_core::wire::LinkType;
-use rlm_core::{Config, Engine, Port, Timestamp};
+use rlm_core::{Config, Engine, Port, Timestamp, Verdict};
 
 use crate::{net, rulefiles};
 
@@ -51,6 +51,14 @@ pub fn ring_record(data: &[u8]) {
             EventKind::SynDropped { rule, limited } => {
                 let d = SynDecision::Drop { rule: rules::RuleId(rule), limited };
                 e.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, d);
+            }
+            EventKind::SynHeld { .. } => {
+                // rlm sends on what the engine accepts or gives instead: a frame for the wire.
+                if let Verdict::Replace(f) = e.handle_link(ts, Port::Client, LinkType::Ethernet, &ev.whole_frame()) {
+                    if let Err(why) = net::check_tcp(LinkType::Ethernet, &f) {
+                        panic!("a held SYN replaced by a frame that {why}: {f:02x?}");
+                    }
+                }
             }
         }
         drain(&mut e);

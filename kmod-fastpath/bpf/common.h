@@ -36,12 +36,15 @@
 #define KIND_OBSERVED 0
 #define KIND_SYN_PASSED 1
 #define KIND_SYN_DROPPED 2
+#define KIND_SYN_HELD 3     // a client's SYN the kernel dropped for the engine to decide and send on
 #define FLAG_LIMITED 1
 #define FLAG_FROM_SERVER 2  // KIND_OBSERVED: the frame came in at the server port (else it leaves there)
+#define FLAG_VLAN 4         // KIND_SYN_HELD: the frame had a VLAN tag outside its data (rule: proto << 16 | tci)
 
 // struct config's flags.
 #define CFG_QUEUE_RESPONSES 1
 #define CFG_QUEUE_REQUESTS 2
+#define CFG_HOLD_SYNS 4     // a SYN without a verdict is held (KIND_SYN_HELD), not marked for NFQUEUE
 
 #define MAX_BUCKETS 1024
 
@@ -58,6 +61,8 @@ enum inline_counter {
     C_STALE,        // packets passed untouched and unreported: the engine's heartbeat was stale
     C_REJ_QUEUED,   // a rejected connection's client segments without payload, marked for NFQUEUE
     C_REJ_DROPPED,  // a rejected connection's server segments, dropped
+    C_SYN_HELD,     // SYNs without a verdict handed to the engine whole and dropped (CFG_HOLD_SYNS)
+    C_HOLD_FAILED,  // SYNs that could not be held (the ring full) and passed undecided
     C_INLINE_COUNTERS,
 };
 
@@ -114,7 +119,7 @@ struct event {
     __u32 wire_len;  // the frame's length
     __u16 kind;      // KIND_*
     __u16 flags;     // FLAG_*
-    __u32 rule;      // KIND_SYN_DROPPED: the rule
+    __u32 rule;      // KIND_SYN_DROPPED: the rule; KIND_SYN_HELD with FLAG_VLAN: the tag
     __u8 data[];
 };
 

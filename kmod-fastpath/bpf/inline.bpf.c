@@ -7,9 +7,11 @@
 //    decided here when the engine has published a verdict for its (client, server, port) under
 //    the current generation of the class statistics: passed, dropped (DROP SYN), or policed by a
 //    token bucket (LIMIT SYN). Each decided SYN is reported through the ring buffer, so the
-//    engine's pageview accounting still sees it. A SYN without a valid verdict gets rlm's
-//    queue mark, which the netfilter rule rlm installs sends to NFQUEUE: the engine decides it
-//    and publishes the verdict for the next ones.
+//    engine's pageview accounting still sees it. A SYN without a valid verdict is held
+//    (CFG_HOLD_SYNS, rlm's default): reported whole, waking the engine at once, and dropped
+//    here; the engine decides it, sends it on out of the server port itself if it passes, and
+//    publishes the verdict for the next ones. Without CFG_HOLD_SYNS it gets rlm's queue mark
+//    instead, which the netfilter rule rlm then installs sends to NFQUEUE.
 //  - observe, on the server port (ingress and egress): every TCP packet to or from a server
 //    port is copied into the ring buffer for the engine to measure, but the clients' SYNs
 //    (reported at the client port) and bare IPv4 ACKs other than the one that completes a
@@ -126,23 +128,25 @@ static __always_inline void fill(struct event *e, struct __sk_buff *skb, __u32 l
 // forced wakeup costs about 3 us, thirty times a report (measured by benches/syn_drop.rs when
 // every report past the quarter woke it), so a flood that outruns the reader must not pay one
 // per SYN.
+// A held SYN (`wake`) always wakes it: it waits for the engine's decision.
 #define WAKE_STEP (RING_BYTES / 16)
-static __always_inline void submit(void *e, __u64 size)
+static __always_inline void submit(void *e, __u64 size, int wake)
 {
     __u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
     __u64 flags = BPF_RB_NO_WAKEUP;
-    if (avail >= RING_BYTES / 4 && (avail < size || (avail - size) / WAKE_STEP != avail / WAKE_STEP))
+    if (wake || (avail >= RING_BYTES / 4 && (avail < size || (avail - size) / WAKE_STEP != avail / WAKE_STEP)))
         flags = BPF_RB_FORCE_WAKEUP;
     bpf_ringbuf_submit(e, flags);
 }
 
-// One size class of ring records: reserve `size` bytes of frame, copy `len` (<= size) into it.
+// One size class of ring records: reserve `size` bytes of frame, copy `len` (<= size) into it;
+// returns from report() with 1 if the record was submitted.
 #define REPORT_IN(size)                                                                           \
     do {                                                                                          \
         struct event *e = bpf_ringbuf_reserve(&events, sizeof(struct event) + (size), 0);         \
         if (!e) {                                                                                 \
             count(C_RING_FULL);                                                                   \
-            return;                                                                               \
+            return 0;                                                                             \
         }                                                                                         \
         /* Bound the length again where the verifier sees it (the compiler may merge the tests \
            that chose this size class). */                                                      \
@@ -153,20 +157,20 @@ static __always_inline void submit(void *e, __u64 size)
         fill(e, skb, n, kind, flags, rule);                                                       \
         if (n == 0 || bpf_skb_load_bytes(skb, 0, e->data, n) < 0) {                               \
             bpf_ringbuf_discard(e, 0);                                                            \
-            return;                                                                               \
+            return 0;                                                                             \
         }                                                                                         \
-        submit(e, BPF_RINGBUF_HDR_SZ + sizeof(struct event) + (size));                            \
-        return;                                                                                   \
+        submit(e, BPF_RINGBUF_HDR_SZ + sizeof(struct event) + (size), kind == KIND_SYN_HELD);     \
+        return 1;                                                                                 \
     } while (0)
 
 // Copy the frame (cut at `snap`: SNAP_MAX or HEAD_SNAP) into the ring buffer for the engine, in
 // the smallest record that holds it, so that the ring (and the reader's cache) carries little
-// more than the frames.
-static __always_inline void report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule, __u32 snap)
+// more than the frames. 1 if it was reported.
+static __always_inline int report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule, __u32 snap)
 {
     __u32 len = skb->len;
     if (len == 0)
-        return;
+        return 0;
     if (len > snap)
         len = snap;
     if (len <= 128)
@@ -301,6 +305,20 @@ int syn_admit(struct __sk_buff *skb)
             report(skb, KIND_SYN_DROPPED, v->action == ACTION_LIMIT ? FLAG_LIMITED : 0, rule, SNAP_MAX);
             return TC_ACT_SHOT;
         }
+    }
+    if (cfg->flags & CFG_HOLD_SYNS) {
+        // Handed to the engine whole and dropped here: the engine sends it on (or not) from
+        // its decision. A tag the frame carried outside its data goes with it. If the ring has
+        // no room, or the SYN is longer than a record holds whole, it passes undecided
+        // (fail-open) and unreported.
+        __u16 flags = skb->vlan_present ? FLAG_VLAN : 0;
+        __u32 tag = skb->vlan_present ? ((__u32)bpf_ntohs((__u16)skb->vlan_proto) << 16) | (skb->vlan_tci & 0xffff) : 0;
+        if (skb->len <= SNAP_MAX && report(skb, KIND_SYN_HELD, flags, tag, SNAP_MAX)) {
+            count(C_SYN_HELD);
+            return TC_ACT_SHOT;
+        }
+        count(C_HOLD_FAILED);
+        return TC_ACT_OK;
     }
     count(C_SYN_QUEUED);
     skb->mark |= cfg->queue_mark;

@@ -2,8 +2,9 @@
 //! packets the engine measures, through a ring buffer.
 //!
 //! - `syn_admit` on the client port's ingress decides a client's SYN from the verdict the engine
-//!   published for its (client, server, port) under the current generation, or marks it for
-//!   NFQUEUE when there is none ([`Mode`]).
+//!   published for its (client, server, port) under the current generation; when there is none
+//!   ([`Mode`]) it holds it for the engine ([`InlinePath::set_hold_syns`]) or marks it for
+//!   NFQUEUE.
 //! - `observe` on the server port's ingress and egress copies every packet of the servers' ports
 //!   into the ring buffer but the clients' SYNs and the bare ACKs other than a handshake's; with
 //!   [`InlinePath::set_queue_responses`] on, the servers' IPv4 segments with payload, FIN or RST
@@ -24,7 +25,7 @@ use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf};
 
 use crate::records::{
-    inline_counter as c, Bucket, Config, ConnKey, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_QUEUE_REQUESTS,
+    inline_counter as c, Bucket, Config, ConnKey, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_HOLD_SYNS, CFG_QUEUE_REQUESTS,
     CFG_QUEUE_RESPONSES, MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
 };
 use crate::testrun::{self, TestRun};
@@ -82,6 +83,10 @@ pub struct Counters {
     pub rej_queued: u64,
     /// Server segments of a rejected connection dropped.
     pub rej_dropped: u64,
+    /// SYNs without a verdict held for the engine ([`InlinePath::set_hold_syns`]).
+    pub syn_held: u64,
+    /// SYNs that could not be held (the ring full, or too long for a record): passed undecided.
+    pub hold_failed: u64,
 }
 
 pub use crate::ring::{Event, EventKind};
@@ -158,6 +163,7 @@ pub struct InlinePath {
     mode: Mode,
     queue_responses: bool,
     queue_requests: bool,
+    hold_syns: bool,
 }
 
 impl InlinePath {
@@ -187,7 +193,16 @@ impl InlinePath {
         }
         let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS)?;
         let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
-        let mut path = InlinePath { bpf, heartbeat, queue_mark, generation: 0, mode: Mode::QueueAll, queue_responses: false, queue_requests: false };
+        let mut path = InlinePath {
+            bpf,
+            heartbeat,
+            queue_mark,
+            generation: 0,
+            mode: Mode::QueueAll,
+            queue_responses: false,
+            queue_requests: false,
+            hold_syns: false,
+        };
         path.write_config()?;
         Ok(path)
     }
@@ -217,9 +232,19 @@ impl InlinePath {
 
     fn write_config(&mut self) -> Result<()> {
         let mut cfg: Array<&mut MapData, Config> = Array::try_from(self.bpf.map_mut("config").context("map config")?)?;
-        let flags = if self.queue_responses { CFG_QUEUE_RESPONSES } else { 0 } | if self.queue_requests { CFG_QUEUE_REQUESTS } else { 0 };
+        let flags = if self.queue_responses { CFG_QUEUE_RESPONSES } else { 0 }
+            | if self.queue_requests { CFG_QUEUE_REQUESTS } else { 0 }
+            | if self.hold_syns { CFG_HOLD_SYNS } else { 0 };
         cfg.set(0, Config { generation: self.generation, queue_mark: self.queue_mark, mode: self.mode as u32, flags, pad: 0 }, 0)?;
         Ok(())
+    }
+
+    /// Hold a SYN the kernel has no verdict for instead of marking it for NFQUEUE: report it
+    /// whole ([`EventKind::SynHeld`], waking the reader at once) and drop it; the reader decides
+    /// it and sends it on. If the ring has no room the SYN passes undecided.
+    pub fn set_hold_syns(&mut self, on: bool) -> Result<()> {
+        self.hold_syns = on;
+        self.write_config()
     }
 
     /// Mark the servers' IPv4 segments with payload, FIN or RST for NFQUEUE instead of
@@ -309,6 +334,8 @@ impl InlinePath {
             stale: sum(c::STALE)?,
             rej_queued: sum(c::REJ_QUEUED)?,
             rej_dropped: sum(c::REJ_DROPPED)?,
+            syn_held: sum(c::SYN_HELD)?,
+            hold_failed: sum(c::HOLD_FAILED)?,
         })
     }
 }

@@ -31,6 +31,8 @@ pub(crate) const ACTION_LIMIT: u16 = 2;
 pub(crate) const CFG_QUEUE_RESPONSES: u32 = 1;
 /// `CFG_QUEUE_REQUESTS`: `Config::flags`: mark the clients' segments with payload for NFQUEUE.
 pub(crate) const CFG_QUEUE_REQUESTS: u32 = 2;
+/// `CFG_HOLD_SYNS`: `Config::flags`: hold a SYN without a verdict (report it whole, drop it).
+pub(crate) const CFG_HOLD_SYNS: u32 = 4;
 
 /// `MAX_BUCKETS`: `LIMIT SYN` buckets the kernel keeps (slots `0..MAX_BUCKETS`).
 pub const MAX_BUCKETS: u32 = 1024;
@@ -48,9 +50,11 @@ pub(crate) mod inline_counter {
     pub const STALE: u32 = 8;
     pub const REJ_QUEUED: u32 = 9;
     pub const REJ_DROPPED: u32 = 10;
+    pub const SYN_HELD: u32 = 11;
+    pub const HOLD_FAILED: u32 = 12;
     /// The slots in all (the array's size; only the layout test reads it).
     #[allow(dead_code)]
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 13;
 }
 
 /// `struct config`: `config`'s one value.
@@ -258,7 +262,7 @@ unsafe impl Pod for ClassCount {}
 mod tests {
     use super::*;
     // The ring buffer's record is in `ring` (it needs no aya).
-    use crate::ring::{EventHeader, FLAG_FROM_SERVER, FLAG_LIMITED, KIND_OBSERVED, KIND_SYN_DROPPED, KIND_SYN_PASSED};
+    use crate::ring::{EventHeader, FLAG_FROM_SERVER, FLAG_LIMITED, FLAG_VLAN, KIND_OBSERVED, KIND_SYN_DROPPED, KIND_SYN_HELD, KIND_SYN_PASSED};
     use std::mem::{offset_of, size_of};
     use std::process::{Command, Stdio};
 
@@ -306,10 +310,13 @@ mod tests {
             ("KIND_OBSERVED", KIND_OBSERVED as usize),
             ("KIND_SYN_PASSED", KIND_SYN_PASSED as usize),
             ("KIND_SYN_DROPPED", KIND_SYN_DROPPED as usize),
+            ("KIND_SYN_HELD", KIND_SYN_HELD as usize),
             ("FLAG_LIMITED", FLAG_LIMITED as usize),
             ("FLAG_FROM_SERVER", FLAG_FROM_SERVER as usize),
+            ("FLAG_VLAN", FLAG_VLAN as usize),
             ("CFG_QUEUE_RESPONSES", CFG_QUEUE_RESPONSES as usize),
             ("CFG_QUEUE_REQUESTS", CFG_QUEUE_REQUESTS as usize),
+            ("CFG_HOLD_SYNS", CFG_HOLD_SYNS as usize),
             ("MAX_BUCKETS", MAX_BUCKETS as usize),
             ("C_SYN_PASSED", inline_counter::SYN_PASSED as usize),
             ("C_SYN_DROPPED", inline_counter::SYN_DROPPED as usize),
@@ -322,6 +329,8 @@ mod tests {
             ("C_STALE", inline_counter::STALE as usize),
             ("C_REJ_QUEUED", inline_counter::REJ_QUEUED as usize),
             ("C_REJ_DROPPED", inline_counter::REJ_DROPPED as usize),
+            ("C_SYN_HELD", inline_counter::SYN_HELD as usize),
+            ("C_HOLD_FAILED", inline_counter::HOLD_FAILED as usize),
             ("C_INLINE_COUNTERS", inline_counter::COUNT as usize),
             ("MAX_CUTOFFS", MAX_CUTOFFS),
             ("MAX_CLASSES", MAX_CLASSES),

@@ -199,6 +199,56 @@ fn syn_admit_decides_crafted_frames_in_a_test_run() {
     assert_eq!((c.syn_dropped, c.syn_passed, c.syn_queued, c.ring_full), (1, 1, 1, 0));
 }
 
+/// Held SYNs (`set_hold_syns`): a SYN without a verdict is reported whole, as a held SYN, and
+/// dropped (the engine sends it on), not marked; one with a verdict is still decided in the
+/// kernel; one too long for a record passes undecided and is counted.
+#[test]
+fn a_syn_without_a_verdict_is_held_whole_for_the_engine() {
+    if !is_root() {
+        eprintln!("skipped: needs root (eBPF)");
+        return;
+    }
+    const MARK: u32 = 0x80_0000;
+    let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
+    path.watch_heartbeat(None).unwrap();
+    let mut ring = path.take_events().unwrap();
+    let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
+    let (known, new) = (Ipv4Addr::new(10, 4, 0, 2), Ipv4Addr::new(10, 6, 0, 2));
+    let syn = |c: Ipv4Addr, payload: &[u8]| {
+        tcp_frame(LinkType::Ethernet, SocketAddr::V4(SocketAddrV4::new(c, 40000)), SocketAddr::V4(server), 1, 1, SYN, payload)
+    };
+    path.set_mode(Mode::Verdicts, 5).unwrap();
+    path.set_syn_verdict(known, server, 5, SynAction::Pass).unwrap();
+    path.set_hold_syns(true).unwrap();
+
+    let frame = syn(new, &[]);
+    let r = path.test_run(true, &frame, 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (2, 0), "held: dropped here (TC_ACT_SHOT), not marked");
+    let mut held = Vec::new();
+    ring.drain(usize::MAX, |e| {
+        let e = e.expect("a well-formed record");
+        held.push((e.kind, e.whole_frame().into_owned()));
+    });
+    assert_eq!(held, vec![(EventKind::SynHeld { vlan: None }, frame)], "reported whole");
+
+    let r = path.test_run(true, &syn(known, &[]), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, 0), "a verdict still decides in the kernel");
+    assert_eq!(drain(&mut ring), vec![(EventKind::SynPassed, SYN)]);
+
+    // A SYN longer than a record (data on the SYN): passed undecided, unreported, counted.
+    let r = path.test_run(true, &syn(new, &[0u8; 2100]), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, 0));
+    assert!(drain(&mut ring).is_empty());
+
+    // Holding off: marked for the queue as before.
+    path.set_hold_syns(false).unwrap();
+    let r = path.test_run(true, &syn(new, &[]), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, MARK));
+    assert!(drain(&mut ring).is_empty());
+    let c = path.counters().unwrap();
+    assert_eq!((c.syn_held, c.hold_failed, c.syn_queued, c.syn_passed), (1, 1, 1, 1));
+}
+
 /// The heartbeat and the side, in test runs: a freshly loaded fast path acts on nothing until
 /// the engine beats, and again once its beat is older than the watch; `observe` says whether a
 /// frame came in at the server port or left it.

@@ -127,6 +127,11 @@ pub struct RunArgs {
     /// clsact (clsact filters even where tcx exists).
     #[arg(long, value_enum, value_name = "HOW")]
     pub ebpf_attach: Option<live::config::EbpfAttach>,
+    /// What the kernel does with a client's SYN it has no verdict for: hold (hand it to rlm,
+    /// which sends it on after deciding; no netfilter for SYNs) or queue (NFQUEUE through
+    /// br_netfilter).
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub undecided_syns: Option<live::config::UndecidedSyns>,
     /// rlm's memory budget in MiB (`[limits] memory_mb`, default 128): the connections tracked,
     /// the bytes held for later, the pageview lists and the records' queue are derived from it.
     #[arg(long, value_name = "MIB")]
@@ -273,6 +278,9 @@ impl RunArgs {
         c.srpt.keep_state_on_exit |= self.srpt_keep_state;
         if let Some(v) = self.ebpf_attach {
             c.ebpf.attach = v;
+        }
+        if let Some(v) = self.undecided_syns {
+            c.ebpf.undecided_syns = v;
         }
         if let Some(v) = self.memory_mb {
             c.limits.memory_mb = v;

@@ -195,7 +195,7 @@ mod tests {
             "name": name,
             "generator_bottleneck": false,
             "pageviews": {"count": count, "mean_s": 1.0, "p95_s": 2.0, "gt3s_frac": gt3s, "failed": 0, "by_class": by_class},
-            "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "rules_left": [], "reports_lost": 0.0, "injected": injected, "syn_drops": {"LOW": 30.0}}
+            "rlm": {"exit_code": 0, "clean_exit": true, "installed": true, "rules_left": [], "reports_lost": 0.0, "injected": injected, "syn_drops": {"LOW": 30.0}}
         })
     }
 

@@ -107,8 +107,9 @@ pub struct RlmOutcome {
     pub clean_exit: bool,
     /// Lines of rlm's netfilter state still there after it exited (should be none).
     pub rules_left: Vec<String>,
-    /// rlm's netfilter rules were in place while it ran (seen right after it started).
-    pub rules_installed: bool,
+    /// rlm was in the path while it ran (seen right after it started): its eBPF fast path
+    /// attached (its /status read the programs' counters) or its netfilter rules in place.
+    pub installed: bool,
     /// `rlm_syn_drops` by class, from /metrics at the end of the arm (rlm's own count).
     pub syn_drops: BTreeMap<String, f64>,
     /// `rlm_verdicts` by verdict.
@@ -281,7 +282,7 @@ pub struct Inline {
     rules: Option<PathBuf>,
     records: Option<RlmRecords>,
     started: Instant,
-    rules_installed: bool,
+    installed: bool,
     /// The sampler of rlm's memory, descriptors and class response times, and its stop.
     sampler: Option<(Arc<AtomicBool>, std::thread::JoinHandle<Vec<RlmSample>>)>,
 }
@@ -460,11 +461,12 @@ impl Inline {
             rules,
             records,
             started: Instant::now(),
-            rules_installed: false,
+            installed: false,
             guard: None,
             sampler: None,
         };
         let deadline = Instant::now() + ready_timeout;
+        let fastpath;
         loop {
             if let Some(st) = me.child.as_mut().expect("running").try_wait()? {
                 me.child = None;
@@ -472,9 +474,10 @@ impl Inline {
             }
             if let Ok((200, body)) = http_get(ns, addr, "/status", Duration::from_millis(500)) {
                 // The metrics server comes up before the rules; wait for the loop to run.
-                let state =
-                    serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v.get("state").and_then(|s| s.as_str()).map(String::from));
-                if state.as_deref().is_none_or(|s| s == "running") {
+                let status = serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default();
+                if status.get("state").and_then(|s| s.as_str()).is_none_or(|s| s == "running") {
+                    // Its programs' counters read from the kernel: the fast path is attached.
+                    fastpath = status["fastpath"]["syn_passed"].is_u64();
                     break;
                 }
             }
@@ -484,7 +487,7 @@ impl Inline {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        me.rules_installed = !rlm_rules(ns).is_empty();
+        me.installed = fastpath || !rlm_rules(ns).is_empty();
         let stop = Arc::new(AtomicBool::new(false));
         me.sampler = Some((stop.clone(), sample_each_second(pid, ns.to_string(), addr, arm.count_maps, stop)));
         // rlm starts its guard before it installs anything; the guard names itself at once.
@@ -598,7 +601,7 @@ impl Inline {
     /// Save /status and /metrics into the directory, SIGTERM rlm, wait for it (10 s, then
     /// SIGKILL), check what it left and read what it said of its records at exit.
     pub fn stop(mut self) -> Result<RlmOutcome> {
-        let mut out = RlmOutcome { log: self.log.clone(), rules: self.rules.clone(), rules_installed: self.rules_installed, ..RlmOutcome::default() };
+        let mut out = RlmOutcome { log: self.log.clone(), rules: self.rules.clone(), installed: self.installed, ..RlmOutcome::default() };
         let mut metrics_text = String::new();
         // rlm refreshes /status every second: wait for a refresh that covers the arm's end.
         std::thread::sleep(Duration::from_millis(1100));

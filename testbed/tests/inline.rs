@@ -213,10 +213,14 @@ fn starts_sees_the_handshakes_and_stops_cleanly(tag: &str, attach: &str) {
     // test's own, outside /sys (which `ip netns exec` mounts anew, without /sys/fs/bpf).
     let bpffs = kmod_fastpath::testrun::Bpffs::mount(&format!("inline-{tag}"));
     let state = bpffs.0.join("rlm").display().to_string();
-    let extra_args = ["--srpt", "fair", "--srpt-link-bps", "1000000000", "--srpt-state-dir", &state, "--ebpf-attach", attach]
-        .into_iter()
-        .map(String::from)
-        .collect();
+    // SYNs without a verdict held (no netfilter rule at all), or queued (clsact: the queue
+    // rules and br_netfilter's sysctls installed, and removed at exit).
+    let undecided = undecided_syns(attach);
+    let extra_args =
+        ["--srpt", "fair", "--srpt-link-bps", "1000000000", "--srpt-state-dir", &state, "--ebpf-attach", attach, "--undecided-syns", undecided]
+            .into_iter()
+            .map(String::from)
+            .collect();
     let arm = RlmArm { rules: CLASSES.into(), extra_args, ..RlmArm::default() };
     let ports = [info.bridge.client_port.as_str(), info.bridge.server_port.as_str()];
     // An operator's box that does not pass bridged IPv6 to ip6tables: rlm turns it on while it
@@ -224,7 +228,11 @@ fn starts_sees_the_handshakes_and_stops_cleanly(tag: &str, attach: &str) {
     in_ns(&info.namespaces.appliance, &["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-ip6tables=0"]);
     let before = testbed::inline::host_state(&info.namespaces.appliance, &ports);
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts and answers /status");
-    assert!(!rlm_rules(&info.namespaces.appliance).is_empty(), "rlm's queue rules are installed while it runs");
+    assert_eq!(
+        !rlm_rules(&info.namespaces.appliance).is_empty(),
+        undecided == "queue",
+        "rlm's queue rules are installed while it runs only when SYNs are queued"
+    );
     assert_eq!(std::fs::read_to_string(dir.join("rules.rlm")).unwrap(), CLASSES);
     let pinned = std::path::Path::new(&state).join(&info.bridge.client_port);
     assert!(std::fs::read_dir(&pinned).is_ok_and(|d| d.count() > 0), "the SRPT state is pinned in {} while rlm runs", pinned.display());
@@ -246,7 +254,7 @@ fn starts_sees_the_handshakes_and_stops_cleanly(tag: &str, attach: &str) {
     println!("{}", serde_json::to_string_pretty(&out).unwrap());
     assert_eq!(out.exit_code, Some(0), "rlm exits 0 on SIGTERM; log {}", out.log.display());
     assert!(out.rules_left.is_empty(), "no rule left behind: {:?}", out.rules_left);
-    assert!(out.clean_exit && out.rules_installed);
+    assert!(out.clean_exit && out.installed);
     // Nothing else left either: the tables, qdiscs, filters, sysctls and the BPF filesystem are
     // as rlm found them (broken once each: an empty mangle table, net.bridge.bridge-nf-call-ip6tables
     // = 1 and the empty state directory stayed).
@@ -408,7 +416,9 @@ fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
 fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     let (_plan, _guard, info) = lab("k", 4);
     let dir = std::env::temp_dir().join(format!("rlm-kill-{}", std::process::id()));
-    let arm = RlmArm { rules: QUEUE_EVERY_SYN.into(), ..RlmArm::default() };
+    // SYNs through NFQUEUE: what carries them once rlm is killed is the queue's bypass (held
+    // SYNs need nothing: their tcx links go with rlm's process).
+    let arm = RlmArm { rules: QUEUE_EVERY_SYN.into(), extra_args: vec!["--undecided-syns".into(), "queue".into()], ..RlmArm::default() };
     let mut rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
 
     // Eight loops fetching a page on a new connection each, as fast as they can.
@@ -494,18 +504,44 @@ fn installed(ns: &str) -> Installed {
 /// the client port, the programs attached as `attach` says, and `extra` flags.
 fn drop_low_arm(info: &Info, attach: &str, extra: &[&str]) -> RlmArm {
     let rules = format!("{CLASSES}IF IP.SRC == {} THEN DROP SYN\n", info.clients.low[0]);
-    let mut extra_args: Vec<String> =
-        ["--srpt", "fair", "--srpt-link-bps", "100000000", "--srpt-state-dir", "", "--ebpf-attach", attach].into_iter().map(String::from).collect();
+    let mut extra_args: Vec<String> = [
+        "--srpt",
+        "fair",
+        "--srpt-link-bps",
+        "100000000",
+        "--srpt-state-dir",
+        "",
+        "--ebpf-attach",
+        attach,
+        "--undecided-syns",
+        undecided_syns(attach),
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
     extra_args.extend(extra.iter().map(|a| a.to_string()));
     RlmArm { rules, extra_args, records: false, count_maps: false }
 }
 
+/// How the tests that run both attachments have rlm treat the SYNs the kernel has no verdict
+/// for: held with tcx links (the default), queued with clsact filters (so that both paths, and
+/// the queue rules' removal, are covered).
+fn undecided_syns(attach: &str) -> &'static str {
+    if attach == "clsact" {
+        "queue"
+    } else {
+        "hold"
+    }
+}
+
 /// While rlm runs: everything is installed, and the LOW client's SYNs are dropped by the
-/// kernel from the verdict rlm published (the first through the queue, the next by `syn_admit`).
+/// kernel from the verdict rlm published (the first decided by rlm, held or queued, the next by
+/// `syn_admit`).
 fn drops_low_in_the_kernel(rlm: &Inline, info: &Info, attach: &str) {
     let ns = &info.namespaces.appliance;
     let i = installed(ns);
-    assert!(i.qdisc && !i.rules.is_empty(), "rlm's qdisc and rules while it runs: {i:?}");
+    let queued = undecided_syns(attach) == "queue";
+    assert!(i.qdisc && i.rules.is_empty() != queued, "rlm's qdisc, and its queue rules only when SYNs are queued, while it runs: {i:?}");
     if attach == "clsact" {
         for f in ["syn_admit on app-c ingress", "srpt_acks on app-c ingress", "classify on app-c egress", "observe on app-s ingress"] {
             assert!(i.filters.iter().any(|x| x == f), "{f} while rlm runs: {i:?}");
@@ -598,7 +634,7 @@ fn fail_open_when_rlm_dies(tag: &str, attach: &str) {
     rlm.kill_with_guard().expect("kill -9 of both");
     let died = Instant::now();
     let left = installed(&ns);
-    assert!(left.qdisc && !left.rules.is_empty(), "{left:?}");
+    assert!(left.qdisc && left.rules.is_empty() != (undecided_syns(attach) == "queue"), "{left:?}");
     assert_eq!(left.filters.is_empty(), attach != "clsact", "{left:?}");
     loop {
         let r = fetch_from_clients_within(&info, vec![info.clients.low[0].clone()], Duration::from_millis(250)).remove(0);
@@ -714,12 +750,14 @@ fn fast_syn_and_synack_frames_are_well_formed_and_make_one_connection_each() {
     assert!(status["stats"]["fast_syns_sent"].as_u64().unwrap_or(0) >= PAGES as u64);
     assert!(status["stats"]["fast_synacks_sent"].as_u64().unwrap_or(0) >= PAGES as u64);
     assert_eq!(status["injector"]["failed"].as_u64(), Some(0));
-    // The SYNs rlm queued are timed by the kernel's receive stamp, not when rlm read them.
+    // Every client SYN came to rlm (FAST SYN needs each): held by the kernel, none passed
+    // undecided, none through NFQUEUE.
     let metrics = testbed::inline::prom::parse(&std::fs::read_to_string(out.metrics.as_ref().expect("metrics")).unwrap());
-    let value = |name: &str| metrics.iter().filter(|m| m.name == name).map(|m| m.value).sum::<f64>();
-    let (stamped, unstamped) = (value("rlm_queue_wait_seconds_count"), value("rlm_queue_unstamped_total"));
-    println!("queued packets stamped by the kernel {stamped}, unstamped {unstamped}");
-    assert!(stamped >= 1.0 && unstamped == 0.0, "queued packets: {stamped} with the kernel's stamp, {unstamped} without");
+    let fastpath = testbed::inline::prom::by_label(&metrics, "rlm_fastpath_packets", "counter");
+    println!("fast path {fastpath:?}");
+    let count = |c: &str| fastpath.get(c).copied().unwrap_or(0.0);
+    assert!(count("syn_held") >= PAGES as f64 + 1.0, "every SYN held for rlm: {fastpath:?}");
+    assert_eq!((count("hold_failed"), count("syn_queued")), (0.0, 0.0), "{fastpath:?}");
     // Every packet on both wires, injected ones included, has good IP and TCP checksums by
     // tshark's reckoning.
     for (side, rows) in [("server", &srv), ("client", &cli)] {
@@ -1514,6 +1552,12 @@ fn reject_answers_curl_and_chromium_and_neither_side_sees_a_tcp_error() {
     let resets = tshark_select(&server_pcap, "tcp.flags.reset == 1");
     assert_eq!(resets.len() as u64, rejected, "one RST per rejected request: {resets:?}");
     assert!(resets.iter().all(|r| !r.starts_with(FARM_ADDR)), "none from the server: {resets:?}");
+    // The requests came through NFQUEUE (REJECT needs it, held SYNs or not): each timed by the
+    // kernel's receive stamp, not when rlm read it.
+    let metrics = testbed::inline::prom::parse(&std::fs::read_to_string(out.metrics.as_ref().expect("metrics")).unwrap());
+    let value = |name: &str| metrics.iter().filter(|m| m.name == name).map(|m| m.value).sum::<f64>();
+    let (stamped, unstamped) = (value("rlm_queue_wait_seconds_count"), value("rlm_queue_unstamped_total"));
+    assert!(stamped >= 3.0 && unstamped == 0.0, "queued packets: {stamped} with the kernel's stamp, {unstamped} without");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -225,6 +225,22 @@ impl LimitsConfig {
 pub struct EbpfConfig {
     /// How they are attached to the ports.
     pub attach: EbpfAttach,
+    /// What `syn_admit` does with a client's SYN it has no verdict for.
+    pub undecided_syns: UndecidedSyns,
+}
+
+/// What `syn_admit` does with a SYN it has no verdict for ([`EbpfConfig::undecided_syns`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum UndecidedSyns {
+    /// The kernel hands it to rlm whole (waking it at once) and drops it; rlm decides it and
+    /// sends it on out of the server port itself. No netfilter rule and no br_netfilter unless
+    /// the rules carry out content adaptation or `REJECT`. Needs `inject = true` (else rlm
+    /// queues them).
+    #[default]
+    Hold,
+    /// The kernel marks it, and a netfilter rule sends it through NFQUEUE (br_netfilter on).
+    Queue,
 }
 
 /// How the tc programs are attached ([`EbpfConfig::attach`]).
@@ -499,6 +515,13 @@ impl RunConfig {
         Ok(RecordOutputs { transactions: dests.next().flatten(), pageviews: dests.next().flatten(), decisions: dests.next().flatten() })
     }
 
+    /// Whether the kernel holds the SYNs it has no verdict for and rlm sends them on
+    /// ([`UndecidedSyns::Hold`]): with the eBPF fast path and injection only; otherwise they
+    /// go through NFQUEUE.
+    pub fn holds_syns(&self) -> bool {
+        self.observer == Observer::Ebpf && self.ebpf.undecided_syns == UndecidedSyns::Hold && self.inject
+    }
+
     /// How the record writer queues and rotates.
     pub fn writer_options(&self) -> WriterOptions {
         WriterOptions {
@@ -574,6 +597,18 @@ mod tests {
         assert_eq!(RunConfig::default().ebpf.attach.mode(), kmod_fastpath::AttachMode::Auto);
         assert!(toml::from_str::<RunConfig>("[ebpf]\nattach = \"tcx\"\n").is_err());
         assert!(toml::from_str::<RunConfig>("[ebpf]\nattch = \"auto\"\n").is_err());
+    }
+
+    #[test]
+    fn undecided_syns_are_held_by_default_and_queued_without_injection_or_the_fast_path() {
+        let d = RunConfig::default();
+        assert_eq!(d.ebpf.undecided_syns, UndecidedSyns::Hold);
+        assert!(d.holds_syns());
+        let q: RunConfig = toml::from_str("[ebpf]\nundecided_syns = \"queue\"\n").unwrap();
+        assert!(!q.holds_syns());
+        assert!(!RunConfig { inject: false, ..RunConfig::default() }.holds_syns(), "rlm cannot send them on");
+        assert!(!RunConfig { observer: Observer::Pcap, ..RunConfig::default() }.holds_syns());
+        assert!(toml::from_str::<RunConfig>("[ebpf]\nundecided_syns = \"drop\"\n").is_err());
     }
 
     #[test]

@@ -109,6 +109,22 @@ impl Fast {
     }
 }
 
+/// The fast path's counters as the metrics (`rlm_fastpath`) and the status show them.
+fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 10] {
+    [
+        ("syn_passed", c.syn_passed),
+        ("syn_dropped", c.syn_dropped),
+        ("syn_queued", c.syn_queued),
+        ("syn_held", c.syn_held),
+        ("hold_failed", c.hold_failed),
+        ("observed", c.observed),
+        ("ring_full", c.ring_full),
+        ("ack_skipped", c.ack_skipped),
+        ("resp_queued", c.resp_queued),
+        ("stale", c.stale),
+    ]
+}
+
 fn clock_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec, which `ts` is.
@@ -299,6 +315,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                     Some(e)
                 }
             };
+            path.set_hold_syns(cfg.holds_syns())?;
             let mut fast = Fast { path, srpt, ring, mono_to_real: mono_to_real(), update_errors: 0, last_beat: Instant::now() };
             // Acting from now (the programs act on nothing before the first beat): what comes
             // before the loop starts waits in the ring and the queue.
@@ -354,35 +371,39 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
             Some(s)
         }
     };
-    let installed = match netfilter::install(&plan) {
-        Ok(i) => i,
-        Err(e) => {
+    // The queue rules: now when SYNs go through NFQUEUE; with held SYNs only once the rules in
+    // force carry out content adaptation or REJECT (the loop installs them then).
+    let mut queue = QueueRules { plan, installed: None };
+    if !cfg.holds_syns() {
+        if let Err(e) = queue.install() {
             if let Some(s) = shaper {
                 let _ = s.remove();
             }
             return Err(e);
         }
-    };
+    }
     let what = match &source {
         Source::Fast(_) => format!(
-            "eBPF syn_admit on the client port, observe on the server port ({}); SYNs without a verdict in the kernel are queued",
-            if cfg.ebpf.attach.mode().is_clsact() { "clsact filters" } else { "tcx links" }
+            "eBPF syn_admit on the client port, observe on the server port ({}); SYNs without a verdict in the kernel are {}",
+            if cfg.ebpf.attach.mode().is_clsact() { "clsact filters" } else { "tcx links" },
+            if cfg.holds_syns() { "held for rlm, which sends them on" } else { "queued" }
         ),
         Source::Tap(_) => "the clients' SYNs are queued; the rest is measured from the tap on the server port".into(),
     };
     info!(
         bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
-        backend = ?installed.backend(), queues = ?nfq.queues, queue_mark = ?plan.queue_mark.map(|m| format!("{m:#x}")), metrics = %cfg.metrics,
-        "installed: {what} (bypass when rlm is gone)"
+        queue_rules = ?queue.installed.as_ref().map(netfilter::Installed::backend), queues = ?nfq.queues,
+        queue_mark = ?queue.plan.queue_mark.map(|m| format!("{m:#x}")), metrics = %cfg.metrics,
+        "installed: {what} (fail-open when rlm is gone)"
     );
-    let result = match drop_capabilities() {
+    let (result, queue_rules) = match drop_capabilities() {
         Ok(()) => {
-            let mut lp = Loop::new(&cfg, nfq, source, injector, records, metrics, status, client_ifindex, server_ifindex);
+            let mut lp = Loop::new(&cfg, nfq, source, injector, records, metrics, status, client_ifindex, server_ifindex, queue);
             let result = lp.run().await;
             lp.finish();
-            result
+            (result, lp.queue.installed.take())
         }
-        Err(e) => Err(e),
+        Err(e) => (Err(e), queue.installed.take()),
     };
     // The loop is gone, and its programs with it: the clsact qdiscs rlm made go too.
     match cleanup::remove_clsact_made(&clsact_made) {
@@ -390,7 +411,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         Ok(_) => {}
         Err(e) => warn!("removing the clsact qdiscs rlm made failed: {e:#}"),
     }
-    let removed = installed.remove();
+    let removed = queue_rules.map_or(Ok(()), netfilter::Installed::remove);
     match &removed {
         Ok(()) => info!("removed rlm's rules; the bridge forwards plainly"),
         Err(e) => warn!("removing rlm's rules failed: {e:#}"),
@@ -423,8 +444,32 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     result.and(removed).and(unshaped)
 }
 
+/// rlm's netfilter rules ([`netfilter`]): installed at start when SYNs go through NFQUEUE,
+/// otherwise by the loop the first time the rules in force need the queue (content adaptation,
+/// `REJECT`); removed at exit.
+struct QueueRules {
+    plan: netfilter::QueuePlan,
+    installed: Option<netfilter::Installed>,
+}
+
+impl QueueRules {
+    /// Install the rules unless they are.
+    fn install(&mut self) -> Result<()> {
+        if self.installed.is_none() {
+            let i = netfilter::install(&self.plan)?;
+            info!(backend = ?i.backend(), "installed the netfilter queue rules (br_netfilter on)");
+            self.installed = Some(i);
+        }
+        Ok(())
+    }
+}
+
 struct Loop {
     engine: Engine,
+    /// The netfilter rules, installed or to be.
+    queue: QueueRules,
+    /// Installing them when the rules in force needed them failed: the error.
+    queue_failed: Option<String>,
     nfq: nfqueue::Nfq,
     source: Source,
     /// Sends the engine's frames (FAST SYN, FAST SYN/ACK, DELAY FIRST SYN); None: `inject = false`.
@@ -467,6 +512,7 @@ impl Loop {
         status: metrics::Status,
         client_ifindex: u32,
         server_ifindex: u32,
+        queue: QueueRules,
     ) -> Loop {
         let limits = cfg.limits.derive();
         let mut ecfg = Config {
@@ -523,6 +569,8 @@ impl Loop {
         }
         Loop {
             engine,
+            queue,
+            queue_failed: None,
             nfq,
             source,
             injector,
@@ -552,6 +600,9 @@ impl Loop {
         let source_fd = unsafe { AsyncFd::register_with_interest(Fd(self.source.fd()), Interest::READABLE)? };
         let fast = matches!(self.source, Source::Fast(_));
         self.apply_fastpath();
+        if let Some(e) = self.queue_failed.take() {
+            bail!("the rules in force need the netfilter queue, which could not be installed: {e}");
+        }
         if let Source::Fast(f) = &mut self.source {
             f.beat(true);
         }
@@ -645,6 +696,13 @@ impl Loop {
     /// written and lost. Nothing more goes to the fast path's maps: the programs go with the
     /// process, and pinned SRPT state keeps its flows for the next rlm.
     fn finish(&mut self) {
+        // From here on SYNs without a verdict pass undecided (marked, and queued while the queue
+        // rules are still in): none is held for a loop that no longer sends them on.
+        if let Source::Fast(f) = &mut self.source {
+            if let Err(e) = f.path.set_hold_syns(false) {
+                warn!("fast path: SYNs are still held while rlm stops: {e:#}");
+            }
+        }
         let batch = match self.source {
             Source::Fast(_) => RING_BATCH,
             Source::Tap(_) => BATCH,
@@ -759,12 +817,12 @@ impl Loop {
     /// The fast path's reports, oldest first, until the ring is empty or `RING_BATCH` were
     /// handled (then the queue gets a turn); returns how many.
     fn drain_ring(&mut self) -> usize {
-        let Source::Fast(f) = &mut self.source else { return 0 };
         let mut n = 0;
         let mut observed = 0u64;
         let mut syns = 0u64;
         let started = Instant::now();
         while n < RING_BATCH {
+            let Source::Fast(f) = &mut self.source else { return 0 };
             // A batch is bounded in time too: when each report costs the engine much (connections
             // evicted and made at every frame, a debug build), 4,096 of them took a second, and
             // the turn's signals and verdicts waited for them.
@@ -795,6 +853,13 @@ impl Loop {
                     let d = SynDecision::Drop { rule: rules::RuleId(rule), limited };
                     self.calls.time(|| self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, d));
                 }
+                EventKind::SynHeld { .. } => {
+                    syns += 1;
+                    let frame = ev.whole_frame().into_owned();
+                    // The record goes back to the kernel before the SYN is sent on.
+                    drop(item);
+                    self.send_on_held_syn(ts, frame);
+                }
             }
             if n == 1 {
                 let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
@@ -806,6 +871,29 @@ impl Loop {
             self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "fastpath" }).inc_by(observed + syns);
         }
         n
+    }
+
+    /// A SYN the kernel held for the engine (it has no verdict for it): decided as a queued one
+    /// is, what the engine published reaching the maps first (the client's next SYNs are then
+    /// decided in the kernel), and sent on out of the server port unless dropped.
+    fn send_on_held_syn(&mut self, at: rlm_core::Timestamp, frame: Vec<u8>) {
+        let verdict = self.calls.time(|| self.engine.handle_link(at, Port::Client, LinkType::Ethernet, &frame));
+        self.apply_fastpath();
+        let (label, out) = match verdict {
+            Verdict::Accept => ("accept", Some(frame.into_boxed_slice())),
+            Verdict::Drop => ("drop", None),
+            Verdict::Replace(bytes) => ("replace", Some(bytes)),
+        };
+        if let (Some(mut frame), Some(inj)) = (out, self.injector.as_mut()) {
+            // The copy has the checksums as the sender's stack left them: with checksum offload
+            // (a veth's default) only the pseudo-header's sum, which the kernel would have
+            // finished on the way out of a device but not for a frame sent as it is.
+            rlm_core::actions::fix_checksums(&mut frame);
+            inj.send(&rlm_core::engine::Transmit { port: Port::Server, frame });
+        }
+        // From the SYN's arrival in the kernel to its departure.
+        self.metrics.verdict_latency.observe(now_ts().as_nanos().saturating_sub(at.as_nanos()) as f64 / 1e9);
+        self.metrics.verdicts.get_or_create(&metrics::VerdictLabel { verdict: label }).inc();
     }
 
     /// Send the frames the engine made (its timers and frames just handled made them).
@@ -834,11 +922,27 @@ impl Loop {
                 FastpathUpdate::Bucket { slot, rate_per_s, burst } => f.path.set_bucket(slot, rate_per_s, burst),
                 FastpathUpdate::QueueResponses(on) => {
                     info!(on, "fast path: the servers' segments go through the queue (REMOVE EMBEDS)");
-                    f.path.set_queue_responses(on)
+                    match on.then(|| self.queue.install()).transpose() {
+                        Ok(_) => f.path.set_queue_responses(on),
+                        Err(e) => {
+                            // Not marked then: those segments pass unedited, and the start fails.
+                            warn!("the netfilter queue rules could not be installed: {e:#}; content adaptation and REJECT are not carried out");
+                            self.queue_failed = Some(format!("{e:#}"));
+                            Ok(())
+                        }
+                    }
                 }
                 FastpathUpdate::QueueRequests(on) => {
                     info!(on, "fast path: the clients' segments go through the queue (REWRITE EMBEDS, REJECT)");
-                    f.path.set_queue_requests(on)
+                    match on.then(|| self.queue.install()).transpose() {
+                        Ok(_) => f.path.set_queue_requests(on),
+                        Err(e) => {
+                            // Not marked then: those segments pass unedited, and the start fails.
+                            warn!("the netfilter queue rules could not be installed: {e:#}; content adaptation and REJECT are not carried out");
+                            self.queue_failed = Some(format!("{e:#}"));
+                            Ok(())
+                        }
+                    }
                 }
                 FastpathUpdate::ResponseSize { client, server, start, end } => match f.srpt.as_mut() {
                     Some(e) => e.set_response(FlowKey::new(server, client), start, end),
@@ -1051,16 +1155,7 @@ impl Loop {
                 // Follow steps of the wall clock (NTP) for the reports' timestamps.
                 f.mono_to_real = mono_to_real();
                 if let Ok(c) = f.path.counters() {
-                    for (counter, v) in [
-                        ("syn_passed", c.syn_passed),
-                        ("syn_dropped", c.syn_dropped),
-                        ("syn_queued", c.syn_queued),
-                        ("observed", c.observed),
-                        ("ring_full", c.ring_full),
-                        ("ack_skipped", c.ack_skipped),
-                        ("resp_queued", c.resp_queued),
-                        ("stale", c.stale),
-                    ] {
+                    for (counter, v) in fastpath_counters(&c) {
                         self.metrics.fastpath.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
                     }
                 }
@@ -1114,17 +1209,12 @@ impl Loop {
         let controller = self.publish_controller();
         let fastpath = match &self.source {
             Source::Fast(f) => match f.path.counters() {
-                Ok(c) => serde_json::json!({
-                    "syn_passed": c.syn_passed,
-                    "syn_dropped": c.syn_dropped,
-                    "syn_queued": c.syn_queued,
-                    "observed": c.observed,
-                    "ring_full": c.ring_full,
-                    "ack_skipped": c.ack_skipped,
-                    "resp_queued": c.resp_queued,
-                    "stale": c.stale,
-                    "map_update_errors": f.update_errors,
-                }),
+                Ok(c) => {
+                    let mut m: serde_json::Map<String, serde_json::Value> =
+                        fastpath_counters(&c).into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+                    m.insert("map_update_errors".into(), f.update_errors.into());
+                    serde_json::Value::Object(m)
+                }
                 Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
             },
             Source::Tap(_) => serde_json::Value::Null,

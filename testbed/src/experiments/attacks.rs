@@ -274,7 +274,7 @@ mod tests {
             "pageviews": {"by_class": {"HIGH": {"mean_s": high}, "LOW": {"mean_s": 0.6}}},
             "rlm": {"rss_max_kib": rss_mib * 1024.0, "engine_call_us": {"timed": 5000, "p50": 2.0, "p99": 30.0, "p9999": p9999 * 5.0, "max": p9999 * 10.0,
                 "cpu": {"p9999": p9999, "max": p9999 * 2.0}},
-                "syn_drops": {}, "samples": samples, "clean_exit": true, "rules_installed": true, "exit_code": 0, "rules_left": [],
+                "syn_drops": {}, "samples": samples, "clean_exit": true, "installed": true, "exit_code": 0, "rules_left": [],
                 "robustness": {"out_of_window": 0, "wrong_side": 0}},
             "live_fidelity": {"all": {"truth_pageviews": 500, "matched": 499, "median_rel_err": 0.001, "p90_rel_err": 0.01}, "acted": {},
                 "seen": 500, "seen_acted": 0},

@@ -136,7 +136,7 @@ mod tests {
         let arm = |name: &str, p95: f64, high: f64, resets: Value| {
             json!({"name": name, "windows": {"ALL": {"p95_s": p95, "with_syn_retransmissions": 3}, "HIGH": {"p95_s": high}},
                    "farm_front": {"reset_by_subnet": resets},
-                   "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "reports_lost": 0.0}})
+                   "rlm": {"exit_code": 0, "clean_exit": true, "installed": true, "reports_lost": 0.0}})
         };
         let run =
             |un: f64, p95: f64, resets: Value| json!({"goal_s": 2.0, "arms": [arm("unmanaged", un, un, json!({})), arm("abort", p95, p95, resets)]});

@@ -209,7 +209,7 @@ mod tests {
                 "pageviews": {"count": high.0 + low.0, "by_class": {
                     "HIGH": {"count": high.0, "mean_s": high.1, "failed": 0},
                     "LOW": {"count": low.0, "mean_s": low.1, "failed": low.2}}},
-                "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "rules_left": [], "reports_lost": 0.0,
+                "rlm": {"exit_code": 0, "clean_exit": true, "installed": true, "rules_left": [], "reports_lost": 0.0,
                         "injected": {"fast_syns_sent": sent}, "syn_drops": {"LOW": drops}}})
         };
         // The first round has fast-syn's LOW worse, the second better; pooled, 600 LOW pageviews

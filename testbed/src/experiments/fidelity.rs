@@ -346,7 +346,7 @@ mod tests {
     fn result(matched: u64, live_matched: u64, live_median: f64) -> Value {
         let live = |name: &str| {
             json!({"name": name, "capture": format!("/lab/{name}.pcap"),
-                "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "rules_left": [], "reports_lost": 0.0,
+                "rlm": {"exit_code": 0, "clean_exit": true, "installed": true, "rules_left": [], "reports_lost": 0.0,
                     "cut_frames": if name == "live-offloads" { 6504 } else { 0 }, "truncated": 0,
                     "records": {"counts": {"transactions": {"written": 2000, "dropped": 0}, "pageviews": {"written": 420, "dropped": 0},
                         "decisions": {"written": 0, "dropped": 0}}}},

@@ -95,7 +95,7 @@ mod tests {
         let f = json!({"truth_pageviews": 200, "matched": matched, "median_rel_err": med, "p90_rel_err": 0.03});
         let arm = |name: &str| {
             json!({"name": name, "live_fidelity": {"all": f}, "capture_fidelity": f,
-                   "rlm": {"tls_exchanges": exchanges, "clean_exit": true, "rules_installed": true, "reports_lost": 0}})
+                   "rlm": {"tls_exchanges": exchanges, "clean_exit": true, "installed": true, "reports_lost": 0}})
         };
         json!({"arms": [arm("h1"), arm("h2")]})
     }

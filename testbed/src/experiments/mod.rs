@@ -340,7 +340,7 @@ pub fn injected(a: &Value, counter: &str) -> f64 {
     num(&a["rlm"]["injected"][counter])
 }
 
-/// rlm ran, installed its rules, exited 0 on SIGTERM and left nothing behind; it lost no packet
+/// rlm ran, was in the path, exited 0 on SIGTERM and left nothing behind; it lost no packet
 /// report; its records were counted.
 pub fn rlm_clean(v: &mut Vec<(bool, String)>, exp: &str, a: &Value) {
     let r = &a["rlm"];
@@ -352,17 +352,17 @@ pub fn rlm_clean(v: &mut Vec<(bool, String)>, exp: &str, a: &Value) {
     }
 }
 
-/// rlm installed its rules, exited 0 on SIGTERM and left nothing behind.
+/// rlm was in the path (fast path attached or rules installed), exited 0 on SIGTERM and left nothing behind.
 pub fn rlm_exited_clean(exp: &str, a: &Value) -> (bool, String) {
     let r = &a["rlm"];
     let what = format!(
-        "{exp}/{}: rlm inline exited {} on SIGTERM, rules installed {}, rules left {}",
+        "{exp}/{}: rlm inline exited {} on SIGTERM, in the path {}, rules left {}",
         a["name"].as_str().unwrap_or("?"),
         r["exit_code"],
-        r["rules_installed"],
+        r["installed"],
         r["rules_left"]
     );
-    (r["clean_exit"].as_bool() == Some(true) && r["rules_installed"].as_bool() == Some(true), what)
+    (r["clean_exit"].as_bool() == Some(true) && r["installed"].as_bool() == Some(true), what)
 }
 
 /// Every record rlm lost is counted: its exit line gave what it wrote and dropped of each kind,
@@ -517,7 +517,7 @@ pub(crate) mod testing {
             let rlm = spec.rlm.as_ref().map(|_| crate::inline::RlmOutcome {
                 exit_code: Some(0),
                 clean_exit: true,
-                rules_installed: true,
+                installed: true,
                 syn_drops: [("LOW".to_string(), 12.0)].into_iter().collect(),
                 injected: [("fast_synacks_sent".to_string(), 30.0 * k as f64), ("fast_syns_sent".to_string(), 7.0)].into_iter().collect(),
                 ..Default::default()

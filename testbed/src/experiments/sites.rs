@@ -121,7 +121,7 @@ mod tests {
                 "timeline": [bucket(10.0), bucket(20.0)],
                 "farm_usage": {"load_cpu_s": 7.0},
                 "pageviews": {"by_class": {"SHOP": {"mean_s": shop}, "NEWS": {"mean_s": news}}},
-                "rlm": {"syn_drops": {"NEWS": drops}, "clean_exit": true, "rules_installed": true, "reports_lost": 0}})
+                "rlm": {"syn_drops": {"NEWS": drops}, "clean_exit": true, "installed": true, "reports_lost": 0}})
         };
         let check = |un_shop: f64, shop: f64, news: f64| {
             let r = serde_json::json!({"quick": true, "target_s": 1.5, "arms": [arm("unmanaged", un_shop, 4.0, 0.0), arm("syn-throttle", shop, news, 500.0)]});

@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn judged_only_once_the_regime_is_reached() {
         let win = |p95: f64, good: u32, share: (u32, u32)| json!({"high_p95_s": p95, "goodput": good, "low_begun": share.0, "low_admitted": share.1});
-        let arm = |name: &str, ws: Vec<Value>| json!({"name": name, "windows": ws, "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "reports_lost": 0.0}});
+        let arm = |name: &str, ws: Vec<Value>| json!({"name": name, "windows": ws, "rlm": {"exit_code": 0, "clean_exit": true, "installed": true, "reports_lost": 0.0}});
         let run = |un_p95: f64, sla_p95: f64, sla_good: u32, fixed_good: u32| {
             let ws = |p95: f64, good: u32, share: (u32, u32)| (0..30).map(|_| win(p95, good, share)).collect::<Vec<_>>();
             json!({"target_s": 2.0, "step_s": [5, 20, 30], "arms": [

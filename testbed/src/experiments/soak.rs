@@ -281,7 +281,7 @@ mod tests {
                 s
             })
             .collect();
-        json!({"soak_s": planned, "arms": [{"name": "soak", "rlm": {"samples": samples, "clean_exit": true, "rules_installed": true,
+        json!({"soak_s": planned, "arms": [{"name": "soak", "rlm": {"samples": samples, "clean_exit": true, "installed": true,
             "exit_code": 0, "rules_left": [], "reports_lost": 0.0}}]})
     }
 

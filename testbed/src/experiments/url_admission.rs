@@ -235,7 +235,7 @@ mod tests {
     fn judged_only_once_the_regime_is_reached() {
         let arm = |name: &str, done: f64, p95: f64| {
             json!({"name": name, "windows": {"completed_per_s": done, "p95_s": p95, "completed_db_per_s": 1.0, "failed_per_s": 1.0},
-                   "rlm": {"exit_code": 0, "clean_exit": true, "rules_installed": true, "reports_lost": 0.0}})
+                   "rlm": {"exit_code": 0, "clean_exit": true, "installed": true, "reports_lost": 0.0}})
         };
         let run = |un: f64, ra: f64, ra_p95: f64| json!({"arrival_rate_pv_s": 40.0, "arms": [arm("unmanaged", un, 10.0), arm("syn-police", 20.0, 1.0), arm("resource-aware", ra, ra_p95)]});
         let check = |r: &Value| {
