@@ -45,6 +45,8 @@
 #define CFG_QUEUE_RESPONSES 1
 #define CFG_QUEUE_REQUESTS 2
 #define CFG_HOLD_SYNS 4     // a SYN without a verdict is held (KIND_SYN_HELD), not marked for NFQUEUE
+// How long a held SYN may wait for rlm before the next ones pass undecided (rlm behind or gone).
+#define HOLD_WAIT_NS 50000000ULL
 
 #define MAX_BUCKETS 1024
 
@@ -63,6 +65,7 @@ enum inline_counter {
     C_REJ_DROPPED,  // a rejected connection's server segments, dropped
     C_SYN_HELD,     // SYNs without a verdict handed to the engine whole and dropped (CFG_HOLD_SYNS)
     C_HOLD_FAILED,  // SYNs that could not be held (the ring full) and passed undecided
+    C_HOLD_LATE,    // SYNs passed undecided: a held SYN has waited for rlm longer than HOLD_WAIT_NS
     C_INLINE_COUNTERS,
 };
 

@@ -94,6 +94,16 @@ static __always_inline int is_rejected(struct conn_key *k)
     return until && *until > bpf_ktime_get_ns();
 }
 
+// When the oldest held SYN rlm has not yet taken from the ring was held (CLOCK_MONOTONIC ns;
+// 0: none waits). syn_admit sets it when it holds a SYN and none waited; rlm clears it each time
+// it has emptied the ring of held SYNs.
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u64);
+} held_since SEC(".maps");
+
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, C_INLINE_COUNTERS);
@@ -308,12 +318,24 @@ int syn_admit(struct __sk_buff *skb)
     }
     if (cfg->flags & CFG_HOLD_SYNS) {
         // Handed to the engine whole and dropped here: the engine sends it on (or not) from
-        // its decision. A tag the frame carried outside its data goes with it. If the ring has
-        // no room, or the SYN is longer than a record holds whole, it passes undecided
-        // (fail-open) and unreported.
+        // its decision. A tag the frame carried outside its data goes with it. If a held SYN
+        // has waited for rlm longer than HOLD_WAIT_NS (rlm behind, stopped or gone while the
+        // program stays), if the ring has no room, or if the SYN is longer than a record holds
+        // whole, it passes undecided (fail-open) and unreported.
+        __u64 *since = bpf_map_lookup_elem(&held_since, &zero);
+        __u64 now = bpf_ktime_get_ns();
+        if (since) {
+            __u64 t = *since;
+            if (t && now > t && now - t > HOLD_WAIT_NS) {
+                count(C_HOLD_LATE);
+                return TC_ACT_OK;
+            }
+        }
         __u16 flags = skb->vlan_present ? FLAG_VLAN : 0;
         __u32 tag = skb->vlan_present ? ((__u32)bpf_ntohs((__u16)skb->vlan_proto) << 16) | (skb->vlan_tci & 0xffff) : 0;
         if (skb->len <= SNAP_MAX && report(skb, KIND_SYN_HELD, flags, tag, SNAP_MAX)) {
+            if (since && *since == 0)
+                __sync_val_compare_and_swap(since, 0, now);
             count(C_SYN_HELD);
             return TC_ACT_SHOT;
         }

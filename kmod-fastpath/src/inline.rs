@@ -33,7 +33,7 @@ use crate::{AttachMode, Heartbeat};
 
 static INLINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/inline.bpf.o"));
 
-pub use crate::records::MAX_BUCKETS;
+pub use crate::records::{HOLD_WAIT, MAX_BUCKETS};
 
 /// What `syn_admit` does with a client's SYN to a server port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +87,9 @@ pub struct Counters {
     pub syn_held: u64,
     /// SYNs that could not be held (the ring full, or too long for a record): passed undecided.
     pub hold_failed: u64,
+    /// SYNs passed undecided because a held SYN had waited for the reader longer than
+    /// [`HOLD_WAIT`] (the reader behind, stopped or gone).
+    pub hold_late: u64,
 }
 
 pub use crate::ring::{Event, EventKind};
@@ -241,10 +244,21 @@ impl InlinePath {
 
     /// Hold a SYN the kernel has no verdict for instead of marking it for NFQUEUE: report it
     /// whole ([`EventKind::SynHeld`], waking the reader at once) and drop it; the reader decides
-    /// it and sends it on. If the ring has no room the SYN passes undecided.
+    /// it and sends it on, and says when it has taken them ([`InlinePath::held_taken`]). If the
+    /// ring has no room, or a held SYN has waited longer than [`HOLD_WAIT`], the SYN passes
+    /// undecided.
     pub fn set_hold_syns(&mut self, on: bool) -> Result<()> {
         self.hold_syns = on;
         self.write_config()
+    }
+
+    /// The reader has taken every held SYN the ring held: the wait [`HOLD_WAIT`] bounds starts
+    /// again at the next one. Call it after emptying the ring when it held a SYN (a held SYN
+    /// that came meanwhile was woken for and is taken at the next drain).
+    pub fn held_taken(&mut self) -> Result<()> {
+        let mut m: Array<&mut MapData, u64> = Array::try_from(self.bpf.map_mut("held_since").context("map held_since")?)?;
+        m.set(0, 0, 0)?;
+        Ok(())
     }
 
     /// Mark the servers' IPv4 segments with payload, FIN or RST for NFQUEUE instead of
@@ -336,6 +350,7 @@ impl InlinePath {
             rej_dropped: sum(c::REJ_DROPPED)?,
             syn_held: sum(c::SYN_HELD)?,
             hold_failed: sum(c::HOLD_FAILED)?,
+            hold_late: sum(c::HOLD_LATE)?,
         })
     }
 }

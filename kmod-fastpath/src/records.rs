@@ -34,6 +34,10 @@ pub(crate) const CFG_QUEUE_REQUESTS: u32 = 2;
 /// `CFG_HOLD_SYNS`: `Config::flags`: hold a SYN without a verdict (report it whole, drop it).
 pub(crate) const CFG_HOLD_SYNS: u32 = 4;
 
+/// `HOLD_WAIT_NS`: how long a held SYN may wait for the reader before the next SYNs pass
+/// undecided.
+pub const HOLD_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// `MAX_BUCKETS`: `LIMIT SYN` buckets the kernel keeps (slots `0..MAX_BUCKETS`).
 pub const MAX_BUCKETS: u32 = 1024;
 
@@ -52,9 +56,10 @@ pub(crate) mod inline_counter {
     pub const REJ_DROPPED: u32 = 10;
     pub const SYN_HELD: u32 = 11;
     pub const HOLD_FAILED: u32 = 12;
+    pub const HOLD_LATE: u32 = 13;
     /// The slots in all (the array's size; only the layout test reads it).
     #[allow(dead_code)]
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 14;
 }
 
 /// `struct config`: `config`'s one value.
@@ -331,6 +336,8 @@ mod tests {
             ("C_REJ_DROPPED", inline_counter::REJ_DROPPED as usize),
             ("C_SYN_HELD", inline_counter::SYN_HELD as usize),
             ("C_HOLD_FAILED", inline_counter::HOLD_FAILED as usize),
+            ("C_HOLD_LATE", inline_counter::HOLD_LATE as usize),
+            ("HOLD_WAIT_NS", HOLD_WAIT.as_nanos() as usize),
             ("C_INLINE_COUNTERS", inline_counter::COUNT as usize),
             ("MAX_CUTOFFS", MAX_CUTOFFS),
             ("MAX_CLASSES", MAX_CLASSES),

@@ -201,7 +201,8 @@ fn syn_admit_decides_crafted_frames_in_a_test_run() {
 
 /// Held SYNs (`set_hold_syns`): a SYN without a verdict is reported whole, as a held SYN, and
 /// dropped (the engine sends it on), not marked; one with a verdict is still decided in the
-/// kernel; one too long for a record passes undecided and is counted.
+/// kernel; one too long for a record passes undecided and is counted; once a held SYN has
+/// waited longer than `HOLD_WAIT`, the next pass undecided until the reader has taken it.
 #[test]
 fn a_syn_without_a_verdict_is_held_whole_for_the_engine() {
     if !is_root() {
@@ -240,13 +241,24 @@ fn a_syn_without_a_verdict_is_held_whole_for_the_engine() {
     assert_eq!((r.retval, r.skb.mark & MARK), (0, 0));
     assert!(drain(&mut ring).is_empty());
 
+    // The first held SYN has not been taken for longer than HOLD_WAIT (the reader behind or
+    // gone): the next pass undecided, until the reader says it took them.
+    std::thread::sleep(kmod_fastpath::inline::HOLD_WAIT + Duration::from_millis(10));
+    let r = path.test_run(true, &syn(new, &[]), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, 0), "passed undecided: the reader is late");
+    assert!(drain(&mut ring).is_empty());
+    path.held_taken().unwrap();
+    let r = path.test_run(true, &syn(new, &[]), 1).unwrap();
+    assert_eq!(r.retval, 2, "held again once the reader took the held ones");
+    assert_eq!(drain(&mut ring), vec![(EventKind::SynHeld { vlan: None }, SYN)]);
+
     // Holding off: marked for the queue as before.
     path.set_hold_syns(false).unwrap();
     let r = path.test_run(true, &syn(new, &[]), 1).unwrap();
     assert_eq!((r.retval, r.skb.mark & MARK), (0, MARK));
     assert!(drain(&mut ring).is_empty());
     let c = path.counters().unwrap();
-    assert_eq!((c.syn_held, c.hold_failed, c.syn_queued, c.syn_passed), (1, 1, 1, 1));
+    assert_eq!((c.syn_held, c.hold_failed, c.hold_late, c.syn_queued, c.syn_passed), (2, 1, 1, 1, 1));
 }
 
 /// The heartbeat and the side, in test runs: a freshly loaded fast path acts on nothing until

@@ -110,13 +110,14 @@ impl Fast {
 }
 
 /// The fast path's counters as the metrics (`rlm_fastpath`) and the status show them.
-fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 10] {
+fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 11] {
     [
         ("syn_passed", c.syn_passed),
         ("syn_dropped", c.syn_dropped),
         ("syn_queued", c.syn_queued),
         ("syn_held", c.syn_held),
         ("hold_failed", c.hold_failed),
+        ("hold_late", c.hold_late),
         ("observed", c.observed),
         ("ring_full", c.ring_full),
         ("ack_skipped", c.ack_skipped),
@@ -496,6 +497,9 @@ struct Loop {
     controller_logged: (u64, u64),
     /// The time of the last ring report handed to the engine.
     last_report: rlm_core::Timestamp,
+    /// A held SYN was taken from the ring since the kernel was last told that none waits
+    /// ([`kmod_fastpath::inline::InlinePath::held_taken`]).
+    held_pending: bool,
     /// `[limits]`, derived.
     limits: config::Limits,
 }
@@ -589,6 +593,7 @@ impl Loop {
             calls: calls::CallTimes::default(),
             controller_logged: (0, 0),
             last_report: rlm_core::Timestamp::ZERO,
+            held_pending: false,
             limits,
         }
     }
@@ -830,7 +835,17 @@ impl Loop {
                 n = RING_BATCH;
                 break;
             }
-            let Some(item) = f.ring.next() else { break };
+            let Some(item) = f.ring.next() else {
+                // Emptied: the held SYNs taken since the last time were all sent on.
+                if self.held_pending {
+                    self.held_pending = false;
+                    if let Err(e) = f.path.held_taken() {
+                        f.update_errors += 1;
+                        warn!("fast path: the held SYNs' wait not reset ({e:#}): the next SYNs may pass undecided");
+                    }
+                }
+                break;
+            };
             n += 1;
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
             let ts = rlm_core::Timestamp((ev.ts_ns as i64 + f.mono_to_real).max(0) as u64);
@@ -855,6 +870,7 @@ impl Loop {
                 }
                 EventKind::SynHeld { .. } => {
                     syns += 1;
+                    self.held_pending = true;
                     let frame = ev.whole_frame().into_owned();
                     // The record goes back to the kernel before the SYN is sent on.
                     drop(item);
