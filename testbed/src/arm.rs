@@ -302,6 +302,10 @@ pub struct Sample {
     pub connect_p50_us: f64,
     pub connect_p99_us: f64,
     pub connect_failures: usize,
+    /// Connects each from an address not seen before (its client's first SYN, which the
+    /// kernel has no verdict for: rlm decides it), timed by the lab.
+    pub first_connect_p50_us: f64,
+    pub first_connect_p99_us: f64,
     /// The `rlm` arm: how rlm ran and stopped in this sample.
     pub rlm: Option<RlmOutcome>,
     /// Lines of rlm's transaction records of this sample (records on), counted by the lab.
@@ -320,6 +324,13 @@ pub struct ThroughputArm {
     /// handshake: a SYN and a SYN/ACK each wait for a verdict).
     pub added_latency_p50_us: Option<f64>,
     pub added_latency_p99_us: Option<f64>,
+    /// Medians of the samples' first connects ([`Sample::first_connect_p50_us`]).
+    pub first_connect_p50_us: f64,
+    pub first_connect_p99_us: f64,
+    /// `rlm` arm: the same differences for first connects (what deciding a client's first SYN
+    /// costs it).
+    pub first_added_p50_us: Option<f64>,
+    pub first_added_p99_us: Option<f64>,
     /// `rlm` arm: rlm's own verdict-latency histogram, median over the samples (per packet).
     pub rlm_verdict_latency_p50_us: Option<f64>,
     pub rlm_verdict_latency_p99_us: Option<f64>,

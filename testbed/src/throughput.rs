@@ -15,10 +15,14 @@
 //!   whose SYN crosses rlm's queue (and SYN/ACK too, where rlm queues those).
 //! - connect time: 2,000 sequential connects to port 80 (closed with RST), timed by the lab; the
 //!   `rlm` arm's added latency is the difference of its medians from the plain bridge's.
+//! - first connect time: 500 connects, each from a client address of its own (new to the
+//!   sample's rlm: the kernel has no verdict for its SYN, and rlm decides it), timed the same way.
 //!
 //! There is no WAN emulation on the path: the WAN namespace's bridge forwards plainly (its
-//! bridge-netfilter hook is off and it holds no rule). The lab's offloads stay off (TSO, GSO,
-//! GRO), so every packet is one MTU-sized segment, as on the experiments' wire.
+//! bridge-netfilter hook is off and it holds no rule), and so does the appliance's bridge in the
+//! plain-bridge arm (its hook off too; an rlm that queues turns it on and back off). Offloads
+//! (TSO, GSO, GRO) are on at the appliance's ports and the farm, as a real box has them
+//! ([`Offloads::Appliance`]); the clients' and the WAN's stay off.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -30,7 +34,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::arm::{ArmResult, ArmSpec, PageviewSummary, Sample, ThroughputArm};
 use crate::inline::{Inline, RlmArm, RlmOutcome};
 use crate::stats::{median, percentile};
-use crate::topology::{in_ns, Plan, FARM_ADDR};
+use crate::topology::{in_ns, Offloads, Plan, FARM_ADDR};
 
 /// The rules of the `rlm` arm: every path a queued SYN or SYN/ACK can take is evaluated on
 /// every handshake, and none of them ever holds traffic back (10.6/16 never connects; the
@@ -49,6 +53,9 @@ pub enum Arm {
     Rlm,
     /// rlm writing its records.
     RlmRecords,
+    /// rlm without records, its SYNs without a verdict through NFQUEUE (`--undecided-syns
+    /// queue`, br_netfilter on) rather than held: the path before, side by side (full run only).
+    RlmQueue,
 }
 
 impl Arm {
@@ -57,6 +64,7 @@ impl Arm {
             Arm::PlainBridge => "plain-bridge",
             Arm::Rlm => "rlm",
             Arm::RlmRecords => "rlm-records",
+            Arm::RlmQueue => "rlm-queue",
         }
     }
 
@@ -67,6 +75,7 @@ impl Arm {
             Arm::PlainBridge => None,
             Arm::Rlm => Some(RlmArm { records: false, ..rlm }),
             Arm::RlmRecords => Some(rlm),
+            Arm::RlmQueue => Some(RlmArm { records: false, extra_args: vec!["--undecided-syns".into(), "queue".into()], ..rlm }),
         }
     }
 
@@ -77,7 +86,7 @@ impl Arm {
         if quick {
             vec![Arm::PlainBridge, Arm::RlmRecords]
         } else {
-            vec![Arm::PlainBridge, Arm::Rlm, Arm::RlmRecords]
+            vec![Arm::PlainBridge, Arm::Rlm, Arm::RlmRecords, Arm::RlmQueue]
         }
     }
 }
@@ -97,6 +106,8 @@ fn count_lines(path: &Path) -> u64 {
 
 const IPERF_PORT: u16 = 5201;
 const CONNECTS: usize = 2000;
+/// Connects of a sample each from an address of its own ([`Sample::first_connect_p99_us`]).
+const FIRST_CONNECTS: u32 = 500;
 
 fn nginx_conf(dir: &Path) -> String {
     format!(
@@ -181,13 +192,18 @@ pub fn parse_wrk(text: &str) -> Result<(f64, u64)> {
 /// Time `n` sequential connects from `src` to the farm's port 80 inside the clients' namespace;
 /// returns the connect times (µs) and the failures.
 fn connect_times(ns: &str, src: &str, n: usize) -> Result<(Vec<f64>, usize)> {
-    let (ns, src) = (ns.to_string(), src.to_string());
+    connects_from(ns, vec![src.to_string(); n])
+}
+
+/// Time one connect from each address of `srcs` in turn, as [`connect_times`] does.
+fn connects_from(ns: &str, srcs: Vec<String>) -> Result<(Vec<f64>, usize)> {
+    let ns = ns.to_string();
     std::thread::spawn(move || -> Result<(Vec<f64>, usize)> {
         crate::netns::enter(&ns)?;
-        let local: SocketAddr = format!("{src}:0").parse()?;
         let farm: SocketAddr = format!("{FARM_ADDR}:80").parse()?;
-        let (mut times, mut failed) = (Vec::with_capacity(n), 0);
-        for _ in 0..n {
+        let (mut times, mut failed) = (Vec::with_capacity(srcs.len()), 0);
+        for src in &srcs {
+            let local: SocketAddr = format!("{src}:0").parse()?;
             let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
             s.bind(&local.into())?;
             let t = Instant::now();
@@ -226,6 +242,9 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
         let (rps, errors) = parse_wrk(&wrk)?;
         let requests = parse_wrk_requests(&wrk).unwrap_or(0);
         let (times, failed) = connect_times(&cli, &src, CONNECTS)?;
+        // Every client address but the one above: new to this sample's rlm.
+        let fresh = (1..=FIRST_CONNECTS).map(|i| crate::topology::client_addr(true, i)).collect();
+        let (first, first_failed) = connects_from(&cli, fresh)?;
         Ok(Sample {
             round,
             bulk_gbps: bps / 1e9,
@@ -235,7 +254,9 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
             conn_errors: errors,
             connect_p50_us: percentile(&times, 50.0),
             connect_p99_us: percentile(&times, 99.0),
-            connect_failures: failed,
+            connect_failures: failed + first_failed,
+            first_connect_p50_us: percentile(&first, 50.0),
+            first_connect_p99_us: percentile(&first, 99.0),
             rlm: None,
             transaction_lines: None,
         })
@@ -246,12 +267,14 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
     s.transaction_lines = outcome.as_ref().and_then(|o| o.records.as_ref()).map(|r| count_lines(&r.transactions));
     s.rlm = outcome;
     eprintln!(
-        "rlm-lab: throughput: round {round} {}: bulk {:.2} Gbit/s, {:.0} conn/s, connect p50 {:.0} µs p99 {:.0} µs",
+        "rlm-lab: throughput: round {round} {}: bulk {:.2} Gbit/s, {:.0} conn/s, connect p50 {:.0} µs p99 {:.0} µs, first connect p50 {:.0} µs p99 {:.0} µs",
         arm.name(),
         s.bulk_gbps,
         s.conn_per_s,
         s.connect_p50_us,
-        s.connect_p99_us
+        s.connect_p99_us,
+        s.first_connect_p50_us,
+        s.first_connect_p99_us
     );
     Ok(s)
 }
@@ -266,6 +289,8 @@ fn arm_of(samples: Vec<Sample>) -> ThroughputArm {
         conn_per_s: m(|s| s.conn_per_s),
         connect_p50_us: m(|s| s.connect_p50_us),
         connect_p99_us: m(|s| s.connect_p99_us),
+        first_connect_p50_us: m(|s| s.first_connect_p50_us),
+        first_connect_p99_us: m(|s| s.first_connect_p99_us),
         rlm_verdict_latency_p50_us: opt_median(rlm.iter().filter_map(|o| o.verdict_latency_p50_us).collect()),
         rlm_verdict_latency_p99_us: opt_median(rlm.iter().filter_map(|o| o.verdict_latency_p99_us).collect()),
         rlm_clean_exits: has_rlm.then(|| rlm.iter().filter(|o| o.clean_exit).count()),
@@ -306,7 +331,10 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
 /// turns from round to round ([`order`]).
 pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpec, arms: &[Arm]) -> Result<Vec<ArmResult>> {
     std::fs::create_dir_all(out)?;
-    let plan = Plan { prefix: prefix.to_string(), high_clients: 1, low_clients: 1, ..Plan::default() };
+    // One address for the bulk, wrk and repeated connects, FIRST_CONNECTS more for first
+    // connects; offloads on at the appliance and the farm, as a real box has them.
+    let plan =
+        Plan { prefix: prefix.to_string(), high_clients: 1 + FIRST_CONNECTS, low_clients: 1, offloads: Offloads::Appliance, ..Plan::default() };
     plan.up()?;
     let result = (|| -> Result<Vec<ArmResult>> {
         // The WAN hop forwards plainly: no bridge netfilter, no rule.
@@ -315,6 +343,12 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpe
         let rules = in_ns(&wan, "iptables-save", &[])?;
         if rules.contains("NFQUEUE") {
             bail!("the WAN hop holds a queue rule:\n{rules}");
+        }
+        // The appliance's bridge is plain too until an rlm that queues turns br_netfilter on
+        // (and back off at its exit): the lab's topology turns it on for every experiment.
+        let app = plan.ns("app");
+        for family in ["iptables", "ip6tables"] {
+            in_ns(&app, "sysctl", &["-q", "-w", &format!("net.bridge.bridge-nf-call-{family}=0")])?;
         }
         let srv = plan.ns("srv");
         let dir = plan.run_dir();
@@ -362,6 +396,8 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpe
                 if *arm != Arm::PlainBridge {
                     t.added_latency_p50_us = Some(t.connect_p50_us - plain.connect_p50_us);
                     t.added_latency_p99_us = Some(t.connect_p99_us - plain.connect_p99_us);
+                    t.first_added_p50_us = Some(t.first_connect_p50_us - plain.first_connect_p50_us);
+                    t.first_added_p99_us = Some(t.first_connect_p99_us - plain.first_connect_p99_us);
                     t.bulk_ratio = (plain.bulk_gbps > 0.0).then(|| t.bulk_gbps / plain.bulk_gbps);
                     t.conn_ratio = (plain.conn_per_s > 0.0).then(|| t.conn_per_s / plain.conn_per_s);
                 }
@@ -385,14 +421,14 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, out: &Path, spec: &ArmSpe
 /// Medians of the samples, for the report.
 pub fn table(arms: &[ArmResult]) -> String {
     let mut md = String::from(
-        "\n| arm | samples | bulk (median) | connections/s (median) | connect p50 | connect p99 | added p50 | added p99 | rlm verdict p50 / p99 | rlm CPU | bulk ratio | conn ratio |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "\n| arm | samples | bulk (median) | connections/s (median) | connect p50 | connect p99 | added p50 | added p99 | first connect p50 / p99 | first added p50 / p99 | rlm verdict p50 / p99 | rlm CPU | bulk ratio | conn ratio |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     let o = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1}{unit}"));
     for a in arms {
         let Some(t) = &a.throughput else { continue };
         md.push_str(&format!(
-            "| {} | {} | {:.2} Gbit/s | {:.0} | {:.0} µs | {:.0} µs | {} | {} | {} / {} | {} | {} | {} |\n",
+            "| {} | {} | {:.2} Gbit/s | {:.0} | {:.0} µs | {:.0} µs | {} | {} | {:.0} / {:.0} µs | {} / {} | {} / {} | {} | {} | {} |\n",
             a.name,
             t.samples.len(),
             t.bulk_gbps,
@@ -401,6 +437,10 @@ pub fn table(arms: &[ArmResult]) -> String {
             t.connect_p99_us,
             o(t.added_latency_p50_us, " µs"),
             o(t.added_latency_p99_us, " µs"),
+            t.first_connect_p50_us,
+            t.first_connect_p99_us,
+            o(t.first_added_p50_us, ""),
+            o(t.first_added_p99_us, " µs"),
             o(t.rlm_verdict_latency_p50_us, " µs"),
             o(t.rlm_verdict_latency_p99_us, " µs"),
             t.rlm_cpu_cores.map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
