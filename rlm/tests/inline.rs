@@ -179,7 +179,10 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
 
     let child = rlm(&rules);
     wait_ready();
-    assert!(leftover_rules() > 0, "rlm's chain is installed");
+    // SYN rules alone: the SYNs the kernel has no verdict for are held for rlm, and no
+    // netfilter rule is installed; the fast path is in the path (its counters read).
+    assert_eq!(leftover_rules(), 0, "no netfilter chain for held SYNs");
+    assert!(status().is_some_and(|s| s["fastpath"]["syn_held"].is_u64()), "the fast path is attached");
 
     // A connection opened before the reloads.
     let (tx, rx) = std::sync::mpsc::channel::<String>();
@@ -234,10 +237,12 @@ fn inline_reload_under_load_bad_input_and_bad_config() {
     let st = status().expect("status after reloads");
     let syns = st["classes"].as_array().unwrap().iter().find(|c| c["class"] == "HIGH").unwrap()["counters"]["syns"].as_u64().unwrap();
     assert!(syns >= u64::from(ok), "class counters carried over the reloads: {syns} SYNs seen for {ok} connections");
-    // The kernel fast path decided the SYNs: only the first of each rule set came for a verdict.
+    // The kernel fast path decided the SYNs: only the first of each rule set came for a verdict
+    // (held for rlm, none queued, none passed undecided).
     let fp = &st["fastpath"];
     println!("fast path: {fp}");
-    let (passed, queued) = (fp["syn_passed"].as_u64().unwrap(), fp["syn_queued"].as_u64().unwrap());
+    let (passed, queued) = (fp["syn_passed"].as_u64().unwrap(), fp["syn_held"].as_u64().unwrap());
+    assert_eq!((&fp["syn_queued"], &fp["hold_failed"], &fp["hold_late"]), (&0.into(), &0.into(), &0.into()), "{fp}");
     // One SYN per rule set (the first and ten reloads) comes for a verdict: its verdict reaches
     // the kernel's maps before it goes on, so the client's next SYN finds it, however loaded
     // the machine (a few more if a class test turns meanwhile). Before rlm applied the maps

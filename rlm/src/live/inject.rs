@@ -70,9 +70,14 @@ impl PortSocket {
 /// Counters of the injector.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct InjectorCounters {
+    /// Frames rlm made and sent (FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, REJECT's answers).
     pub sent: u64,
     /// Frames the kernel refused (a full device queue, a port gone); each is lost, not retried.
     pub failed: u64,
+    /// SYNs the kernel held for rlm and rlm sent on ([`Injector::forward`]).
+    pub forwarded: u64,
+    /// Held SYNs the kernel refused to send on: lost (the client sends them again).
+    pub forward_failed: u64,
 }
 
 /// The sockets on the client and server ports.
@@ -93,29 +98,42 @@ impl Injector {
         })
     }
 
-    /// Send one frame out of its port; a failure is counted (and logged once per kind).
+    /// Send one frame the engine made out of its port; a failure is counted (and logged once
+    /// per kind).
     pub fn send(&mut self, t: &Transmit) {
+        match self.send_out(t) {
+            true => self.counters.sent += 1,
+            false => self.counters.failed += 1,
+        }
+    }
+
+    /// Send on a frame the kernel held for rlm (a SYN), counted apart from the frames rlm makes.
+    pub fn forward(&mut self, t: &Transmit) {
+        match self.send_out(t) {
+            true => self.counters.forwarded += 1,
+            false => self.counters.forward_failed += 1,
+        }
+    }
+
+    /// Whether the frame went out of its port.
+    fn send_out(&mut self, t: &Transmit) -> bool {
         let sock = match t.port {
             Port::Client => &self.client,
             Port::Server => &self.server,
-            Port::Unknown => {
-                self.counters.failed += 1;
-                return;
-            }
+            Port::Unknown => return false,
         };
         if t.frame.len() < 14 {
-            self.counters.failed += 1;
-            return;
+            return false;
         }
         match sock.send(&t.frame) {
-            Ok(()) => self.counters.sent += 1,
+            Ok(()) => true,
             Err(e) => {
-                self.counters.failed += 1;
                 let msg = e.to_string();
                 if self.last_error.as_deref() != Some(msg.as_str()) {
-                    tracing::warn!("injecting a frame on the {:?} port failed: {msg}", t.port);
+                    tracing::warn!("sending a frame out of the {:?} port failed: {msg}", t.port);
                     self.last_error = Some(msg);
                 }
+                false
             }
         }
     }

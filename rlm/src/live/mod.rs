@@ -905,7 +905,7 @@ impl Loop {
             // (a veth's default) only the pseudo-header's sum, which the kernel would have
             // finished on the way out of a device but not for a frame sent as it is.
             rlm_core::actions::fix_checksums(&mut frame);
-            inj.send(&rlm_core::engine::Transmit { port: Port::Server, frame });
+            inj.forward(&rlm_core::engine::Transmit { port: Port::Server, frame });
         }
         // From the SYN's arrival in the kernel to its departure.
         self.metrics.verdict_latency.observe(now_ts().as_nanos().saturating_sub(at.as_nanos()) as f64 / 1e9);
