@@ -45,8 +45,9 @@
 #define CFG_QUEUE_RESPONSES 1
 #define CFG_QUEUE_REQUESTS 2
 #define CFG_HOLD_SYNS 4     // a SYN without a verdict is held (KIND_SYN_HELD), not marked for NFQUEUE
-// How long a held SYN may wait for rlm before the next ones pass undecided (rlm behind or gone).
-#define HOLD_WAIT_NS 50000000ULL
+// How long a held SYN may wait for rlm before the next ones pass undecided (rlm behind or gone):
+// a fifth of TCP's first SYN timeout (1 s), past which passing it undecided serves the client better.
+#define HOLD_WAIT_NS 200000000ULL
 
 #define MAX_BUCKETS 1024
 

@@ -94,15 +94,25 @@ static __always_inline int is_rejected(struct conn_key *k)
     return until && *until > bpf_ktime_get_ns();
 }
 
-// When the oldest held SYN rlm has not yet taken from the ring was held (CLOCK_MONOTONIC ns;
-// 0: none waits). syn_admit sets it when it holds a SYN and none waited; rlm clears it each time
-// it has emptied the ring of held SYNs.
+// How far rlm is with the held SYNs (CLOCK_MONOTONIC ns): HELD_LAST, when syn_admit last held
+// one; HELD_FIRST, when it held the first of those now waiting (one held while none waited);
+// HELD_TAKEN, written by rlm: the record stamp of the last held SYN it took. SYNs wait while
+// HELD_LAST > HELD_TAKEN; the oldest of them was held no earlier than the later of HELD_FIRST
+// and HELD_TAKEN.
+#define HELD_LAST 0
+#define HELD_FIRST 1
+#define HELD_TAKEN 2
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
+    __uint(max_entries, 3);
     __type(key, __u32);
     __type(value, __u64);
-} held_since SEC(".maps");
+} held SEC(".maps");
+
+static __always_inline __u64 *held_slot(__u32 slot)
+{
+    return bpf_map_lookup_elem(&held, &slot);
+}
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -322,11 +332,14 @@ int syn_admit(struct __sk_buff *skb)
         // has waited for rlm longer than HOLD_WAIT_NS (rlm behind, stopped or gone while the
         // program stays), if the ring has no room, or if the SYN is longer than a record holds
         // whole, it passes undecided (fail-open) and unreported.
-        __u64 *since = bpf_map_lookup_elem(&held_since, &zero);
+        __u64 *last = held_slot(HELD_LAST), *first = held_slot(HELD_FIRST), *taken = held_slot(HELD_TAKEN);
         __u64 now = bpf_ktime_get_ns();
-        if (since) {
-            __u64 t = *since;
-            if (t && now > t && now - t > HOLD_WAIT_NS) {
+        int waiting = 0;
+        if (last && first && taken) {
+            __u64 l = *last, f = *first, t = *taken;
+            waiting = l > t;
+            __u64 oldest = f > t ? f : t;
+            if (waiting && now > oldest && now - oldest > HOLD_WAIT_NS) {
                 count(C_HOLD_LATE);
                 return TC_ACT_OK;
             }
@@ -334,8 +347,12 @@ int syn_admit(struct __sk_buff *skb)
         __u16 flags = skb->vlan_present ? FLAG_VLAN : 0;
         __u32 tag = skb->vlan_present ? ((__u32)bpf_ntohs((__u16)skb->vlan_proto) << 16) | (skb->vlan_tci & 0xffff) : 0;
         if (skb->len <= SNAP_MAX && report(skb, KIND_SYN_HELD, flags, tag, SNAP_MAX)) {
-            if (since && *since == 0)
-                __sync_val_compare_and_swap(since, 0, now);
+            // The record's stamp, which rlm writes back, is later than `now`.
+            if (last && first) {
+                if (!waiting)
+                    *first = now;
+                *last = now;
+            }
             count(C_SYN_HELD);
             return TC_ACT_SHOT;
         }

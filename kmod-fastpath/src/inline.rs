@@ -35,6 +35,9 @@ static INLINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/inline.
 
 pub use crate::records::{HOLD_WAIT, MAX_BUCKETS};
 
+/// The reader's slot of the `held` map (`HELD_TAKEN` in `bpf/inline.bpf.c`).
+const HELD_TAKEN: u32 = 2;
+
 /// What `syn_admit` does with a client's SYN to a server port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -252,12 +255,12 @@ impl InlinePath {
         self.write_config()
     }
 
-    /// The reader has taken every held SYN the ring held: the wait [`HOLD_WAIT`] bounds starts
-    /// again at the next one. Call it after emptying the ring when it held a SYN (a held SYN
-    /// that came meanwhile was woken for and is taken at the next drain).
-    pub fn held_taken(&mut self) -> Result<()> {
-        let mut m: Array<&mut MapData, u64> = Array::try_from(self.bpf.map_mut("held_since").context("map held_since")?)?;
-        m.set(0, 0, 0)?;
+    /// The reader has taken the held SYNs up to the one stamped `ts_ns` (its record's
+    /// [`Event::ts_ns`]): those held after it are waiting, and [`HOLD_WAIT`] bounds their wait.
+    /// Call it after each held SYN taken (or the last of a batch).
+    pub fn held_taken(&mut self, ts_ns: u64) -> Result<()> {
+        let mut m: Array<&mut MapData, u64> = Array::try_from(self.bpf.map_mut("held").context("map held")?)?;
+        m.set(HELD_TAKEN, ts_ns, 0)?;
         Ok(())
     }
 

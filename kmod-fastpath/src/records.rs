@@ -36,7 +36,7 @@ pub(crate) const CFG_HOLD_SYNS: u32 = 4;
 
 /// `HOLD_WAIT_NS`: how long a held SYN may wait for the reader before the next SYNs pass
 /// undecided.
-pub const HOLD_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+pub const HOLD_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// `MAX_BUCKETS`: `LIMIT SYN` buckets the kernel keeps (slots `0..MAX_BUCKETS`).
 pub const MAX_BUCKETS: u32 = 1024;

@@ -228,9 +228,10 @@ fn a_syn_without_a_verdict_is_held_whole_for_the_engine() {
     let mut held = Vec::new();
     ring.drain(usize::MAX, |e| {
         let e = e.expect("a well-formed record");
-        held.push((e.kind, e.whole_frame().into_owned()));
+        held.push((e.kind, e.whole_frame().into_owned(), e.ts_ns));
     });
-    assert_eq!(held, vec![(EventKind::SynHeld { vlan: None }, frame)], "reported whole");
+    let first_ts = held[0].2;
+    assert_eq!(held.into_iter().map(|(k, f, _)| (k, f)).collect::<Vec<_>>(), vec![(EventKind::SynHeld { vlan: None }, frame)], "reported whole");
 
     let r = path.test_run(true, &syn(known, &[]), 1).unwrap();
     assert_eq!((r.retval, r.skb.mark & MARK), (0, 0), "a verdict still decides in the kernel");
@@ -242,14 +243,22 @@ fn a_syn_without_a_verdict_is_held_whole_for_the_engine() {
     assert!(drain(&mut ring).is_empty());
 
     // The first held SYN has not been taken for longer than HOLD_WAIT (the reader behind or
-    // gone): the next pass undecided, until the reader says it took them.
+    // gone): the next pass undecided, until the reader says it took it.
     std::thread::sleep(kmod_fastpath::inline::HOLD_WAIT + Duration::from_millis(10));
     let r = path.test_run(true, &syn(new, &[]), 1).unwrap();
     assert_eq!((r.retval, r.skb.mark & MARK), (0, 0), "passed undecided: the reader is late");
     assert!(drain(&mut ring).is_empty());
-    path.held_taken().unwrap();
+    path.held_taken(first_ts).unwrap();
     let r = path.test_run(true, &syn(new, &[]), 1).unwrap();
-    assert_eq!(r.retval, 2, "held again once the reader took the held ones");
+    assert_eq!(r.retval, 2, "held again once the reader took the held one");
+    let mut second_ts = 0;
+    ring.drain(usize::MAX, |e| second_ts = e.expect("a record").ts_ns);
+    // The reader keeps taking them (behind, but going): none is late, however long ago the
+    // first was.
+    path.held_taken(second_ts).unwrap();
+    std::thread::sleep(kmod_fastpath::inline::HOLD_WAIT + Duration::from_millis(10));
+    let r = path.test_run(true, &syn(new, &[]), 1).unwrap();
+    assert_eq!(r.retval, 2, "held: nothing was waiting");
     assert_eq!(drain(&mut ring), vec![(EventKind::SynHeld { vlan: None }, SYN)]);
 
     // Holding off: marked for the queue as before.
@@ -258,7 +267,7 @@ fn a_syn_without_a_verdict_is_held_whole_for_the_engine() {
     assert_eq!((r.retval, r.skb.mark & MARK), (0, MARK));
     assert!(drain(&mut ring).is_empty());
     let c = path.counters().unwrap();
-    assert_eq!((c.syn_held, c.hold_failed, c.hold_late, c.syn_queued, c.syn_passed), (2, 1, 1, 1, 1));
+    assert_eq!((c.syn_held, c.hold_failed, c.hold_late, c.syn_queued, c.syn_passed), (3, 1, 1, 1, 1));
 }
 
 /// The heartbeat and the side, in test runs: a freshly loaded fast path acts on nothing until

@@ -497,9 +497,6 @@ struct Loop {
     controller_logged: (u64, u64),
     /// The time of the last ring report handed to the engine.
     last_report: rlm_core::Timestamp,
-    /// A held SYN was taken from the ring since the kernel was last told that none waits
-    /// ([`kmod_fastpath::inline::InlinePath::held_taken`]).
-    held_pending: bool,
     /// `[limits]`, derived.
     limits: config::Limits,
 }
@@ -593,7 +590,6 @@ impl Loop {
             calls: calls::CallTimes::default(),
             controller_logged: (0, 0),
             last_report: rlm_core::Timestamp::ZERO,
-            held_pending: false,
             limits,
         }
     }
@@ -835,17 +831,7 @@ impl Loop {
                 n = RING_BATCH;
                 break;
             }
-            let Some(item) = f.ring.next() else {
-                // Emptied: the held SYNs taken since the last time were all sent on.
-                if self.held_pending {
-                    self.held_pending = false;
-                    if let Err(e) = f.path.held_taken() {
-                        f.update_errors += 1;
-                        warn!("fast path: the held SYNs' wait not reset ({e:#}): the next SYNs may pass undecided");
-                    }
-                }
-                break;
-            };
+            let Some(item) = f.ring.next() else { break };
             n += 1;
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
             let ts = rlm_core::Timestamp((ev.ts_ns as i64 + f.mono_to_real).max(0) as u64);
@@ -870,11 +856,17 @@ impl Loop {
                 }
                 EventKind::SynHeld { .. } => {
                     syns += 1;
-                    self.held_pending = true;
-                    let frame = ev.whole_frame().into_owned();
+                    let (frame, stamp) = (ev.whole_frame().into_owned(), ev.ts_ns);
                     // The record goes back to the kernel before the SYN is sent on.
                     drop(item);
                     self.send_on_held_syn(ts, frame);
+                    // Taken: the kernel bounds the wait of those held after it.
+                    if let Source::Fast(f) = &mut self.source {
+                        if let Err(e) = f.path.held_taken(stamp) {
+                            f.update_errors += 1;
+                            warn!("fast path: the held SYNs' progress not written ({e:#}): the next SYNs may pass undecided");
+                        }
+                    }
                 }
             }
             if n == 1 {
