@@ -48,6 +48,8 @@
 // How long a held SYN may wait for rlm before the next ones pass undecided (rlm behind or gone):
 // a fifth of TCP's first SYN timeout (1 s), past which passing it undecided serves the client better.
 #define HOLD_WAIT_NS 200000000ULL
+// How long held SYNs wait before the next one wakes the reader again.
+#define HOLD_REWAKE_NS 1000000ULL
 
 #define MAX_BUCKETS 1024
 

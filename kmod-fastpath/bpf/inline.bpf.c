@@ -147,8 +147,7 @@ static __always_inline void fill(struct event *e, struct __sk_buff *skb, __u32 l
 // the ring is waiting, and then once more for each further sixteenth (WAKE_STEP) that fills: a
 // forced wakeup costs about 3 us, thirty times a report (measured by benches/syn_drop.rs when
 // every report past the quarter woke it), so a flood that outruns the reader must not pay one
-// per SYN.
-// A held SYN (`wake`) always wakes it: it waits for the engine's decision.
+// per SYN. A held SYN wakes it when syn_admit says so (`wake`): it waits for the engine.
 #define WAKE_STEP (RING_BYTES / 16)
 static __always_inline void submit(void *e, __u64 size, int wake)
 {
@@ -179,14 +178,14 @@ static __always_inline void submit(void *e, __u64 size, int wake)
             bpf_ringbuf_discard(e, 0);                                                            \
             return 0;                                                                             \
         }                                                                                         \
-        submit(e, BPF_RINGBUF_HDR_SZ + sizeof(struct event) + (size), kind == KIND_SYN_HELD);     \
+        submit(e, BPF_RINGBUF_HDR_SZ + sizeof(struct event) + (size), wake);                      \
         return 1;                                                                                 \
     } while (0)
 
 // Copy the frame (cut at `snap`: SNAP_MAX or HEAD_SNAP) into the ring buffer for the engine, in
 // the smallest record that holds it, so that the ring (and the reader's cache) carries little
-// more than the frames. 1 if it was reported.
-static __always_inline int report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule, __u32 snap)
+// more than the frames; `wake`: wake the reader at once. 1 if it was reported.
+static __always_inline int report_waking(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule, __u32 snap, int wake)
 {
     __u32 len = skb->len;
     if (len == 0)
@@ -208,6 +207,12 @@ static __always_inline int report(struct __sk_buff *skb, __u16 kind, __u16 flags
     if (len <= 8192)
         REPORT_IN(8192);
     REPORT_IN(HEAD_SNAP);
+}
+
+// A report the reader takes at its next drain.
+static __always_inline int report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule, __u32 snap)
+{
+    return report_waking(skb, kind, flags, rule, snap, 0);
 }
 
 // How much of an observed frame to copy: HEAD_SNAP when it may hold an HTTP head (the clients'
@@ -334,19 +339,25 @@ int syn_admit(struct __sk_buff *skb)
         // whole, it passes undecided (fail-open) and unreported.
         __u64 *last = held_slot(HELD_LAST), *first = held_slot(HELD_FIRST), *taken = held_slot(HELD_TAKEN);
         __u64 now = bpf_ktime_get_ns();
-        int waiting = 0;
+        // Wake the reader for the first held SYN that waits, and again while they have waited
+        // more than HOLD_REWAKE_NS (the reader may have gone to sleep just before the last one
+        // came): not for each of a flood's, which it takes in the same drain. A forced wakeup
+        // costs about 3 us; the bench (benches/syn_drop.rs) times a held SYN at both.
+        int waiting = 0, wake = 1;
         if (last && first && taken) {
             __u64 l = *last, f = *first, t = *taken;
             waiting = l > t;
             __u64 oldest = f > t ? f : t;
-            if (waiting && now > oldest && now - oldest > HOLD_WAIT_NS) {
+            __u64 waited = now > oldest ? now - oldest : 0;
+            if (waiting && waited > HOLD_WAIT_NS) {
                 count(C_HOLD_LATE);
                 return TC_ACT_OK;
             }
+            wake = !waiting || waited > HOLD_REWAKE_NS;
         }
         __u16 flags = skb->vlan_present ? FLAG_VLAN : 0;
         __u32 tag = skb->vlan_present ? ((__u32)bpf_ntohs((__u16)skb->vlan_proto) << 16) | (skb->vlan_tci & 0xffff) : 0;
-        if (skb->len <= SNAP_MAX && report(skb, KIND_SYN_HELD, flags, tag, SNAP_MAX)) {
+        if (skb->len <= SNAP_MAX && report_waking(skb, KIND_SYN_HELD, flags, tag, SNAP_MAX, wake)) {
             // The record's stamp, which rlm writes back, is later than `now`.
             if (last && first) {
                 if (!waiting)
