@@ -145,19 +145,28 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     assert!(connect(&lab.client, Duration::from_secs(2)));
 }
 
+/// The queue mark the test-run tests load the fast path with.
+const MARK: u32 = 0x80_0000;
+
+/// The fast path loaded for test runs, acting whatever its heartbeat, and its ring; None (the
+/// test skipped) without root.
+fn loaded() -> Option<(InlinePath, EventRing)> {
+    if !is_root() {
+        eprintln!("skipped: needs root (eBPF)");
+        return None;
+    }
+    let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
+    path.watch_heartbeat(None).unwrap();
+    let ring = path.take_events().unwrap();
+    Some((path, ring))
+}
+
 /// The same decisions without a wire: `syn_admit` run on crafted frames in the kernel
 /// (`BPF_PROG_TEST_RUN`), as the SYN-drop benchmark times it. The verdict, the queue mark in
 /// the `skb` and the report are each checked.
 #[test]
 fn syn_admit_decides_crafted_frames_in_a_test_run() {
-    if !is_root() {
-        eprintln!("skipped: needs root (eBPF)");
-        return;
-    }
-    const MARK: u32 = 0x80_0000;
-    let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
-    path.watch_heartbeat(None).unwrap();
-    let mut ring = path.take_events().unwrap();
+    let Some((mut path, mut ring)) = loaded() else { return };
     let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
     let (low, high, new) = (Ipv4Addr::new(10, 5, 0, 2), Ipv4Addr::new(10, 4, 0, 2), Ipv4Addr::new(10, 6, 0, 2));
     let syn = |c: Ipv4Addr, port: u16| {
@@ -205,14 +214,7 @@ fn syn_admit_decides_crafted_frames_in_a_test_run() {
 /// waited longer than `HOLD_WAIT`, the next pass undecided until the reader has taken it.
 #[test]
 fn a_syn_without_a_verdict_is_held_whole_for_the_engine() {
-    if !is_root() {
-        eprintln!("skipped: needs root (eBPF)");
-        return;
-    }
-    const MARK: u32 = 0x80_0000;
-    let mut path = InlinePath::load(&[80], MARK).expect("load the fast path");
-    path.watch_heartbeat(None).unwrap();
-    let mut ring = path.take_events().unwrap();
+    let Some((mut path, mut ring)) = loaded() else { return };
     let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
     let (known, new) = (Ipv4Addr::new(10, 4, 0, 2), Ipv4Addr::new(10, 6, 0, 2));
     let syn = |c: Ipv4Addr, payload: &[u8]| {
