@@ -374,7 +374,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     };
     // The queue rules: now when SYNs go through NFQUEUE; with held SYNs only once the rules in
     // force carry out content adaptation or REJECT (the loop installs them then).
-    let mut queue = QueueRules { plan, installed: None };
+    let mut queue = QueueRules { plan, installed: None, failed: None };
     if !cfg.holds_syns() {
         if let Err(e) = queue.install() {
             if let Some(s) = shaper {
@@ -451,6 +451,8 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
 struct QueueRules {
     plan: netfilter::QueuePlan,
     installed: Option<netfilter::Installed>,
+    /// Installing them when the rules in force needed them failed: the error.
+    failed: Option<String>,
 }
 
 impl QueueRules {
@@ -463,14 +465,26 @@ impl QueueRules {
         }
         Ok(())
     }
+
+    /// The rules in force need the queue (`on`) or no longer do: whether the fast path may
+    /// mark segments for it. A failed install is logged and kept in `failed` (then nothing is
+    /// marked: those segments pass unedited, and a start fails).
+    fn needed(&mut self, on: bool) -> bool {
+        match on.then(|| self.install()).transpose() {
+            Ok(_) => true,
+            Err(e) => {
+                warn!("the netfilter queue rules could not be installed: {e:#}; content adaptation and REJECT are not carried out");
+                self.failed = Some(format!("{e:#}"));
+                false
+            }
+        }
+    }
 }
 
 struct Loop {
     engine: Engine,
     /// The netfilter rules, installed or to be.
     queue: QueueRules,
-    /// Installing them when the rules in force needed them failed: the error.
-    queue_failed: Option<String>,
     nfq: nfqueue::Nfq,
     source: Source,
     /// Sends the engine's frames (FAST SYN, FAST SYN/ACK, DELAY FIRST SYN); None: `inject = false`.
@@ -571,7 +585,6 @@ impl Loop {
         Loop {
             engine,
             queue,
-            queue_failed: None,
             nfq,
             source,
             injector,
@@ -601,7 +614,7 @@ impl Loop {
         let source_fd = unsafe { AsyncFd::register_with_interest(Fd(self.source.fd()), Interest::READABLE)? };
         let fast = matches!(self.source, Source::Fast(_));
         self.apply_fastpath();
-        if let Some(e) = self.queue_failed.take() {
+        if let Some(e) = self.queue.failed.take() {
             bail!("the rules in force need the netfilter queue, which could not be installed: {e}");
         }
         if let Source::Fast(f) = &mut self.source {
@@ -821,6 +834,8 @@ impl Loop {
         let mut n = 0;
         let mut observed = 0u64;
         let mut syns = 0u64;
+        // The stamp of the last held SYN taken in this drain.
+        let mut held_taken = None;
         let started = Instant::now();
         while n < RING_BATCH {
             let Source::Fast(f) = &mut self.source else { return 0 };
@@ -856,17 +871,11 @@ impl Loop {
                 }
                 EventKind::SynHeld { .. } => {
                     syns += 1;
-                    let (frame, stamp) = (ev.whole_frame().into_owned(), ev.ts_ns);
+                    let frame = ev.whole_frame().into_owned();
+                    held_taken = Some(ev.ts_ns);
                     // The record goes back to the kernel before the SYN is sent on.
                     drop(item);
                     self.send_on_held_syn(ts, frame);
-                    // Taken: the kernel bounds the wait of those held after it.
-                    if let Source::Fast(f) = &mut self.source {
-                        if let Err(e) = f.path.held_taken(stamp) {
-                            f.update_errors += 1;
-                            warn!("fast path: the held SYNs' progress not written ({e:#}): the next SYNs may pass undecided");
-                        }
-                    }
                 }
             }
             if n == 1 {
@@ -874,6 +883,14 @@ impl Loop {
                 self.metrics.loop_lag.observe(lag as f64 / 1e9);
             }
             self.last_report = ts;
+        }
+        // Taken, once per drain (a drain lasts at most TURN_BUDGET): the kernel bounds the wait
+        // of those held after them.
+        if let (Some(stamp), Source::Fast(f)) = (held_taken, &mut self.source) {
+            if let Err(e) = f.path.held_taken(stamp) {
+                f.update_errors += 1;
+                warn!("fast path: the held SYNs' progress not written ({e:#}): the next SYNs may pass undecided");
+            }
         }
         if n > 0 {
             self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "fastpath" }).inc_by(observed + syns);
@@ -930,26 +947,16 @@ impl Loop {
                 FastpathUpdate::Bucket { slot, rate_per_s, burst } => f.path.set_bucket(slot, rate_per_s, burst),
                 FastpathUpdate::QueueResponses(on) => {
                     info!(on, "fast path: the servers' segments go through the queue (REMOVE EMBEDS)");
-                    match on.then(|| self.queue.install()).transpose() {
-                        Ok(_) => f.path.set_queue_responses(on),
-                        Err(e) => {
-                            // Not marked then: those segments pass unedited, and the start fails.
-                            warn!("the netfilter queue rules could not be installed: {e:#}; content adaptation and REJECT are not carried out");
-                            self.queue_failed = Some(format!("{e:#}"));
-                            Ok(())
-                        }
+                    match self.queue.needed(on) {
+                        true => f.path.set_queue_responses(on),
+                        false => Ok(()),
                     }
                 }
                 FastpathUpdate::QueueRequests(on) => {
                     info!(on, "fast path: the clients' segments go through the queue (REWRITE EMBEDS, REJECT)");
-                    match on.then(|| self.queue.install()).transpose() {
-                        Ok(_) => f.path.set_queue_requests(on),
-                        Err(e) => {
-                            // Not marked then: those segments pass unedited, and the start fails.
-                            warn!("the netfilter queue rules could not be installed: {e:#}; content adaptation and REJECT are not carried out");
-                            self.queue_failed = Some(format!("{e:#}"));
-                            Ok(())
-                        }
+                    match self.queue.needed(on) {
+                        true => f.path.set_queue_requests(on),
+                        false => Ok(()),
                     }
                 }
                 FastpathUpdate::ResponseSize { client, server, start, end } => match f.srpt.as_mut() {
