@@ -750,6 +750,9 @@ fn fast_syn_and_synack_frames_are_well_formed_and_make_one_connection_each() {
     assert!(status["stats"]["fast_syns_sent"].as_u64().unwrap_or(0) >= PAGES as u64);
     assert!(status["stats"]["fast_synacks_sent"].as_u64().unwrap_or(0) >= PAGES as u64);
     assert_eq!(status["injector"]["failed"].as_u64(), Some(0));
+    // The held SYNs rlm passed went on from its socket, counted apart from the frames it made.
+    assert!(status["injector"]["forwarded"].as_u64().unwrap_or(0) > PAGES as u64, "{}", status["injector"]);
+    assert_eq!(status["injector"]["forward_failed"].as_u64(), Some(0));
     // Every client SYN came to rlm (FAST SYN needs each): held by the kernel, none passed
     // undecided (rlm tells the kernel it took them: none is late), none through NFQUEUE.
     let metrics = testbed::inline::prom::parse(&std::fs::read_to_string(out.metrics.as_ref().expect("metrics")).unwrap());

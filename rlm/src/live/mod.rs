@@ -1265,9 +1265,13 @@ impl Loop {
         }
         records.insert("reopen_errors".to_string(), counts.reopen_errors.into());
         let st = self.engine.stats();
-        let (sent, failed) = self.injector.as_ref().map_or((0, 0), |i| (i.counters.sent, i.counters.failed));
+        let c = self.injector.as_ref().map(|i| i.counters).unwrap_or_default();
+        let (sent, failed) = (c.sent, c.failed);
         let injector = match self.injector {
-            Some(_) => serde_json::json!({ "sent": sent, "failed": failed, "no_mac": st.inject_no_mac }),
+            Some(_) => serde_json::json!({
+                "sent": sent, "failed": failed, "no_mac": st.inject_no_mac,
+                "forwarded": c.forwarded, "forward_failed": c.forward_failed,
+            }),
             None => serde_json::Value::Null,
         };
         for (counter, v) in [
@@ -1280,6 +1284,8 @@ impl Loop {
             ("no_mac", st.inject_no_mac),
             ("sent", sent),
             ("failed", failed),
+            ("forwarded", c.forwarded),
+            ("forward_failed", c.forward_failed),
         ] {
             self.metrics.injected.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
         }
