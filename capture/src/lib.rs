@@ -22,8 +22,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use rlm_core::engine::{Engine, Event, Port};
+
+mod sharded;
 use rlm_core::time::Timestamp;
 use rlm_core::wire::LinkType;
+pub use sharded::replay_sharded;
 
 /// Progress callback: (bytes of the file consumed so far, file size).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::capture::{self, Source};
 use crate::records::{check_outputs, Dest, Protected, RecordOut};
-use rlm_core::engine::{Config, Engine, Event, Stats};
+use rlm_core::engine::{Config, Engine, Event, Sharding, Stats};
 
 pub use crate::records::UsageError;
 
@@ -40,6 +40,10 @@ pub struct AnalyzeOptions {
     pub decisions: Option<PathBuf>,
     /// Where TLS connections go as JSON lines (Zeek's ssl.log fields); `-` is standard output.
     pub tls: Option<PathBuf>,
+    /// Engines side by side, each given every frame of its clients ([`Sharding`]); `None`: one
+    /// per core. A what-if (`rules`) runs one engine whatever this says, and a usage error
+    /// names more than one asked for with it.
+    pub engines: Option<usize>,
 }
 
 /// Class response times are reported over time in buckets of this many seconds.
@@ -513,6 +517,12 @@ pub struct Report {
 /// Run the analysis. A capture cut short still gives a report (with `summary.cut`); errors are
 /// a [`UsageError`] (refused before anything was opened) or a failure to read or write.
 pub fn run(opts: AnalyzeOptions) -> Result<Report> {
+    if let (Some(_), Some(n @ 2..)) = (&opts.rules, opts.engines) {
+        return Err(UsageError(format!(
+            "--engines {n} with --rules: a what-if replays the rules over one engine (they read statistics over all clients)"
+        ))
+        .into());
+    }
     let source = Source::from_arg(&opts.capture);
     let capture_input = match &source {
         Source::File(p) => Protected::file("the input capture", p),
@@ -539,7 +549,12 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
     }
     let mut dec_out = dests[3].as_ref().map(RecordOut::create).transpose()?;
     let mut tls_out = dests[4].as_ref().map(RecordOut::create).transpose()?;
-    let mut engine = Engine::new(Config { tls_records: tls_out.is_some() || opts.config.tls_records, ..opts.config });
+    let config = Config { tls_records: tls_out.is_some() || opts.config.tls_records, ..opts.config };
+    let shards =
+        if opts.rules.is_some() { 1 } else { opts.engines.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1) };
+    // The first engine is the what-if's (which has only one).
+    let mut engines: Vec<Engine> = (0..shards).map(|i| Engine::new(config.for_shard(i, shards))).collect();
+    let engine = &mut engines[0];
     let mut what_if = opts.rules.as_ref().map(|r| WhatIf {
         rules_file: r.file_name().to_string(),
         rules: (0..r.rule_count())
@@ -657,7 +672,16 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
             b.set_position(done);
         }
     };
-    let replayed = capture::replay_reader(&mut reader, &mut engine, &mut on_event, Some(&mut tick));
+    let replayed = if shards == 1 {
+        capture::replay_reader(&mut reader, &mut engines[0], &mut on_event, Some(&mut tick))
+    } else {
+        let sharded =
+            capture::replay_sharded(&mut reader, std::mem::take(&mut engines), &Sharding::new(&config, shards), &mut on_event, Some(&mut tick));
+        sharded.map(|(r, shut_down)| {
+            engines = shut_down;
+            r
+        })
+    };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -672,9 +696,11 @@ pub fn run(opts: AnalyzeOptions) -> Result<Report> {
     for f in flushed.into_iter().flatten() {
         f?;
     }
-    let mut summary = Summary::new(reader.name(), replayed.frames, replayed.cut.map(|c| c.0), engine.stats(), tx, pv, &rt);
+    let mut stats = Stats::default();
+    engines.iter().for_each(|e| stats.add(e.stats()));
+    let mut summary = Summary::new(reader.name(), replayed.frames, replayed.cut.map(|c| c.0), &stats, tx, pv, &rt);
     if let Some(mut w) = what_if {
-        if let Some(p) = engine.policy() {
+        if let Some(p) = engines[0].policy() {
             for (r, c) in w.rules.iter_mut().zip(&p.rule_counters) {
                 (r.fired, r.deferred) = (c.fired, c.deferred);
             }

@@ -113,6 +113,12 @@ enum Command {
         /// Write one JSON object per TLS connection, with Zeek's ssl.log fields (`-`: standard output).
         #[arg(long, value_name = "FILE")]
         tls: Option<PathBuf>,
+        /// Engines run side by side, each on a thread of its own and each given every frame of
+        /// its clients (default: one per core; with --rules always one, as the rules read
+        /// statistics over all clients). Records come in the same order for the same number of
+        /// engines, time-ordered within each engine's clients.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+        engines: Option<u16>,
     },
 }
 
@@ -124,7 +130,7 @@ fn main() -> ExitCode {
         Command::Guard { plan, log_json } => commands::guard(&plan, log_json),
         Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
         Command::Status { metrics } => commands::status(metrics),
-        Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions, tls } => {
+        Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions, tls, engines } => {
             let rules = match rules.as_deref().map(rules::check_file).transpose() {
                 Ok(r) => r,
                 Err(e) => {
@@ -138,7 +144,19 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             config.pageview.connect_timeout = Duration::from_secs_f64(connect_timeout);
-            match analyze::run(AnalyzeOptions { capture, transactions, pageviews, summary_json, config, progress: !quiet, rules, decisions, tls }) {
+            let engines = engines.map(usize::from);
+            match analyze::run(AnalyzeOptions {
+                capture,
+                transactions,
+                pageviews,
+                summary_json,
+                config,
+                progress: !quiet,
+                rules,
+                decisions,
+                tls,
+                engines,
+            }) {
                 Ok(report) => {
                     // With an output on standard output, the summary keeps out of its way.
                     let text = report.summary.text();

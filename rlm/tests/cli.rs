@@ -636,3 +636,73 @@ fn run_refuses_record_outputs_that_collide_before_touching_anything() {
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!d.join("x.jsonl").exists(), "outputs are created only once rlm is set up");
 }
+
+/// Every record of a run, as sorted JSON text, pageview ids replaced by the pageview's client and
+/// start (engines side by side number their pageviews apart).
+fn records_by_content(pageviews: &Path, transactions: &Path, tls: &Path) -> Vec<String> {
+    let pvs = json_lines(&std::fs::read_to_string(pageviews).unwrap());
+    let mut ids = std::collections::HashMap::new();
+    for p in &pvs {
+        assert!(ids.insert(p["id"].as_u64().unwrap(), format!("{} {}", p["client"], p["start_ts"])).is_none(), "two pageviews numbered {}", p["id"]);
+    }
+    let mut out = Vec::new();
+    for mut r in
+        pvs.into_iter().chain(json_lines(&std::fs::read_to_string(transactions).unwrap())).chain(json_lines(&std::fs::read_to_string(tls).unwrap()))
+    {
+        for key in ["id", "pageview"] {
+            if let Some(id) = r.get(key).and_then(|v| v.as_u64()) {
+                r[key] = ids[&id].clone().into();
+            }
+        }
+        out.push(r.to_string());
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn engines_side_by_side_report_what_one_engine_does_on_every_vendored_trace() {
+    let d = tmpdir("engines");
+    let dirs = ["tests/data/zeek-http/traces", "tests/data/zeek-ssl/traces"];
+    let (mut traces, mut with_records) = (0, 0);
+    for dir in dirs {
+        for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)).unwrap() {
+            let trace = entry.unwrap().path();
+            let run = |engines: &str| {
+                let (pv, tx, tls, sum) =
+                    (d.join(format!("pv{engines}")), d.join(format!("tx{engines}")), d.join(format!("tls{engines}")), d.join(format!("s{engines}")));
+                let out = rlm()
+                    .args(["analyze", "--quiet", "--engines", engines, "--pageviews"])
+                    .arg(&pv)
+                    .arg("--transactions")
+                    .arg(&tx)
+                    .arg("--tls")
+                    .arg(&tls)
+                    .arg("--summary-json")
+                    .arg(&sum)
+                    .arg(&trace)
+                    .output()
+                    .unwrap();
+                let summary = std::fs::read_to_string(&sum).unwrap();
+                (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string(), summary, records_by_content(&pv, &tx, &tls))
+            };
+            let one = run("1");
+            assert!(one == run("3"), "{}: three engines report otherwise than one", trace.display());
+            traces += 1;
+            with_records += usize::from(!one.3.is_empty());
+        }
+    }
+    assert!(traces > 60 && with_records > traces * 3 / 4, "{traces} traces, {with_records} with records");
+}
+
+#[test]
+fn a_what_if_runs_one_engine_and_refuses_more() {
+    let d = tmpdir("whatif-engines");
+    let rules = d.join("r.rlm");
+    std::fs::write(&rules, "CLASS HIGH IF IP.SRC == 10.4.*.*\nIF RT.HIGH > 3s THEN DROP SYN\n").unwrap();
+    let out = rlm().args(["analyze", "--quiet", "--engines", "2", "--rules"]).arg(&rules).arg(trace("get.pcap")).output().unwrap();
+    let err = refused(&out);
+    assert!(err.contains("--engines 2 with --rules"), "{err}");
+    let out = rlm().args(["analyze", "--quiet", "--engines", "1", "--rules"]).arg(&rules).arg(trace("get.pcap")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

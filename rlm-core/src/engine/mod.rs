@@ -24,6 +24,7 @@ mod budget;
 mod fastpath;
 mod records;
 mod segment;
+mod shard;
 mod stats;
 mod syn;
 
@@ -49,6 +50,7 @@ pub use fastpath::{FastpathUpdate, SynMode};
 pub use records::{
     conn_uid, DecisionRecord, ExchangeFacts, TlsRecord, TransactionRecord, UnixMicros, UNPROVEN_EVENTS, UNPROVEN_FIELD, UNPROVEN_URIS,
 };
+pub use shard::Sharding;
 pub use stats::{Stats, TableSizes};
 
 /// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).

@@ -192,3 +192,222 @@ pub struct Stats {
     /// QUIC's flows, datagrams and bytes on the servers' UDP ports (seen, not managed).
     pub quic: crate::quic::QuicStats,
 }
+
+impl Stats {
+    /// Adds `o`'s counts to these: the counters of engines that each saw part of the traffic
+    /// (the shards of one capture, [`super::Sharding`]) as one engine's.
+    pub fn add(&mut self, o: &Stats) {
+        // Every field is named (no `..`), so that a counter added to `Stats` does not compile
+        // until it is added here.
+        let Stats {
+            frames,
+            bytes,
+            tcp_segments,
+            malformed,
+            ignored,
+            other_port_segments,
+            untracked_segments,
+            connections,
+            connections_midstream,
+            connections_failed,
+            failures_unproven,
+            pageviews_unproven,
+            wrong_side,
+            evicted_held,
+            pageviews_evicted,
+            connections_evicted,
+            connections_not_http,
+            syn_retransmissions,
+            synack_retransmissions,
+            syns_dropped,
+            fast_syns_sent,
+            srpt_sizes_published,
+            fast_syns_absorbed,
+            fast_syns_client_passed,
+            fast_synacks_sent,
+            syns_delayed,
+            inject_denied,
+            inject_no_mac,
+            embeds_removed,
+            embeds_kept_split,
+            embeds_kept_unmapped,
+            adapt_record_full,
+            embeds_rewritten,
+            rewrites_unmapped,
+            rewrites_split,
+            rewrites_unplaced,
+            predictions_measured,
+            predictions_model,
+            predictions_no_size,
+            adapt_skipped_encoded,
+            adapt_ooo_dropped,
+            adapt_segments_edited,
+            adapt_patch_failed,
+            retransmitted_segments,
+            gap_bytes,
+            out_of_window,
+            cut_frames,
+            absent_bytes,
+            transactions,
+            transactions_with_anomalies,
+            pageviews,
+            window_evicted,
+            pageviews_over_share,
+            connections_not_tls,
+            tls_connections,
+            tls_established,
+            tls_exchanges,
+            adapt_not_applicable_tls,
+            rejects_deferred,
+            requests_rejected,
+            rejects_no_link_address,
+            idle_aborted,
+            aborts_deferred,
+            tls_bad,
+            records_unproven_skipped,
+            quic,
+        } = o;
+        self.frames += *frames;
+        self.bytes += *bytes;
+        self.tcp_segments += *tcp_segments;
+        add_counts(&mut self.malformed, malformed);
+        add_counts(&mut self.ignored, ignored);
+        self.other_port_segments += *other_port_segments;
+        self.untracked_segments += *untracked_segments;
+        self.connections += *connections;
+        self.connections_midstream += *connections_midstream;
+        self.connections_failed += *connections_failed;
+        self.failures_unproven += *failures_unproven;
+        self.pageviews_unproven += *pageviews_unproven;
+        self.wrong_side += *wrong_side;
+        self.evicted_held += *evicted_held;
+        self.pageviews_evicted += *pageviews_evicted;
+        self.connections_evicted += *connections_evicted;
+        self.connections_not_http += *connections_not_http;
+        self.syn_retransmissions += *syn_retransmissions;
+        self.synack_retransmissions += *synack_retransmissions;
+        self.syns_dropped += *syns_dropped;
+        self.fast_syns_sent += *fast_syns_sent;
+        self.srpt_sizes_published += *srpt_sizes_published;
+        self.fast_syns_absorbed += *fast_syns_absorbed;
+        self.fast_syns_client_passed += *fast_syns_client_passed;
+        self.fast_synacks_sent += *fast_synacks_sent;
+        self.syns_delayed += *syns_delayed;
+        self.inject_denied += *inject_denied;
+        self.inject_no_mac += *inject_no_mac;
+        self.embeds_removed += *embeds_removed;
+        self.embeds_kept_split += *embeds_kept_split;
+        self.embeds_kept_unmapped += *embeds_kept_unmapped;
+        self.adapt_record_full += *adapt_record_full;
+        self.embeds_rewritten += *embeds_rewritten;
+        self.rewrites_unmapped += *rewrites_unmapped;
+        self.rewrites_split += *rewrites_split;
+        self.rewrites_unplaced += *rewrites_unplaced;
+        self.predictions_measured += *predictions_measured;
+        self.predictions_model += *predictions_model;
+        self.predictions_no_size += *predictions_no_size;
+        self.adapt_skipped_encoded += *adapt_skipped_encoded;
+        self.adapt_ooo_dropped += *adapt_ooo_dropped;
+        self.adapt_segments_edited += *adapt_segments_edited;
+        self.adapt_patch_failed += *adapt_patch_failed;
+        self.retransmitted_segments += *retransmitted_segments;
+        self.gap_bytes += *gap_bytes;
+        self.out_of_window += *out_of_window;
+        self.cut_frames += *cut_frames;
+        self.absent_bytes += *absent_bytes;
+        self.transactions += *transactions;
+        self.transactions_with_anomalies += *transactions_with_anomalies;
+        self.pageviews += *pageviews;
+        self.window_evicted += *window_evicted;
+        self.pageviews_over_share += *pageviews_over_share;
+        self.connections_not_tls += *connections_not_tls;
+        self.tls_connections += *tls_connections;
+        self.tls_established += *tls_established;
+        self.tls_exchanges += *tls_exchanges;
+        self.adapt_not_applicable_tls += *adapt_not_applicable_tls;
+        self.rejects_deferred += *rejects_deferred;
+        self.requests_rejected += *requests_rejected;
+        self.rejects_no_link_address += *rejects_no_link_address;
+        self.idle_aborted += *idle_aborted;
+        self.aborts_deferred += *aborts_deferred;
+        add_counts(&mut self.tls_bad, tls_bad);
+        self.records_unproven_skipped += *records_unproven_skipped;
+        self.quic.add(quic);
+    }
+}
+
+fn add_counts(to: &mut std::collections::BTreeMap<&'static str, u64>, from: &std::collections::BTreeMap<&'static str, u64>) {
+    for (k, v) in from {
+        *to.entry(k).or_insert(0) += v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::{Config, Engine, Stats};
+    use crate::testkit::TcpConv;
+    use crate::time::Timestamp;
+    use crate::wire::LinkType;
+
+    /// Every number in `v` by its path, in order.
+    fn leaves(v: &serde_json::Value, path: &str, out: &mut Vec<(String, u64)>) {
+        match v {
+            serde_json::Value::Object(m) => m.iter().for_each(|(k, v)| leaves(v, &format!("{path}.{k}"), out)),
+            serde_json::Value::Number(n) => out.push((path.to_string(), n.as_u64().unwrap())),
+            other => panic!("{path}: {other}"),
+        }
+    }
+
+    fn leaves_of(s: &Stats) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        leaves(&serde_json::to_value(s).unwrap(), "", &mut out);
+        out
+    }
+
+    /// An engine's counters after `exchanges` HTTP exchanges and `junk` undecodable frames.
+    fn counted(exchanges: usize, junk: usize) -> Stats {
+        let mut e = Engine::new(Config { server_ports: vec![80], ..Config::default() });
+        let mut t = Timestamp::ZERO;
+        let mut feed = |e: &mut Engine, f: &[u8]| {
+            t = t + std::time::Duration::from_millis(1);
+            e.handle_link(t, crate::engine::Port::Unknown, LinkType::Ethernet, f);
+        };
+        for i in 0..exchanges {
+            let mut c = TcpConv::new(&format!("10.0.0.{}:4000{i}", i + 1), "10.9.0.1:80");
+            for f in [c.syn(), c.synack(), c.ack(), c.client_data(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")] {
+                feed(&mut e, &f);
+            }
+            for f in c.server_data(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 18\r\n\r\n<img src=\"a.png\">") {
+                feed(&mut e, &f);
+            }
+            // An object of the page on the same connection: two transactions, one pageview.
+            let get = c.client_data(b"GET /a.png HTTP/1.1\r\nHost: a\r\nReferer: http://a/\r\n\r\n");
+            feed(&mut e, &get);
+            for f in c.server_data(b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 2\r\n\r\nab") {
+                feed(&mut e, &f);
+            }
+            let (fin, sfin) = (c.client_fin(), c.server_fin());
+            feed(&mut e, &fin);
+            feed(&mut e, &sfin);
+        }
+        for _ in 0..junk {
+            feed(&mut e, &[0u8; 20]);
+        }
+        e.shutdown(t + std::time::Duration::from_secs(600));
+        e.stats().clone()
+    }
+
+    #[test]
+    fn added_stats_are_the_sums_of_every_counter() {
+        let (a, b) = (counted(1, 2), counted(3, 0));
+        let mut sum = a.clone();
+        sum.add(&b);
+        let (la, lb, ls) = (leaves_of(&a), leaves_of(&b), leaves_of(&sum));
+        assert_eq!(ls.len(), la.len());
+        let nonzero = la.iter().filter(|(_, v)| *v > 0).count();
+        assert!(nonzero >= 6, "only {nonzero} counters counted anything");
+        for ((p, s), ((_, x), (_, y))) in ls.iter().zip(la.iter().zip(&lb)) {
+            assert_eq!(*s, x + y, "{p}");
+        }
+    }
+}

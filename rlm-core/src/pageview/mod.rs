@@ -83,6 +83,11 @@ pub struct PageviewConfig {
     /// listed references). Past it the oldest open pageview with no evidence of a real client
     /// (else the oldest) is finished, cut short (`incomplete`), until it is met again.
     pub max_list_bytes: usize,
+    /// Pageviews are numbered `first_id`, `first_id + id_step`, ...: engines side by side
+    /// ([`crate::engine::Config::for_shard`]) number theirs apart.
+    pub first_id: u64,
+    #[allow(missing_docs)]
+    pub id_step: u64,
 }
 
 impl Default for PageviewConfig {
@@ -102,6 +107,8 @@ impl Default for PageviewConfig {
             max_expected: 2048,
             max_referrers: 64,
             max_list_bytes: 32 << 20,
+            first_id: 1,
+            id_step: 1,
         }
     }
 }
@@ -160,6 +167,7 @@ impl Pageviews {
     /// A tracker with no pageview open.
     pub fn new(cfg: PageviewConfig) -> Pageviews {
         Pageviews {
+            next_id: cfg.first_id,
             cfg,
             open: AHashMap::new(),
             by_client: AHashMap::new(),
@@ -173,7 +181,6 @@ impl Pageviews {
             opened_unproven: VecDeque::new(),
             evicted: 0,
             deadlines_compacted: 0,
-            next_id: 1,
             done: Vec::new(),
         }
     }
@@ -384,7 +391,7 @@ impl Pageviews {
     /// `max_open_per_client`); returns its id.
     fn new_pageview(&mut self, client: IpAddr, start: Timestamp, now: Timestamp) -> u64 {
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id += self.cfg.id_step.max(1);
         if self.opened.len() > 2 * self.open.len() + 1024 {
             let open = &self.open;
             self.opened.retain(|i| open.contains_key(i));

@@ -52,6 +52,17 @@ pub struct QuicStats {
     pub bytes: u64,
 }
 
+impl QuicStats {
+    /// Adds `o`'s counts to these ([`crate::engine::Stats::add`]).
+    pub fn add(&mut self, o: &QuicStats) {
+        let QuicStats { flows, handshakes, datagrams, bytes } = o;
+        self.flows += flows;
+        self.handshakes += handshakes;
+        self.datagrams += datagrams;
+        self.bytes += bytes;
+    }
+}
+
 /// One flow's state.
 #[derive(Clone, Copy, Debug)]
 struct Flow<C> {
