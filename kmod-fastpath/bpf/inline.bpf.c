@@ -22,7 +22,10 @@
 //    (CFG_QUEUE_REQUESTS), the clients' IPv4 segments with payload get the mark at the client
 //    port (syn_admit) and are not reported here; so do all the client's segments of a connection
 //    the engine rejected (REJECT: it answered the request and reset the server), whose server
-//    segments are dropped here. UDP datagrams to or from a server port
+//    segments are dropped here. A server's IPv4 segment that lies wholly before the end of a
+//    body the engine does not read (the `unread` map, from the engine's BodyUnread) is reported
+//    cut to its headers, with its length on the wire: bulk bytes do not cross to user space,
+//    whatever the frame's size (GRO/GSO). UDP datagrams to or from a server port
 //    (QUIC's) are reported too, their first UDP_SNAP bytes: the engine counts their flows and
 //    bytes per class, it does not manage them.
 //
@@ -93,6 +96,16 @@ static __always_inline int is_rejected(struct conn_key *k)
     __u64 *until = bpf_map_lookup_elem(&rejected, k);
     return until && *until > bpf_ktime_get_ns();
 }
+
+// IPv4 connections whose server is sending a body the engine does not read: the sequence
+// number after its end (rlm's BodyUnread). The server's segments that end by then are reported
+// cut to their headers; the entry goes once one reaches or passes it.
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct conn_key);
+    __type(value, __u32);
+} unread SEC(".maps");
 
 // How far rlm is with the held SYNs (CLOCK_MONOTONIC ns): HELD_LAST, when syn_admit last held
 // one; HELD_FIRST, when it held the first of those now waiting (one held while none waited);
@@ -458,8 +471,24 @@ int observe(struct __sk_buff *skb)
             bpf_map_delete_elem(&handshakes, &k);
         }
     }
+    __u32 snap = snap_of(skb, tcp, to_server, p.payload);
+    if (p.v4 && side == FLAG_FROM_SERVER && p.payload > 0 && !tcp->syn) {
+        // A body the engine does not read: only the headers of the segments before its end.
+        struct conn_key k = { .client = p.daddr, .server = p.saddr, .client_port = tcp->dest, .server_port = tcp->source };
+        __u32 *until = bpf_map_lookup_elem(&unread, &k);
+        if (until) {
+            __u32 seq = bpf_ntohl(tcp->seq), end = *until;
+            __s32 past = (__s32)(seq + p.payload - end);
+            if (past <= 0) {
+                snap = (__u32)((void *)tcp - (void *)(long)skb->data) + tcp->doff * 4;
+                count(C_BODY_CUT);
+            }
+            if (past >= 0)
+                bpf_map_delete_elem(&unread, &k);
+        }
+    }
     count(C_OBSERVED);
-    report(skb, KIND_OBSERVED, side, 0, snap_of(skb, tcp, to_server, p.payload));
+    report(skb, KIND_OBSERVED, side, 0, snap);
     return TC_ACT_OK;
 }
 

@@ -93,6 +93,9 @@ pub struct Counters {
     /// SYNs passed undecided because a held SYN had waited for the reader longer than
     /// [`HOLD_WAIT`] (the reader behind, stopped or gone).
     pub hold_late: u64,
+    /// Server segments of a body the engine does not read reported cut to their headers
+    /// ([`InlinePath::set_body_unread`]).
+    pub body_cut: u64,
 }
 
 pub use crate::ring::{Event, EventKind};
@@ -289,6 +292,15 @@ impl InlinePath {
         Ok(())
     }
 
+    /// The server of the IPv4 connection `client`-`server` is sending a body the engine does not
+    /// read, which ends before sequence number `until`: its segments that end by then are
+    /// reported cut to their headers (their length on the wire kept), until one reaches it.
+    pub fn set_body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) -> Result<()> {
+        let mut m: HashMap<&mut MapData, ConnKey, u32> = HashMap::try_from(self.bpf.map_mut("unread").context("map unread")?)?;
+        m.insert(ConnKey::new(client, server), until, 0)?;
+        Ok(())
+    }
+
     /// Put a mode and a generation of the class statistics in force: verdicts of other
     /// generations no longer apply.
     pub fn set_mode(&mut self, mode: Mode, generation: u64) -> Result<()> {
@@ -354,6 +366,7 @@ impl InlinePath {
             syn_held: sum(c::SYN_HELD)?,
             hold_failed: sum(c::HOLD_FAILED)?,
             hold_late: sum(c::HOLD_LATE)?,
+            body_cut: sum(c::BODY_CUT)?,
         })
     }
 }

@@ -394,3 +394,50 @@ fn a_rejected_connection_is_the_engines_until_a_new_syn() {
     assert_eq!(marked(&path, true, &fin), (0, false));
     assert_eq!(marked(&path, false, &from_server), (0, false));
 }
+
+/// Body cuts (`set_body_unread`): the server's segments of a connection that end by the
+/// published end of a body are reported cut to their headers with their whole length on the
+/// wire, and counted; the one that reaches the end goes last, the entry with it, and the next
+/// are whole again; a segment running past the end is whole and ends the entry; the client's
+/// segments and other connections are untouched.
+#[test]
+fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
+    let Some((mut path, mut ring)) = loaded() else { return };
+    path.beat().unwrap();
+    let (client, other, server): (SocketAddrV4, SocketAddrV4, SocketAddrV4) =
+        ("10.4.0.2:40000".parse().unwrap(), "10.4.0.2:40001".parse().unwrap(), "10.1.0.1:80".parse().unwrap());
+    let from_server =
+        |to: SocketAddrV4, seq: u32, len: usize| tcp_frame(LinkType::Ethernet, server.into(), to.into(), seq, 1, PSH | ACK, &vec![b'x'; len]);
+    // (length of the report's frame, length on the wire) of each report waiting.
+    let reports = |ring: &mut EventRing| {
+        let mut out = Vec::new();
+        ring.drain(usize::MAX, |e| {
+            let e = e.expect("a well-formed record");
+            out.push((e.frame.len(), e.wire_len as usize));
+        });
+        out
+    };
+    let headers = 14 + 20 + 20;
+    path.set_body_unread(client, server, 13_000).unwrap();
+    for (seq, len) in [(10_000, 1448), (11_448, 1448), (12_896, 104), (13_000, 100)] {
+        path.test_run_from_server(&from_server(client, seq, len)).unwrap();
+    }
+    // Another connection and the client's own data: whole.
+    path.test_run_from_server(&from_server(other, 10_000, 1448)).unwrap();
+    let request = tcp_frame(LinkType::Ethernet, client.into(), server.into(), 1, 10_000, PSH | ACK, b"GET / HTTP/1.1\r\n\r\n");
+    path.test_run(false, &request, 1).unwrap();
+    let w = |len: usize| headers + len;
+    assert_eq!(
+        reports(&mut ring),
+        vec![(headers, w(1448)), (headers, w(1448)), (headers, w(104)), (w(100), w(100)), (w(1448), w(1448)), (request.len(), request.len())]
+    );
+    assert_eq!(path.counters().unwrap().body_cut, 3);
+
+    // A segment running past the end (the next response's head in it): whole, and the entry
+    // goes; a retransmission before the end after that is whole too.
+    path.set_body_unread(client, server, 20_000).unwrap();
+    path.test_run_from_server(&from_server(client, 19_900, 200)).unwrap();
+    path.test_run_from_server(&from_server(client, 18_000, 1000)).unwrap();
+    assert_eq!(reports(&mut ring), vec![(w(200), w(200)), (w(1000), w(1000))]);
+    assert_eq!(path.counters().unwrap().body_cut, 3);
+}

@@ -1992,6 +1992,103 @@ fn srpt_publishes_each_response_size_in_sequence_space_and_the_flow_end() {
     assert!(sizes(&mut off).is_empty());
 }
 
+/// The kernel's part of body cuts, as `observe` does it: a server segment (IPv4, no IP or TCP
+/// options beyond what its header says) lying wholly before a published `until` is reported cut
+/// to its headers; the entry goes once a segment reaches it.
+struct BodyCutKernel {
+    until: std::collections::HashMap<(std::net::SocketAddrV4, std::net::SocketAddrV4), u32>,
+    cut: usize,
+}
+
+impl BodyCutKernel {
+    fn take(&mut self, r: &mut Run) {
+        for u in fastpath_updates(r) {
+            if let rlm_core::FastpathUpdate::BodyUnread { client, server, until } = u {
+                self.until.insert((client, server), until);
+            }
+        }
+    }
+
+    /// Feed a server frame as the kernel would report it.
+    fn feed(&mut self, r: &mut Run, ms: u64, frame: Vec<u8>, client: std::net::SocketAddrV4, server: std::net::SocketAddrV4) {
+        let ihl = usize::from(frame[14] & 0x0f) * 4;
+        let tcp = 14 + ihl;
+        let seq = u32::from_be_bytes(frame[tcp + 4..tcp + 8].try_into().unwrap());
+        let headers = tcp + usize::from(frame[tcp + 12] >> 4) * 4;
+        let end = seq.wrapping_add((frame.len() - headers) as u32);
+        match self.until.get(&(client, server)).copied() {
+            Some(until) if frame.len() > headers && (end.wrapping_sub(until) as i32) <= 0 => {
+                if end == until {
+                    self.until.remove(&(client, server));
+                }
+                self.cut += 1;
+                feed_cut(r, ms, &frame, headers);
+            }
+            _ => r.feed(ms, frame),
+        }
+        self.take(r);
+    }
+}
+
+/// A page whose container (HTML, read by the embed scanner) names an image of 200,000 bytes
+/// and a chunked script, fetched over a second connection; `cuts`: with body cuts on, the
+/// server's segments reported as `BodyCutKernel` does.
+fn page_with_bodies(cuts: bool) -> (Run, BodyCutKernel) {
+    let mut r = Run::new();
+    r.engine.enable_fastpath();
+    if cuts {
+        r.engine.enable_body_cuts();
+    }
+    let mut k = BodyCutKernel { until: Default::default(), cut: 0 };
+    let (client1, client2, server) = ("10.4.0.11:40001".parse().unwrap(), "10.4.0.11:40002".parse().unwrap(), "10.9.0.1:80".parse().unwrap());
+    let mut c1 = TcpConv::new("10.4.0.11:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c1, 0);
+    r.feed(80, c1.client_data(&get("/index.html", "")));
+    let body = format!("<html><body>{}<img src=\"/big.gif\"><script src=\"/app.js\"></script></body></html>", "<p>filler</p>".repeat(400));
+    for f in c1.server_data(&html_response(&body)) {
+        k.feed(&mut r, 100, f, client1, server);
+    }
+    let mut c2 = TcpConv::new("10.4.0.11:40002", "10.9.0.1:80");
+    handshake(&mut r, &mut c2, 200);
+    r.feed(300, c2.client_data(&get("/big.gif", "Referer: http://shop/index.html\r\n")));
+    let mut t = 320;
+    for f in c2.server_data(&gif_response(200_000)) {
+        k.feed(&mut r, t, f, client2, server);
+        t += 1;
+    }
+    r.feed(t + 40, c2.client_ack());
+    r.feed(t + 50, c1.client_data(&get("/app.js", "Referer: http://shop/index.html\r\n")));
+    let js = b"HTTP/1.1 200 OK\r\nContent-Type: application/javascript\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    for f in c1.server_data(js) {
+        k.feed(&mut r, t + 60, f, client1, server);
+    }
+    r.finish(10_000);
+    (r, k)
+}
+
+/// Body cuts: the engine tells the kernel where an image's body ends (the rest of a body of a
+/// known length that nothing reads), not a container's (scanned) nor a chunked one (its framing
+/// is read), and the segments before that end, reported cut to their headers, give the same
+/// transactions and pageview as whole ones.
+#[test]
+fn bodies_nothing_reads_are_cut_to_their_headers_and_measured_the_same() {
+    let (whole, none) = page_with_bodies(false);
+    let (cut, k) = page_with_bodies(true);
+    assert_eq!(none.cut, 0);
+    assert_eq!(cut.engine.stats().bodies_cut, 1, "the image only");
+    // 200,000 bytes in 1,448-byte segments: all but the one with the head cut.
+    assert!(k.cut >= 137, "{} segments cut", k.cut);
+    assert!(k.until.is_empty(), "the entry stays after the body's end");
+    assert!(cut.engine.stats().absent_bytes >= 198_000, "{}", cut.engine.stats().absent_bytes);
+    assert_eq!(cut.tx.len(), 3);
+    for (w, c) in whole.tx.iter().zip(&cut.tx) {
+        assert_eq!(json(w), json(c), "a transaction differs");
+    }
+    assert_eq!((whole.pv.len(), cut.pv.len()), (1, 1));
+    assert_eq!(json(&whole.pv[0]), json(&cut.pv[0]), "the pageview differs");
+    assert_eq!(cut.pv[0].objects, 2);
+}
+
 /// How the fast path reports a frame: its first `snap` bytes, and its length on the wire.
 fn feed_cut(r: &mut Run, ms: u64, frame: &[u8], snap: usize) {
     r.advance(ms);

@@ -73,6 +73,19 @@ pub enum FastpathUpdate {
         /// Sequence number of the byte after the response's end, when its head says where that is.
         end: Option<u32>,
     },
+    /// The server's bytes of this connection before sequence number `until` (the end of the
+    /// response under way, whose body nothing reads) need not be seen: the kernel may report
+    /// its segments that lie wholly before it cut to their headers, their length on the wire
+    /// (the engine counts and times their payload as absent). Made only with body cuts on
+    /// ([`Engine::enable_body_cuts`](crate::Engine::enable_body_cuts)).
+    BodyUnread {
+        /// The connection's client.
+        client: SocketAddrV4,
+        /// The connection's server.
+        server: SocketAddrV4,
+        /// Sequence number of the byte after the response's end.
+        until: u32,
+    },
     /// `REJECT` answered a request of this connection: the kernel sends the client's further
     /// segments of it through the queue and drops the server's, until a new SYN on its ports
     /// (or a while).
@@ -109,6 +122,8 @@ pub(super) struct Fastpath {
     queue_requests: bool,
     /// Publish each response's size for the SRPT classifier.
     pub(super) srpt: bool,
+    /// Publish where the bodies nothing reads end ([`FastpathUpdate::BodyUnread`]).
+    pub(super) cut_bodies: bool,
 }
 
 /// What the rules in force ask of a kernel fast path.
@@ -163,6 +178,7 @@ impl Fastpath {
             queue_responses: needs.queue_responses,
             queue_requests: needs.queue_requests,
             srpt: false,
+            cut_bodies: false,
         }
     }
 
@@ -211,6 +227,11 @@ impl Fastpath {
     /// A response's place in the sequence space, for the SRPT classifier.
     pub fn response_size(&mut self, client: SocketAddrV4, server: SocketAddrV4, start: u32, end: Option<u32>) {
         self.updates.push_back(FastpathUpdate::ResponseSize { client, server, start, end });
+    }
+
+    /// The server's bytes before `until` need not be seen ([`FastpathUpdate::BodyUnread`]).
+    pub fn body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) {
+        self.updates.push_back(FastpathUpdate::BodyUnread { client, server, until });
     }
 
     /// `REJECT` answered a request on the connection from `src` (its client) to `dst` (IPv4 only:

@@ -338,6 +338,15 @@ impl Engine {
         }
     }
 
+    /// Make [`FastpathUpdate::BodyUnread`]: where the body of a response nothing reads ends, so
+    /// that the kernel reports its segments cut to their headers (after
+    /// [`Engine::enable_fastpath`]; IPv4 connections only).
+    pub fn enable_body_cuts(&mut self) {
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.cut_bodies = true;
+        }
+    }
+
     fn fastpath_needs(&self) -> FastpathNeeds {
         FastpathNeeds::of(self.policy.as_ref(), self.cfg.adapt, self.cfg.reject)
     }

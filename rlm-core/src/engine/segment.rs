@@ -458,6 +458,18 @@ impl Engine {
                 self.stats.srpt_sizes_published += 1;
             }
         }
+        // The rest of a body nothing reads: the kernel may cut its segments to their headers.
+        if let (Some(fp), Some(txn)) = (self.fastpath.as_mut().filter(|fp| fp.cut_bodies), on_conn) {
+            if let (Some(until), true, SocketAddr::V4(client), SocketAddr::V4(server)) = (
+                txn.response_end_seq,
+                c.http().is_some_and(|h| h.response_body_unread(depth)),
+                SocketAddr::from(c.client),
+                SocketAddr::from(c.server),
+            ) {
+                fp.body_unread(client, server, until);
+                self.stats.bodies_cut += 1;
+            }
+        }
         if self.adapt.removing {
             self.decide_removal(now, id, depth, done_in(rest, depth));
         }

@@ -79,6 +79,9 @@ pub struct Stats {
     pub fast_syns_sent: u64,
     /// Responses whose place in the sequence space went to the SRPT classifier.
     pub srpt_sizes_published: u64,
+    /// Responses whose rest of body the kernel was told it need not show whole
+    /// ([`crate::engine::FastpathUpdate::BodyUnread`]).
+    pub bodies_cut: u64,
     /// Clients' own retransmissions absorbed while rlm was retransmitting for them.
     pub fast_syns_absorbed: u64,
     /// Clients' own retransmissions of a held SYN let through: the rule had let go before the
@@ -222,6 +225,7 @@ impl Stats {
             syns_dropped,
             fast_syns_sent,
             srpt_sizes_published,
+            bodies_cut,
             fast_syns_absorbed,
             fast_syns_client_passed,
             fast_synacks_sent,
@@ -289,6 +293,7 @@ impl Stats {
         self.syns_dropped += *syns_dropped;
         self.fast_syns_sent += *fast_syns_sent;
         self.srpt_sizes_published += *srpt_sizes_published;
+        self.bodies_cut += *bodies_cut;
         self.fast_syns_absorbed += *fast_syns_absorbed;
         self.fast_syns_client_passed += *fast_syns_client_passed;
         self.fast_synacks_sent += *fast_synacks_sent;

@@ -170,6 +170,18 @@ impl HttpConn {
         self.pending.is_empty() && self.req_buf.is_empty() && self.req == Stream::Head && self.resp == Stream::Head
     }
 
+    /// The response under way is `depth`'s and the rest of its body, of a length its head gave,
+    /// is read by nothing (no embed scanner, decoder or line count on it): its bytes need only
+    /// be counted and timed, as absent ones are ([`HttpConn::on_server_absent`]).
+    pub fn response_body_unread(&self, depth: u32) -> bool {
+        let Some(t) = self.pending.get(self.resp_idx) else { return false };
+        matches!(self.resp, Stream::Length(rem) if rem > 0)
+            && t.depth == depth
+            && t.scanner.is_none()
+            && t.resp_decoder.is_none()
+            && t.zeek_lines.is_none()
+    }
+
     /// True once either side stopped speaking HTTP (CONNECT tunnel, upgrade).
     pub fn is_tunnel(&self) -> bool {
         self.resp == Stream::Tunnel

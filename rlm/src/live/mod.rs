@@ -110,7 +110,7 @@ impl Fast {
 }
 
 /// The fast path's counters as the metrics (`rlm_fastpath`) and the status show them.
-fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 11] {
+fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 12] {
     [
         ("syn_passed", c.syn_passed),
         ("syn_dropped", c.syn_dropped),
@@ -121,6 +121,7 @@ fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64
         ("observed", c.observed),
         ("ring_full", c.ring_full),
         ("ack_skipped", c.ack_skipped),
+        ("body_cut", c.body_cut),
         ("resp_queued", c.resp_queued),
         ("stale", c.stale),
     ]
@@ -565,6 +566,8 @@ impl Loop {
         let mut engine = Engine::new(ecfg);
         if matches!(source, Source::Fast(_)) {
             engine.enable_fastpath();
+            // The bodies nothing reads cross as their segments' headers (`body_cut`).
+            engine.enable_body_cuts();
             // FAIR publishes too, so that both modes cost the same.
             if cfg.srpt.mode != SrptRunMode::Off {
                 engine.enable_srpt();
@@ -963,6 +966,7 @@ impl Loop {
                     Some(e) => e.set_response(FlowKey::new(server, client), start, end),
                     None => Ok(()),
                 },
+                FastpathUpdate::BodyUnread { client, server, until } => f.path.set_body_unread(client, server, until),
                 FastpathUpdate::Rejected { client, server } => f.path.set_rejected(client, server),
                 FastpathUpdate::FlowEnd { client, server } => match f.srpt.as_mut() {
                     Some(e) => e.end_flow(FlowKey::new(server, client)),
