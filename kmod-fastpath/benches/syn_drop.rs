@@ -2,7 +2,8 @@
 //! SYNs a second one core decides in `syn_admit` when the engine has published a DROP SYN verdict
 //! for the client (the target: at least 1 million), next to the same SYN passed, queued
 //! for the engine (no verdict) and held for it (no verdict: copied whole into the ring, its
-//! reader woken); and the SRPT egress classifier on a data segment.
+//! reader woken); `observe` on a server's segments (a body segment reported whole, cut to its
+//! headers, a response head read by the kernel); and the SRPT egress classifier on a data segment.
 //!
 //! Run as root: `make bench-fastpath` (or `cargo bench -p kmod-fastpath --bench syn_drop`).
 //! It pins itself to one CPU, runs each path 40 times 50,000 SYNs, drains the ring buffer between
@@ -23,6 +24,8 @@ use rlm_core::testkit::{tcp_frame, ACK, PSH, SYN};
 use rlm_core::wire::LinkType;
 
 const REPEAT: u32 = 50_000;
+/// Segments a call of `observe`: each whole one takes 2 KiB of the 16 MiB ring.
+const OBSERVE_REPEAT: u32 = 5_000;
 const CALLS: usize = 40;
 const TARGET_PER_S: f64 = 1e6;
 const QUEUE_MARK: u32 = 0x80_0000;
@@ -113,6 +116,47 @@ fn main() -> Result<()> {
         ns.sort_by(f64::total_cmp);
         rows.push(Row { path: name, retval, median_ns: ns[CALLS / 2], min_ns: ns[0] });
     }
+    // `observe` on a server's segments (body cuts): a 1,448-byte body segment reported whole
+    // (no range), the same cut to its headers (inside a body's range), and a 3,000-byte segment
+    // that starts with an image's head, read by the kernel, its body armed and the head alone
+    // reported. Each reported; the ring drained between calls.
+    path.set_mode(Mode::PassAll, 1)?;
+    let client = SocketAddrV4::new(Ipv4Addr::new(10, 4, 0, 9), 40000);
+    let body = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 1_000, 1, PSH | ACK, &[b'x'; 1448]);
+    let head = b"HTTP/1.1 200 OK\r\nDate: Fri, 27 Nov 2026 15:00:00 GMT\r\nServer: nginx\r\nContent-Type: image/jpeg\r\nContent-Length: 90000\r\nConnection: keep-alive\r\n\r\n";
+    let head_segment =
+        tcp_frame(LinkType::Ethernet, server.into(), client.into(), 1_000, 1, PSH | ACK, &[&head[..], &[b'x'; 3000 - 160][..]].concat());
+    for (name, frame, range) in [
+        ("observe: body segment whole", &body, None),
+        ("observe: body segment cut", &body, Some(1_000_000)),
+        ("observe: head read, body armed", &head_segment, None),
+    ] {
+        if let Some(until) = range {
+            path.set_body_unread(client, server, until)?;
+        }
+        let before = path.counters()?;
+        let mut ns = Vec::with_capacity(CALLS);
+        let mut retval = 0;
+        for _ in 0..CALLS {
+            let r = path.test_run_from_server_n(frame, OBSERVE_REPEAT)?;
+            retval = r.retval;
+            ns.push(f64::from(r.ns_per_run));
+            while ring.next().is_some() {}
+        }
+        let after = path.counters()?;
+        let runs = (CALLS as u64) * u64::from(OBSERVE_REPEAT);
+        ensure!(after.ring_full == before.ring_full, "{name}: the ring buffer filled");
+        ensure!(after.observed - before.observed == runs, "{name}: {} reported of {runs}", after.observed - before.observed);
+        let (cut, armed) = (after.body_cut - before.body_cut, after.body_armed - before.body_armed);
+        let want = match (range, name.contains("head")) {
+            (Some(_), _) => (runs, 0),
+            (None, true) => (0, runs),
+            (None, false) => (0, 0),
+        };
+        ensure!((cut, armed) == want, "{name}: {cut} cut and {armed} armed, {want:?} expected");
+        ns.sort_by(f64::total_cmp);
+        rows.push(Row { path: name, retval, median_ns: ns[CALLS / 2], min_ns: ns[0] });
+    }
     // The SRPT egress classifier on a server's data segment whose response size is published
     // (the per-packet cost on the client port's egress; the same segment again and again is a
     // retransmission after the first run, which takes the same lookups and band).
@@ -133,9 +177,9 @@ fn main() -> Result<()> {
     ns.sort_by(f64::total_cmp);
     rows.push(Row { path: "srpt egress (data segment)", retval, median_ns: ns[CALLS / 2], min_ns: ns[0] });
 
-    println!("{:<26} {:>7} {:>10} {:>8} {:>14}", "path", "retval", "median ns", "min ns", "per s (1 CPU)");
+    println!("{:<32} {:>7} {:>10} {:>8} {:>14}", "path", "retval", "median ns", "min ns", "per s (1 CPU)");
     for r in &rows {
-        println!("{:<26} {:>7} {:>10.0} {:>8.0} {:>14.0}", r.path, r.retval, r.median_ns, r.min_ns, 1e9 / r.median_ns);
+        println!("{:<32} {:>7} {:>10.0} {:>8.0} {:>14.0}", r.path, r.retval, r.median_ns, r.min_ns, 1e9 / r.median_ns);
     }
     let drop = &rows[0];
     let per_s = 1e9 / drop.median_ns;

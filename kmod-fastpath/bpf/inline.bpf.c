@@ -146,6 +146,133 @@ static __always_inline void count(__u32 c)
         *v += 1;
 }
 
+// A server's response head read here, so that its body is cut from its first segment on,
+// without waiting for the engine: the head's first HEAD_PARSE bytes are copied into a per-CPU
+// buffer, with HEAD_SLACK bytes past them for the fixed-length peeks at a line's start.
+#define HEAD_PARSE 1024
+#define HEAD_SLACK 64
+struct head_buf {
+    char b[HEAD_PARSE + HEAD_SLACK];
+};
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct head_buf);
+} head_bufs SEC(".maps");
+
+#define HEAD_END 1     // the blank line that ends the head was found (at `end`)
+#define HEAD_LENGTH 2  // a Content-Length (`length`)
+#define HEAD_READ 4    // the engine reads this body: a Transfer-Encoding, or a type it scans or counts lines of
+struct head_scan {
+    char *b;
+    __u32 n;
+    __u32 end;
+    __u64 length;
+    __u32 flags;
+};
+
+// Whether `p` starts with the lower-case `lit` (`len` bytes), ASCII letters of `p` folded.
+static __always_inline int starts_lower(const char *p, const char *lit, int len)
+{
+#pragma unroll
+    for (int k = 0; k < 20; k++) {
+        if (k >= len)
+            break;
+        char c = p[k];
+        if (c >= 'A' && c <= 'Z')
+            c |= 0x20;
+        if (c != lit[k])
+            return 0;
+    }
+    return 1;
+}
+
+// One byte of the head (a bpf_loop callback): at each line's start, the headers that decide.
+static long head_byte(__u32 i, void *ctx)
+{
+    struct head_scan *h = ctx;
+    if (i >= h->n || i >= HEAD_PARSE)
+        return 1;
+    const char *b = h->b;
+    // Masked where the verifier sees it (the compiler would drop a mask it knows is idle).
+    __u64 at = i;
+    asm volatile("" : "+r"(at));
+    at &= HEAD_PARSE - 1;
+    if (b[at] != '\n')
+        return 0;
+    const char *s = b + at + 1;
+    if (s[0] == '\r' && s[1] == '\n') {
+        h->end = at + 3;
+        h->flags |= HEAD_END;
+        return 1;
+    }
+    if (starts_lower(s, "content-length:", 15)) {
+        __u64 v = 0;
+        int digits = 0, done = 0;
+#pragma unroll
+        for (int k = 15; k < 34; k++) {
+            char c = s[k];
+            if (done || (digits == 0 && (c == ' ' || c == '\t')))
+                continue;
+            if (c >= '0' && c <= '9' && digits < 12) {
+                v = v * 10 + (c - '0');
+                digits++;
+            } else {
+                done = 1;
+            }
+        }
+        if (digits == 0 || (h->flags & HEAD_LENGTH))
+            h->flags |= HEAD_READ;    // unreadable, or given twice: the engine's to judge
+        h->length = v;
+        h->flags |= HEAD_LENGTH;
+    } else if (starts_lower(s, "transfer-encoding:", 18)) {
+        h->flags |= HEAD_READ;
+    } else if (starts_lower(s, "content-type:", 13)) {
+        int o = 13;
+#pragma unroll
+        for (int k = 13; k < 17; k++)
+            if (o == k && (s[k] == ' ' || s[k] == '\t'))
+                o = k + 1;
+        const char *t = s + o;
+        if (starts_lower(t, "text/html", 9) || starts_lower(t, "text/css", 8) || starts_lower(t, "application/xhtml", 17) ||
+            starts_lower(t, "multipart/", 10))
+            h->flags |= HEAD_READ;
+    }
+    return 0;
+}
+
+// A server segment that starts with a response head (`hdrs`: where its payload starts): when
+// the head is whole in it, says 200 or 206, gives a Content-Length and nothing that makes the
+// engine read the body (a Transfer-Encoding; HTML, XHTML, CSS or a multipart type), the body
+// is cut from here on (the `unread` entry, as the engine's BodyUnread would make it) and the
+// snap length that reports the head alone is returned; else 0, and the engine decides.
+static __always_inline __u32 arm_body_cut(struct __sk_buff *skb, struct tcphdr *tcp, __u32 hdrs, __u32 payload, struct conn_key *k)
+{
+    __u32 zero = 0;
+    struct head_buf *hb = bpf_map_lookup_elem(&head_bufs, &zero);
+    if (!hb)
+        return 0;
+    __u64 n = payload < HEAD_PARSE ? payload : HEAD_PARSE;
+    asm volatile("" : "+r"(n));
+    if (n < 16 || n > HEAD_PARSE)
+        return 0;
+    if (bpf_skb_load_bytes(skb, hdrs, hb->b, n) < 0)
+        return 0;
+    const char *b = hb->b;
+    if (b[5] != '1' || b[6] != '.' || b[8] != ' ' || b[9] != '2' || b[10] != '0' || (b[11] != '0' && b[11] != '6') || b[12] != ' ')
+        return 0;
+    struct head_scan h = { .b = hb->b, .n = n };
+    bpf_loop(HEAD_PARSE, head_byte, &h, 0);
+    if ((h.flags & (HEAD_END | HEAD_LENGTH | HEAD_READ)) != (HEAD_END | HEAD_LENGTH) || h.length == 0 || h.length >= (1ULL << 31))
+        return 0;
+    __u32 until = bpf_ntohl(tcp->seq) + h.end + (__u32)h.length;
+    if (bpf_map_update_elem(&unread, k, &until, BPF_ANY) < 0)
+        return 0;
+    count(C_BODY_ARMED);
+    return hdrs + h.end;
+}
+
 static __always_inline void fill(struct event *e, struct __sk_buff *skb, __u32 len, __u16 kind, __u16 flags, __u32 rule)
 {
     e->ts_ns = bpf_ktime_get_ns();
@@ -474,13 +601,29 @@ int observe(struct __sk_buff *skb)
     __u32 snap = snap_of(skb, tcp, to_server, p.payload);
     if (p.v4 && side == FLAG_FROM_SERVER && p.payload > 0 && !tcp->syn) {
         // A body the engine does not read: only the headers of the segments before its end.
+        // A response's head is never cut: a segment longer than a plain report that starts
+        // with one (snap_of said HEAD_SNAP) is read here, and its body cut from its first byte.
         struct conn_key k = { .client = p.daddr, .server = p.saddr, .client_port = tcp->dest, .server_port = tcp->source };
-        __u32 *until = bpf_map_lookup_elem(&unread, &k);
+        __u32 hdrs = (__u32)((void *)tcp - (void *)(long)skb->data) + tcp->doff * 4;
+        __u32 *until = 0;
+        if (snap == HEAD_SNAP) {
+            __u32 head = arm_body_cut(skb, tcp, hdrs, p.payload, &k);
+            if (head)
+                snap = head;
+        } else {
+            until = bpf_map_lookup_elem(&unread, &k);
+        }
         if (until) {
             __u32 seq = bpf_ntohl(tcp->seq), end = *until;
             __s32 past = (__s32)(seq + p.payload - end);
+            // A segment that starts with a response head ends the range whatever it says (a
+            // length the kernel misread, an answer to HEAD): it is reported as it was.
+            char start[5] = {};
+            if (past <= 0 && p.payload >= 5 && bpf_skb_load_bytes(skb, hdrs, start, sizeof(start)) == 0 && start[0] == 'H' &&
+                start[1] == 'T' && start[2] == 'T' && start[3] == 'P' && start[4] == '/')
+                past = 1;
             if (past <= 0) {
-                snap = (__u32)((void *)tcp - (void *)(long)skb->data) + tcp->doff * 4;
+                snap = hdrs;
                 count(C_BODY_CUT);
             }
             if (past >= 0)

@@ -96,6 +96,9 @@ pub struct Counters {
     /// Server segments of a body the engine does not read reported cut to their headers
     /// ([`InlinePath::set_body_unread`]).
     pub body_cut: u64,
+    /// Response heads read by the kernel whose body it cut from their first segment on,
+    /// without waiting for the engine's word.
+    pub body_armed: u64,
 }
 
 pub use crate::ring::{Event, EventKind};
@@ -236,7 +239,12 @@ impl InlinePath {
 
     /// Run `observe` on `frame` once, as if it had come in at the server port (from a server).
     pub fn test_run_from_server(&self, frame: &[u8]) -> Result<TestRun> {
-        testrun::run_program(&self.bpf, "observe", frame, 1, testrun::Arrival::CameIn)
+        self.test_run_from_server_n(frame, 1)
+    }
+
+    /// The same `repeat` times (the benchmark's).
+    pub fn test_run_from_server_n(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
+        testrun::run_program(&self.bpf, "observe", frame, repeat, testrun::Arrival::CameIn)
     }
 
     fn write_config(&mut self) -> Result<()> {
@@ -367,6 +375,7 @@ impl InlinePath {
             hold_failed: sum(c::HOLD_FAILED)?,
             hold_late: sum(c::HOLD_LATE)?,
             body_cut: sum(c::BODY_CUT)?,
+            body_armed: sum(c::BODY_ARMED)?,
         })
     }
 }

@@ -58,9 +58,10 @@ pub(crate) mod inline_counter {
     pub const HOLD_FAILED: u32 = 12;
     pub const HOLD_LATE: u32 = 13;
     pub const BODY_CUT: u32 = 14;
+    pub const BODY_ARMED: u32 = 15;
     /// The slots in all (the array's size; only the layout test reads it).
     #[allow(dead_code)]
-    pub const COUNT: u32 = 15;
+    pub const COUNT: u32 = 16;
 }
 
 /// `struct config`: `config`'s one value.
@@ -339,6 +340,7 @@ mod tests {
             ("C_HOLD_FAILED", inline_counter::HOLD_FAILED as usize),
             ("C_HOLD_LATE", inline_counter::HOLD_LATE as usize),
             ("C_BODY_CUT", inline_counter::BODY_CUT as usize),
+            ("C_BODY_ARMED", inline_counter::BODY_ARMED as usize),
             ("HOLD_WAIT_NS", HOLD_WAIT.as_nanos() as usize),
             ("C_INLINE_COUNTERS", inline_counter::COUNT as usize),
             ("MAX_CUTOFFS", MAX_CUTOFFS),

@@ -441,3 +441,74 @@ fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
     assert_eq!(reports(&mut ring), vec![(w(200), w(200)), (w(1000), w(1000))]);
     assert_eq!(path.counters().unwrap().body_cut, 3);
 }
+
+/// The kernel reads a response head itself when its segment is longer than a plain report: a
+/// 200 or 206 with a Content-Length and nothing that makes the engine read the body (an image
+/// here) is reported cut at the head's end, and its body's later segments cut to their headers
+/// at once, without the engine's word; HTML, CSS, a chunked body, a 304, a head longer than the
+/// kernel reads or one not whole in its segment are reported as before (the first 16 KiB) and
+/// leave the cut to the engine. A head is never cut, even inside a body's range.
+#[test]
+fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
+    let Some((mut path, mut ring)) = loaded() else { return };
+    path.beat().unwrap();
+    let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
+    let headers = 14 + 20 + 20;
+    let segment =
+        |client: SocketAddrV4, seq: u32, payload: &[u8]| tcp_frame(LinkType::Ethernet, server.into(), client.into(), seq, 1, PSH | ACK, payload);
+    let reports = |ring: &mut EventRing| {
+        let mut out = Vec::new();
+        ring.drain(usize::MAX, |e| {
+            let e = e.expect("a well-formed record");
+            out.push((e.frame.len(), e.wire_len as usize));
+        });
+        out
+    };
+    // A 21,000-byte image whose head and first 3,000 bytes come in one segment (longer than a
+    // plain report: a test run takes frames of less than a page).
+    let head = b"HTTP/1.1 200 OK\r\nServer: t\r\ncontent-type: image/png\r\nContent-Length:   21000\r\n\r\n";
+    let first = [&head[..], &[b'x'; 3000][..]].concat();
+    let client: SocketAddrV4 = "10.4.0.3:40000".parse().unwrap();
+    path.test_run_from_server(&segment(client, 1_000, &first)).unwrap();
+    let mut seq = 1_000 + first.len() as u32;
+    for _ in 0..6 {
+        path.test_run_from_server(&segment(client, seq, &[b'x'; 3_000])).unwrap();
+        seq += 3_000;
+    }
+    // The next response's head: whole (a plain report), and nothing left armed.
+    let not_modified = b"HTTP/1.1 304 Not Modified\r\n\r\n";
+    path.test_run_from_server(&segment(client, seq, not_modified)).unwrap();
+    let mut want = vec![(headers + head.len(), headers + first.len())];
+    want.extend([(headers, headers + 3_000); 6]);
+    want.push((headers + not_modified.len(), headers + not_modified.len()));
+    assert_eq!(reports(&mut ring), want);
+    let c = path.counters().unwrap();
+    assert_eq!((c.body_armed, c.body_cut), (1, 6));
+
+    // What the engine reads, or what the kernel does not judge: reported as before, not armed.
+    let html = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 9000\r\n\r\n".to_vec();
+    let css = b"HTTP/1.1 200 OK\r\nContent-Type: Text/CSS\r\nContent-Length: 9000\r\n\r\n".to_vec();
+    let chunked = b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let redirect = b"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 9000\r\n\r\n".to_vec();
+    let long = [&b"HTTP/1.1 200 OK\r\nX-Pad: "[..], &[b'p'; 1100][..], &b"\r\nContent-Type: image/png\r\nContent-Length: 9000\r\n\r\n"[..]].concat();
+    let unended = b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 9000\r\n".to_vec();
+    for (i, h) in [html, css, chunked, redirect, long, unended].into_iter().enumerate() {
+        let client = SocketAddrV4::new(Ipv4Addr::new(10, 4, 1, i as u8 + 1), 40000);
+        let seg = segment(client, 1_000, &[&h[..], &[b'y'; 2200][..]].concat());
+        path.test_run_from_server(&seg).unwrap();
+        path.test_run_from_server(&segment(client, 1_000 + (seg.len() - headers) as u32, &[b'y'; 1900])).unwrap();
+        assert_eq!(reports(&mut ring), vec![(seg.len(), seg.len()), (headers + 1900, headers + 1900)], "head {i}");
+    }
+    let c = path.counters().unwrap();
+    assert_eq!((c.body_armed, c.body_cut), (1, 6));
+
+    // A range over a head (a length misread, an answer to HEAD, which has none): a segment
+    // that starts with a head is reported whole all the same, and ends the range.
+    let client: SocketAddrV4 = "10.4.0.4:40000".parse().unwrap();
+    path.set_body_unread(client, server, 90_000).unwrap();
+    let small_head = segment(client, 1_000, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+    path.test_run_from_server(&small_head).unwrap();
+    path.test_run_from_server(&segment(client, 1_044, &[b'z'; 100])).unwrap();
+    assert_eq!(reports(&mut ring), vec![(small_head.len(), small_head.len()), (headers + 100, headers + 100)]);
+    assert_eq!(path.counters().unwrap().body_cut, 6);
+}
