@@ -83,6 +83,15 @@ struct conn_key {
     __u16 server_port;
 };
 
+// `unread`'s value (inline.bpf.c): the sequence number after the part of a body now cut, and
+// the body's bytes beyond it (a body of 2 GiB or more is cut RANGE_STEP bytes at a time).
+struct body_range {
+    __u32 until;
+    __u32 pad;
+    __u64 beyond;
+};
+#define RANGE_STEP (1U << 30)
+
 // `config`'s one value.
 struct config {
     __u64 generation;

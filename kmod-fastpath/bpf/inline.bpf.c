@@ -104,7 +104,7 @@ struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 65536);
     __type(key, struct conn_key);
-    __type(value, __u32);
+    __type(value, struct body_range);
 } unread SEC(".maps");
 
 // How far rlm is with the held SYNs (CLOCK_MONOTONIC ns): HELD_LAST, when syn_admit last held
@@ -242,6 +242,21 @@ static long head_byte(__u32 i, void *ctx)
     return 0;
 }
 
+// A short server segment that is a response head alone, as a server that writes its head
+// apart from its body (nginx with sendfile) sends it: pushed, starting with "HTTP/" and ending
+// with the blank line. Only pushed segments short enough to be one are looked at (a bulk
+// segment is seldom pushed), at the cost of two small loads.
+static __always_inline int is_head_alone(struct __sk_buff *skb, struct tcphdr *tcp, __u32 hdrs, __u32 payload)
+{
+    if (!tcp->psh || payload < 16 || payload > HEAD_PARSE)
+        return 0;
+    char start[5], end[4];
+    if (bpf_skb_load_bytes(skb, hdrs, start, sizeof(start)) < 0 || bpf_skb_load_bytes(skb, hdrs + payload - 4, end, sizeof(end)) < 0)
+        return 0;
+    return start[0] == 'H' && start[1] == 'T' && start[2] == 'T' && start[3] == 'P' && start[4] == '/' && end[0] == '\r' &&
+           end[1] == '\n' && end[2] == '\r' && end[3] == '\n';
+}
+
 // A server segment that starts with a response head (`hdrs`: where its payload starts): when
 // the head is whole in it, says 200 or 206, gives a Content-Length and nothing that makes the
 // engine read the body (a Transfer-Encoding; HTML, XHTML, CSS or a multipart type), the body
@@ -264,10 +279,12 @@ static __always_inline __u32 arm_body_cut(struct __sk_buff *skb, struct tcphdr *
         return 0;
     struct head_scan h = { .b = hb->b, .n = n };
     bpf_loop(HEAD_PARSE, head_byte, &h, 0);
-    if ((h.flags & (HEAD_END | HEAD_LENGTH | HEAD_READ)) != (HEAD_END | HEAD_LENGTH) || h.length == 0 || h.length >= (1ULL << 31))
+    if ((h.flags & (HEAD_END | HEAD_LENGTH | HEAD_READ)) != (HEAD_END | HEAD_LENGTH) || h.length == 0)
         return 0;
-    __u32 until = bpf_ntohl(tcp->seq) + h.end + (__u32)h.length;
-    if (bpf_map_update_elem(&unread, k, &until, BPF_ANY) < 0)
+    // A body of 2 GiB or more is cut a RANGE_STEP at a time (sequence numbers wrap at 4 GiB).
+    __u64 first = h.length < (1ULL << 31) ? h.length : RANGE_STEP;
+    struct body_range r = { .until = bpf_ntohl(tcp->seq) + h.end + (__u32)first, .beyond = h.length - first };
+    if (bpf_map_update_elem(&unread, k, &r, BPF_ANY) < 0)
         return 0;
     count(C_BODY_ARMED);
     return hdrs + h.end;
@@ -605,29 +622,38 @@ int observe(struct __sk_buff *skb)
         // with one (snap_of said HEAD_SNAP) is read here, and its body cut from its first byte.
         struct conn_key k = { .client = p.daddr, .server = p.saddr, .client_port = tcp->dest, .server_port = tcp->source };
         __u32 hdrs = (__u32)((void *)tcp - (void *)(long)skb->data) + tcp->doff * 4;
-        __u32 *until = 0;
-        if (snap == HEAD_SNAP) {
+        struct body_range *range = 0;
+        if (snap == HEAD_SNAP || is_head_alone(skb, tcp, hdrs, p.payload)) {
             __u32 head = arm_body_cut(skb, tcp, hdrs, p.payload, &k);
             if (head)
                 snap = head;
         } else {
-            until = bpf_map_lookup_elem(&unread, &k);
+            range = bpf_map_lookup_elem(&unread, &k);
         }
-        if (until) {
-            __u32 seq = bpf_ntohl(tcp->seq), end = *until;
+        if (range) {
+            __u32 seq = bpf_ntohl(tcp->seq), end = range->until;
+            __u64 beyond = range->beyond;
             __s32 past = (__s32)(seq + p.payload - end);
             // A segment that starts with a response head ends the range whatever it says (a
             // length the kernel misread, an answer to HEAD): it is reported as it was.
             char start[5] = {};
             if (past <= 0 && p.payload >= 5 && bpf_skb_load_bytes(skb, hdrs, start, sizeof(start)) == 0 && start[0] == 'H' &&
-                start[1] == 'T' && start[2] == 'T' && start[3] == 'P' && start[4] == '/')
+                start[1] == 'T' && start[2] == 'T' && start[3] == 'P' && start[4] == '/') {
                 past = 1;
+                beyond = 0;
+            }
             if (past <= 0) {
                 snap = hdrs;
                 count(C_BODY_CUT);
             }
-            if (past >= 0)
+            if (past >= 0 && beyond > 0) {
+                // The next part of a long body (this segment, across the part's end, whole).
+                __u64 step = beyond < RANGE_STEP ? beyond : RANGE_STEP;
+                struct body_range next = { .until = end + (__u32)step, .beyond = beyond - step };
+                bpf_map_update_elem(&unread, &k, &next, BPF_ANY);
+            } else if (past >= 0) {
                 bpf_map_delete_elem(&unread, &k);
+            }
         }
     }
     count(C_OBSERVED);

@@ -25,8 +25,8 @@ use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf};
 
 use crate::records::{
-    inline_counter as c, Bucket, Config, ConnKey, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_HOLD_SYNS, CFG_QUEUE_REQUESTS,
-    CFG_QUEUE_RESPONSES, MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
+    inline_counter as c, BodyRange, Bucket, Config, ConnKey, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_HOLD_SYNS,
+    CFG_QUEUE_REQUESTS, CFG_QUEUE_RESPONSES, MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
 };
 use crate::testrun::{self, TestRun};
 use crate::{AttachMode, Heartbeat};
@@ -304,8 +304,8 @@ impl InlinePath {
     /// read, which ends before sequence number `until`: its segments that end by then are
     /// reported cut to their headers (their length on the wire kept), until one reaches it.
     pub fn set_body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) -> Result<()> {
-        let mut m: HashMap<&mut MapData, ConnKey, u32> = HashMap::try_from(self.bpf.map_mut("unread").context("map unread")?)?;
-        m.insert(ConnKey::new(client, server), until, 0)?;
+        let mut m: HashMap<&mut MapData, ConnKey, BodyRange> = HashMap::try_from(self.bpf.map_mut("unread").context("map unread")?)?;
+        m.insert(ConnKey::new(client, server), BodyRange { until, pad: 0, beyond: 0 }, 0)?;
         Ok(())
     }
 

@@ -113,6 +113,18 @@ impl ConnKey {
     }
 }
 
+/// `struct body_range`: `unread`'s value (the sequence number after the part of a body cut now,
+/// and the body's bytes beyond it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BodyRange {
+    pub until: u32,
+    pub pad: u32,
+    pub beyond: u64,
+}
+// SAFETY: as Config.
+unsafe impl Pod for BodyRange {}
+
 /// `struct syn_verdict`: `syn_verdicts`' value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -296,6 +308,7 @@ mod tests {
         record!(a, Config, "config", [generation, queue_mark, mode, flags, pad]);
         record!(a, SynKey, "syn_key", [client, server, port, pad]);
         record!(a, ConnKey, "conn_key", [client, server, client_port, server_port]);
+        record!(a, BodyRange, "body_range", [until, pad, beyond]);
         record!(a, SynVerdict, "syn_verdict", [generation, rule, action, pad, bucket, pad2]);
         record!(a, Bucket, "bucket", [lock, burst, rate_milli, tokens_nano, last_ns]);
         record!(a, EventHeader, "event", [ts_ns, len, wire_len, kind, flags, rule]);

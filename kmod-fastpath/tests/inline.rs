@@ -447,7 +447,8 @@ fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
 /// here) is reported cut at the head's end, and its body's later segments cut to their headers
 /// at once, without the engine's word; HTML, CSS, a chunked body, a 304, a head longer than the
 /// kernel reads or one not whole in its segment are reported as before (the first 16 KiB) and
-/// leave the cut to the engine. A head is never cut, even inside a body's range.
+/// leave the cut to the engine. A head is never cut, even inside a body's range. A head alone
+/// in a short pushed segment is read too.
 #[test]
 fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     let Some((mut path, mut ring)) = loaded() else { return };
@@ -511,4 +512,58 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     path.test_run_from_server(&segment(client, 1_044, &[b'z'; 100])).unwrap();
     assert_eq!(reports(&mut ring), vec![(small_head.len(), small_head.len()), (headers + 100, headers + 100)]);
     assert_eq!(path.counters().unwrap().body_cut, 6);
+
+    // A head alone in its pushed segment (a server that writes its head apart from its body,
+    // nginx with sendfile): read too, and the body's segments that follow cut; an HTML head
+    // alone is not armed, nor a segment not pushed.
+    let client: SocketAddrV4 = "10.4.0.5:40000".parse().unwrap();
+    let alone = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 3000\r\n\r\n";
+    let body_at = 1_000 + alone.len() as u32;
+    path.test_run_from_server(&segment(client, 1_000, alone)).unwrap();
+    path.test_run_from_server(&segment(client, body_at, &[b'b'; 1500])).unwrap();
+    path.test_run_from_server(&segment(client, body_at + 1500, &[b'b'; 1500])).unwrap();
+    let html = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 3000\r\n\r\n";
+    let client: SocketAddrV4 = "10.4.0.6:40000".parse().unwrap();
+    path.test_run_from_server(&segment(client, 1_000, html)).unwrap();
+    path.test_run_from_server(&segment(client, 1_000 + html.len() as u32, &[b'b'; 1500])).unwrap();
+    let unpushed = tcp_frame(LinkType::Ethernet, server.into(), "10.4.0.7:40000".parse::<SocketAddrV4>().unwrap().into(), 1_000, 1, ACK, alone);
+    path.test_run_from_server(&unpushed).unwrap();
+    path.test_run_from_server(&tcp_frame(
+        LinkType::Ethernet,
+        server.into(),
+        "10.4.0.7:40000".parse::<SocketAddrV4>().unwrap().into(),
+        body_at,
+        1,
+        ACK,
+        &[b'b'; 1500],
+    ))
+    .unwrap();
+    let w = |len: usize| (headers + len, headers + len);
+    assert_eq!(
+        reports(&mut ring),
+        vec![w(alone.len()), (headers, headers + 1500), (headers, headers + 1500), w(html.len()), w(1500), w(alone.len()), w(1500)]
+    );
+    let c = path.counters().unwrap();
+    assert_eq!((c.body_armed, c.body_cut), (2, 8));
+
+    // A body of 2 GiB and more (sequence numbers wrap at 4 GiB): cut a GiB at a time, each part
+    // armed when the last is reached or passed, to the body's end.
+    let client: SocketAddrV4 = "10.4.0.8:40000".parse().unwrap();
+    let huge = b"HTTP/1.1 200 OK\r\nContent-Type: video/mp4\r\nContent-Length: 2147488648\r\n\r\n";
+    let base = 4_000_000_000u32; // the body's first byte wraps past 2^32 on the way
+    path.test_run_from_server(&segment(client, base - huge.len() as u32, huge)).unwrap();
+    let step = 1u32 << 30;
+    let (part1, part2) = (base.wrapping_add(step), base.wrapping_add(2 * step));
+    let part3 = part2.wrapping_add(5000);
+    for (seq, len) in
+        [(part1.wrapping_sub(1000), 1000), (part1, 1000), (part2.wrapping_sub(500), 1000), (part3.wrapping_sub(3000), 3000), (part3, 100)]
+    {
+        path.test_run_from_server(&segment(client, seq, &[b'v'; 3000][..len])).unwrap();
+    }
+    assert_eq!(
+        reports(&mut ring),
+        vec![w(huge.len()), (headers, headers + 1000), (headers, headers + 1000), w(1000), (headers, headers + 3000), w(100)]
+    );
+    let c = path.counters().unwrap();
+    assert_eq!((c.body_armed, c.body_cut), (3, 11));
 }

@@ -294,6 +294,8 @@ pub struct Sample {
     pub bulk_gbps: f64,
     /// iperf3's retransmissions during the bulk sample.
     pub bulk_retransmits: u64,
+    /// An HTTP download from nginx on port 80, which rlm watches (`throughput::web_bulk`).
+    pub web_bulk_gbps: f64,
     pub conn_per_s: f64,
     /// wrk's requests in the sample (each on a new connection).
     pub requests: u64,
@@ -317,6 +319,8 @@ pub struct Sample {
 pub struct ThroughputArm {
     pub samples: Vec<Sample>,
     pub bulk_gbps: f64,
+    /// Median of the samples' [`Sample::web_bulk_gbps`].
+    pub web_bulk_gbps: f64,
     pub conn_per_s: f64,
     pub connect_p50_us: f64,
     pub connect_p99_us: f64,
@@ -340,6 +344,8 @@ pub struct ThroughputArm {
     pub rlm_cpu_cores: Option<f64>,
     /// Ratios to the plain bridge's medians.
     pub bulk_ratio: Option<f64>,
+    /// And the web bulk's.
+    pub web_bulk_ratio: Option<f64>,
     pub conn_ratio: Option<f64>,
 }
 

@@ -10,6 +10,9 @@
 //! - `bulk_gbps`: iperf3 from the clients' namespace to an iperf3 server on the farm's address,
 //!   one TCP stream, the server sending (`-R`: the direction of web responses). Not a server
 //!   port: rlm only taps it.
+//! - `web_bulk_gbps`: one HTTP download of a large object from nginx on the farm's port 80,
+//!   which rlm watches (an octet stream: its body reaches rlm as its segments' headers and
+//!   lengths, body cuts), read for as long by the lab in the clients' namespace.
 //! - `conn_per_s`: wrk, one thread, 16 connections, `Connection: close` on every request to a
 //!   512-byte page of nginx on the farm's port 80, so that every request is a new connection
 //!   whose SYN crosses rlm's queue (and SYN/ACK too, where rlm queues those).
@@ -106,6 +109,10 @@ fn count_lines(path: &Path) -> u64 {
 }
 
 const IPERF_PORT: u16 = 5201;
+/// The web bulk's object ([`web_bulk`]): an octet stream, which nothing in rlm reads (body
+/// cuts), of 64 GiB (sparse), more than any sample reads.
+const WEB_BULK_FILE: &str = "big.bin";
+const WEB_BULK_BYTES: u64 = 64 << 30;
 const CONNECTS: usize = 2000;
 /// Connects of a sample each from an address of its own ([`Sample::first_connect_p99_us`]).
 const FIRST_CONNECTS: u32 = 500;
@@ -114,7 +121,7 @@ fn nginx_conf(dir: &Path) -> String {
     format!(
         "user www-data;\nworker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log warn;\n\
          events {{ worker_connections 16384; }}\n\
-         http {{\n  access_log off;\n  sendfile on;\n  keepalive_timeout 0;\n  default_type text/html;\n\
+         http {{\n  access_log off;\n  sendfile on;\n  keepalive_timeout 0;\n  default_type text/html;\n  types {{ text/html html; application/octet-stream bin; }}\n\
            client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
            server {{\n    listen {FARM_ADDR}:80 backlog=4096 reuseport;\n    root {d}/www;\n  }}\n}}\n",
         d = dir.display()
@@ -221,6 +228,37 @@ fn connects_from(ns: &str, srcs: Vec<String>) -> Result<(Vec<f64>, usize)> {
     .map_err(|_| anyhow!("connect thread panicked"))?
 }
 
+/// The web's bulk: one HTTP download of [`WEB_BULK_FILE`] from nginx on the farm's port 80 (a
+/// port rlm watches, unlike iperf3's), read from `src` in the clients' namespace for `secs`
+/// seconds; Gbit/s of the bytes read (the head included).
+fn web_bulk(ns: &str, src: &str, secs: u32) -> Result<f64> {
+    let (ns, src) = (ns.to_string(), src.to_string());
+    std::thread::spawn(move || -> Result<f64> {
+        use std::io::{Read, Write};
+        crate::netns::enter(&ns)?;
+        let farm: SocketAddr = format!("{FARM_ADDR}:80").parse()?;
+        let local: SocketAddr = format!("{src}:0").parse()?;
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        s.bind(&local.into())?;
+        s.connect_timeout(&farm.into(), Duration::from_secs(2))?;
+        let mut s = std::net::TcpStream::from(s);
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.write_all(format!("GET /{WEB_BULK_FILE} HTTP/1.1\r\nHost: farm\r\n\r\n").as_bytes())?;
+        let mut buf = vec![0u8; 256 << 10];
+        let (start, mut bytes) = (Instant::now(), 0u64);
+        while start.elapsed() < Duration::from_secs(u64::from(secs)) {
+            match s.read(&mut buf) {
+                Ok(0) => bail!("the farm closed the download after {bytes} bytes"),
+                Ok(n) => bytes += n as u64,
+                Err(e) => return Err(e).context("reading the download"),
+            }
+        }
+        Ok(bytes as f64 * 8.0 / start.elapsed().as_secs_f64() / 1e9)
+    })
+    .join()
+    .map_err(|_| anyhow!("download thread panicked"))?
+}
+
 /// One sample of `arm` on the running lab.
 fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Result<Sample> {
     let cli = plan.ns("cli");
@@ -237,6 +275,7 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
         let iperf = String::from_utf8_lossy(&out.stdout).into_owned();
         std::fs::write(sdir.join("iperf3.json"), &iperf)?;
         let (bps, retr) = parse_iperf(&iperf)?;
+        let web_bulk_gbps = web_bulk(&cli, &src, sample_s)?;
         let url = format!("http://{FARM_ADDR}/small.html");
         let wrk = in_ns(&cli, "wrk", &["-t1", "-c16", &format!("-d{t}s"), "-H", "Connection: close", &url])?;
         std::fs::write(sdir.join("wrk.txt"), &wrk)?;
@@ -250,6 +289,7 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
             round,
             bulk_gbps: bps / 1e9,
             bulk_retransmits: retr,
+            web_bulk_gbps,
             conn_per_s: rps,
             requests,
             conn_errors: errors,
@@ -268,9 +308,10 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
     s.transaction_lines = outcome.as_ref().and_then(|o| o.records.as_ref()).map(|r| count_lines(&r.transactions));
     s.rlm = outcome;
     eprintln!(
-        "rlm-lab: throughput: round {round} {}: bulk {:.2} Gbit/s, {:.0} conn/s, connect p50 {:.0} µs p99 {:.0} µs, first connect p50 {:.0} µs p99 {:.0} µs",
+        "rlm-lab: throughput: round {round} {}: bulk {:.2} Gbit/s, web bulk {:.2} Gbit/s, {:.0} conn/s, connect p50 {:.0} µs p99 {:.0} µs, first connect p50 {:.0} µs p99 {:.0} µs",
         arm.name(),
         s.bulk_gbps,
+        s.web_bulk_gbps,
         s.conn_per_s,
         s.connect_p50_us,
         s.connect_p99_us,
@@ -287,6 +328,7 @@ fn arm_of(samples: Vec<Sample>) -> ThroughputArm {
     let opt_median = |v: Vec<f64>| if v.is_empty() { None } else { Some(median(&v)) };
     ThroughputArm {
         bulk_gbps: m(|s| s.bulk_gbps),
+        web_bulk_gbps: m(|s| s.web_bulk_gbps),
         conn_per_s: m(|s| s.conn_per_s),
         connect_p50_us: m(|s| s.connect_p50_us),
         connect_p99_us: m(|s| s.connect_p99_us),
@@ -359,6 +401,8 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, offloads: Offloads, out: 
             Command::new("chmod").arg("755").arg(d).status()?;
         }
         std::fs::write(dir.join("www/small.html"), "x".repeat(511) + "\n")?;
+        // A sparse file (no disk used) larger than any sample downloads.
+        std::fs::File::create(dir.join("www").join(WEB_BULK_FILE))?.set_len(WEB_BULK_BYTES)?;
         std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir))?;
         let nginx = Command::new("ip")
             .args(["netns", "exec", &srv, "nginx", "-p"])
@@ -399,6 +443,7 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, offloads: Offloads, out: 
                     t.first_added_p50_us = Some(t.first_connect_p50_us - plain.first_connect_p50_us);
                     t.first_added_p99_us = Some(t.first_connect_p99_us - plain.first_connect_p99_us);
                     t.bulk_ratio = (plain.bulk_gbps > 0.0).then(|| t.bulk_gbps / plain.bulk_gbps);
+                    t.web_bulk_ratio = (plain.web_bulk_gbps > 0.0).then(|| t.web_bulk_gbps / plain.web_bulk_gbps);
                     t.conn_ratio = (plain.conn_per_s > 0.0).then(|| t.conn_per_s / plain.conn_per_s);
                 }
             }
