@@ -71,6 +71,7 @@ enum inline_counter {
     C_HOLD_LATE,    // SYNs passed undecided: a held SYN has waited for rlm longer than HOLD_WAIT_NS
     C_BODY_CUT,     // server segments of a body the engine does not read, reported cut to their headers
     C_BODY_ARMED,   // response heads read in the kernel whose body is cut from their first segment on
+    C_BODY_SILENT,  // of the cut segments, those not reported at all (all but one a MiB and the last)
     C_INLINE_COUNTERS,
 };
 

@@ -23,8 +23,9 @@
 //    port (syn_admit) and are not reported here; so do all the client's segments of a connection
 //    the engine rejected (REJECT: it answered the request and reset the server), whose server
 //    segments are dropped here. A server's IPv4 segment that lies wholly before the end of a
-//    body the engine does not read (the `unread` map, from the engine's BodyUnread) is reported
-//    cut to its headers, with its length on the wire: bulk bytes do not cross to user space,
+//    body the engine does not read (the `unread` map: from the engine's BodyUnread, or from the
+//    head read here) is not reported, but for one a MiB and the one that ends the body, cut to
+//    their headers with their length on the wire: bulk bytes do not cross to user space,
 //    whatever the frame's size (GRO/GSO). UDP datagrams to or from a server port
 //    (QUIC's) are reported too, their first UDP_SNAP bytes: the engine counts their flows and
 //    bytes per class, it does not manage them.
@@ -645,6 +646,14 @@ int observe(struct __sk_buff *skb)
             if (past <= 0) {
                 snap = hdrs;
                 count(C_BODY_CUT);
+                // Inside the range the engine hears of the body once a MiB of its sequence
+                // space (the time and the bytes so far: its connection stays alive, its
+                // transfer timed) and at its end; the other segments are not reported at all
+                // (the engine's stream takes the holes as absent bytes).
+                if (past < 0 && ((seq + p.payload) >> 20) == (seq >> 20)) {
+                    count(C_BODY_SILENT);
+                    return TC_ACT_OK;
+                }
             }
             if (past >= 0 && beyond > 0) {
                 // The next part of a long body (this segment, across the part's end, whole).

@@ -99,6 +99,9 @@ pub struct Counters {
     /// Response heads read by the kernel whose body it cut from their first segment on,
     /// without waiting for the engine's word.
     pub body_armed: u64,
+    /// Of the segments cut, those not reported at all: all but one a MiB of a body's sequence
+    /// space and the one that ends it.
+    pub body_silent: u64,
 }
 
 pub use crate::ring::{Event, EventKind};
@@ -376,6 +379,7 @@ impl InlinePath {
             hold_late: sum(c::HOLD_LATE)?,
             body_cut: sum(c::BODY_CUT)?,
             body_armed: sum(c::BODY_ARMED)?,
+            body_silent: sum(c::BODY_SILENT)?,
         })
     }
 }

@@ -59,9 +59,10 @@ pub(crate) mod inline_counter {
     pub const HOLD_LATE: u32 = 13;
     pub const BODY_CUT: u32 = 14;
     pub const BODY_ARMED: u32 = 15;
+    pub const BODY_SILENT: u32 = 16;
     /// The slots in all (the array's size; only the layout test reads it).
     #[allow(dead_code)]
-    pub const COUNT: u32 = 16;
+    pub const COUNT: u32 = 17;
 }
 
 /// `struct config`: `config`'s one value.
@@ -354,6 +355,7 @@ mod tests {
             ("C_HOLD_LATE", inline_counter::HOLD_LATE as usize),
             ("C_BODY_CUT", inline_counter::BODY_CUT as usize),
             ("C_BODY_ARMED", inline_counter::BODY_ARMED as usize),
+            ("C_BODY_SILENT", inline_counter::BODY_SILENT as usize),
             ("HOLD_WAIT_NS", HOLD_WAIT.as_nanos() as usize),
             ("C_INLINE_COUNTERS", inline_counter::COUNT as usize),
             ("MAX_CUTOFFS", MAX_CUTOFFS),

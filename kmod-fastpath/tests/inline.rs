@@ -427,11 +427,21 @@ fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
     let request = tcp_frame(LinkType::Ethernet, client.into(), server.into(), 1, 10_000, PSH | ACK, b"GET / HTTP/1.1\r\n\r\n");
     path.test_run(false, &request, 1).unwrap();
     let w = |len: usize| headers + len;
-    assert_eq!(
-        reports(&mut ring),
-        vec![(headers, w(1448)), (headers, w(1448)), (headers, w(104)), (w(100), w(100)), (w(1448), w(1448)), (request.len(), request.len())]
-    );
-    assert_eq!(path.counters().unwrap().body_cut, 3);
+    // The first two cut and not reported at all; the one that ends the range cut and reported.
+    assert_eq!(reports(&mut ring), vec![(headers, w(104)), (w(100), w(100)), (w(1448), w(1448)), (request.len(), request.len())]);
+    let c = path.counters().unwrap();
+    assert_eq!((c.body_cut, c.body_silent), (3, 2));
+    // Within a range, the segment that crosses a MiB of the sequence space is reported (cut).
+    path.set_body_unread(client, server, 3 << 20).unwrap();
+    for seq in [(1 << 20) - 3000, (1 << 20) - 1552, (1 << 20) - 104, (1 << 20) + 1344] {
+        path.test_run_from_server(&from_server(client, seq, 1448)).unwrap();
+    }
+    assert_eq!(reports(&mut ring), vec![(headers, w(1448))]);
+    let c = path.counters().unwrap();
+    assert_eq!((c.body_cut, c.body_silent), (7, 5));
+    path.set_body_unread(client, server, 0).unwrap();
+    path.test_run_from_server(&from_server(client, 0, 10)).unwrap();
+    reports(&mut ring);
 
     // A segment running past the end (the next response's head in it): whole, and the entry
     // goes; a retransmission before the end after that is whole too.
@@ -439,7 +449,7 @@ fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
     path.test_run_from_server(&from_server(client, 19_900, 200)).unwrap();
     path.test_run_from_server(&from_server(client, 18_000, 1000)).unwrap();
     assert_eq!(reports(&mut ring), vec![(w(200), w(200)), (w(1000), w(1000))]);
-    assert_eq!(path.counters().unwrap().body_cut, 3);
+    assert_eq!(path.counters().unwrap().body_cut, 7);
 }
 
 /// The kernel reads a response head itself when its segment is longer than a plain report: a
@@ -479,12 +489,12 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     // The next response's head: whole (a plain report), and nothing left armed.
     let not_modified = b"HTTP/1.1 304 Not Modified\r\n\r\n";
     path.test_run_from_server(&segment(client, seq, not_modified)).unwrap();
-    let mut want = vec![(headers + head.len(), headers + first.len())];
-    want.extend([(headers, headers + 3_000); 6]);
-    want.push((headers + not_modified.len(), headers + not_modified.len()));
+    // The body's segments all cut, the last reported (the others are not: body_silent).
+    let want =
+        vec![(headers + head.len(), headers + first.len()), (headers, headers + 3_000), (headers + not_modified.len(), headers + not_modified.len())];
     assert_eq!(reports(&mut ring), want);
     let c = path.counters().unwrap();
-    assert_eq!((c.body_armed, c.body_cut), (1, 6));
+    assert_eq!((c.body_armed, c.body_cut, c.body_silent), (1, 6, 5));
 
     // What the engine reads, or what the kernel does not judge: reported as before, not armed.
     let html = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 9000\r\n\r\n".to_vec();
@@ -539,10 +549,7 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     ))
     .unwrap();
     let w = |len: usize| (headers + len, headers + len);
-    assert_eq!(
-        reports(&mut ring),
-        vec![w(alone.len()), (headers, headers + 1500), (headers, headers + 1500), w(html.len()), w(1500), w(alone.len()), w(1500)]
-    );
+    assert_eq!(reports(&mut ring), vec![w(alone.len()), (headers, headers + 1500), w(html.len()), w(1500), w(alone.len()), w(1500)]);
     let c = path.counters().unwrap();
     assert_eq!((c.body_armed, c.body_cut), (2, 8));
 
@@ -560,10 +567,7 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     {
         path.test_run_from_server(&segment(client, seq, &[b'v'; 3000][..len])).unwrap();
     }
-    assert_eq!(
-        reports(&mut ring),
-        vec![w(huge.len()), (headers, headers + 1000), (headers, headers + 1000), w(1000), (headers, headers + 3000), w(100)]
-    );
+    assert_eq!(reports(&mut ring), vec![w(huge.len()), (headers, headers + 1000), w(1000), (headers, headers + 3000), w(100)]);
     let c = path.counters().unwrap();
     assert_eq!((c.body_armed, c.body_cut), (3, 11));
 }

@@ -1998,6 +1998,10 @@ fn srpt_publishes_each_response_size_in_sequence_space_and_the_flow_end() {
 struct BodyCutKernel {
     until: std::collections::HashMap<(std::net::SocketAddrV4, std::net::SocketAddrV4), u32>,
     cut: usize,
+    /// As the kernel does: a cut segment is not reported at all unless it crosses a MiB of the
+    /// sequence space or ends the range.
+    silent: bool,
+    unreported: usize,
 }
 
 impl BodyCutKernel {
@@ -2022,6 +2026,10 @@ impl BodyCutKernel {
                     self.until.remove(&(client, server));
                 }
                 self.cut += 1;
+                if self.silent && end != until && end >> 20 == seq >> 20 {
+                    self.unreported += 1;
+                    return;
+                }
                 feed_cut(r, ms, &frame, headers);
             }
             _ => r.feed(ms, frame),
@@ -2033,13 +2041,13 @@ impl BodyCutKernel {
 /// A page whose container (HTML, read by the embed scanner) names an image of 200,000 bytes
 /// and a chunked script, fetched over a second connection; `cuts`: with body cuts on, the
 /// server's segments reported as `BodyCutKernel` does.
-fn page_with_bodies(cuts: bool) -> (Run, BodyCutKernel) {
+fn page_with_bodies(cuts: bool, silent: bool) -> (Run, BodyCutKernel) {
     let mut r = Run::new();
     r.engine.enable_fastpath();
     if cuts {
         r.engine.enable_body_cuts();
     }
-    let mut k = BodyCutKernel { until: Default::default(), cut: 0 };
+    let mut k = BodyCutKernel { until: Default::default(), cut: 0, silent, unreported: 0 };
     let (client1, client2, server) = ("10.4.0.11:40001".parse().unwrap(), "10.4.0.11:40002".parse().unwrap(), "10.9.0.1:80".parse().unwrap());
     let mut c1 = TcpConv::new("10.4.0.11:40001", "10.9.0.1:80");
     handshake(&mut r, &mut c1, 0);
@@ -2072,8 +2080,8 @@ fn page_with_bodies(cuts: bool) -> (Run, BodyCutKernel) {
 /// transactions and pageview as whole ones.
 #[test]
 fn bodies_nothing_reads_are_cut_to_their_headers_and_measured_the_same() {
-    let (whole, none) = page_with_bodies(false);
-    let (cut, k) = page_with_bodies(true);
+    let (whole, none) = page_with_bodies(false, false);
+    let (cut, k) = page_with_bodies(true, false);
     assert_eq!(none.cut, 0);
     assert_eq!(cut.engine.stats().bodies_cut, 1, "the image only");
     // 200,000 bytes in 1,448-byte segments: all but the one with the head cut.
@@ -2087,6 +2095,20 @@ fn bodies_nothing_reads_are_cut_to_their_headers_and_measured_the_same() {
     assert_eq!((whole.pv.len(), cut.pv.len()), (1, 1));
     assert_eq!(json(&whole.pv[0]), json(&cut.pv[0]), "the pageview differs");
     assert_eq!(cut.pv[0].objects, 2);
+
+    // The kernel leaving the body's segments unreported but one a MiB and the last: the server's
+    // stream takes the holes as absent bytes, and the records are the same again.
+    let (silent, k) = page_with_bodies(true, true);
+    assert!(k.unreported >= 130, "{} segments unreported", k.unreported);
+    assert_eq!(silent.engine.stats().gap_bytes, 0);
+    let st = silent.engine.stats();
+    assert_eq!(st.absent_bytes + st.unreported_bytes, cut.engine.stats().absent_bytes, "the body's bytes, absent or unreported");
+    assert!(st.unreported_bytes > 180_000, "{}", st.unreported_bytes);
+    assert_eq!(silent.tx.len(), 3);
+    for (w, c) in whole.tx.iter().zip(&silent.tx) {
+        assert_eq!(json(w), json(c), "a transaction differs");
+    }
+    assert_eq!(json(&whole.pv[0]), json(&silent.pv[0]), "the pageview differs");
 }
 
 /// How the fast path reports a frame: its first `snap` bytes, and its length on the wire.

@@ -420,6 +420,9 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, offloads: Offloads, out: 
             wait_listen(&srv, IPERF_PORT)
         })();
         let run = started.and_then(|()| {
+            // One second of the web's bulk first, unmeasured: the first download of a run was
+            // the slowest of its samples whatever the arm (2.3-2.4 Gbit/s against 4-5 later).
+            web_bulk(&plan.ns("cli"), &crate::topology::client_addr(true, 0), 1)?;
             let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); arms.len()];
             for round in 0..rounds {
                 for arm in order(arms, round) {

@@ -234,6 +234,7 @@ impl Engine {
                 }
                 FlowNote::Established => self.on_established(now, id),
                 FlowNote::ServerRetransmission => self.pageviews.on_server_retransmission(now, id),
+                FlowNote::Unreported(n) => self.stats.unreported_bytes += u64::from(n),
                 FlowNote::Refused => close = Some(CloseReason::Refused),
                 FlowNote::Rst => close = Some(CloseReason::Rst),
                 FlowNote::OutOfWindow => self.stats.out_of_window += 1,
@@ -458,17 +459,18 @@ impl Engine {
                 self.stats.srpt_sizes_published += 1;
             }
         }
-        // The rest of a body nothing reads: the kernel may cut its segments to their headers.
-        if let (Some(fp), Some(txn)) = (self.fastpath.as_mut().filter(|fp| fp.cut_bodies), on_conn) {
-            if let (Some(until), true, SocketAddr::V4(client), SocketAddr::V4(server)) = (
-                txn.response_end_seq,
-                c.http().is_some_and(|h| h.response_body_unread(depth)),
-                SocketAddr::from(c.client),
-                SocketAddr::from(c.server),
-            ) {
+        // The rest of a body nothing reads: the kernel may cut its segments to their headers,
+        // or leave them unreported (it reports one a MiB and the last), which the server's
+        // stream then takes as absent bytes until the next head.
+        if let Some(fp) = self.fastpath.as_mut().filter(|fp| fp.cut_bodies) {
+            let unread = on_conn.is_some() && c.http().is_some_and(|h| h.response_body_unread(depth));
+            if let (true, Some(until), SocketAddr::V4(client), SocketAddr::V4(server)) =
+                (unread, on_conn.and_then(|t| t.response_end_seq), SocketAddr::from(c.client), SocketAddr::from(c.server))
+            {
                 fp.body_unread(client, server, until);
                 self.stats.bodies_cut += 1;
             }
+            self.flows.get_mut(id).expect("live").s2c.set_unread(unread);
         }
         if self.adapt.removing {
             self.decide_removal(now, id, depth, done_in(rest, depth));

@@ -147,6 +147,9 @@ pub struct Stats {
     /// Payload bytes of cut frames (retransmissions included) that the wire carried and rlm
     /// did not get: counted by length and timed, not seen.
     pub absent_bytes: u64,
+    /// Bytes of bodies nothing reads that the kernel did not report (body cuts: it reports one
+    /// segment a MiB and the last), taken as absent bytes where they were carried.
+    pub unreported_bytes: u64,
     /// HTTP transactions finished.
     pub transactions: u64,
     /// Of them, with at least one anomaly.
@@ -252,6 +255,7 @@ impl Stats {
             out_of_window,
             cut_frames,
             absent_bytes,
+            unreported_bytes,
             transactions,
             transactions_with_anomalies,
             pageviews,
@@ -320,6 +324,7 @@ impl Stats {
         self.out_of_window += *out_of_window;
         self.cut_frames += *cut_frames;
         self.absent_bytes += *absent_bytes;
+        self.unreported_bytes += *unreported_bytes;
         self.transactions += *transactions;
         self.transactions_with_anomalies += *transactions_with_anomalies;
         self.pageviews += *pageviews;

@@ -159,6 +159,9 @@ pub enum FlowNote {
     OutOfWindow,
     /// The server resent data the client had not received: the client gets it only now.
     ServerRetransmission,
+    /// This many bytes of a body nothing reads came unreported by the kernel (body cuts) and
+    /// went on as absent ones.
+    Unreported(u32),
 }
 
 /// How far behind its stream's next byte an RST may be and still be the sender's (bytes).
@@ -337,9 +340,12 @@ impl<A: StreamAnalyzer> Conn<A> {
         };
         let app = &mut self.app;
         let mut server_retransmitted = false;
+        let mut unreported = 0;
         let mut sink = |c: Chunk<'_>, d: Dir| {
-            if let (Chunk::Retransmitted, Dir::ToClient) = (&c, d) {
-                server_retransmitted = true;
+            match (&c, d) {
+                (Chunk::Retransmitted, Dir::ToClient) => server_retransmitted = true,
+                (Chunk::Unreported { len, .. }, _) => unreported += len,
+                _ => {}
             }
             if let Some(a) = app.as_mut() {
                 deliver(a, now, c, d, app_out);
@@ -351,6 +357,9 @@ impl<A: StreamAnalyzer> Conn<A> {
         let fate = this.accept(now, seg.seq, seg.payload, seg.payload_len, &mut |c| sink(c, dir));
         if server_retransmitted {
             notes.push(FlowNote::ServerRetransmission);
+        }
+        if unreported > 0 {
+            notes.push(FlowNote::Unreported(unreported));
         }
         fate
     }
@@ -475,7 +484,7 @@ fn deliver<A: StreamAnalyzer>(a: &mut A, now: Timestamp, c: Chunk<'_>, dir: Dir,
     match c {
         Chunk::Data { seq, data } => a.on_data(now, dir, seq, data, out),
         Chunk::Gap(n) => a.on_gap(now, dir, n, out),
-        Chunk::Absent { seq, len } => a.on_absent(now, dir, seq, len, out),
+        Chunk::Absent { seq, len } | Chunk::Unreported { seq, len } => a.on_absent(now, dir, seq, len, out),
         Chunk::Retransmitted => {}
     }
 }

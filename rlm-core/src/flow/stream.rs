@@ -32,6 +32,10 @@ pub struct HalfStream {
     pub last_data: Option<Timestamp>,
     /// Highest sequence number the receiver acknowledged (seen here).
     acked: Option<u32>,
+    /// The stream is inside a body nothing reads, whose segments the kernel need not report
+    /// (body cuts): a segment past a hole fills the hole as absent bytes at once
+    /// ([`HalfStream::set_unread`]).
+    unread: bool,
     ooo: Option<Box<OooBuf>>,
 }
 
@@ -65,6 +69,14 @@ pub enum Chunk<'a> {
     /// Bytes in order that the wire carried now but rlm did not get (the end of a cut frame):
     /// their place and length are known, their content is not.
     Absent {
+        /// Sequence number of the first.
+        seq: u32,
+        /// How many.
+        len: u32,
+    },
+    /// Bytes in order inside a body nothing reads whose segments the kernel did not report
+    /// ([`HalfStream::set_unread`]): handed on as absent ones are, counted apart.
+    Unreported {
         /// Sequence number of the first.
         seq: u32,
         /// How many.
@@ -104,6 +116,14 @@ impl HalfStream {
         self.started.then_some(self.next)
     }
 
+    /// The stream is (`on`) or is no longer inside a body nothing reads: while it is, a segment
+    /// that comes past a hole (the kernel left the segments before it unreported: it reports
+    /// one a MiB and the one that ends the body) fills the hole as absent bytes, carried now,
+    /// instead of waiting for it. The engine sets it at each response's head.
+    pub fn set_unread(&mut self, on: bool) {
+        self.unread = on;
+    }
+
     /// The highest sequence number the receiver acknowledged (as seen here), if any.
     pub fn acked(&self) -> Option<u32> {
         self.acked
@@ -119,7 +139,15 @@ impl HalfStream {
         if !self.started {
             self.start_at(seq);
         }
-        let ahead = seq.wrapping_sub(self.next);
+        let mut ahead = seq.wrapping_sub(self.next);
+        if self.unread && ahead != 0 && ahead < MAX_AHEAD && !seq_lt(seq, self.next) {
+            // Inside a body nothing reads: the segments before this one were not reported.
+            let at = self.next;
+            self.next = seq;
+            self.bytes += u64::from(ahead);
+            sink(Chunk::Unreported { seq: at, len: ahead });
+            ahead = 0;
+        }
         if ahead == 0 || seq_lt(seq, self.next) {
             let skip = self.next.wrapping_sub(seq);
             if skip >= len {
@@ -293,7 +321,7 @@ mod tests {
                     gaps += n;
                     at = at.map(|a| a.wrapping_add(n as u32));
                 }
-                Chunk::Absent { .. } => unreachable!("whole segments only"),
+                Chunk::Absent { .. } | Chunk::Unreported { .. } => unreachable!("whole segments only"),
                 Chunk::Retransmitted => {}
             }));
         }
@@ -340,6 +368,7 @@ mod tests {
             Chunk::Data { data, .. } => out.push(format!("d{}", data.len())),
             Chunk::Gap(n) => out.push(format!("g{n}")),
             Chunk::Absent { len, .. } => out.push(format!("a{len}")),
+            Chunk::Unreported { len, .. } => out.push(format!("u{len}")),
             Chunk::Retransmitted => out.push("r".into()),
         });
         assert_eq!(out, vec!["g8", "d2"]);
@@ -367,6 +396,7 @@ mod tests {
             h.accept(Timestamp::ZERO, *seq, seen, *len, &mut |c| match c {
                 Chunk::Data { data, .. } => out.push(format!("d{}", data.len())),
                 Chunk::Absent { len, .. } => out.push(format!("a{len}")),
+                Chunk::Unreported { len, .. } => out.push(format!("u{len}")),
                 Chunk::Gap(n) => out.push(format!("g{n}")),
                 Chunk::Retransmitted => out.push("r".into()),
             });

@@ -110,7 +110,7 @@ impl Fast {
 }
 
 /// The fast path's counters as the metrics (`rlm_fastpath`) and the status show them.
-fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 13] {
+fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 14] {
     [
         ("syn_passed", c.syn_passed),
         ("syn_dropped", c.syn_dropped),
@@ -123,6 +123,7 @@ fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64
         ("ack_skipped", c.ack_skipped),
         ("body_armed", c.body_armed),
         ("body_cut", c.body_cut),
+        ("body_silent", c.body_silent),
         ("resp_queued", c.resp_queued),
         ("stale", c.stale),
     ]
