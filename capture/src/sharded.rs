@@ -124,6 +124,8 @@ pub fn replay_sharded(
     mut progress: Option<Progress<'_>>,
 ) -> Result<(Replayed, Vec<Engine>)> {
     assert_eq!(engines.len(), sharding.shards(), "one engine per shard");
+    // The dealer learns connections' clients as it goes.
+    let mut sharding = sharding.clone();
     let mut shards: Vec<Shard> = engines
         .into_iter()
         .enumerate()

@@ -282,6 +282,10 @@ static __always_inline __u32 arm_body_cut(struct __sk_buff *skb, struct tcphdr *
     bpf_loop(HEAD_PARSE, head_byte, &h, 0);
     if ((h.flags & (HEAD_END | HEAD_LENGTH | HEAD_READ)) != (HEAD_END | HEAD_LENGTH) || h.length == 0)
         return 0;
+    // A body that ends in this segment leaves nothing to cut, and what follows it here (the
+    // next response's head, pipelined or merged by GRO) must be seen.
+    if (h.end + h.length <= payload)
+        return 0;
     // A body of 2 GiB or more is cut a RANGE_STEP at a time (sequence numbers wrap at 4 GiB).
     __u64 first = h.length < (1ULL << 31) ? h.length : RANGE_STEP;
     struct body_range r = { .until = bpf_ntohl(tcp->seq) + h.end + (__u32)first, .beyond = h.length - first };
@@ -599,6 +603,8 @@ int observe(struct __sk_buff *skb)
             struct conn_key k = { .client = p.daddr, .server = p.saddr, .client_port = tcp->dest, .server_port = tcp->source };
             __u32 want = bpf_ntohl(tcp->seq) + 1;
             bpf_map_update_elem(&handshakes, &k, &want, BPF_ANY);
+            // A new connection on these ports: a range an earlier one left ends.
+            bpf_map_delete_elem(&unread, &k);
         } else if (p.payload == 0 && tcp->ack && !tcp->syn && !tcp->fin && !tcp->rst) {
             // A bare ACK: only the client's handshake ACK goes on.
             struct conn_key k = { .client = p.saddr, .server = p.daddr, .client_port = tcp->source, .server_port = tcp->dest };
@@ -625,9 +631,13 @@ int observe(struct __sk_buff *skb)
         __u32 hdrs = (__u32)((void *)tcp - (void *)(long)skb->data) + tcp->doff * 4;
         struct body_range *range = 0;
         if (snap == HEAD_SNAP || is_head_alone(skb, tcp, hdrs, p.payload)) {
+            // A new response: its body's range, or none (a range left from the last one, an
+            // answer to HEAD or a transfer cut short, ends here).
             __u32 head = arm_body_cut(skb, tcp, hdrs, p.payload, &k);
             if (head)
                 snap = head;
+            else
+                bpf_map_delete_elem(&unread, &k);
         } else {
             range = bpf_map_lookup_elem(&unread, &k);
         }
@@ -650,7 +660,7 @@ int observe(struct __sk_buff *skb)
                 // space (the time and the bytes so far: its connection stays alive, its
                 // transfer timed) and at its end; the other segments are not reported at all
                 // (the engine's stream takes the holes as absent bytes).
-                if (past < 0 && ((seq + p.payload) >> 20) == (seq >> 20)) {
+                if (past < 0 && !tcp->fin && !tcp->rst && ((seq + p.payload) >> 20) == (seq >> 20)) {
                     count(C_BODY_SILENT);
                     return TC_ACT_OK;
                 }
@@ -664,6 +674,11 @@ int observe(struct __sk_buff *skb)
                 bpf_map_delete_elem(&unread, &k);
             }
         }
+    }
+    if (p.v4 && side == FLAG_FROM_SERVER && (tcp->fin || tcp->rst)) {
+        // The server closes: no body of this connection goes on (its range, if any, ends).
+        struct conn_key k = { .client = p.daddr, .server = p.saddr, .client_port = tcp->dest, .server_port = tcp->source };
+        bpf_map_delete_elem(&unread, &k);
     }
     count(C_OBSERVED);
     report(skb, KIND_OBSERVED, side, 0, snap);

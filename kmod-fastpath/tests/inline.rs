@@ -570,4 +570,38 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     assert_eq!(reports(&mut ring), vec![w(huge.len()), (headers, headers + 1000), w(1000), (headers, headers + 3000), w(100)]);
     let c = path.counters().unwrap();
     assert_eq!((c.body_armed, c.body_cut), (3, 11));
+
+    // What ends a range besides its end: a head not armed (an HTML page after an answer to
+    // HEAD whose length armed a range), the server's FIN (reported, never silent), and a new
+    // connection's SYN/ACK on the same ports.
+    let client: SocketAddrV4 = "10.4.0.9:40000".parse().unwrap();
+    path.set_body_unread(client, server, 1_000_000).unwrap();
+    let html = [&b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 9000\r\n\r\n"[..], &[b'h'; 2200][..]].concat();
+    path.test_run_from_server(&segment(client, 1_000, &html)).unwrap();
+    path.test_run_from_server(&segment(client, 1_000 + html.len() as u32, &[b'h'; 1000])).unwrap();
+    assert_eq!(reports(&mut ring), vec![w(html.len()), w(1000)], "the HTML page's segments whole");
+    path.set_body_unread(client, server, 1_000_000).unwrap();
+    let fin = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 5_000, 1, PSH | ACK | FIN, &[b'f'; 500]);
+    path.test_run_from_server(&fin).unwrap();
+    path.test_run_from_server(&segment(client, 5_501, &[b'f'; 500])).unwrap();
+    assert_eq!(reports(&mut ring), vec![(headers, fin.len()), w(500)], "the FIN reported (cut), the range gone after it");
+    path.set_body_unread(client, server, 1_000_000).unwrap();
+    let synack = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 7_000, 2, SYN | ACK, &[]);
+    path.test_run_from_server(&synack).unwrap();
+    path.test_run_from_server(&segment(client, 7_001, &[b's'; 500])).unwrap();
+    assert_eq!(reports(&mut ring), vec![(synack.len(), synack.len()), w(500)], "a new connection's data whole");
+
+    // A body that ends in its head's segment, the next response's head after it (pipelined, or
+    // merged by GRO): nothing armed, the segment reported as before.
+    let client: SocketAddrV4 = "10.4.0.10:40000".parse().unwrap();
+    let two = [
+        &b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 2000\r\n\r\n"[..],
+        &[b'p'; 2000][..],
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"[..],
+    ]
+    .concat();
+    let armed = path.counters().unwrap().body_armed;
+    path.test_run_from_server(&segment(client, 1_000, &two)).unwrap();
+    assert_eq!(reports(&mut ring), vec![w(two.len())]);
+    assert_eq!(path.counters().unwrap().body_armed, armed);
 }

@@ -2111,6 +2111,35 @@ fn bodies_nothing_reads_are_cut_to_their_headers_and_measured_the_same() {
     assert_eq!(json(&whole.pv[0]), json(&silent.pv[0]), "the pageview differs");
 }
 
+/// The server's stream is taken as unread only inside an unread body: once the body is over, a
+/// segment that comes past a hole (the next head lost or late upstream) waits for the hole as
+/// before, and the next response is read whole when the head comes.
+#[test]
+fn after_an_unread_body_a_hole_waits_for_its_bytes() {
+    let mut r = Run::new();
+    r.engine.enable_fastpath();
+    r.engine.enable_body_cuts();
+    let mut c = TcpConv::new("10.4.0.12:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/a.gif", "")));
+    r.feed_all(100, c.server_data(&gif_response(3000)));
+    assert_eq!(r.engine.stats().bodies_cut, 1, "the first body was unread");
+    r.feed(150, c.client_data(&get("/b.gif", "")));
+    // The second response in three segments, its head's coming last.
+    let second = c.server_data_in(&gif_response(3000), 1200);
+    assert!(second.len() >= 3);
+    for (t, f) in second.iter().enumerate().skip(1) {
+        r.feed(200 + t as u64, f.clone());
+    }
+    r.feed(210, second[0].clone());
+    r.finish(10_000);
+    assert_eq!(r.engine.stats().unreported_bytes, 0, "a hole outside an unread body taken as unreported");
+    assert_eq!(r.tx.len(), 2);
+    let b = &r.tx[1];
+    assert_eq!((b.uri.as_deref(), b.response_body_len), (Some("/b.gif"), 3000));
+    assert!(b.anomalies.is_empty(), "{:?}", b.anomalies);
+}
+
 /// How the fast path reports a frame: its first `snap` bytes, and its length on the wire.
 fn feed_cut(r: &mut Run, ms: u64, frame: &[u8], snap: usize) {
     r.advance(ms);

@@ -60,6 +60,10 @@ impl Engine {
         }
         let c = self.flows.get_mut(id).expect("live id");
         let fate = c.on_segment(now, seg, &mut notes, &mut app_events);
+        // The unread body over (the next head, if this segment held one, says again).
+        if c.s2c.is_unread() && !c.http().is_some_and(crate::http::HttpConn::in_unread_body) {
+            c.s2c.set_unread(false);
+        }
         self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
         self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
         self.stats.absent_bytes += u64::from(seg.payload_len) - seg.payload.len() as u64;

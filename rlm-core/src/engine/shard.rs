@@ -16,17 +16,27 @@ use crate::wire::{self, Decoded, LinkType};
 
 use super::Config;
 
+/// Connections whose client the dealer learnt from their SYN, at most (past it, forgotten all
+/// at once: their next frames go by ports until their next SYN, as a mid-stream join does).
+const MAX_LEARNT: usize = 1 << 20;
+
+/// A connection's two ends, in one order whichever way the frame goes.
+type ConnEnds = ((IpAddr, u16), (IpAddr, u16));
+
 /// Which of `n` engines handles a frame.
 #[derive(Clone, Debug)]
 pub struct Sharding {
     shards: usize,
     server_ports: Vec<u16>,
+    /// With no server ports configured: the client of each connection whose SYN was seen (the
+    /// end that sent it, as the engine takes it).
+    learnt: ahash::AHashMap<ConnEnds, IpAddr>,
 }
 
 impl Sharding {
     /// Frames split over `shards` engines (at least one) configured by `cfg`.
     pub fn new(cfg: &Config, shards: usize) -> Sharding {
-        Sharding { shards: shards.max(1), server_ports: cfg.server_ports.clone() }
+        Sharding { shards: shards.max(1), server_ports: cfg.server_ports.clone(), learnt: ahash::AHashMap::new() }
     }
 
     /// How many shards.
@@ -35,25 +45,43 @@ impl Sharding {
     }
 
     /// The shard of a frame: its client's. The client end is the one whose port is not a
-    /// server's; between two ports that are both or neither a server's (no ports configured:
-    /// HTTP on any port) it is the end with the higher port (clients' ports are ephemeral, from
-    /// 32768 on Linux, 49152 on Windows; servers listen low), and between equal ports the
-    /// higher address, so that both directions of a connection meet. A frame that is not TCP
-    /// or UDP over IP goes to shard 0 (where it is counted as ignored or malformed, as one
-    /// engine would).
-    pub fn shard_of(&self, link: LinkType, frame: &[u8]) -> usize {
+    /// server's. With no server ports configured (HTTP on any port), or both or neither a
+    /// server's, it is the end that sent the connection's SYN, as the engine takes it, when the
+    /// SYN was dealt; else (a connection joined mid-stream) the end with the higher port
+    /// (clients' ports are ephemeral, from 32768 on Linux, 49152 on Windows; servers listen
+    /// low), and between equal ports the higher address, so that both directions of a
+    /// connection meet. A frame that is not TCP or UDP over IP goes to shard 0 (where it is
+    /// counted as ignored or malformed, as one engine would).
+    pub fn shard_of(&mut self, link: LinkType, frame: &[u8]) -> usize {
         if self.shards == 1 {
             return 0;
         }
-        let (src, dst) = match wire::decode(link, frame) {
-            Decoded::Tcp(s) => (s.src, s.dst),
-            Decoded::Udp(d) => (d.src, d.dst),
+        let (src, dst, syn) = match wire::decode(link, frame) {
+            Decoded::Tcp(s) => (s.src, s.dst, Some(s.flags.syn && !s.flags.ack)),
+            Decoded::Udp(d) => (d.src, d.dst, None),
             _ => return 0,
         };
         let client = match (self.is_server(src.port), self.is_server(dst.port)) {
             (true, false) => dst.ip,
             (false, true) => src.ip,
-            _ => std::cmp::max((src.port, src.ip), (dst.port, dst.ip)).1,
+            _ => {
+                let (a, b) = ((src.ip, src.port), (dst.ip, dst.port));
+                let ends = if a < b { (a, b) } else { (b, a) };
+                match syn {
+                    Some(true) => {
+                        if self.learnt.len() >= MAX_LEARNT {
+                            self.learnt.clear();
+                        }
+                        self.learnt.insert(ends, src.ip);
+                        src.ip
+                    }
+                    Some(false) => match self.learnt.get(&ends) {
+                        Some(&c) => c,
+                        None => std::cmp::max((src.port, src.ip), (dst.port, dst.ip)).1,
+                    },
+                    None => std::cmp::max((src.port, src.ip), (dst.port, dst.ip)).1,
+                }
+            }
         };
         self.shard_of_client(client)
     }
@@ -107,7 +135,7 @@ mod tests {
 
     #[test]
     fn both_directions_of_a_client_go_to_one_shard_and_clients_spread() {
-        let s = Sharding::new(&cfg(), 4);
+        let mut s = Sharding::new(&cfg(), 4);
         let mut seen = [0usize; 4];
         let server: SocketAddr = "10.9.0.1:80".parse().unwrap();
         for i in 0..400u32 {
@@ -121,23 +149,37 @@ mod tests {
             // Another server, another port of the client: the same client, the same shard.
             let other = frame((client, 50000).into(), "10.9.0.2:80".parse().unwrap());
             assert_eq!(k, s.shard_of(LinkType::Ethernet, &other));
-            // No server ports configured: the higher port is the client's.
-            let any = Sharding::new(&Config::default(), 4);
+            // No server ports configured and no SYN seen (joined mid-stream): the higher port
+            // is the client's.
+            let mut any = Sharding::new(&Config::default(), 4);
+            let data = |a: SocketAddr, b: SocketAddr| tcp_frame(LinkType::Ethernet, a, b, 1, 1, ACK, b"x");
             for server in [server, "10.200.0.1:8080".parse().unwrap(), "10.200.0.2:443".parse().unwrap()] {
-                let up = frame((client, port).into(), server);
-                let down = frame(server, (client, port).into());
-                assert_eq!(any.shard_of(LinkType::Ethernet, &up), k);
-                assert_eq!(any.shard_of(LinkType::Ethernet, &down), k);
+                assert_eq!(any.shard_of(LinkType::Ethernet, &data((client, port).into(), server)), k);
+                assert_eq!(any.shard_of(LinkType::Ethernet, &data(server, (client, port).into())), k);
             }
             // Equal ports: the higher address, both ways alike.
             let a: SocketAddr = (client, 7000).into();
             let b: SocketAddr = "10.200.0.1:7000".parse().unwrap();
-            assert_eq!(any.shard_of(LinkType::Ethernet, &frame(a, b)), any.shard_of(LinkType::Ethernet, &frame(b, a)));
+            assert_eq!(any.shard_of(LinkType::Ethernet, &data(a, b)), any.shard_of(LinkType::Ethernet, &data(b, a)));
             seen[k] += 1;
         }
         // Spread: every shard has a fair part of 400 clients.
         assert!(seen.iter().all(|&n| (60..=140).contains(&n)), "{seen:?}");
         assert_eq!(Sharding::new(&cfg(), 1).shard_of(LinkType::Ethernet, &[0u8; 14]), 0);
+        // No server ports: a connection whose SYN was dealt goes by the end that sent it,
+        // whatever its ports (a server on 50000, a client on 3000, behind a NAT).
+        let mut any = Sharding::new(&Config::default(), 4);
+        let (client, server): (SocketAddr, SocketAddr) = ("10.1.2.3:3000".parse().unwrap(), "10.200.0.9:50000".parse().unwrap());
+        let k = any.shard_of_client(client.ip());
+        assert_ne!(k, any.shard_of_client(server.ip()), "pick addresses in two shards");
+        assert_eq!(any.shard_of(LinkType::Ethernet, &frame(client, server)), k);
+        let back = tcp_frame(LinkType::Ethernet, server, client, 1, 2, SYN | ACK, b"");
+        assert_eq!(any.shard_of(LinkType::Ethernet, &back), k);
+        let data = tcp_frame(LinkType::Ethernet, server, client, 2, 2, ACK, b"data");
+        assert_eq!(any.shard_of(LinkType::Ethernet, &data), k);
+        // Without its SYN, the higher port's end.
+        let mut fresh = Sharding::new(&Config::default(), 4);
+        assert_eq!(fresh.shard_of(LinkType::Ethernet, &data), any.shard_of_client(server.ip()));
         assert_eq!(s.shard_of(LinkType::Ethernet, &[0u8; 3]), 0);
     }
 

@@ -124,6 +124,11 @@ impl HalfStream {
         self.unread = on;
     }
 
+    /// Whether the stream is inside a body nothing reads ([`HalfStream::set_unread`]).
+    pub fn is_unread(&self) -> bool {
+        self.unread
+    }
+
     /// The highest sequence number the receiver acknowledged (as seen here), if any.
     pub fn acked(&self) -> Option<u32> {
         self.acked

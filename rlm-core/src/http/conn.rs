@@ -182,6 +182,12 @@ impl HttpConn {
             && t.zeek_lines.is_none()
     }
 
+    /// The server's stream is inside a body nothing reads (whichever response's): what
+    /// [`HttpConn::response_body_unread`] says of the response under way.
+    pub fn in_unread_body(&self) -> bool {
+        self.pending.get(self.resp_idx).is_some_and(|t| self.response_body_unread(t.depth))
+    }
+
     /// True once either side stopped speaking HTTP (CONNECT tunnel, upgrade).
     pub fn is_tunnel(&self) -> bool {
         self.resp == Stream::Tunnel
