@@ -145,6 +145,16 @@ fn syns_are_admitted_dropped_and_policed_in_the_kernel_and_reported() {
     assert!(connect(&lab.client, Duration::from_secs(2)));
 }
 
+/// (length of the report's frame, length on the wire) of each report waiting in the ring.
+fn lengths(ring: &mut EventRing) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    ring.drain(usize::MAX, |e| {
+        let e = e.expect("a well-formed record");
+        out.push((e.frame.len(), e.wire_len as usize));
+    });
+    out
+}
+
 /// The queue mark the test-run tests load the fast path with.
 const MARK: u32 = 0x80_0000;
 
@@ -408,15 +418,6 @@ fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
         ("10.4.0.2:40000".parse().unwrap(), "10.4.0.2:40001".parse().unwrap(), "10.1.0.1:80".parse().unwrap());
     let from_server =
         |to: SocketAddrV4, seq: u32, len: usize| tcp_frame(LinkType::Ethernet, server.into(), to.into(), seq, 1, PSH | ACK, &vec![b'x'; len]);
-    // (length of the report's frame, length on the wire) of each report waiting.
-    let reports = |ring: &mut EventRing| {
-        let mut out = Vec::new();
-        ring.drain(usize::MAX, |e| {
-            let e = e.expect("a well-formed record");
-            out.push((e.frame.len(), e.wire_len as usize));
-        });
-        out
-    };
     let headers = 14 + 20 + 20;
     path.set_body_unread(client, server, 13_000).unwrap();
     for (seq, len) in [(10_000, 1448), (11_448, 1448), (12_896, 104), (13_000, 100)] {
@@ -428,7 +429,7 @@ fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
     path.test_run(false, &request, 1).unwrap();
     let w = |len: usize| headers + len;
     // The first two cut and not reported at all; the one that ends the range cut and reported.
-    assert_eq!(reports(&mut ring), vec![(headers, w(104)), (w(100), w(100)), (w(1448), w(1448)), (request.len(), request.len())]);
+    assert_eq!(lengths(&mut ring), vec![(headers, w(104)), (w(100), w(100)), (w(1448), w(1448)), (request.len(), request.len())]);
     let c = path.counters().unwrap();
     assert_eq!((c.body_cut, c.body_silent), (3, 2));
     // Within a range, the segment that crosses a MiB of the sequence space is reported (cut).
@@ -436,19 +437,19 @@ fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
     for seq in [(1 << 20) - 3000, (1 << 20) - 1552, (1 << 20) - 104, (1 << 20) + 1344] {
         path.test_run_from_server(&from_server(client, seq, 1448)).unwrap();
     }
-    assert_eq!(reports(&mut ring), vec![(headers, w(1448))]);
+    assert_eq!(lengths(&mut ring), vec![(headers, w(1448))]);
     let c = path.counters().unwrap();
     assert_eq!((c.body_cut, c.body_silent), (7, 5));
     path.set_body_unread(client, server, 0).unwrap();
     path.test_run_from_server(&from_server(client, 0, 10)).unwrap();
-    reports(&mut ring);
+    lengths(&mut ring);
 
     // A segment running past the end (the next response's head in it): whole, and the entry
     // goes; a retransmission before the end after that is whole too.
     path.set_body_unread(client, server, 20_000).unwrap();
     path.test_run_from_server(&from_server(client, 19_900, 200)).unwrap();
     path.test_run_from_server(&from_server(client, 18_000, 1000)).unwrap();
-    assert_eq!(reports(&mut ring), vec![(w(200), w(200)), (w(1000), w(1000))]);
+    assert_eq!(lengths(&mut ring), vec![(w(200), w(200)), (w(1000), w(1000))]);
     assert_eq!(path.counters().unwrap().body_cut, 7);
 }
 
@@ -467,14 +468,6 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     let headers = 14 + 20 + 20;
     let segment =
         |client: SocketAddrV4, seq: u32, payload: &[u8]| tcp_frame(LinkType::Ethernet, server.into(), client.into(), seq, 1, PSH | ACK, payload);
-    let reports = |ring: &mut EventRing| {
-        let mut out = Vec::new();
-        ring.drain(usize::MAX, |e| {
-            let e = e.expect("a well-formed record");
-            out.push((e.frame.len(), e.wire_len as usize));
-        });
-        out
-    };
     // A 21,000-byte image whose head and first 3,000 bytes come in one segment (longer than a
     // plain report: a test run takes frames of less than a page).
     let head = b"HTTP/1.1 200 OK\r\nServer: t\r\ncontent-type: image/png\r\nContent-Length:   21000\r\n\r\n";
@@ -492,7 +485,7 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     // The body's segments all cut, the last reported (the others are not: body_silent).
     let want =
         vec![(headers + head.len(), headers + first.len()), (headers, headers + 3_000), (headers + not_modified.len(), headers + not_modified.len())];
-    assert_eq!(reports(&mut ring), want);
+    assert_eq!(lengths(&mut ring), want);
     let c = path.counters().unwrap();
     assert_eq!((c.body_armed, c.body_cut, c.body_silent), (1, 6, 5));
 
@@ -508,7 +501,7 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
         let seg = segment(client, 1_000, &[&h[..], &[b'y'; 2200][..]].concat());
         path.test_run_from_server(&seg).unwrap();
         path.test_run_from_server(&segment(client, 1_000 + (seg.len() - headers) as u32, &[b'y'; 1900])).unwrap();
-        assert_eq!(reports(&mut ring), vec![(seg.len(), seg.len()), (headers + 1900, headers + 1900)], "head {i}");
+        assert_eq!(lengths(&mut ring), vec![(seg.len(), seg.len()), (headers + 1900, headers + 1900)], "head {i}");
     }
     let c = path.counters().unwrap();
     assert_eq!((c.body_armed, c.body_cut), (1, 6));
@@ -520,7 +513,7 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     let small_head = segment(client, 1_000, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
     path.test_run_from_server(&small_head).unwrap();
     path.test_run_from_server(&segment(client, 1_044, &[b'z'; 100])).unwrap();
-    assert_eq!(reports(&mut ring), vec![(small_head.len(), small_head.len()), (headers + 100, headers + 100)]);
+    assert_eq!(lengths(&mut ring), vec![(small_head.len(), small_head.len()), (headers + 100, headers + 100)]);
     assert_eq!(path.counters().unwrap().body_cut, 6);
 
     // A head alone in its pushed segment (a server that writes its head apart from its body,
@@ -549,7 +542,7 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     ))
     .unwrap();
     let w = |len: usize| (headers + len, headers + len);
-    assert_eq!(reports(&mut ring), vec![w(alone.len()), (headers, headers + 1500), w(html.len()), w(1500), w(alone.len()), w(1500)]);
+    assert_eq!(lengths(&mut ring), vec![w(alone.len()), (headers, headers + 1500), w(html.len()), w(1500), w(alone.len()), w(1500)]);
     let c = path.counters().unwrap();
     assert_eq!((c.body_armed, c.body_cut), (2, 8));
 
@@ -567,7 +560,7 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     {
         path.test_run_from_server(&segment(client, seq, &[b'v'; 3000][..len])).unwrap();
     }
-    assert_eq!(reports(&mut ring), vec![w(huge.len()), (headers, headers + 1000), w(1000), (headers, headers + 3000), w(100)]);
+    assert_eq!(lengths(&mut ring), vec![w(huge.len()), (headers, headers + 1000), w(1000), (headers, headers + 3000), w(100)]);
     let c = path.counters().unwrap();
     assert_eq!((c.body_armed, c.body_cut), (3, 11));
 
@@ -579,17 +572,17 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     let html = [&b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 9000\r\n\r\n"[..], &[b'h'; 2200][..]].concat();
     path.test_run_from_server(&segment(client, 1_000, &html)).unwrap();
     path.test_run_from_server(&segment(client, 1_000 + html.len() as u32, &[b'h'; 1000])).unwrap();
-    assert_eq!(reports(&mut ring), vec![w(html.len()), w(1000)], "the HTML page's segments whole");
+    assert_eq!(lengths(&mut ring), vec![w(html.len()), w(1000)], "the HTML page's segments whole");
     path.set_body_unread(client, server, 1_000_000).unwrap();
     let fin = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 5_000, 1, PSH | ACK | FIN, &[b'f'; 500]);
     path.test_run_from_server(&fin).unwrap();
     path.test_run_from_server(&segment(client, 5_501, &[b'f'; 500])).unwrap();
-    assert_eq!(reports(&mut ring), vec![(headers, fin.len()), w(500)], "the FIN reported (cut), the range gone after it");
+    assert_eq!(lengths(&mut ring), vec![(headers, fin.len()), w(500)], "the FIN reported (cut), the range gone after it");
     path.set_body_unread(client, server, 1_000_000).unwrap();
     let synack = tcp_frame(LinkType::Ethernet, server.into(), client.into(), 7_000, 2, SYN | ACK, &[]);
     path.test_run_from_server(&synack).unwrap();
     path.test_run_from_server(&segment(client, 7_001, &[b's'; 500])).unwrap();
-    assert_eq!(reports(&mut ring), vec![(synack.len(), synack.len()), w(500)], "a new connection's data whole");
+    assert_eq!(lengths(&mut ring), vec![(synack.len(), synack.len()), w(500)], "a new connection's data whole");
 
     // A body that ends in its head's segment, the next response's head after it (pipelined, or
     // merged by GRO): nothing armed, the segment reported as before.
@@ -602,6 +595,6 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     .concat();
     let armed = path.counters().unwrap().body_armed;
     path.test_run_from_server(&segment(client, 1_000, &two)).unwrap();
-    assert_eq!(reports(&mut ring), vec![w(two.len())]);
+    assert_eq!(lengths(&mut ring), vec![w(two.len())]);
     assert_eq!(path.counters().unwrap().body_armed, armed);
 }
