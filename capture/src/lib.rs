@@ -22,10 +22,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use rlm_core::engine::{Engine, Event, Port};
-
-mod sharded;
 use rlm_core::time::Timestamp;
 use rlm_core::wire::LinkType;
+
+mod sharded;
 pub use sharded::replay_sharded;
 
 /// Progress callback: (bytes of the file consumed so far, file size).
@@ -668,6 +668,25 @@ impl CaptureReader {
     }
 }
 
+/// Fire `engine`'s timers due by `until`, capture time; `next` is its next deadline, cached: the
+/// engine's deadlines only move when it handles something.
+fn fire_until(engine: &mut Engine, next: &mut Option<Timestamp>, until: Timestamp) {
+    while let Some(t) = *next {
+        if t > until {
+            break;
+        }
+        engine.handle_timeout(t);
+        *next = engine.poll_timeout();
+    }
+}
+
+/// Hand `engine` a frame of the capture stamped `ts`, after the timers due by then.
+fn feed_frame(engine: &mut Engine, next: &mut Option<Timestamp>, ts: Timestamp, link: LinkType, data: &[u8]) {
+    fire_until(engine, next, ts);
+    engine.handle_link(ts, Port::Unknown, link, data);
+    *next = engine.poll_timeout();
+}
+
 /// How a replay ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Replayed {
@@ -695,16 +714,7 @@ pub fn replay_reader(
             Ok(None) => break None,
             Err(c) => break Some(c),
         };
-        // The engine's deadlines only move when it handles something, so the next one is cached.
-        while let Some(t) = next_deadline {
-            if t > ts {
-                break;
-            }
-            engine.handle_timeout(t);
-            next_deadline = engine.poll_timeout();
-        }
-        engine.handle_link(ts, Port::Unknown, link, data);
-        next_deadline = engine.poll_timeout();
+        feed_frame(engine, &mut next_deadline, ts, link, data);
         last = last.max(ts);
         frames += 1;
         while let Some(ev) = engine.poll_event() {

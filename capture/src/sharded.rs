@@ -15,11 +15,11 @@ use std::thread::JoinHandle;
 
 use anyhow::Result;
 
-use rlm_core::engine::{Engine, Event, Port, Sharding};
+use rlm_core::engine::{Engine, Event, Sharding};
 use rlm_core::time::Timestamp;
 use rlm_core::wire::LinkType;
 
-use crate::{CaptureReader, Progress, Replayed};
+use crate::{feed_frame, fire_until, CaptureReader, Progress, Replayed};
 
 /// Frames read between two deals to the shards, at most.
 const EPOCH: usize = 2048;
@@ -68,24 +68,13 @@ struct Shard {
 
 fn run_shard(mut engine: Engine, rx: Receiver<ToShard>, tx: SyncSender<Done>) -> Engine {
     let mut next_deadline = engine.poll_timeout();
-    let fire_until = |engine: &mut Engine, next: &mut Option<Timestamp>, until: Timestamp| {
-        while let Some(t) = *next {
-            if t > until {
-                break;
-            }
-            engine.handle_timeout(t);
-            *next = engine.poll_timeout();
-        }
-    };
     for msg in rx {
         let mut events = Vec::new();
         let batch = match msg {
             ToShard::Frames(mut batch) => {
                 let mut start = 0;
                 for &(ts, link, end) in &batch.frames {
-                    fire_until(&mut engine, &mut next_deadline, ts);
-                    engine.handle_link(ts, Port::Unknown, link, &batch.bytes[start..end]);
-                    next_deadline = engine.poll_timeout();
+                    feed_frame(&mut engine, &mut next_deadline, ts, link, &batch.bytes[start..end]);
                     start = end;
                     while let Some(ev) = engine.poll_event() {
                         events.push(ev);

@@ -243,19 +243,27 @@ static long head_byte(__u32 i, void *ctx)
     return 0;
 }
 
+// Whether the payload at `at` (`payload` bytes) starts with a response's status line ("HTTP/").
+static __always_inline int starts_response(struct __sk_buff *skb, __u32 at, __u32 payload)
+{
+    char start[5];
+    if (payload < sizeof(start) || bpf_skb_load_bytes(skb, at, start, sizeof(start)) < 0)
+        return 0;
+    return start[0] == 'H' && start[1] == 'T' && start[2] == 'T' && start[3] == 'P' && start[4] == '/';
+}
+
 // A short server segment that is a response head alone, as a server that writes its head
 // apart from its body (nginx with sendfile) sends it: pushed, starting with "HTTP/" and ending
 // with the blank line. Only pushed segments short enough to be one are looked at (a bulk
 // segment is seldom pushed), at the cost of two small loads.
 static __always_inline int is_head_alone(struct __sk_buff *skb, struct tcphdr *tcp, __u32 hdrs, __u32 payload)
 {
-    if (!tcp->psh || payload < 16 || payload > HEAD_PARSE)
+    if (!tcp->psh || payload < 16 || payload > HEAD_PARSE || !starts_response(skb, hdrs, payload))
         return 0;
-    char start[5], end[4];
-    if (bpf_skb_load_bytes(skb, hdrs, start, sizeof(start)) < 0 || bpf_skb_load_bytes(skb, hdrs + payload - 4, end, sizeof(end)) < 0)
+    char end[4];
+    if (bpf_skb_load_bytes(skb, hdrs + payload - 4, end, sizeof(end)) < 0)
         return 0;
-    return start[0] == 'H' && start[1] == 'T' && start[2] == 'T' && start[3] == 'P' && start[4] == '/' && end[0] == '\r' &&
-           end[1] == '\n' && end[2] == '\r' && end[3] == '\n';
+    return end[0] == '\r' && end[1] == '\n' && end[2] == '\r' && end[3] == '\n';
 }
 
 // A server segment that starts with a response head (`hdrs`: where its payload starts): when
@@ -386,13 +394,8 @@ static __always_inline __u32 snap_of(struct __sk_buff *skb, struct tcphdr *tcp, 
         return SNAP_MAX;
     if (to_server)
         return HEAD_SNAP;
-    if (payload < 5)
-        return SNAP_MAX;
     __u32 at = (__u32)((void *)tcp - (void *)(long)skb->data) + tcp->doff * 4;
-    char head[5];
-    if (bpf_skb_load_bytes(skb, at, head, sizeof(head)) < 0)
-        return SNAP_MAX;
-    return head[0] == 'H' && head[1] == 'T' && head[2] == 'T' && head[3] == 'P' && head[4] == '/' ? HEAD_SNAP : SNAP_MAX;
+    return starts_response(skb, at, payload) ? HEAD_SNAP : SNAP_MAX;
 }
 
 // Take a token from a LIMIT SYN bucket; 1 if there was one.
@@ -647,9 +650,7 @@ int observe(struct __sk_buff *skb)
             __s32 past = (__s32)(seq + p.payload - end);
             // A segment that starts with a response head ends the range whatever it says (a
             // length the kernel misread, an answer to HEAD): it is reported as it was.
-            char start[5] = {};
-            if (past <= 0 && p.payload >= 5 && bpf_skb_load_bytes(skb, hdrs, start, sizeof(start)) == 0 && start[0] == 'H' &&
-                start[1] == 'T' && start[2] == 'T' && start[3] == 'P' && start[4] == '/') {
+            if (past <= 0 && starts_response(skb, hdrs, p.payload)) {
                 past = 1;
                 beyond = 0;
             }

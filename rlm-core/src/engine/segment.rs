@@ -58,11 +58,14 @@ impl Engine {
             out.drop = Some(DropCause::Rejected);
             return out;
         }
+        let cut_bodies = self.fastpath.as_ref().is_some_and(|fp| fp.cut_bodies);
         let c = self.flows.get_mut(id).expect("live id");
         let fate = c.on_segment(now, seg, &mut notes, &mut app_events);
-        // The unread body over (the next head, if this segment held one, says again).
-        if c.s2c.is_unread() && !c.http().is_some_and(crate::http::HttpConn::in_unread_body) {
-            c.s2c.set_unread(false);
+        // With body cuts, the server's stream is unread while the HTTP reader, as this segment
+        // left it, is inside a body nothing reads: the kernel may leave the body's next
+        // segments unreported.
+        if cut_bodies {
+            c.s2c.set_unread(c.http().is_some_and(crate::http::HttpConn::in_unread_body));
         }
         self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
         self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;
@@ -465,16 +468,17 @@ impl Engine {
         }
         // The rest of a body nothing reads: the kernel may cut its segments to their headers,
         // or leave them unreported (it reports one a MiB and the last), which the server's
-        // stream then takes as absent bytes until the next head.
-        if let Some(fp) = self.fastpath.as_mut().filter(|fp| fp.cut_bodies) {
-            let unread = on_conn.is_some() && c.http().is_some_and(|h| h.response_body_unread(depth));
-            if let (true, Some(until), SocketAddr::V4(client), SocketAddr::V4(server)) =
-                (unread, on_conn.and_then(|t| t.response_end_seq), SocketAddr::from(c.client), SocketAddr::from(c.server))
-            {
+        // stream then takes as absent bytes (`on_segment` marks it unread).
+        if let (Some(fp), Some(txn)) = (self.fastpath.as_mut().filter(|fp| fp.cut_bodies), on_conn) {
+            if let (Some(until), true, SocketAddr::V4(client), SocketAddr::V4(server)) = (
+                txn.response_end_seq,
+                c.http().is_some_and(|h| h.response_body_unread(depth)),
+                SocketAddr::from(c.client),
+                SocketAddr::from(c.server),
+            ) {
                 fp.body_unread(client, server, until);
                 self.stats.bodies_cut += 1;
             }
-            self.flows.get_mut(id).expect("live").s2c.set_unread(unread);
         }
         if self.adapt.removing {
             self.decide_removal(now, id, depth, done_in(rest, depth));

@@ -67,20 +67,18 @@ impl Sharding {
             _ => {
                 let (a, b) = ((src.ip, src.port), (dst.ip, dst.port));
                 let ends = if a < b { (a, b) } else { (b, a) };
-                match syn {
+                let learnt = match syn {
                     Some(true) => {
                         if self.learnt.len() >= MAX_LEARNT {
                             self.learnt.clear();
                         }
                         self.learnt.insert(ends, src.ip);
-                        src.ip
+                        Some(src.ip)
                     }
-                    Some(false) => match self.learnt.get(&ends) {
-                        Some(&c) => c,
-                        None => std::cmp::max((src.port, src.ip), (dst.port, dst.ip)).1,
-                    },
-                    None => std::cmp::max((src.port, src.ip), (dst.port, dst.ip)).1,
-                }
+                    Some(false) => self.learnt.get(&ends).copied(),
+                    None => None,
+                };
+                learnt.unwrap_or_else(|| std::cmp::max((src.port, src.ip), (dst.port, dst.ip)).1)
             }
         };
         self.shard_of_client(client)

@@ -119,14 +119,9 @@ impl HalfStream {
     /// The stream is (`on`) or is no longer inside a body nothing reads: while it is, a segment
     /// that comes past a hole (the kernel left the segments before it unreported: it reports
     /// one a MiB and the one that ends the body) fills the hole as absent bytes, carried now,
-    /// instead of waiting for it. The engine sets it at each response's head.
+    /// instead of waiting for it. The engine sets it after each segment, from its HTTP reader.
     pub fn set_unread(&mut self, on: bool) {
         self.unread = on;
-    }
-
-    /// Whether the stream is inside a body nothing reads ([`HalfStream::set_unread`]).
-    pub fn is_unread(&self) -> bool {
-        self.unread
     }
 
     /// The highest sequence number the receiver acknowledged (as seen here), if any.
