@@ -95,12 +95,14 @@ struct body_range {
 
 // `config`'s one value.
 struct config {
-    __u64 generation;
     __u32 queue_mark;
     __u32 mode;     // MODE_*
     __u32 flags;    // CFG_*
-    __u32 pad;
+    __u32 shards;   // engines the reports are dealt to by client (1..MAX_SHARDS; 0 is 1)
 };
+
+// At most this many engines: `events0` to `events7` and the slots of `generations` and `held`.
+#define MAX_SHARDS 8
 
 // `syn_verdicts`' key.
 struct syn_key {
@@ -288,7 +290,30 @@ struct parsed {
     __u32 payload;       // TCP payload bytes (IPv4 only)
     __u32 kind;          // enum frame_kind
     int v4;              // kind == FRAME_TCP4
+    __u64 skey;          // the source's shard key (source_key), when `tcp` or `udp` is set
+    __u64 dkey;          // the destination's
 };
+
+// A client's key for its shard (rlm-core's `policy::source_of`): its IPv4 address with bit 32
+// set, or its IPv6 address' first 64 bits (one host commonly has a whole /64).
+static __always_inline __u64 source_key4(__u32 net_addr)
+{
+    return (1ULL << 32) | bpf_ntohl(net_addr);
+}
+
+static __always_inline __u64 source_key6(struct in6_addr *a)
+{
+    return ((__u64)bpf_ntohl(a->in6_u.u6_addr32[0]) << 32) | bpf_ntohl(a->in6_u.u6_addr32[1]);
+}
+
+// The shard of a client's key among `shards` (rlm-core's `Sharding::shard_of_client`, which
+// kmod-fastpath's tests hold this to): Fibonacci hashing, the product's high bits scaled to
+// the count.
+static __always_inline __u32 shard_of_key(__u64 key, __u32 shards)
+{
+    __u64 h = key * 0x9E3779B97F4A7C15ULL;
+    return (__u32)(((h >> 32) * shards) >> 32);
+}
 
 // Parse `skb`'s frame into `p` (zeroed by the caller); returns `p->kind`. Every pointer set is
 // bounds-checked against the packet's end, as the verifier wants.
@@ -310,6 +335,8 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
                 p->udp = udp;
                 p->saddr = ip->saddr;
                 p->daddr = ip->daddr;
+                p->skey = source_key4(ip->saddr);
+                p->dkey = source_key4(ip->daddr);
             }
         }
         if (ip->protocol != IPPROTO_TCP)
@@ -326,6 +353,8 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
         p->tcp = tcp;
         p->saddr = ip->saddr;
         p->daddr = ip->daddr;
+        p->skey = source_key4(ip->saddr);
+        p->dkey = source_key4(ip->daddr);
         __u32 headers = ip->ihl * 4 + tcp->doff * 4;
         __u32 total = bpf_ntohs(ip->tot_len);
         p->payload = total > headers ? total - headers : 0;
@@ -334,6 +363,10 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
     }
     if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
         struct ipv6hdr *ip6 = (void *)(eth + 1);
+        if ((void *)(ip6 + 1) <= data_end) {
+            p->skey = source_key6(&ip6->saddr);
+            p->dkey = source_key6(&ip6->daddr);
+        }
         if ((void *)(ip6 + 1) <= data_end && ip6->nexthdr == IPPROTO_TCP) {
             struct tcphdr *tcp = (void *)(ip6 + 1);
             if ((void *)(tcp + 1) <= data_end)

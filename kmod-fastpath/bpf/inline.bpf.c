@@ -108,25 +108,36 @@ struct {
     __type(value, struct body_range);
 } unread SEC(".maps");
 
-// How far rlm is with the held SYNs (CLOCK_MONOTONIC ns): HELD_LAST, when syn_admit last held
-// one; HELD_FIRST, when it held the first of those now waiting (one held while none waited);
-// HELD_TAKEN, written by rlm: the record stamp of the last held SYN it took. SYNs wait while
-// HELD_LAST > HELD_TAKEN; the oldest of them was held no earlier than the later of HELD_FIRST
-// and HELD_TAKEN.
+// How far each shard's reader is with the held SYNs (CLOCK_MONOTONIC ns), three slots a shard
+// (shard * HELD_SLOTS + slot): HELD_LAST, when syn_admit last held one; HELD_FIRST, when it
+// held the first of those now waiting (one held while none waited); HELD_TAKEN, written by rlm:
+// the record stamp of the last held SYN it took. SYNs wait while HELD_LAST > HELD_TAKEN; the
+// oldest of them was held no earlier than the later of HELD_FIRST and HELD_TAKEN.
 #define HELD_LAST 0
 #define HELD_FIRST 1
 #define HELD_TAKEN 2
+#define HELD_SLOTS 3
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 3);
+    __uint(max_entries, HELD_SLOTS * MAX_SHARDS);
     __type(key, __u32);
     __type(value, __u64);
 } held SEC(".maps");
 
-static __always_inline __u64 *held_slot(__u32 slot)
+static __always_inline __u64 *held_slot(__u32 shard, __u32 slot)
 {
-    return bpf_map_lookup_elem(&held, &slot);
+    __u32 i = shard * HELD_SLOTS + slot;
+    return bpf_map_lookup_elem(&held, &i);
 }
+
+// The generation of the class statistics each shard's engine has in force: a verdict applies
+// to its client's SYNs while it carries its shard's.
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, MAX_SHARDS);
+    __type(key, __u32);
+    __type(value, __u64);
+} generations SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -135,10 +146,59 @@ struct {
     __type(value, __u64);
 } counters SEC(".maps");
 
-struct {
-    __uint(type, BPF_MAP_TYPE_RINGBUF);
-    __uint(max_entries, RING_BYTES);
-} events SEC(".maps");
+// One ring of reports per shard: every report of a client goes to its shard's (shard_of), whose
+// engine alone reads it. The rings of shards not in use are made one page at load (kmod-fastpath).
+#define RING(n)                                                                                   \
+    struct {                                                                                      \
+        __uint(type, BPF_MAP_TYPE_RINGBUF);                                                       \
+        __uint(max_entries, RING_BYTES);                                                          \
+    } events##n SEC(".maps")
+RING(0);
+RING(1);
+RING(2);
+RING(3);
+RING(4);
+RING(5);
+RING(6);
+RING(7);
+
+// A shard's ring (an if-chain: the verifier follows each map on its own path).
+static __always_inline void *ring_of(__u32 shard)
+{
+    if (shard == 0)
+        return &events0;
+    if (shard == 1)
+        return &events1;
+    if (shard == 2)
+        return &events2;
+    if (shard == 3)
+        return &events3;
+    if (shard == 4)
+        return &events4;
+    if (shard == 5)
+        return &events5;
+    if (shard == 6)
+        return &events6;
+    if (shard == 7)
+        return &events7;
+    return &events0;
+}
+
+// The shard of the client whose key is `key`, as `cfg` deals them.
+static __always_inline __u32 shard_in(struct config *cfg, __u64 key)
+{
+    if (!cfg || cfg->shards <= 1)
+        return 0;
+    __u32 n = cfg->shards > MAX_SHARDS ? MAX_SHARDS : cfg->shards;
+    return shard_of_key(key, n);
+}
+
+// The same, `config` looked up.
+static __always_inline __u32 shard_of(__u64 key)
+{
+    __u32 zero = 0;
+    return shard_in(bpf_map_lookup_elem(&config, &zero), key);
+}
 
 static __always_inline void count(__u32 c)
 {
@@ -319,9 +379,9 @@ static __always_inline void fill(struct event *e, struct __sk_buff *skb, __u32 l
 // every report past the quarter woke it), so a flood that outruns the reader must not pay one
 // per SYN. A held SYN wakes it when syn_admit says so (`wake`): it waits for the engine.
 #define WAKE_STEP (RING_BYTES / 16)
-static __always_inline void submit(void *e, __u64 size, int wake)
+static __always_inline void submit(void *ring, void *e, __u64 size, int wake)
 {
-    __u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+    __u64 avail = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
     __u64 flags = BPF_RB_NO_WAKEUP;
     if (wake || (avail >= RING_BYTES / 4 && (avail < size || (avail - size) / WAKE_STEP != avail / WAKE_STEP)))
         flags = BPF_RB_FORCE_WAKEUP;
@@ -332,7 +392,7 @@ static __always_inline void submit(void *e, __u64 size, int wake)
 // returns from report() with 1 if the record was submitted.
 #define REPORT_IN(size)                                                                           \
     do {                                                                                          \
-        struct event *e = bpf_ringbuf_reserve(&events, sizeof(struct event) + (size), 0);         \
+        struct event *e = bpf_ringbuf_reserve(ring, sizeof(struct event) + (size), 0);           \
         if (!e) {                                                                                 \
             count(C_RING_FULL);                                                                   \
             return 0;                                                                             \
@@ -348,15 +408,16 @@ static __always_inline void submit(void *e, __u64 size, int wake)
             bpf_ringbuf_discard(e, 0);                                                            \
             return 0;                                                                             \
         }                                                                                         \
-        submit(e, BPF_RINGBUF_HDR_SZ + sizeof(struct event) + (size), wake);                      \
+        submit(ring, e, BPF_RINGBUF_HDR_SZ + sizeof(struct event) + (size), wake);                \
         return 1;                                                                                 \
     } while (0)
 
-// Copy the frame (cut at `snap`: SNAP_MAX or HEAD_SNAP) into the ring buffer for the engine, in
-// the smallest record that holds it, so that the ring (and the reader's cache) carries little
-// more than the frames; `wake`: wake the reader at once. 1 if it was reported.
-static __always_inline int report_waking(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule, __u32 snap, int wake)
+// Copy the frame (cut at `snap`: SNAP_MAX or HEAD_SNAP) into the ring buffer of `shard` for its
+// engine, in the smallest record that holds it, so that the ring (and the reader's cache)
+// carries little more than the frames; `wake`: wake the reader at once. 1 if it was reported.
+static __always_inline int report_waking(struct __sk_buff *skb, __u32 shard, __u16 kind, __u16 flags, __u32 rule, __u32 snap, int wake)
 {
+    void *ring = ring_of(shard);
     __u32 len = skb->len;
     if (len == 0)
         return 0;
@@ -380,9 +441,9 @@ static __always_inline int report_waking(struct __sk_buff *skb, __u16 kind, __u1
 }
 
 // A report the reader takes at its next drain.
-static __always_inline int report(struct __sk_buff *skb, __u16 kind, __u16 flags, __u32 rule, __u32 snap)
+static __always_inline int report(struct __sk_buff *skb, __u32 shard, __u16 kind, __u16 flags, __u32 rule, __u32 snap)
 {
-    return report_waking(skb, kind, flags, rule, snap, 0);
+    return report_waking(skb, shard, kind, flags, rule, snap, 0);
 }
 
 // How much of an observed frame to copy: HEAD_SNAP when it may hold an HTTP head (the clients'
@@ -476,23 +537,25 @@ int syn_admit(struct __sk_buff *skb)
         struct conn_key k = { .client = p.saddr, .server = p.daddr, .client_port = source, .server_port = dest };
         bpf_map_delete_elem(&rejected, &k);
     }
+    __u32 shard = shard_in(cfg, p.skey);
     if (cfg->mode == MODE_PASS_ALL) {
         count(C_SYN_PASSED);
-        report(skb, KIND_SYN_PASSED, 0, 0, SNAP_MAX);
+        report(skb, shard, KIND_SYN_PASSED, 0, 0, SNAP_MAX);
         return TC_ACT_OK;
     }
     if (cfg->mode == MODE_VERDICTS && p.v4) {
         struct syn_key key = { .client = p.saddr, .server = p.daddr, .port = dest };
         struct syn_verdict *v = bpf_map_lookup_elem(&syn_verdicts, &key);
-        if (v && v->generation == cfg->generation) {
+        __u64 *gen = bpf_map_lookup_elem(&generations, &shard);
+        if (v && gen && v->generation == *gen) {
             __u32 rule = v->rule;
             if (v->action == ACTION_PASS || (v->action == ACTION_LIMIT && take_token(v->bucket))) {
                 count(C_SYN_PASSED);
-                report(skb, KIND_SYN_PASSED, 0, 0, SNAP_MAX);
+                report(skb, shard, KIND_SYN_PASSED, 0, 0, SNAP_MAX);
                 return TC_ACT_OK;
             }
             count(C_SYN_DROPPED);
-            report(skb, KIND_SYN_DROPPED, v->action == ACTION_LIMIT ? FLAG_LIMITED : 0, rule, SNAP_MAX);
+            report(skb, shard, KIND_SYN_DROPPED, v->action == ACTION_LIMIT ? FLAG_LIMITED : 0, rule, SNAP_MAX);
             return TC_ACT_SHOT;
         }
     }
@@ -502,7 +565,7 @@ int syn_admit(struct __sk_buff *skb)
         // has waited for rlm longer than HOLD_WAIT_NS (rlm behind, stopped or gone while the
         // program stays), if the ring has no room, or if the SYN is longer than a record holds
         // whole, it passes undecided (fail-open) and unreported.
-        __u64 *last = held_slot(HELD_LAST), *first = held_slot(HELD_FIRST), *taken = held_slot(HELD_TAKEN);
+        __u64 *last = held_slot(shard, HELD_LAST), *first = held_slot(shard, HELD_FIRST), *taken = held_slot(shard, HELD_TAKEN);
         __u64 now = bpf_ktime_get_ns();
         // Wake the reader for the first held SYN that waits, and again while they have waited
         // more than HOLD_REWAKE_NS (the reader may have gone to sleep just before the last one
@@ -522,7 +585,7 @@ int syn_admit(struct __sk_buff *skb)
         }
         __u16 flags = skb->vlan_present ? FLAG_VLAN : 0;
         __u32 tag = skb->vlan_present ? ((__u32)bpf_ntohs((__u16)skb->vlan_proto) << 16) | (skb->vlan_tci & 0xffff) : 0;
-        if (skb->len <= SNAP_MAX && report_waking(skb, KIND_SYN_HELD, flags, tag, SNAP_MAX, wake)) {
+        if (skb->len <= SNAP_MAX && report_waking(skb, shard, KIND_SYN_HELD, flags, tag, SNAP_MAX, wake)) {
             // The record's stamp, which rlm writes back, is later than `now`.
             if (last && first) {
                 if (!waiting)
@@ -555,7 +618,9 @@ int observe(struct __sk_buff *skb)
             return TC_ACT_OK;
         }
         count(C_OBSERVED);
-        report(skb, KIND_OBSERVED, skb->ingress_ifindex == skb->ifindex ? FLAG_FROM_SERVER : 0, 0, UDP_SNAP);
+        // The client is the end that is not a server's port.
+        __u32 shard = shard_of(is_server_port(udp->dest) ? p.skey : p.dkey);
+        report(skb, shard, KIND_OBSERVED, skb->ingress_ifindex == skb->ifindex ? FLAG_FROM_SERVER : 0, 0, UDP_SNAP);
         return TC_ACT_OK;
     }
     if (!p.tcp)    // TCP over IPv4, or over IPv6 without extension headers, only
@@ -574,17 +639,15 @@ int observe(struct __sk_buff *skb)
     // Where the frame came from: in at this (the server) port, or out of it toward a server.
     // The engine ignores a server's segment that came from the clients' side (a spoofer's).
     __u16 side = skb->ingress_ifindex == skb->ifindex ? FLAG_FROM_SERVER : 0;
+    __u32 zero = 0;
+    struct config *cfg = bpf_map_lookup_elem(&config, &zero);
     if (p.v4 && !tcp->syn && p.payload > 0 && to_server) {
         // A client's request, queued at the client port while a rewrite is carried out: the
         // engine has it from the queue.
-        __u32 zero = 0;
-        struct config *cfg = bpf_map_lookup_elem(&config, &zero);
         if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS))
             return TC_ACT_OK;
     }
     if (!to_server && p.v4) {
-        __u32 zero = 0;
-        struct config *cfg = bpf_map_lookup_elem(&config, &zero);
         if (cfg && (cfg->flags & CFG_QUEUE_REQUESTS) && side == FLAG_FROM_SERVER) {
             // A server's segment of a connection the engine rejected: the server was reset, the
             // client has the engine's answer; nothing of the server's may follow it.
@@ -682,7 +745,7 @@ int observe(struct __sk_buff *skb)
         bpf_map_delete_elem(&unread, &k);
     }
     count(C_OBSERVED);
-    report(skb, KIND_OBSERVED, side, 0, snap);
+    report(skb, shard_in(cfg, to_server ? p.skey : p.dkey), KIND_OBSERVED, side, 0, snap);
     return TC_ACT_OK;
 }
 

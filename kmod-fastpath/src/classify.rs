@@ -137,7 +137,7 @@ impl SrptEgress {
     /// nothing (band 0 for every packet) until [`SrptEgress::beat`] is called, and again when
     /// the beats stop for [`crate::HEARTBEAT_STALE`].
     pub fn load(server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
-        let mut bpf = crate::load_object(CLASSIFY, "the SRPT classifier", server_ports, &crate::CLASSIFY_PROGRAMS)?;
+        let mut bpf = crate::load_object(CLASSIFY, "the SRPT classifier", server_ports, &crate::CLASSIFY_PROGRAMS, &[])?;
         let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
         let mut e = SrptEgress { bpf, heartbeat };
         e.set_params(params)?;

@@ -33,10 +33,17 @@ use crate::{AttachMode, Heartbeat};
 
 static INLINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/inline.bpf.o"));
 
-pub use crate::records::{HOLD_WAIT, MAX_BUCKETS};
+pub use crate::records::{HOLD_WAIT, MAX_BUCKETS, MAX_SHARDS};
 
-/// The reader's slot of the `held` map (`HELD_TAKEN` in `bpf/inline.bpf.c`).
+/// The reader's slot of a shard's slots in the `held` map (`HELD_TAKEN` in `bpf/inline.bpf.c`),
+/// and how many slots a shard has there (`HELD_SLOTS`).
 const HELD_TAKEN: u32 = 2;
+const HELD_SLOTS: u32 = 3;
+
+/// A shard's ring of reports (`events0` to `events7`).
+fn ring_name(shard: usize) -> &'static str {
+    ["events0", "events1", "events2", "events3", "events4", "events5", "events6", "events7"][shard]
+}
 
 /// What `syn_admit` does with a client's SYN to a server port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,7 +181,8 @@ pub struct InlinePath {
     bpf: Ebpf,
     heartbeat: Heartbeat,
     queue_mark: u32,
-    generation: u64,
+    /// Engines the reports are dealt to by client.
+    shards: usize,
     mode: Mode,
     queue_responses: bool,
     queue_requests: bool,
@@ -186,7 +194,19 @@ impl InlinePath {
     /// `server_port`'s ingress and egress, as `mode` says. SYNs start in [`Mode::QueueAll`],
     /// marked with `queue_mark`.
     pub fn attach(client_port: &str, server_port: &str, server_ports: &[u16], queue_mark: u32, mode: AttachMode) -> Result<InlinePath> {
-        let mut path = InlinePath::load(server_ports, queue_mark)?;
+        InlinePath::attach_sharded(client_port, server_port, server_ports, queue_mark, mode, 1)
+    }
+
+    /// The same, the reports dealt to `shards` rings by client ([`InlinePath::load_sharded`]).
+    pub fn attach_sharded(
+        client_port: &str,
+        server_port: &str,
+        server_ports: &[u16],
+        queue_mark: u32,
+        mode: AttachMode,
+        shards: usize,
+    ) -> Result<InlinePath> {
+        let mut path = InlinePath::load_sharded(server_ports, queue_mark, shards)?;
         for (prog, iface, dirs) in
             [("syn_admit", client_port, &[TcAttachType::Ingress][..]), ("observe", server_port, &[TcAttachType::Ingress, TcAttachType::Egress][..])]
         {
@@ -203,21 +223,26 @@ impl InlinePath {
     /// packet untouched and unreported until [`InlinePath::beat`] is called, and again when the
     /// beats stop for [`crate::HEARTBEAT_STALE`].
     pub fn load(server_ports: &[u16], queue_mark: u32) -> Result<InlinePath> {
+        InlinePath::load_sharded(server_ports, queue_mark, 1)
+    }
+
+    /// The same for `shards` engines (1 to [`MAX_SHARDS`]): every report of a client goes to
+    /// the ring of its shard ([`InlinePath::take_rings`]), its client being its IPv4 address or
+    /// IPv6 /64 dealt as rlm-core's `Sharding::shard_of_client` deals it; each shard has its
+    /// generation ([`InlinePath::set_shard_mode`]) and its held SYNs' wait
+    /// ([`InlinePath::held_taken_by`]). The rings of the shards beyond are one page each.
+    pub fn load_sharded(server_ports: &[u16], queue_mark: u32, shards: usize) -> Result<InlinePath> {
         if queue_mark == 0 {
             bail!("the queue mark must have at least one bit set");
         }
-        let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS)?;
+        if !(1..=MAX_SHARDS).contains(&shards) {
+            bail!("{shards} shards: the fast path deals reports to 1 to {MAX_SHARDS}");
+        }
+        let unused: Vec<(&str, u32)> = (shards..MAX_SHARDS).map(|i| (ring_name(i), crate::page_size())).collect();
+        let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS, &unused)?;
         let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
-        let mut path = InlinePath {
-            bpf,
-            heartbeat,
-            queue_mark,
-            generation: 0,
-            mode: Mode::QueueAll,
-            queue_responses: false,
-            queue_requests: false,
-            hold_syns: false,
-        };
+        let mut path =
+            InlinePath { bpf, heartbeat, queue_mark, shards, mode: Mode::QueueAll, queue_responses: false, queue_requests: false, hold_syns: false };
         path.write_config()?;
         Ok(path)
     }
@@ -255,8 +280,13 @@ impl InlinePath {
         let flags = if self.queue_responses { CFG_QUEUE_RESPONSES } else { 0 }
             | if self.queue_requests { CFG_QUEUE_REQUESTS } else { 0 }
             | if self.hold_syns { CFG_HOLD_SYNS } else { 0 };
-        cfg.set(0, Config { generation: self.generation, queue_mark: self.queue_mark, mode: self.mode as u32, flags, pad: 0 }, 0)?;
+        cfg.set(0, Config { queue_mark: self.queue_mark, mode: self.mode as u32, flags, shards: self.shards as u32 }, 0)?;
         Ok(())
+    }
+
+    /// How many engines the reports are dealt to.
+    pub fn shards(&self) -> usize {
+        self.shards
     }
 
     /// Hold a SYN the kernel has no verdict for instead of marking it for NFQUEUE: report it
@@ -273,9 +303,22 @@ impl InlinePath {
     /// [`Event::ts_ns`]): those held after it are waiting, and [`HOLD_WAIT`] bounds their wait.
     /// Call it after each held SYN taken (or the last of a batch).
     pub fn held_taken(&mut self, ts_ns: u64) -> Result<()> {
+        self.held_taken_by(0, ts_ns)
+    }
+
+    /// The same for the held SYNs of `shard`'s ring.
+    pub fn held_taken_by(&mut self, shard: usize, ts_ns: u64) -> Result<()> {
+        let slot = self.shard_index(shard)? * HELD_SLOTS + HELD_TAKEN;
         let mut m: Array<&mut MapData, u64> = Array::try_from(self.bpf.map_mut("held").context("map held")?)?;
-        m.set(HELD_TAKEN, ts_ns, 0)?;
+        m.set(slot, ts_ns, 0)?;
         Ok(())
+    }
+
+    fn shard_index(&self, shard: usize) -> Result<u32> {
+        if shard >= self.shards {
+            bail!("shard {shard} of {}", self.shards);
+        }
+        Ok(shard as u32)
     }
 
     /// Mark the servers' IPv4 segments with payload, FIN or RST for NFQUEUE instead of
@@ -312,12 +355,24 @@ impl InlinePath {
         Ok(())
     }
 
-    /// Put a mode and a generation of the class statistics in force: verdicts of other
-    /// generations no longer apply.
+    /// Put a mode and a generation of the class statistics in force (one engine's: shard 0's):
+    /// verdicts of other generations no longer apply.
     pub fn set_mode(&mut self, mode: Mode, generation: u64) -> Result<()> {
-        self.mode = mode;
-        self.generation = generation;
-        self.write_config()
+        self.set_shard_mode(0, mode, generation)
+    }
+
+    /// The same from `shard`'s engine: the mode is every shard's (the rules' alike), the
+    /// generation its own, which its verdicts carry (a verdict for a client applies while it
+    /// carries the generation of the client's shard).
+    pub fn set_shard_mode(&mut self, shard: usize, mode: Mode, generation: u64) -> Result<()> {
+        let slot = self.shard_index(shard)?;
+        let mut m: Array<&mut MapData, u64> = Array::try_from(self.bpf.map_mut("generations").context("map generations")?)?;
+        m.set(slot, generation, 0)?;
+        if mode != self.mode {
+            self.mode = mode;
+            self.write_config()?;
+        }
+        Ok(())
     }
 
     /// The verdict for SYNs from `client` to `server` while `generation` is in force.
@@ -354,9 +409,21 @@ impl InlinePath {
         Ok(())
     }
 
-    /// The ring buffer of reports (taken once: the caller reads it, and waits on its fd).
+    /// The ring buffer of reports of one engine (shard 0's; taken once: the caller reads it, and
+    /// waits on its fd).
     pub fn take_events(&mut self) -> Result<EventRing> {
-        Ok(EventRing { ring: RingBuf::try_from(self.bpf.take_map("events").context("map events (already taken?)")?)? })
+        let name = ring_name(0);
+        Ok(EventRing { ring: RingBuf::try_from(self.bpf.take_map(name).with_context(|| format!("map {name} (already taken?)"))?)? })
+    }
+
+    /// Every shard's ring, in shard order (taken once).
+    pub fn take_rings(&mut self) -> Result<Vec<EventRing>> {
+        (0..self.shards)
+            .map(|i| {
+                let name = ring_name(i);
+                Ok(EventRing { ring: RingBuf::try_from(self.bpf.take_map(name).with_context(|| format!("map {name} (already taken?)"))?)? })
+            })
+            .collect()
     }
 
     pub fn counters(&self) -> Result<Counters> {

@@ -29,12 +29,17 @@ pub mod ring;
 #[cfg(feature = "bpf")]
 pub mod testrun;
 
-/// Load an object of this crate: fill its `server_ports` map (every object that needs the
-/// servers' ports has one, indexed by port) and put `programs` through the verifier.
+/// Load an object of this crate, its maps named in `sizes` made that many entries (bytes for a
+/// ring buffer): fill its `server_ports` map (every object that needs the servers' ports has
+/// one, indexed by port) and put `programs` through the verifier.
 #[cfg(feature = "bpf")]
-pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], programs: &[&str]) -> anyhow::Result<aya::Ebpf> {
+pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], programs: &[&str], sizes: &[(&str, u32)]) -> anyhow::Result<aya::Ebpf> {
     use anyhow::Context;
-    let mut bpf = aya::Ebpf::load(object).with_context(|| format!("loading {what}"))?;
+    let mut loader = aya::EbpfLoader::new();
+    for &(name, n) in sizes {
+        loader.set_max_entries(name, n);
+    }
+    let mut bpf = loader.load(object).with_context(|| format!("loading {what}"))?;
     {
         let mut ports: aya::maps::Array<&mut aya::maps::MapData, u8> =
             aya::maps::Array::try_from(bpf.map_mut("server_ports").context("map server_ports")?)?;
@@ -85,6 +90,14 @@ impl Heartbeat {
         m.set(0, records::HeartbeatValue { last_ns, stale_ns: self.stale_ns }, 0)?;
         Ok(())
     }
+}
+
+/// The size of a memory page: the smallest ring buffer.
+#[cfg(feature = "bpf")]
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(n).unwrap_or(4096)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: `bpf_ktime_get_ns`'s clock.

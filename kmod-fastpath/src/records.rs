@@ -41,6 +41,10 @@ pub const HOLD_WAIT: std::time::Duration = std::time::Duration::from_millis(200)
 /// `MAX_BUCKETS`: `LIMIT SYN` buckets the kernel keeps (slots `0..MAX_BUCKETS`).
 pub const MAX_BUCKETS: u32 = 1024;
 
+/// `MAX_SHARDS`: the most engines the programs deal reports to (rings `events0` on, slots of
+/// `generations` and `held`).
+pub const MAX_SHARDS: usize = 8;
+
 /// `enum inline_counter`: the slots of the `counters` per-CPU array.
 pub(crate) mod inline_counter {
     pub const SYN_PASSED: u32 = 0;
@@ -69,11 +73,10 @@ pub(crate) mod inline_counter {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Config {
-    pub generation: u64,
     pub queue_mark: u32,
     pub mode: u32,
     pub flags: u32,
-    pub pad: u32,
+    pub shards: u32,
 }
 // SAFETY: integers only, no padding (the layout test checks size and offsets against C).
 unsafe impl Pod for Config {}
@@ -306,7 +309,7 @@ mod tests {
     /// Every check: (a C expression, the value Rust has for it).
     fn checks() -> Vec<(String, usize)> {
         let mut a: Vec<(String, usize)> = Vec::new();
-        record!(a, Config, "config", [generation, queue_mark, mode, flags, pad]);
+        record!(a, Config, "config", [queue_mark, mode, flags, shards]);
         record!(a, SynKey, "syn_key", [client, server, port, pad]);
         record!(a, ConnKey, "conn_key", [client, server, client_port, server_port]);
         record!(a, BodyRange, "body_range", [until, pad, beyond]);
@@ -339,6 +342,7 @@ mod tests {
             ("CFG_QUEUE_REQUESTS", CFG_QUEUE_REQUESTS as usize),
             ("CFG_HOLD_SYNS", CFG_HOLD_SYNS as usize),
             ("MAX_BUCKETS", MAX_BUCKETS as usize),
+            ("MAX_SHARDS", MAX_SHARDS),
             ("C_SYN_PASSED", inline_counter::SYN_PASSED as usize),
             ("C_SYN_DROPPED", inline_counter::SYN_DROPPED as usize),
             ("C_SYN_QUEUED", inline_counter::SYN_QUEUED as usize),

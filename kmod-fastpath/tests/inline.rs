@@ -598,3 +598,86 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
     assert_eq!(lengths(&mut ring), vec![w(two.len())]);
     assert_eq!(path.counters().unwrap().body_armed, armed);
 }
+
+/// Reports dealt to engines side by side (`load_sharded`): every report of a client (its SYN at
+/// the client port, its segments and its server's at the server port, its QUIC datagrams; IPv4,
+/// or IPv6 by /64) goes to the ring of the shard rlm-core's `Sharding::shard_of_client` names
+/// for it, and each ring gets some. Each shard has its own generation: a verdict applies while
+/// it carries its client's shard's.
+#[test]
+fn reports_go_to_the_ring_of_their_clients_shard() {
+    use rlm_core::engine::Sharding;
+    use rlm_core::testkit::udp_frame;
+    use rlm_core::wire::{decode, Decoded};
+    use std::net::{IpAddr, Ipv6Addr};
+    if !is_root() {
+        eprintln!("skipped: needs root (eBPF)");
+        return;
+    }
+    const SHARDS: usize = 3;
+    let mut path = InlinePath::load_sharded(&[80, 443], MARK, SHARDS).expect("load the fast path with three rings");
+    path.watch_heartbeat(None).unwrap();
+    let mut rings = path.take_rings().unwrap();
+    assert_eq!(rings.len(), SHARDS);
+    path.set_mode(Mode::PassAll, 1).unwrap();
+    let sharding = Sharding::new(&rlm_core::Config { server_ports: vec![80, 443], ..Default::default() }, SHARDS);
+    let server4: SocketAddr = "10.1.0.1:80".parse().unwrap();
+    let server6: SocketAddr = "[fd00:9::1]:80".parse().unwrap();
+    let mut clients: Vec<IpAddr> = (0..120u32).map(|i| IpAddr::V4(Ipv4Addr::from(0x0a05_0000 + i * 13))).collect();
+    // IPv6 clients: one a /64, and two hosts of one /64, which go together.
+    clients.extend((0..60u16).map(|i| IpAddr::V6(Ipv6Addr::new(0xfd00, 1, 2, i, 0, 0, 0, 1))));
+    clients.push(IpAddr::V6(Ipv6Addr::new(0xfd00, 1, 2, 7, 0xabcd, 0, 0, 9)));
+    let mut sent = 0;
+    for &c in &clients {
+        let (client, server) = match c {
+            IpAddr::V4(_) => (SocketAddr::new(c, 40000), server4),
+            IpAddr::V6(_) => (SocketAddr::new(c, 40000), server6),
+        };
+        path.test_run(true, &tcp_frame(LinkType::Ethernet, client, server, 1, 0, SYN, &[]), 1).unwrap();
+        path.test_run_from_server(&tcp_frame(LinkType::Ethernet, server, client, 7, 2, SYN | ACK, &[])).unwrap();
+        path.test_run(false, &tcp_frame(LinkType::Ethernet, client, server, 2, 8, ACK | PSH, b"GET / HTTP/1.1\r\n\r\n"), 1).unwrap();
+        sent += 3;
+        if let (IpAddr::V4(c4), SocketAddr::V4(s4)) = (c, server4) {
+            let quic = SocketAddrV4::new(*s4.ip(), 443);
+            path.test_run(false, &udp_frame(SocketAddrV4::new(c4, 50000), quic, &[0xc0; 40]), 1).unwrap();
+            path.test_run_from_server(&udp_frame(quic, SocketAddrV4::new(c4, 50000), &[0x40; 40])).unwrap();
+            sent += 2;
+        }
+    }
+    let mut got = 0;
+    for (shard, ring) in rings.iter_mut().enumerate() {
+        let mut n = 0;
+        ring.drain(usize::MAX, |e| {
+            let e = e.expect("a well-formed record");
+            let (src, dst) = match decode(LinkType::Ethernet, e.frame) {
+                Decoded::Tcp(s) => (s.src, s.dst),
+                Decoded::Udp(d) => (d.src, d.dst),
+                other => panic!("not TCP or UDP: {other:?}"),
+            };
+            let client = if [80, 443].contains(&src.port) { dst.ip } else { src.ip };
+            assert_eq!(sharding.shard_of_client(client), shard, "{client}'s report ({:?}) in ring {shard}", e.kind);
+            n += 1;
+        });
+        assert!(n > sent / SHARDS / 2, "ring {shard} got {n} of {sent} reports: clients are not spread");
+        got += n;
+    }
+    assert_eq!(got, sent, "every report in some ring");
+
+    // Generations per shard: a client's verdict applies under its own shard's generation only.
+    let shard_of = |c: Ipv4Addr| sharding.shard_of_client(IpAddr::V4(c));
+    let a = (0..).map(|i| Ipv4Addr::new(10, 7, 0, i)).find(|&c| shard_of(c) == 0).unwrap();
+    let b = (0..).map(|i| Ipv4Addr::new(10, 7, 1, i)).find(|&c| shard_of(c) == 1).unwrap();
+    let SocketAddr::V4(s4) = server4 else { unreachable!() };
+    for shard in 0..SHARDS {
+        path.set_shard_mode(shard, Mode::Verdicts, 10 + shard as u64).unwrap();
+    }
+    // Both verdicts carry shard 1's generation: b's applies, a's (shard 0 is at 10) does not.
+    path.set_syn_verdict(a, s4, 11, SynAction::Drop { rule: 1 }).unwrap();
+    path.set_syn_verdict(b, s4, 11, SynAction::Drop { rule: 1 }).unwrap();
+    let syn = |c: Ipv4Addr| tcp_frame(LinkType::Ethernet, SocketAddr::V4(SocketAddrV4::new(c, 40001)), server4, 1, 0, SYN, &[]);
+    let r = path.test_run(true, &syn(b), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (2, 0), "b's verdict of its shard's generation: dropped");
+    let r = path.test_run(true, &syn(a), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, MARK), "a's verdict of another shard's generation: queued");
+    assert!(path.set_shard_mode(SHARDS, Mode::Verdicts, 1).is_err(), "no such shard");
+}
