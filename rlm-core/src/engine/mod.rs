@@ -50,7 +50,7 @@ pub use fastpath::{FastpathUpdate, SynMode};
 pub use records::{
     conn_uid, DecisionRecord, ExchangeFacts, TlsRecord, TransactionRecord, UnixMicros, UNPROVEN_EVENTS, UNPROVEN_FIELD, UNPROVEN_URIS,
 };
-pub use shard::Sharding;
+pub use shard::{ClassSample, Sharding};
 pub use stats::{Stats, TableSizes};
 
 /// Ports Zeek reads as HTTP without looking at the bytes first (its `HTTP::ports`).
@@ -273,6 +273,11 @@ pub struct Engine {
     unproven: records::UnprovenRecords,
     /// QUIC's flows on the servers' UDP ports, counted.
     quic: crate::quic::QuicFlows<ClassId>,
+    /// Rule sets put in force ([`Engine::set_rules`]): the numbering a class id belongs to.
+    rule_sets: u64,
+    /// The samples this engine's pageviews gave the class windows, kept for the engines side by
+    /// side with it ([`Engine::share_class_samples`]); None: not shared.
+    shared_samples: Option<Vec<ClassSample>>,
 }
 
 impl Engine {
@@ -314,6 +319,8 @@ impl Engine {
             fastpath: None,
             adapt: Adaptation::default(),
             held: budget::Held::default(),
+            rule_sets: 0,
+            shared_samples: None,
         }
     }
 
@@ -379,6 +386,7 @@ impl Engine {
     /// Put a rule set in force (or none). Flows, pageviews and class statistics carry over: a
     /// reload loses nothing.
     pub fn set_rules(&mut self, rules: Option<RuleSet>) {
+        self.rule_sets += 1;
         match (rules, self.policy.as_mut()) {
             (Some(r), Some(p)) => p.replace_rules(r),
             (Some(r), None) => {

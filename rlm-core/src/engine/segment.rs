@@ -8,6 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::adaptation::AdaptStep;
 use super::records::Writing;
+use super::shard::{share, ClassSample};
 use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, TlsRecord, TransactionRecord, UnixMicros, WELL_KNOWN_HTTP_PORTS};
 use crate::analyzer::{Analyzer, AppEvent};
 use crate::flow::{CloseReason, Conn, ConnId, ConnState, Dir, FlowNote};
@@ -635,7 +636,12 @@ impl Engine {
                     pv.class = Some(policy.class_name(class).to_string());
                     // Only a pageview with evidence of a real client enters the class statistics.
                     if !pv.incomplete && pv.evidence != Evidence::None {
-                        let taken = policy.on_pageview(self.last_now, class, pv.rt_s, crate::policy::source_of(ip));
+                        let source = crate::policy::source_of(ip);
+                        let taken = policy.on_pageview(self.last_now, class, pv.rt_s, source);
+                        if let Some(shared) = self.shared_samples.as_mut() {
+                            let sample = ClassSample { at: self.last_now, class: class.0, rt_s: pv.rt_s, source, rule_set: self.rule_sets };
+                            share(shared, sample, &mut self.stats.class_samples_unshared);
+                        }
                         self.stats.window_evicted += taken.evicted;
                         if taken.over_share {
                             self.stats.pageviews_over_share += 1;

@@ -5,16 +5,85 @@
 //! none of the others' measure what one engine would: the frames are split by client, a client
 //! being its IPv4 address or its IPv6 /64 ([`crate::policy::source_of`], the unit the class
 //! windows' shares count), and the client end of a frame being the end that is not a server's
-//! port ([`Config::server_ports`]). What spans clients (the per-class response-time windows
-//! the rules read, the SLA controller, the injection budget) is not split this way: a driver
-//! shards only an engine without rules, or merges those itself.
+//! port ([`Config::server_ports`]). What spans clients is not split this way: the per-class
+//! response-time windows the rules read and the SLA controller's measurements are shared
+//! ([`ClassSample`]: each engine hands the others what its pageviews gave its windows, and
+//! takes theirs, at the driver's tick), while the injection budget and the controller's
+//! arrivals stay each engine's.
 
 use std::net::IpAddr;
 
 use crate::policy::source_of;
+use crate::time::Timestamp;
 use crate::wire::{self, Decoded, LinkType};
 
-use super::Config;
+use super::{Config, Engine};
+
+/// Samples of an engine's own pageviews kept for the others, at most, between two takes
+/// ([`Engine::take_class_samples`]); past it they are counted (`class_samples_unshared`).
+pub const MAX_SHARED_SAMPLES: usize = 1 << 16;
+
+/// What a pageview gave the class windows, as engines side by side share it: each engine's
+/// windows (and SLA controller) then see every engine's pageviews, while its class counters
+/// count its own.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClassSample {
+    /// When its engine took it (that engine's time).
+    pub at: Timestamp,
+    /// Its class's id, in the numbering of rule set `rule_set`.
+    pub class: u16,
+    /// Its response time, in seconds.
+    pub rt_s: f64,
+    /// Its client's source ([`source_of`]), for the windows' shares.
+    pub source: u64,
+    /// The rule sets its engine had put in force by then ([`Engine::set_rules`] calls): engines
+    /// that are given the same rule sets number classes alike.
+    pub rule_set: u64,
+}
+
+/// Keep `sample` for the other engines, or count it when `MAX_SHARED_SAMPLES` wait already.
+pub(super) fn share(shared: &mut Vec<ClassSample>, sample: ClassSample, unshared: &mut u64) {
+    if shared.len() < MAX_SHARED_SAMPLES {
+        shared.push(sample);
+    } else {
+        *unshared += 1;
+    }
+}
+
+impl Engine {
+    /// This engine is one of several side by side, each given the same rule sets: keep what
+    /// its pageviews give the class windows for [`Engine::take_class_samples`].
+    pub fn share_class_samples(&mut self) {
+        self.shared_samples.get_or_insert_with(Vec::new);
+    }
+
+    /// The samples this engine's pageviews gave its class windows since the last take, oldest
+    /// first, for the other engines' [`Engine::add_class_samples`].
+    pub fn take_class_samples(&mut self) -> Vec<ClassSample> {
+        self.shared_samples.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The samples other engines side by side took: into this engine's class windows and SLA
+    /// controller (not its class counters), the statistics then read at this engine's time
+    /// (never moved ahead by another engine's: a sample from ahead of it waits in the window).
+    /// A sample whose classes are numbered in another rule set (one taken across a reload) is
+    /// left out. Like a frame, this may change the generation of the SYN verdicts
+    /// ([`crate::FastpathUpdate::Mode`]).
+    pub fn add_class_samples(&mut self, samples: &[ClassSample]) {
+        let Some(policy) = self.policy.as_mut() else { return };
+        let now = self.last_now;
+        for s in samples {
+            if s.rule_set != self.rule_sets {
+                self.stats.class_samples_stale += 1;
+                continue;
+            }
+            let taken = policy.on_shared_pageview(now, s.at, rules::ClassId(s.class), s.rt_s, s.source);
+            self.stats.class_samples_shared += 1;
+            self.stats.window_evicted += taken.evicted;
+        }
+        self.note_fastpath();
+    }
+}
 
 /// Connections whose client the dealer learnt from their SYN, at most (past it, forgotten all
 /// at once: their next frames go by ports until their next SYN, as a mid-stream join does).
@@ -194,5 +263,118 @@ mod tests {
         assert_eq!((one.for_shard(0, 2).pageview.first_id, one.for_shard(0, 2).pageview.id_step), (1, 2));
         let alone = one.for_shard(0, 1);
         assert_eq!((alone.max_connections, alone.pageview.first_id, alone.pageview.id_step), (1001, 1, 1));
+    }
+}
+
+#[cfg(test)]
+mod sharing_tests {
+    use super::*;
+    use crate::testkit::TcpConv;
+    use crate::{Port, Verdict};
+    use rules::Stat;
+
+    const RULES: &str = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC != 10.4.*.* AND RT.HIGH > 3.0s THEN DROP SYN\n";
+
+    fn engine(cfg: &Config) -> Engine {
+        let mut e = Engine::new(cfg.clone());
+        e.enable_fastpath();
+        e.set_rules(Some(rules::compile("test.rlm", RULES).unwrap_or_else(|d| panic!("{d}"))));
+        e
+    }
+
+    /// One HIGH client's pageview that takes `rt_ms` from its SYN (a slow handshake).
+    fn slow_page(client: &str, rt_ms: u64, t0: u64) -> Vec<(u64, Vec<u8>)> {
+        let mut c = TcpConv::new(&format!("{client}:40001"), "10.9.0.1:80");
+        let mut out = vec![(t0, c.syn()), (t0 + rt_ms - 200, c.synack()), (t0 + rt_ms - 190, c.ack())];
+        out.push((t0 + rt_ms - 180, c.client_data(b"GET / HTTP/1.1\r\nHost: shop\r\n\r\n")));
+        for f in c.server_data(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello") {
+            out.push((t0 + rt_ms, f));
+        }
+        out
+    }
+
+    fn ts(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    /// Two engines side by side, each given its clients' frames and the other's class samples
+    /// every 100 ms, hold the class windows one engine would: the same HIGH mean and count,
+    /// their class counters adding up to its. All HIGH clients are engine 0's, and a LOW
+    /// client of engine 1 is dropped by engine 1 from what engine 0 measured.
+    #[test]
+    fn engines_that_share_class_samples_read_the_windows_one_engine_would() {
+        let cfg = Config { server_ports: vec![80], ..Config::default() };
+        let mut sharding = Sharding::new(&cfg, 2);
+        let mut solo = engine(&cfg);
+        let mut shards: Vec<Engine> = (0..2).map(|i| engine(&cfg.for_shard(i, 2))).collect();
+        for e in &mut shards {
+            e.share_class_samples();
+        }
+        let high: Vec<String> = (0..200u32)
+            .map(|i| format!("10.4.{}.{}", i / 200, i % 200 + 1))
+            .filter(|c| sharding.shard_of_client(c.parse().unwrap()) == 0)
+            .take(12)
+            .collect();
+        assert_eq!(high.len(), 12);
+        let mut frames: Vec<(u64, Vec<u8>)> = Vec::new();
+        for (i, c) in high.iter().enumerate() {
+            frames.extend(slow_page(c, 4_000 + 100 * i as u64, 1_000 + 50 * i as u64));
+        }
+        frames.sort_by_key(|(t, _)| *t);
+        let exchange = |shards: &mut Vec<Engine>| {
+            let (a, b) = (shards[0].take_class_samples(), shards[1].take_class_samples());
+            shards[1].add_class_samples(&a);
+            shards[0].add_class_samples(&b);
+        };
+        let mut next_tick = 100;
+        for (t, f) in frames {
+            while next_tick <= t {
+                exchange(&mut shards);
+                next_tick += 100;
+            }
+            solo.handle(ts(t), Port::Unknown, &f);
+            let shard = sharding.shard_of(crate::wire::LinkType::Ethernet, &f);
+            shards[shard].handle(ts(t), Port::Unknown, &f);
+        }
+        let end = 60_000;
+        solo.shutdown(ts(end));
+        for e in &mut shards {
+            e.shutdown(ts(end));
+        }
+        exchange(&mut shards);
+        let class = |e: &Engine| e.policy().unwrap().rules().class_id("HIGH").unwrap();
+        let read = |e: &Engine| {
+            let p = e.policy().unwrap();
+            (p.class_samples(class(e)), p.class_rt(class(e), Stat::Mean))
+        };
+        let (n, mean) = read(&solo);
+        assert_eq!(n, 12, "every HIGH pageview in the one engine's window");
+        assert!(mean.unwrap() > 3.0);
+        for (i, e) in shards.iter().enumerate() {
+            let (m, got) = read(e);
+            assert_eq!(m, n, "engine {i}'s HIGH window holds every engine's pageviews");
+            assert!((got.unwrap() - mean.unwrap()).abs() < 1e-9, "engine {i}: {got:?} against {mean:?}");
+        }
+        let counted: u64 = shards.iter().map(|e| e.policy().unwrap().class_counters[class(e).index()].pageviews).sum();
+        assert_eq!(counted, solo.policy().unwrap().class_counters[class(&solo).index()].pageviews, "each engine counts its own");
+        assert_eq!((shards[0].stats().class_samples_shared, shards[1].stats().class_samples_shared), (0, 12));
+        // A LOW client of engine 1, which saw no HIGH pageview itself: dropped by RT.HIGH.
+        let low = (1..250u8).map(|i| format!("10.5.0.{i}")).find(|c| sharding.shard_of_client(c.parse().unwrap()) == 1).unwrap();
+        let syn = TcpConv::new(&format!("{low}:40100"), "10.9.0.1:80").syn();
+        assert_eq!(shards[1].handle(ts(end + 10), Port::Unknown, &syn), Verdict::Drop);
+        assert_eq!(solo.handle(ts(end + 10), Port::Unknown, &syn), Verdict::Drop);
+    }
+
+    /// A sample whose classes are numbered in another rule set than the engine's (taken across
+    /// a reload) is left out and counted.
+    #[test]
+    fn a_sample_of_another_rule_set_is_left_out() {
+        let cfg = Config::default();
+        let mut e = engine(&cfg);
+        let s = ClassSample { at: ts(1_000), class: 0, rt_s: 9.0, source: 1, rule_set: 1 };
+        e.add_class_samples(&[s, ClassSample { rule_set: 2, ..s }]);
+        let high = e.policy().unwrap().rules().class_id("HIGH").unwrap();
+        assert_eq!(e.policy().unwrap().class_samples(high), 1);
+        assert_eq!((e.stats().class_samples_shared, e.stats().class_samples_stale), (1, 1));
     }
 }

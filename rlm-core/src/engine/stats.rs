@@ -163,6 +163,14 @@ pub struct Stats {
     /// Pageviews their class's window did not take: their client held its share of it already
     /// (twice the window's mean per source, once it holds 16).
     pub pageviews_over_share: u64,
+    /// Engines side by side: samples of this engine's pageviews not shared with the others
+    /// (more than `MAX_SHARED_SAMPLES` waited for the driver).
+    pub class_samples_unshared: u64,
+    /// Engines side by side: the others' samples taken into this engine's class windows.
+    pub class_samples_shared: u64,
+    /// Engines side by side: the others' samples left out (their classes numbered in another
+    /// rule set than this engine's: taken across a reload).
+    pub class_samples_stale: u64,
     /// Connections whose client's first bytes opened TLS but whose records could not be read.
     pub connections_not_tls: u64,
     /// TLS connections that ended, those of them established, and what was not read as TLS,
@@ -261,6 +269,9 @@ impl Stats {
             pageviews,
             window_evicted,
             pageviews_over_share,
+            class_samples_unshared,
+            class_samples_shared,
+            class_samples_stale,
             connections_not_tls,
             tls_connections,
             tls_established,
@@ -330,6 +341,9 @@ impl Stats {
         self.pageviews += *pageviews;
         self.window_evicted += *window_evicted;
         self.pageviews_over_share += *pageviews_over_share;
+        self.class_samples_unshared += *class_samples_unshared;
+        self.class_samples_shared += *class_samples_shared;
+        self.class_samples_stale += *class_samples_stale;
         self.connections_not_tls += *connections_not_tls;
         self.tls_connections += *tls_connections;
         self.tls_established += *tls_established;

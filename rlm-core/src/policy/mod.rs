@@ -285,9 +285,31 @@ impl Policy {
     /// share of it already, see `class_windows`), and the samples that left full windows (its
     /// class's, all pageviews') before their time to make room (`MAX_WINDOW_SAMPLES`): 0, 1 or 2.
     pub fn on_pageview(&mut self, now: Timestamp, class: ClassId, rt_s: f64, source: u64) -> PageviewTaken {
+        if let Some(c) = self.class_counters.get_mut(class.index()) {
+            c.pageviews += 1;
+        }
+        self.take_sample(now, class, rt_s, source)
+    }
+
+    /// A pageview an engine side by side with this one measured (its `on_pageview` took it), so
+    /// that the class windows and the SLA controller of each engine see every pageview: as
+    /// [`Policy::on_pageview`], but not counted among this policy's class counters (each
+    /// engine counts its own).
+    /// `at`: when the other engine took it; `now`: this engine's time, at or after it.
+    pub fn on_shared_pageview(&mut self, now: Timestamp, at: Timestamp, class: ClassId, rt_s: f64, source: u64) -> PageviewTaken {
+        self.take_sample_at(now, at, class, rt_s, source)
+    }
+
+    fn take_sample(&mut self, now: Timestamp, class: ClassId, rt_s: f64, source: u64) -> PageviewTaken {
+        self.take_sample_at(now, now, class, rt_s, source)
+    }
+
+    /// A sample taken at `at` into the windows and the controller, the statistics then looked
+    /// at again at `now`.
+    fn take_sample_at(&mut self, now: Timestamp, at: Timestamp, class: ClassId, rt_s: f64, source: u64) -> PageviewTaken {
         let mut taken = PageviewTaken::default();
         if let Some(w) = self.windows.0.get_mut(class.index()) {
-            match w.push_from(now, rt_s, source) {
+            match w.push_from(at, rt_s, source) {
                 Some(evicted) => {
                     taken.counted = true;
                     taken.evicted += u64::from(evicted);
@@ -296,13 +318,10 @@ impl Policy {
             }
         }
         if let Some(all) = self.windows.0.last_mut() {
-            taken.evicted += u64::from(all.push_from(now, rt_s, source).unwrap_or(false));
-        }
-        if let Some(c) = self.class_counters.get_mut(class.index()) {
-            c.pageviews += 1;
+            taken.evicted += u64::from(all.push_from(at, rt_s, source).unwrap_or(false));
         }
         if let Some(ctl) = self.controller.as_mut() {
-            ctl.on_pageview(now, class, rt_s);
+            ctl.on_pageview(at, class, rt_s);
         }
         self.refresh(now);
         taken
