@@ -30,6 +30,12 @@
 //    (QUIC's) are reported too, their first UDP_SNAP bytes: the engine counts their flows and
 //    bytes per class, it does not manage them.
 //
+// Reports go to a ring per engine shard (events0 to events7; config.shards of them in use): every
+// report of a client to its shard's, the client hashed as rlm-core's Sharding::shard_of_client
+// hashes it (common.h shard_of_key), so that each engine sees all of its clients' packets and
+// none of the others'. Each shard has its own generation (`generations`) and held-SYN wait
+// (`held`); with one shard (rlm run today) everything goes to events0.
+//
 // Maps are the only interface with the engine. If rlm is gone the programs are detached: tcx
 // links belong to its process; clsact filters outlive it, and rlm's guard process (or its next
 // start) detaches them. Then the bridge forwards plainly. While rlm lives but its heartbeat is
