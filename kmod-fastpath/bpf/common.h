@@ -96,9 +96,17 @@ struct body_range {
 // `config`'s one value.
 struct config {
     __u32 queue_mark;
-    __u32 mode;     // MODE_*
     __u32 flags;    // CFG_*
     __u32 shards;   // engines the reports are dealt to by client (1..MAX_SHARDS; 0 is 1)
+    __u32 pad;
+};
+
+// `modes`' value, one a shard: how its clients' SYNs are treated, and the generation its
+// engine's verdicts must carry to apply.
+struct shard_mode {
+    __u64 generation;
+    __u32 mode;     // MODE_*
+    __u32 pad;
 };
 
 // At most this many engines: `events0` to `events7` and the slots of `generations` and `held`.

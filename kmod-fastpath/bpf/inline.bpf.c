@@ -33,8 +33,8 @@
 // Reports go to a ring per engine shard (events0 to events7; config.shards of them in use): every
 // report of a client to its shard's, the client hashed as rlm-core's Sharding::shard_of_client
 // hashes it (common.h shard_of_key), so that each engine sees all of its clients' packets and
-// none of the others'. Each shard has its own generation (`generations`) and held-SYN wait
-// (`held`); with one shard (rlm run today) everything goes to events0.
+// none of the others'. Each shard has its own SYN mode and generation (`modes`) and held-SYN
+// wait (`held`); with one shard everything goes to events0.
 //
 // Maps are the only interface with the engine. If rlm is gone the programs are detached: tcx
 // links belong to its process; clsact filters outlive it, and rlm's guard process (or its next
@@ -136,14 +136,15 @@ static __always_inline __u64 *held_slot(__u32 shard, __u32 slot)
     return bpf_map_lookup_elem(&held, &i);
 }
 
-// The generation of the class statistics each shard's engine has in force: a verdict applies
-// to its client's SYNs while it carries its shard's.
+// Each shard's engine's SYN mode and generation of the class statistics (its engine alone writes
+// them): a client's SYN is treated as its shard's mode says, and a verdict applies to it while
+// it carries its shard's generation.
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(max_entries, MAX_SHARDS);
     __type(key, __u32);
-    __type(value, __u64);
-} generations SEC(".maps");
+    __type(value, struct shard_mode);
+} modes SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -544,16 +545,18 @@ int syn_admit(struct __sk_buff *skb)
         bpf_map_delete_elem(&rejected, &k);
     }
     __u32 shard = shard_in(cfg, p.skey);
-    if (cfg->mode == MODE_PASS_ALL) {
+    struct shard_mode *m = bpf_map_lookup_elem(&modes, &shard);
+    if (!m)
+        return TC_ACT_OK;
+    if (m->mode == MODE_PASS_ALL) {
         count(C_SYN_PASSED);
         report(skb, shard, KIND_SYN_PASSED, 0, 0, SNAP_MAX);
         return TC_ACT_OK;
     }
-    if (cfg->mode == MODE_VERDICTS && p.v4) {
+    if (m->mode == MODE_VERDICTS && p.v4) {
         struct syn_key key = { .client = p.saddr, .server = p.daddr, .port = dest };
         struct syn_verdict *v = bpf_map_lookup_elem(&syn_verdicts, &key);
-        __u64 *gen = bpf_map_lookup_elem(&generations, &shard);
-        if (v && gen && v->generation == *gen) {
+        if (v && v->generation == m->generation) {
             __u32 rule = v->rule;
             if (v->action == ACTION_PASS || (v->action == ACTION_LIMIT && take_token(v->bucket))) {
                 count(C_SYN_PASSED);

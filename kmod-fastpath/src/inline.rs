@@ -25,7 +25,7 @@ use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{include_bytes_aligned, Ebpf};
 
 use crate::records::{
-    inline_counter as c, BodyRange, Bucket, Config, ConnKey, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_HOLD_SYNS,
+    inline_counter as c, BodyRange, Bucket, Config, ConnKey, ShardMode, SynKey, SynVerdict, ACTION_DROP, ACTION_LIMIT, ACTION_PASS, CFG_HOLD_SYNS,
     CFG_QUEUE_REQUESTS, CFG_QUEUE_RESPONSES, MODE_PASS_ALL, MODE_QUEUE_ALL, MODE_VERDICTS,
 };
 use crate::testrun::{self, TestRun};
@@ -183,7 +183,8 @@ pub struct InlinePath {
     queue_mark: u32,
     /// Engines the reports are dealt to by client.
     shards: usize,
-    mode: Mode,
+    /// Shard 0's door: what one engine publishes ([`InlinePath::set_mode`] and the like).
+    door: ShardDoor,
     queue_responses: bool,
     queue_requests: bool,
     hold_syns: bool,
@@ -229,8 +230,8 @@ impl InlinePath {
     /// The same for `shards` engines (1 to [`MAX_SHARDS`]): every report of a client goes to
     /// the ring of its shard ([`InlinePath::take_rings`]), its client being its IPv4 address or
     /// IPv6 /64 dealt as rlm-core's `Sharding::shard_of_client` deals it; each shard has its
-    /// generation ([`InlinePath::set_shard_mode`]) and its held SYNs' wait
-    /// ([`InlinePath::held_taken_by`]). The rings of the shards beyond are one page each.
+    /// SYN mode and generation and its held SYNs' wait, written through its door
+    /// ([`InlinePath::shard_door`]). The rings of the shards beyond are one page each.
     pub fn load_sharded(server_ports: &[u16], queue_mark: u32, shards: usize) -> Result<InlinePath> {
         if queue_mark == 0 {
             bail!("the queue mark must have at least one bit set");
@@ -241,8 +242,8 @@ impl InlinePath {
         let unused: Vec<(&str, u32)> = (shards..MAX_SHARDS).map(|i| (ring_name(i), crate::page_size())).collect();
         let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS, &unused)?;
         let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
-        let mut path =
-            InlinePath { bpf, heartbeat, queue_mark, shards, mode: Mode::QueueAll, queue_responses: false, queue_requests: false, hold_syns: false };
+        let door = ShardDoor::open(&bpf, 0)?;
+        let mut path = InlinePath { bpf, heartbeat, queue_mark, shards, door, queue_responses: false, queue_requests: false, hold_syns: false };
         path.write_config()?;
         Ok(path)
     }
@@ -280,13 +281,23 @@ impl InlinePath {
         let flags = if self.queue_responses { CFG_QUEUE_RESPONSES } else { 0 }
             | if self.queue_requests { CFG_QUEUE_REQUESTS } else { 0 }
             | if self.hold_syns { CFG_HOLD_SYNS } else { 0 };
-        cfg.set(0, Config { queue_mark: self.queue_mark, mode: self.mode as u32, flags, shards: self.shards as u32 }, 0)?;
+        cfg.set(0, Config { queue_mark: self.queue_mark, flags, shards: self.shards as u32, pad: 0 }, 0)?;
         Ok(())
     }
 
     /// How many engines the reports are dealt to.
     pub fn shards(&self) -> usize {
         self.shards
+    }
+
+    /// A door to the maps for the engine of `shard` (each its own descriptors: one per engine
+    /// thread): its SYN mode and generation, its held SYNs' progress, and the entries of its
+    /// clients in the maps all engines share.
+    pub fn shard_door(&self, shard: usize) -> Result<ShardDoor> {
+        if shard >= self.shards {
+            bail!("shard {shard} of {}", self.shards);
+        }
+        ShardDoor::open(&self.bpf, shard as u32)
     }
 
     /// Hold a SYN the kernel has no verdict for instead of marking it for NFQUEUE: report it
@@ -303,22 +314,7 @@ impl InlinePath {
     /// [`Event::ts_ns`]): those held after it are waiting, and [`HOLD_WAIT`] bounds their wait.
     /// Call it after each held SYN taken (or the last of a batch).
     pub fn held_taken(&mut self, ts_ns: u64) -> Result<()> {
-        self.held_taken_by(0, ts_ns)
-    }
-
-    /// The same for the held SYNs of `shard`'s ring.
-    pub fn held_taken_by(&mut self, shard: usize, ts_ns: u64) -> Result<()> {
-        let slot = self.shard_index(shard)? * HELD_SLOTS + HELD_TAKEN;
-        let mut m: Array<&mut MapData, u64> = Array::try_from(self.bpf.map_mut("held").context("map held")?)?;
-        m.set(slot, ts_ns, 0)?;
-        Ok(())
-    }
-
-    fn shard_index(&self, shard: usize) -> Result<u32> {
-        if shard >= self.shards {
-            bail!("shard {shard} of {}", self.shards);
-        }
-        Ok(shard as u32)
+        self.door.held_taken(ts_ns)
     }
 
     /// Mark the servers' IPv4 segments with payload, FIN or RST for NFQUEUE instead of
@@ -335,78 +331,29 @@ impl InlinePath {
         self.write_config()
     }
 
-    /// The engine answered a request of the IPv4 connection `client`-`server` itself (`REJECT`)
-    /// and reset the server: while requests are queued ([`InlinePath::set_queue_requests`]),
-    /// the client's segments of it go through the queue and the server's are dropped, for
-    /// [`REJECTED_HOLD`] or until a new SYN on its ports.
+    /// [`ShardDoor::set_rejected`], shard 0's.
     pub fn set_rejected(&mut self, client: SocketAddrV4, server: SocketAddrV4) -> Result<()> {
-        let until = crate::monotonic_ns() + REJECTED_HOLD.as_nanos() as u64;
-        let mut m: HashMap<&mut MapData, ConnKey, u64> = HashMap::try_from(self.bpf.map_mut("rejected").context("map rejected")?)?;
-        m.insert(ConnKey::new(client, server), until, 0)?;
-        Ok(())
+        self.door.set_rejected(client, server)
     }
 
-    /// The server of the IPv4 connection `client`-`server` is sending a body the engine does not
-    /// read, which ends before sequence number `until`: its segments that end by then are
-    /// reported cut to their headers (their length on the wire kept), until one reaches it.
+    /// [`ShardDoor::set_body_unread`], shard 0's.
     pub fn set_body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) -> Result<()> {
-        let mut m: HashMap<&mut MapData, ConnKey, BodyRange> = HashMap::try_from(self.bpf.map_mut("unread").context("map unread")?)?;
-        m.insert(ConnKey::new(client, server), BodyRange { until, pad: 0, beyond: 0 }, 0)?;
-        Ok(())
+        self.door.set_body_unread(client, server, until)
     }
 
-    /// Put a mode and a generation of the class statistics in force (one engine's: shard 0's):
-    /// verdicts of other generations no longer apply.
+    /// [`ShardDoor::set_mode`], shard 0's (one engine's).
     pub fn set_mode(&mut self, mode: Mode, generation: u64) -> Result<()> {
-        self.set_shard_mode(0, mode, generation)
+        self.door.set_mode(mode, generation)
     }
 
-    /// The same from `shard`'s engine: the mode is every shard's (the rules' alike), the
-    /// generation its own, which its verdicts carry (a verdict for a client applies while it
-    /// carries the generation of the client's shard).
-    pub fn set_shard_mode(&mut self, shard: usize, mode: Mode, generation: u64) -> Result<()> {
-        let slot = self.shard_index(shard)?;
-        let mut m: Array<&mut MapData, u64> = Array::try_from(self.bpf.map_mut("generations").context("map generations")?)?;
-        m.set(slot, generation, 0)?;
-        if mode != self.mode {
-            self.mode = mode;
-            self.write_config()?;
-        }
-        Ok(())
-    }
-
-    /// The verdict for SYNs from `client` to `server` while `generation` is in force.
+    /// [`ShardDoor::set_syn_verdict`], shard 0's.
     pub fn set_syn_verdict(&mut self, client: Ipv4Addr, server: SocketAddrV4, generation: u64, action: SynAction) -> Result<()> {
-        let key = SynKey {
-            client: u32::from_ne_bytes(client.octets()),
-            server: u32::from_ne_bytes(server.ip().octets()),
-            port: server.port().to_be(),
-            pad: 0,
-        };
-        let (action, rule, bucket) = match action {
-            SynAction::Pass => (ACTION_PASS, 0, 0),
-            SynAction::Drop { rule } => (ACTION_DROP, rule, 0),
-            SynAction::Limit { rule, slot } => {
-                if slot >= MAX_BUCKETS {
-                    bail!("bucket slot {slot} out of range");
-                }
-                (ACTION_LIMIT, rule, slot)
-            }
-        };
-        let mut m: HashMap<&mut MapData, SynKey, SynVerdict> = HashMap::try_from(self.bpf.map_mut("syn_verdicts").context("map syn_verdicts")?)?;
-        m.insert(key, SynVerdict { generation, rule, action, pad: 0, bucket, pad2: 0 }, 0)?;
-        Ok(())
+        self.door.set_syn_verdict(client, server, generation, action)
     }
 
-    /// Set a LIMIT SYN bucket's rate (tokens per second) and burst, full.
+    /// [`ShardDoor::set_bucket`].
     pub fn set_bucket(&mut self, slot: u32, rate_per_s: f64, burst: u32) -> Result<()> {
-        if slot >= MAX_BUCKETS {
-            bail!("bucket slot {slot} out of range");
-        }
-        let rate_milli = (rate_per_s * 1000.0).clamp(0.0, 1.8e9) as u64;
-        let mut m: Array<&mut MapData, Bucket> = Array::try_from(self.bpf.map_mut("buckets").context("map buckets")?)?;
-        m.set(slot, Bucket { lock: 0, burst: burst.max(1), rate_milli, tokens_nano: 0, last_ns: 0 }, 0)?;
-        Ok(())
+        self.door.set_bucket(slot, rate_per_s, burst)
     }
 
     /// The ring buffer of reports of one engine (shard 0's; taken once: the caller reads it, and
@@ -448,5 +395,121 @@ impl InlinePath {
             body_armed: sum(c::BODY_ARMED)?,
             body_silent: sum(c::BODY_SILENT)?,
         })
+    }
+}
+
+/// One engine's door to the fast path's maps ([`InlinePath::shard_door`]): what its engine
+/// publishes for the kernel, written through descriptors of its own, so that engines on threads
+/// of their own write side by side (the kernel's maps take concurrent updates).
+pub struct ShardDoor {
+    shard: u32,
+    modes: Array<MapData, ShardMode>,
+    held: Array<MapData, u64>,
+    verdicts: HashMap<MapData, SynKey, SynVerdict>,
+    buckets: Array<MapData, Bucket>,
+    unread: HashMap<MapData, ConnKey, BodyRange>,
+    rejected: HashMap<MapData, ConnKey, u64>,
+}
+
+/// A map of `bpf` (an array or a hash) through a descriptor of its own.
+fn own_map(bpf: &Ebpf, name: &str) -> Result<aya::maps::Map> {
+    use aya::maps::Map;
+    let map = bpf.map(name).with_context(|| format!("map {name}"))?;
+    let copy = |data: &MapData| -> Result<MapData> {
+        let fd = data.fd().as_fd().try_clone_to_owned().with_context(|| format!("map {name}: cannot duplicate its descriptor"))?;
+        Ok(MapData::from_fd(fd)?)
+    };
+    Ok(match map {
+        Map::Array(m) => Map::Array(copy(m)?),
+        Map::HashMap(m) => Map::HashMap(copy(m)?),
+        Map::LruHashMap(m) => Map::LruHashMap(copy(m)?),
+        _ => bail!("map {name}: not an array or a hash"),
+    })
+}
+
+impl ShardDoor {
+    fn open(bpf: &Ebpf, shard: u32) -> Result<ShardDoor> {
+        Ok(ShardDoor {
+            shard,
+            modes: Array::try_from(own_map(bpf, "modes")?)?,
+            held: Array::try_from(own_map(bpf, "held")?)?,
+            verdicts: HashMap::try_from(own_map(bpf, "syn_verdicts")?)?,
+            buckets: Array::try_from(own_map(bpf, "buckets")?)?,
+            unread: HashMap::try_from(own_map(bpf, "unread")?)?,
+            rejected: HashMap::try_from(own_map(bpf, "rejected")?)?,
+        })
+    }
+
+    /// The shard this door is for.
+    pub fn shard(&self) -> usize {
+        self.shard as usize
+    }
+
+    /// Put this shard's SYN mode and generation of the class statistics in force: its
+    /// clients' SYNs are treated as `mode` says, and verdicts of other generations no longer
+    /// apply to them.
+    pub fn set_mode(&mut self, mode: Mode, generation: u64) -> Result<()> {
+        self.modes.set(self.shard, ShardMode { generation, mode: mode as u32, pad: 0 }, 0)?;
+        Ok(())
+    }
+
+    /// The reader of this shard's ring has taken its held SYNs up to the one stamped `ts_ns`
+    /// (its record's [`Event::ts_ns`]): those held after it are waiting, and [`HOLD_WAIT`]
+    /// bounds their wait. Call it after each held SYN taken (or the last of a batch).
+    pub fn held_taken(&mut self, ts_ns: u64) -> Result<()> {
+        self.held.set(self.shard * HELD_SLOTS + HELD_TAKEN, ts_ns, 0)?;
+        Ok(())
+    }
+
+    /// The verdict for SYNs from `client` to `server` while `generation` is in force (in the
+    /// client's shard: this one's).
+    pub fn set_syn_verdict(&mut self, client: Ipv4Addr, server: SocketAddrV4, generation: u64, action: SynAction) -> Result<()> {
+        let key = SynKey {
+            client: u32::from_ne_bytes(client.octets()),
+            server: u32::from_ne_bytes(server.ip().octets()),
+            port: server.port().to_be(),
+            pad: 0,
+        };
+        let (action, rule, bucket) = match action {
+            SynAction::Pass => (ACTION_PASS, 0, 0),
+            SynAction::Drop { rule } => (ACTION_DROP, rule, 0),
+            SynAction::Limit { rule, slot } => {
+                if slot >= MAX_BUCKETS {
+                    bail!("bucket slot {slot} out of range");
+                }
+                (ACTION_LIMIT, rule, slot)
+            }
+        };
+        self.verdicts.insert(key, SynVerdict { generation, rule, action, pad: 0, bucket, pad2: 0 }, 0)?;
+        Ok(())
+    }
+
+    /// Set a LIMIT SYN bucket's rate (tokens per second) and burst, full (the buckets are
+    /// every shard's: a rule's bucket for a class polices all of the class's SYNs).
+    pub fn set_bucket(&mut self, slot: u32, rate_per_s: f64, burst: u32) -> Result<()> {
+        if slot >= MAX_BUCKETS {
+            bail!("bucket slot {slot} out of range");
+        }
+        let rate_milli = (rate_per_s * 1000.0).clamp(0.0, 1.8e9) as u64;
+        self.buckets.set(slot, Bucket { lock: 0, burst: burst.max(1), rate_milli, tokens_nano: 0, last_ns: 0 }, 0)?;
+        Ok(())
+    }
+
+    /// The server of the IPv4 connection `client`-`server` is sending a body the engine does not
+    /// read, which ends before sequence number `until`: its segments that end by then are
+    /// reported cut to their headers (their length on the wire kept), until one reaches it.
+    pub fn set_body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) -> Result<()> {
+        self.unread.insert(ConnKey::new(client, server), BodyRange { until, pad: 0, beyond: 0 }, 0)?;
+        Ok(())
+    }
+
+    /// The engine answered a request of the IPv4 connection `client`-`server` itself (`REJECT`)
+    /// and reset the server: while requests are queued ([`InlinePath::set_queue_requests`]),
+    /// the client's segments of it go through the queue and the server's are dropped, for
+    /// [`REJECTED_HOLD`] or until a new SYN on its ports.
+    pub fn set_rejected(&mut self, client: SocketAddrV4, server: SocketAddrV4) -> Result<()> {
+        let until = crate::monotonic_ns() + REJECTED_HOLD.as_nanos() as u64;
+        self.rejected.insert(ConnKey::new(client, server), until, 0)?;
+        Ok(())
     }
 }

@@ -17,7 +17,7 @@ use aya::Pod;
 
 // ---- inline.bpf.c ----
 
-/// `MODE_*`: `Config::mode` (see [`crate::inline::Mode`]).
+/// `MODE_*`: `ShardMode::mode` (see [`crate::inline::Mode`]).
 pub(crate) const MODE_QUEUE_ALL: u32 = 0;
 pub(crate) const MODE_VERDICTS: u32 = 1;
 pub(crate) const MODE_PASS_ALL: u32 = 2;
@@ -74,12 +74,23 @@ pub(crate) mod inline_counter {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Config {
     pub queue_mark: u32,
-    pub mode: u32,
     pub flags: u32,
     pub shards: u32,
+    pub pad: u32,
 }
 // SAFETY: integers only, no padding (the layout test checks size and offsets against C).
 unsafe impl Pod for Config {}
+
+/// `struct shard_mode`: `modes`' value, one a shard.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ShardMode {
+    pub generation: u64,
+    pub mode: u32,
+    pub pad: u32,
+}
+// SAFETY: as Config.
+unsafe impl Pod for ShardMode {}
 
 /// `struct syn_key`: `syn_verdicts`' key (addresses and port in network byte order).
 #[repr(C)]
@@ -309,7 +320,8 @@ mod tests {
     /// Every check: (a C expression, the value Rust has for it).
     fn checks() -> Vec<(String, usize)> {
         let mut a: Vec<(String, usize)> = Vec::new();
-        record!(a, Config, "config", [queue_mark, mode, flags, shards]);
+        record!(a, Config, "config", [queue_mark, flags, shards, pad]);
+        record!(a, ShardMode, "shard_mode", [generation, mode, pad]);
         record!(a, SynKey, "syn_key", [client, server, port, pad]);
         record!(a, ConnKey, "conn_key", [client, server, client_port, server_port]);
         record!(a, BodyRange, "body_range", [until, pad, beyond]);

@@ -602,8 +602,8 @@ fn the_kernel_reads_a_response_head_and_cuts_its_body_at_once() {
 /// Reports dealt to engines side by side (`load_sharded`): every report of a client (its SYN at
 /// the client port, its segments and its server's at the server port, its QUIC datagrams; IPv4,
 /// or IPv6 by /64) goes to the ring of the shard rlm-core's `Sharding::shard_of_client` names
-/// for it, and each ring gets some. Each shard has its own generation: a verdict applies while
-/// it carries its client's shard's.
+/// for it, and each ring gets some. Each shard has its own SYN mode and generation, written
+/// through its own door: a verdict applies while it carries its client's shard's.
 #[test]
 fn reports_go_to_the_ring_of_their_clients_shard() {
     use rlm_core::engine::Sharding;
@@ -619,7 +619,10 @@ fn reports_go_to_the_ring_of_their_clients_shard() {
     path.watch_heartbeat(None).unwrap();
     let mut rings = path.take_rings().unwrap();
     assert_eq!(rings.len(), SHARDS);
-    path.set_mode(Mode::PassAll, 1).unwrap();
+    let mut doors: Vec<_> = (0..SHARDS).map(|i| path.shard_door(i).unwrap()).collect();
+    for d in &mut doors {
+        d.set_mode(Mode::PassAll, 1).unwrap();
+    }
     let sharding = Sharding::new(&rlm_core::Config { server_ports: vec![80, 443], ..Default::default() }, SHARDS);
     let server4: SocketAddr = "10.1.0.1:80".parse().unwrap();
     let server6: SocketAddr = "[fd00:9::1]:80".parse().unwrap();
@@ -668,16 +671,24 @@ fn reports_go_to_the_ring_of_their_clients_shard() {
     let a = (0..).map(|i| Ipv4Addr::new(10, 7, 0, i)).find(|&c| shard_of(c) == 0).unwrap();
     let b = (0..).map(|i| Ipv4Addr::new(10, 7, 1, i)).find(|&c| shard_of(c) == 1).unwrap();
     let SocketAddr::V4(s4) = server4 else { unreachable!() };
-    for shard in 0..SHARDS {
-        path.set_shard_mode(shard, Mode::Verdicts, 10 + shard as u64).unwrap();
+    for (i, d) in doors.iter_mut().enumerate() {
+        assert_eq!(d.shard(), i);
+        d.set_mode(Mode::Verdicts, 10 + i as u64).unwrap();
     }
     // Both verdicts carry shard 1's generation: b's applies, a's (shard 0 is at 10) does not.
-    path.set_syn_verdict(a, s4, 11, SynAction::Drop { rule: 1 }).unwrap();
-    path.set_syn_verdict(b, s4, 11, SynAction::Drop { rule: 1 }).unwrap();
+    doors[0].set_syn_verdict(a, s4, 11, SynAction::Drop { rule: 1 }).unwrap();
+    doors[1].set_syn_verdict(b, s4, 11, SynAction::Drop { rule: 1 }).unwrap();
     let syn = |c: Ipv4Addr| tcp_frame(LinkType::Ethernet, SocketAddr::V4(SocketAddrV4::new(c, 40001)), server4, 1, 0, SYN, &[]);
     let r = path.test_run(true, &syn(b), 1).unwrap();
     assert_eq!((r.retval, r.skb.mark & MARK), (2, 0), "b's verdict of its shard's generation: dropped");
     let r = path.test_run(true, &syn(a), 1).unwrap();
     assert_eq!((r.retval, r.skb.mark & MARK), (0, MARK), "a's verdict of another shard's generation: queued");
-    assert!(path.set_shard_mode(SHARDS, Mode::Verdicts, 1).is_err(), "no such shard");
+    // Shard 2 passes every SYN while the others hold to their verdicts.
+    let c = (0..).map(|i| Ipv4Addr::new(10, 7, 2, i)).find(|&c| shard_of(c) == 2).unwrap();
+    doors[2].set_syn_verdict(c, s4, 12, SynAction::Drop { rule: 1 }).unwrap();
+    doors[2].set_mode(Mode::PassAll, 12).unwrap();
+    let r = path.test_run(true, &syn(c), 1).unwrap();
+    assert_eq!((r.retval, r.skb.mark & MARK), (0, 0), "shard 2's mode: passed, though a verdict of its generation drops");
+    assert_eq!(path.test_run(true, &syn(b), 1).unwrap().retval, 2, "shard 1's mode still: dropped");
+    assert!(path.shard_door(SHARDS).is_err(), "no such shard");
 }
