@@ -132,6 +132,11 @@ pub struct RunArgs {
     /// br_netfilter).
     #[arg(long, value_enum, value_name = "HOW")]
     pub undecided_syns: Option<live::config::UndecidedSyns>,
+    /// Engines side by side (`[ebpf] engines`, 1 to 8, default 1), one thread each, the kernel
+    /// dealing each client's packets to one of them: with the eBPF fast path and held SYNs,
+    /// without content adaptation, REJECT, SLA targets or SRPT.
+    #[arg(long, value_name = "N")]
+    pub engines: Option<usize>,
     /// rlm's memory budget in MiB (`[limits] memory_mb`, default 128): the connections tracked,
     /// the bytes held for later, the pageview lists and the records' queue are derived from it.
     #[arg(long, value_name = "MIB")]
@@ -281,6 +286,9 @@ impl RunArgs {
         }
         if let Some(v) = self.undecided_syns {
             c.ebpf.undecided_syns = v;
+        }
+        if let Some(v) = self.engines {
+            c.ebpf.engines = v;
         }
         if let Some(v) = self.memory_mb {
             c.limits.memory_mb = v;

@@ -412,6 +412,84 @@ fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `rlm run --engines 2`: the kernel deals each client's packets to one of two engines (the lab's
+/// clients span both), each on its thread. Every page is measured once (one transaction each,
+/// pageview ids unique, none lost), the engines' counters add up in `/status`, and DROP SYN for
+/// one LOW client is carried out by the kernel from the verdict its engine published. A rule
+/// file that needs the queue is refused at start (exit 2 is for usage; this is a start error).
+#[test]
+fn two_engines_each_measure_their_clients_and_publish_their_verdicts() {
+    use rlm_core::engine::Sharding;
+    let (_plan, _guard, info) = lab("e", 4);
+    let dir = std::env::temp_dir().join(format!("rlm-engines-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dropped = info.clients.low[0].clone();
+    let others: Vec<String> = info.clients.high.iter().chain(info.clients.low[1..].iter()).cloned().collect();
+    let sharding = Sharding::new(&rlm_core::Config { server_ports: vec![80], ..Default::default() }, 2);
+    let engine_of = |c: &String| sharding.shard_of_client(c.parse().unwrap());
+    let spread: std::collections::BTreeSet<usize> = others.iter().map(engine_of).collect();
+    assert_eq!(spread.len(), 2, "the lab's clients span both engines: {others:?}");
+    let arm = RlmArm {
+        rules: format!("{CLASSES}IF IP.SRC == {dropped} THEN DROP SYN\n"),
+        extra_args: vec!["--engines".into(), "2".into()],
+        ..RlmArm::default()
+    };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run --engines 2 starts");
+    let srcs: Vec<String> = others.iter().cycle().take(210).cloned().collect();
+    for r in fetch_from_clients(&info, srcs.clone()) {
+        r.expect("a page through two engines");
+    }
+    // The LOW client's first SYN is held and dropped by its engine, the next by the kernel.
+    let until = Instant::now() + Duration::from_secs(3);
+    loop {
+        let r = fetch_from_clients_within(&info, vec![dropped.clone()], Duration::from_millis(300));
+        assert!(r[0].is_err(), "DROP SYN holds for {dropped}");
+        let m = rlm.get("/metrics").expect("/metrics");
+        let fp = testbed::inline::prom::by_label(&testbed::inline::prom::parse(&m), "rlm_fastpath_packets", "counter");
+        if fp.get("syn_dropped").copied().unwrap_or(0.0) >= 1.0 {
+            break;
+        }
+        assert!(Instant::now() < until, "the kernel never dropped {dropped}'s SYN from its engine's verdict: {fp:?}");
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    let out = rlm.stop().expect("stop");
+    let log = std::fs::read_to_string(&out.log).unwrap();
+    assert_eq!(out.exit_code, Some(0), "rlm exits 0 on SIGTERM; log:\n{log}");
+    assert!(log.contains("dealt to one of 2 engines"), "{log}");
+    let counts = out.records.as_ref().and_then(|r| r.counts.clone()).unwrap_or_else(|| panic!("no records line at exit:\n{log}"));
+    assert!(counts.values().all(|c| c.dropped == 0), "records dropped: {counts:?}");
+    let files = RlmRecords::in_dir(&dir);
+    let tx = json_lines(&files.transactions);
+    assert_eq!(tx.len(), 210, "one transaction per page, each measured by one engine");
+    let pv = json_lines(&files.pageviews);
+    assert_eq!(pv.len() as u64, counts["pageviews"].written);
+    let ids: std::collections::BTreeSet<u64> = pv.iter().map(|p| p["id"].as_u64().expect("an id")).collect();
+    assert_eq!(ids.len(), pv.len(), "pageview ids unique across the engines");
+    let by_engine: std::collections::BTreeSet<usize> = pv.iter().map(|p| engine_of(&p["client"].as_str().unwrap().to_string())).collect();
+    assert_eq!(by_engine.len(), 2, "both engines wrote pageviews");
+    let decisions = json_lines(&files.decisions);
+    assert!(!decisions.is_empty(), "DROP SYN decisions written");
+    assert!(decisions.iter().all(|d| d["client"].as_str().is_some_and(|c| c.starts_with(&format!("{dropped}:")))), "only {dropped} decided against");
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.status.as_ref().expect("status")).unwrap()).unwrap();
+    let engines = status["engines"].as_array().expect("each engine's status");
+    assert_eq!(engines.len(), 2);
+    let frames: Vec<u64> = engines.iter().map(|e| e["stats"]["frames"].as_u64().unwrap_or(0)).collect();
+    assert!(frames.iter().all(|&f| f > 0), "each engine handled frames: {frames:?}");
+    assert_eq!(status["stats"]["frames"].as_u64(), Some(frames.iter().sum()), "the status adds the engines' counters");
+    assert_eq!(status["stats"]["transactions"].as_u64(), Some(210));
+
+    // Rules that need the netfilter queue are refused before anything is installed.
+    let bad = RlmArm {
+        rules: format!("{CLASSES}IF HEADER.User-Agent == \"*bot*\" THEN REJECT 429\n"),
+        extra_args: vec!["--engines".into(), "2".into()],
+        ..RlmArm::default()
+    };
+    let refused = Inline::start(&info.namespaces.appliance, &bad, &dir.join("bad"), Duration::from_secs(5));
+    assert!(refused.is_err(), "rlm run --engines 2 with REJECT starts");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     let (_plan, _guard, info) = lab("k", 4);

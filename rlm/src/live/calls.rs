@@ -19,6 +19,7 @@ fn thread_cpu_ns() -> u64 {
 pub const SAMPLE: u32 = 8;
 
 /// The timed calls.
+#[derive(Clone)]
 pub struct CallTimes {
     hist: Histogram<u64>,
     /// The same calls on the thread's CPU clock.
@@ -48,6 +49,13 @@ impl CallTimes {
         let (c1, wall) = (thread_cpu_ns(), t0.elapsed().as_nanos() as u64);
         self.record(wall, c1.saturating_sub(c0));
         r
+    }
+
+    /// Add `other`'s timed calls (another engine's) to these.
+    pub fn merge(&mut self, other: &CallTimes) {
+        // Same bounds on both sides: adding cannot fail.
+        let _ = self.hist.add(&other.hist);
+        let _ = self.cpu.add(&other.cpu);
     }
 
     fn record(&mut self, wall_ns: u64, cpu_ns: u64) {

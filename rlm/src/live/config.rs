@@ -227,6 +227,16 @@ pub struct EbpfConfig {
     pub attach: EbpfAttach,
     /// What `syn_admit` does with a client's SYN it has no verdict for.
     pub undecided_syns: UndecidedSyns,
+    /// Engines side by side, each on a thread of its own reading the ring of its clients
+    /// (1 to 8; 0 is 1: the default). See `live::engines` for what several engines do not do.
+    pub engines: usize,
+}
+
+impl EbpfConfig {
+    /// The engines to run: `engines`, 0 read as 1.
+    pub fn engine_count(&self) -> usize {
+        self.engines.max(1)
+    }
 }
 
 /// What `syn_admit` does with a SYN it has no verdict for ([`EbpfConfig::undecided_syns`]).
@@ -496,7 +506,8 @@ impl RunConfig {
             bail!("records_keep must be at most {MAX_RECORDS_KEEP}");
         }
         self.limits.validate()?;
-        self.srpt.validate(self.observer)
+        self.srpt.validate(self.observer)?;
+        super::engines::check(self.ebpf.engine_count(), self)
     }
 
     /// Where the records go, refused before anything is opened when an output is the rule file,
@@ -597,6 +608,28 @@ mod tests {
         assert_eq!(RunConfig::default().ebpf.attach.mode(), kmod_fastpath::AttachMode::Auto);
         assert!(toml::from_str::<RunConfig>("[ebpf]\nattach = \"tcx\"\n").is_err());
         assert!(toml::from_str::<RunConfig>("[ebpf]\nattch = \"auto\"\n").is_err());
+    }
+
+    #[test]
+    fn engines_side_by_side_need_the_fast_path_and_held_syns_and_no_srpt() {
+        let ok = |toml_text: &str| {
+            let mut c: RunConfig = toml::from_str(toml_text).unwrap();
+            (c.bridge, c.client_port, c.server_port) = ("br0".into(), "a".into(), "b".into());
+            c.validate()
+        };
+        assert_eq!(RunConfig::default().ebpf.engine_count(), 1);
+        ok("[ebpf]\nengines = 2\n").expect("two engines");
+        ok("[ebpf]\nengines = 8\n").expect("eight engines");
+        for bad in [
+            "[ebpf]\nengines = 9\n",
+            "observer = \"pcap\"\n[ebpf]\nengines = 2\n",
+            "[ebpf]\nengines = 2\nundecided_syns = \"queue\"\n",
+            "inject = false\n[ebpf]\nengines = 2\n",
+            "[ebpf]\nengines = 2\n[srpt]\nmode = \"fair\"\nlink_bps = 100000000\n",
+        ] {
+            let e = ok(bad).expect_err(bad);
+            assert!(e.to_string().contains("engines"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@
 mod calls;
 pub mod cleanup;
 pub mod config;
+pub mod engines;
 pub mod guard;
 pub mod inject;
 pub mod metrics;
@@ -76,6 +77,13 @@ const TURN_BUDGET: Duration = Duration::from_millis(2);
 /// once its last beat is [`kmod_fastpath::HEARTBEAT_STALE`] (500 ms) old.
 const BEAT_EVERY: Duration = Duration::from_millis(50);
 
+/// What drives the engines: the event loop (one engine, the queue, the tap or the fast path's
+/// one ring) or engines side by side on threads of their own ([`engines`]).
+enum Driver {
+    Loop(Source),
+    Engines(Box<engines::Sharded>),
+}
+
 /// Where the measured packets come from.
 enum Source {
     Tap(tap::Tap),
@@ -84,6 +92,8 @@ enum Source {
 
 struct Fast {
     path: InlinePath,
+    /// The one engine's door to the maps (shard 0's).
+    door: kmod_fastpath::inline::ShardDoor,
     /// The SRPT classifier on the client port's egress (`[srpt] mode` fair or srpt).
     srpt: Option<SrptEgress>,
     ring: EventRing,
@@ -289,12 +299,33 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         Observer::Ebpf if cfg.ebpf.attach.mode().is_clsact() => cleanup::without_clsact(&[&cfg.client_port, &cfg.server_port]),
         _ => Vec::new(),
     };
+    let engine_count = cfg.ebpf.engine_count();
     let source = match cfg.observer {
-        Observer::Pcap => Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?),
+        Observer::Pcap => Driver::Loop(Source::Tap(tap::open(&cfg.server_port, cfg.tap_snaplen, &cfg.server_ports, queue_synacks)?)),
+        Observer::Ebpf if engine_count > 1 => {
+            let mut path = InlinePath::attach_sharded(
+                &cfg.client_port,
+                &cfg.server_port,
+                &cfg.server_ports,
+                cfg.queue_mark,
+                cfg.ebpf.attach.mode(),
+                engine_count,
+            )
+            .context("cannot set up the eBPF fast path")?;
+            path.set_hold_syns(true)?;
+            let rules = cfg.rules.as_deref().map(load_rules).transpose()?;
+            if let Some(why) = rules.as_ref().and_then(engines::not_shardable) {
+                bail!("the rules cannot be carried out by {engine_count} engines side by side: {why} (run one engine: [ebpf] engines = 1)");
+            }
+            let base = engine_config(&cfg, cfg.inject, true);
+            let parts = engines::parts(&base, &mut path, rules.as_ref(), (client_ifindex, server_ifindex))?;
+            Driver::Engines(Box::new(engines::Sharded { path, parts, rules_digest: cfg.rules.as_deref().and_then(rules_digest) }))
+        }
         Observer::Ebpf => {
             let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark, cfg.ebpf.attach.mode())
                 .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
+            let door = path.shard_door(0)?;
             let srpt = match cfg.srpt.mode {
                 SrptRunMode::Off => None,
                 _ => {
@@ -320,13 +351,14 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                 }
             };
             path.set_hold_syns(cfg.holds_syns())?;
-            let mut fast = Fast { path, srpt, ring, mono_to_real: mono_to_real(), update_errors: 0, last_beat: Instant::now() };
+            let mut fast = Fast { path, door, srpt, ring, mono_to_real: mono_to_real(), update_errors: 0, last_beat: Instant::now() };
             // Acting from now (the programs act on nothing before the first beat): what comes
             // before the loop starts waits in the ring and the queue.
             fast.beat(true);
-            Source::Fast(Box::new(fast))
+            Driver::Loop(Source::Fast(Box::new(fast)))
         }
     };
+    let fast = !matches!(source, Driver::Loop(Source::Tap(_)));
     let plan = netfilter::QueuePlan {
         bridge: cfg.bridge.clone(),
         client_port: cfg.client_port.clone(),
@@ -335,10 +367,10 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         queues: cfg.queues,
         server_ports: cfg.server_ports.clone(),
         queue_synacks,
-        queue_mark: matches!(source, Source::Fast(_)).then_some(cfg.queue_mark),
+        queue_mark: fast.then_some(cfg.queue_mark),
         // The segments the fast path marks: for content adaptation, and for REJECT, which
         // answers from the injector.
-        queue_content: (cfg.adapt || cfg.inject) && matches!(source, Source::Fast(_)),
+        queue_content: (cfg.adapt || cfg.inject) && fast,
     };
     // Opened before any rule is installed: a failure leaves nothing behind.
     let injector = match cfg.inject {
@@ -387,12 +419,17 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         }
     }
     let what = match &source {
-        Source::Fast(_) => format!(
+        Driver::Engines(e) => format!(
+            "eBPF syn_admit on the client port, observe on the server port ({}), each client's packets dealt to one of {} engines; SYNs without a verdict in the kernel are held for rlm, which sends them on",
+            if cfg.ebpf.attach.mode().is_clsact() { "clsact filters" } else { "tcx links" },
+            e.parts.len()
+        ),
+        Driver::Loop(Source::Fast(_)) => format!(
             "eBPF syn_admit on the client port, observe on the server port ({}); SYNs without a verdict in the kernel are {}",
             if cfg.ebpf.attach.mode().is_clsact() { "clsact filters" } else { "tcx links" },
             if cfg.holds_syns() { "held for rlm, which sends them on" } else { "queued" }
         ),
-        Source::Tap(_) => "the clients' SYNs are queued; the rest is measured from the tap on the server port".into(),
+        Driver::Loop(Source::Tap(_)) => "the clients' SYNs are queued; the rest is measured from the tap on the server port".into(),
     };
     info!(
         bridge = %cfg.bridge, client_port = %cfg.client_port, server_port = %cfg.server_port,
@@ -400,14 +437,15 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         queue_mark = ?queue.plan.queue_mark.map(|m| format!("{m:#x}")), metrics = %cfg.metrics,
         "installed: {what} (fail-open when rlm is gone)"
     );
-    let (result, queue_rules) = match drop_capabilities() {
-        Ok(()) => {
+    let (result, queue_rules) = match (drop_capabilities(), source) {
+        (Ok(()), Driver::Loop(source)) => {
             let mut lp = Loop::new(&cfg, nfq, source, injector, records, metrics, status, client_ifindex, server_ifindex, queue);
             let result = lp.run().await;
             lp.finish();
             (result, lp.queue.installed.take())
         }
-        Err(e) => (Err(e), queue.installed.take()),
+        (Ok(()), Driver::Engines(e)) => (engines::run(&cfg, *e, records, metrics, status).await, queue.installed.take()),
+        (Err(e), _) => (Err(e), queue.installed.take()),
     };
     // The loop is gone, and its programs with it: the clsact qdiscs rlm made go too.
     match cleanup::remove_clsact_made(&clsact_made) {
@@ -533,38 +571,9 @@ impl Loop {
         queue: QueueRules,
     ) -> Loop {
         let limits = cfg.limits.derive();
-        let mut ecfg = Config {
-            server_ports: cfg.server_ports.clone(),
-            decode_bodies: false,
-            // Building transaction records costs the engine: only for their output.
-            transaction_records: cfg.transactions.is_some(),
-            class_window: Duration::from_secs_f64(cfg.class_window_s),
-            inject: injector.is_some(),
-            // Rewriting needs the servers' segments in the queue, which only the eBPF fast path
-            // sends there.
-            adapt: cfg.adapt && matches!(source, Source::Fast(_)),
-            // REJECT answers from the injector, for requests the eBPF fast path queued.
-            reject: injector.is_some() && matches!(source, Source::Fast(_)),
-            fast_limit: cfg.fast_limit,
-            fast_release_per_s: cfg.fast_release_per_s,
-            inject_budget: rlm_core::actions::InjectBudget {
-                per_handshake: cfg.inject_per_handshake,
-                burst: cfg.inject_burst,
-                max_per_s: cfg.inject_max_per_s,
-                ..Default::default()
-            },
-            max_connections: limits.max_connections,
-            max_held_bytes: limits.max_held_bytes,
-            unproven_records_per_s: Some(f64::from(limits.unproven_records_per_s)),
-            ..Config::default()
-        };
-        ecfg.pageview.max_list_bytes = limits.max_list_bytes;
-        ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
-        // A pageview's event graph is only written in its record; without the pageview output
-        // only its response time and class are used, and the graph would cost memory for nothing.
-        if cfg.pageviews.is_none() {
-            ecfg.pageview.max_events = 0;
-        }
+        // Rewriting needs the servers' segments in the queue, and REJECT answers for requests
+        // the queue holds: only the eBPF fast path sends them there.
+        let ecfg = engine_config(cfg, injector.is_some(), matches!(source, Source::Fast(_)));
         let mut engine = Engine::new(ecfg);
         if matches!(source, Source::Fast(_)) {
             engine.enable_fastpath();
@@ -856,24 +865,6 @@ impl Loop {
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
             let ts = rlm_core::Timestamp((ev.ts_ns as i64 + f.mono_to_real).max(0) as u64);
             match ev.kind {
-                EventKind::Observed { from_server } => {
-                    observed += 1;
-                    // The side it came from, as the program saw it: a server's segment that
-                    // came from the clients' side is a spoofer's, and the engine ignores it.
-                    let port = if from_server { Port::Server } else { Port::Client };
-                    // A frame longer than the report's copy (a GRO/GSO super-frame, a body
-                    // segment) is measured by its length on the wire.
-                    self.calls.time(|| self.engine.handle_cut(ts, port, LinkType::Ethernet, ev.frame, ev.wire_len as usize));
-                }
-                EventKind::SynPassed => {
-                    syns += 1;
-                    self.calls.time(|| self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, SynDecision::Pass));
-                }
-                EventKind::SynDropped { rule, limited } => {
-                    syns += 1;
-                    let d = SynDecision::Drop { rule: rules::RuleId(rule), limited };
-                    self.calls.time(|| self.engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, d));
-                }
                 EventKind::SynHeld { .. } => {
                     syns += 1;
                     let frame = ev.whole_frame().into_owned();
@@ -881,6 +872,14 @@ impl Loop {
                     // The record goes back to the kernel before the SYN is sent on.
                     drop(item);
                     self.send_on_held_syn(ts, frame);
+                }
+                EventKind::Observed { .. } => {
+                    observed += 1;
+                    hand_report(&mut self.engine, &mut self.calls, &ev, ts);
+                }
+                _ => {
+                    syns += 1;
+                    hand_report(&mut self.engine, &mut self.calls, &ev, ts);
                 }
             }
             if n == 1 {
@@ -892,7 +891,7 @@ impl Loop {
         // Taken, once per drain (a drain lasts at most TURN_BUDGET): the kernel bounds the wait
         // of those held after them.
         if let (Some(stamp), Source::Fast(f)) = (held_taken, &mut self.source) {
-            if let Err(e) = f.path.held_taken(stamp) {
+            if let Err(e) = f.door.held_taken(stamp) {
                 f.update_errors += 1;
                 warn!("fast path: the held SYNs' progress not written ({e:#}): the next SYNs may pass undecided");
             }
@@ -903,27 +902,12 @@ impl Loop {
         n
     }
 
-    /// A SYN the kernel held for the engine (it has no verdict for it): decided as a queued one
-    /// is, what the engine published reaching the maps first (the client's next SYNs are then
-    /// decided in the kernel), and sent on out of the server port unless dropped.
+    /// A SYN the kernel held for the engine ([`send_on_held_syn`]), what the engine published
+    /// applied first.
     fn send_on_held_syn(&mut self, at: rlm_core::Timestamp, frame: Vec<u8>) {
         let verdict = self.calls.time(|| self.engine.handle_link(at, Port::Client, LinkType::Ethernet, &frame));
         self.apply_fastpath();
-        let (label, out) = match verdict {
-            Verdict::Accept => ("accept", Some(frame.into_boxed_slice())),
-            Verdict::Drop => ("drop", None),
-            Verdict::Replace(bytes) => ("replace", Some(bytes)),
-        };
-        if let (Some(mut frame), Some(inj)) = (out, self.injector.as_mut()) {
-            // The copy has the checksums as the sender's stack left them: with checksum offload
-            // (a veth's default) only the pseudo-header's sum, which the kernel would have
-            // finished on the way out of a device but not for a frame sent as it is.
-            rlm_core::actions::fix_checksums(&mut frame);
-            inj.forward(&rlm_core::engine::Transmit { port: Port::Server, frame });
-        }
-        // From the SYN's arrival in the kernel to its departure.
-        self.metrics.verdict_latency.observe(now_ts().as_nanos().saturating_sub(at.as_nanos()) as f64 / 1e9);
-        self.metrics.verdicts.get_or_create(&metrics::VerdictLabel { verdict: label }).inc();
+        forward_held_syn(self.injector.as_mut(), &self.metrics, verdict, at, frame);
     }
 
     /// Send the frames the engine made (its timers and frames just handled made them).
@@ -940,16 +924,6 @@ impl Loop {
         let Source::Fast(f) = &mut self.source else { return };
         while let Some(u) = self.engine.poll_fastpath() {
             let r = match u {
-                FastpathUpdate::Mode { mode, generation } => {
-                    let mode = match mode {
-                        SynMode::QueueAll => Mode::QueueAll,
-                        SynMode::Verdicts => Mode::Verdicts,
-                        SynMode::PassAll => Mode::PassAll,
-                    };
-                    tracing::debug!(?mode, generation, "fast path: SYN mode");
-                    f.path.set_mode(mode, generation)
-                }
-                FastpathUpdate::Bucket { slot, rate_per_s, burst } => f.path.set_bucket(slot, rate_per_s, burst),
                 FastpathUpdate::QueueResponses(on) => {
                     info!(on, "fast path: the servers' segments go through the queue (REMOVE EMBEDS)");
                     match self.queue.needed(on) {
@@ -968,20 +942,11 @@ impl Loop {
                     Some(e) => e.set_response(FlowKey::new(server, client), start, end),
                     None => Ok(()),
                 },
-                FastpathUpdate::BodyUnread { client, server, until } => f.path.set_body_unread(client, server, until),
-                FastpathUpdate::Rejected { client, server } => f.path.set_rejected(client, server),
                 FastpathUpdate::FlowEnd { client, server } => match f.srpt.as_mut() {
                     Some(e) => e.end_flow(FlowKey::new(server, client)),
                     None => Ok(()),
                 },
-                FastpathUpdate::SynVerdict { client, server, generation, admission } => {
-                    let action = match admission {
-                        Admission::Pass => SynAction::Pass,
-                        Admission::Drop { rule } => SynAction::Drop { rule: rule.0 },
-                        Admission::Limit { rule, slot, .. } => SynAction::Limit { rule: rule.0, slot },
-                    };
-                    f.path.set_syn_verdict(client, server, generation, action)
-                }
+                other => publish(&mut f.door, &other).unwrap_or(Ok(())),
             };
             if let Err(e) = r {
                 // Without the entry the kernel keeps queueing those SYNs: nothing is lost.
@@ -1024,19 +989,7 @@ impl Loop {
     /// for is counted as dropped).
     fn drain_events(&mut self) {
         while let Some(ev) = self.engine.poll_event() {
-            match &ev {
-                Event::Pageview(p) if !p.incomplete => {
-                    let class = p.class.clone().unwrap_or_else(|| "ALL".into());
-                    self.metrics.pageview_rt.get_or_create(&metrics::ClassLabel { class }).observe(p.rt_s);
-                }
-                Event::Decision(d) => {
-                    if d.drops_syn() {
-                        self.metrics.syn_drops.get_or_create(&metrics::ClassLabel { class: d.class.clone() }).inc();
-                    }
-                    tracing::debug!(rule = %d.rule, action = d.action, class = %d.class, client = %d.client, reference = ?d.target, "rule acted");
-                }
-                _ => {}
-            }
+            observe_event(&self.metrics, &ev);
             if let Some(w) = &mut self.records {
                 w.send(ev);
             }
@@ -1067,18 +1020,10 @@ impl Loop {
             info!("SIGHUP: no rule file given; nothing to reload");
             return;
         };
-        let digest = rules_digest(&path);
-        if digest.is_some() && digest == self.rules_digest {
-            info!(rules = %path.display(), "SIGHUP: the rule file is unchanged; the rules in force are kept as they are");
-            return;
-        }
-        match load_rules(&path) {
-            Ok(r) => {
-                info!(rules = %path.display(), summary = %rules::summary(&r).replace('\n', ";"), "SIGHUP: new rules in force");
-                self.engine.set_rules(Some(r));
-                self.rules_digest = digest;
-            }
-            Err(e) => warn!("SIGHUP: {} rejected, the old rules stay in force: {}", path.display(), format!("{e:#}").replace('\n', " | ")),
+        if let Some((r, digest)) = changed_rules(&path, self.rules_digest) {
+            info!(rules = %path.display(), summary = %rules::summary(&r).replace('\n', ";"), "SIGHUP: new rules in force");
+            self.engine.set_rules(Some(r));
+            self.rules_digest = digest;
         }
     }
 
@@ -1175,11 +1120,6 @@ impl Loop {
             Source::Fast(f) => {
                 // Follow steps of the wall clock (NTP) for the reports' timestamps.
                 f.mono_to_real = mono_to_real();
-                if let Ok(c) = f.path.counters() {
-                    for (counter, v) in fastpath_counters(&c) {
-                        self.metrics.fastpath.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
-                    }
-                }
             }
         }
         for (q, dropped, user_dropped) in metrics::queue_counters() {
@@ -1196,48 +1136,12 @@ impl Loop {
         }
         self.publish_quic();
         let now = now_ts();
-        let (classes, rules_state) = match self.engine.policy() {
-            None => (serde_json::Value::Null, serde_json::Value::Null),
-            Some(p) => {
-                let classes: Vec<serde_json::Value> = (0..p.rules().class_count())
-                    .map(|i| {
-                        let c = rules::ClassId(i as u16);
-                        serde_json::json!({
-                            "class": p.class_name(c),
-                            "rt_mean_s": p.class_rt(c, rules::Stat::Mean),
-                            "rt_p95_s": p.class_rt(c, rules::Stat::Percentile(95)),
-                            "window_pageviews": p.class_samples(c),
-                            "counters": p.class_counters[i],
-                        })
-                    })
-                    .collect();
-                let rules_state: Vec<serde_json::Value> = (0..p.rules().rule_count())
-                    .map(|i| {
-                        let id = rules::RuleId(i as u32);
-                        let firing = p.rule_firing(i, now, Duration::from_secs(2));
-                        self.metrics.rule_firing.get_or_create(&metrics::RuleLabel { rule: p.rule_label(id).to_string() }).set(i64::from(firing));
-                        serde_json::json!({
-                            "rule": p.rule_label(id),
-                            "text": p.rule_text(id),
-                            "firing": firing,
-                            "counters": p.rule_counters[i],
-                        })
-                    })
-                    .collect();
-                (serde_json::Value::Array(classes), serde_json::Value::Array(rules_state))
-            }
-        };
+        let part = engine_status(&self.engine, now);
+        publish_rule_firing(&self.metrics, &part);
+        let (classes, rules_state) = (part["classes"].clone(), part["rules"].clone());
         let controller = self.publish_controller();
         let fastpath = match &self.source {
-            Source::Fast(f) => match f.path.counters() {
-                Ok(c) => {
-                    let mut m: serde_json::Map<String, serde_json::Value> =
-                        fastpath_counters(&c).into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
-                    m.insert("map_update_errors".into(), f.update_errors.into());
-                    serde_json::Value::Object(m)
-                }
-                Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
-            },
+            Source::Fast(f) => fastpath_status(&self.metrics, &f.path, f.update_errors),
             Source::Tap(_) => serde_json::Value::Null,
         };
         let classifier = match &self.source {
@@ -1261,15 +1165,7 @@ impl Loop {
             },
             None => serde_json::Value::Null,
         };
-        let counts = self.records.as_ref().map_or_else(RecordCounts::default, RecordWriter::counts);
-        let mut records = serde_json::Map::new();
-        for (kind, written, dropped) in counts.by_kind() {
-            let l = metrics::KindLabel { kind };
-            metrics::store_total(&self.metrics.records_written, l.clone(), written);
-            metrics::store_total(&self.metrics.records_dropped, l, dropped);
-            records.insert(kind.to_string(), serde_json::json!({ "written": written, "dropped": dropped }));
-        }
-        records.insert("reopen_errors".to_string(), counts.reopen_errors.into());
+        let records = records_status(&self.metrics, self.records.as_ref());
         let st = self.engine.stats();
         let c = self.injector.as_ref().map(|i| i.counters).unwrap_or_default();
         let (sent, failed) = (c.sent, c.failed);
@@ -1311,10 +1207,251 @@ impl Loop {
             "limits": self.limits,
             "stats": self.engine.stats(),
             "engine_call_us": self.calls.summary(),
-            "records": serde_json::Value::Object(records),
+            "records": records,
         });
         if let Ok(mut s) = self.status.lock() {
             *s = v;
+        }
+    }
+}
+
+/// A report of the fast path's ring handed to `engine`: a packet measured, or a SYN the kernel
+/// decided (a held SYN is the caller's to decide and send on: [`send_on_held_syn`]).
+fn hand_report(engine: &mut Engine, calls: &mut calls::CallTimes, ev: &kmod_fastpath::inline::Event<'_>, ts: rlm_core::Timestamp) {
+    match ev.kind {
+        EventKind::Observed { from_server } => {
+            // The side it came from, as the program saw it: a server's segment that came from
+            // the clients' side is a spoofer's, and the engine ignores it.
+            let port = if from_server { Port::Server } else { Port::Client };
+            // A frame longer than the report's copy (a GRO/GSO super-frame, a body segment) is
+            // measured by its length on the wire.
+            calls.time(|| engine.handle_cut(ts, port, LinkType::Ethernet, ev.frame, ev.wire_len as usize));
+        }
+        EventKind::SynPassed => {
+            calls.time(|| engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, SynDecision::Pass));
+        }
+        EventKind::SynDropped { rule, limited } => {
+            let d = SynDecision::Drop { rule: rules::RuleId(rule), limited };
+            calls.time(|| engine.handle_decided(ts, Port::Client, LinkType::Ethernet, ev.frame, d));
+        }
+        // The caller's: it decides it and sends it on.
+        EventKind::SynHeld { .. } => {}
+    }
+}
+
+/// A SYN the kernel held for the engine (it has no verdict for it), decided as a queued one is
+/// (`verdict`; what the engine published is in the maps by now, so that the client's next SYNs
+/// are decided in the kernel): sent on out of the server port unless dropped.
+fn forward_held_syn(injector: Option<&mut inject::Injector>, metrics: &metrics::Metrics, verdict: Verdict, at: rlm_core::Timestamp, frame: Vec<u8>) {
+    let (label, out) = match verdict {
+        Verdict::Accept => ("accept", Some(frame.into_boxed_slice())),
+        Verdict::Drop => ("drop", None),
+        Verdict::Replace(bytes) => ("replace", Some(bytes)),
+    };
+    if let (Some(mut frame), Some(inj)) = (out, injector) {
+        // The copy has the checksums as the sender's stack left them: with checksum offload
+        // (a veth's default) only the pseudo-header's sum, which the kernel would have
+        // finished on the way out of a device but not for a frame sent as it is.
+        rlm_core::actions::fix_checksums(&mut frame);
+        inj.forward(&rlm_core::engine::Transmit { port: Port::Server, frame });
+    }
+    // From the SYN's arrival in the kernel to its departure.
+    metrics.verdict_latency.observe(now_ts().as_nanos().saturating_sub(at.as_nanos()) as f64 / 1e9);
+    metrics.verdicts.get_or_create(&metrics::VerdictLabel { verdict: label }).inc();
+}
+
+/// A held SYN decided by `engine`, `publish` writing what it published, then sent on
+/// ([`forward_held_syn`]): an engine thread's way.
+fn send_on_held_syn(
+    engine: &mut Engine,
+    calls: &mut calls::CallTimes,
+    injector: Option<&mut inject::Injector>,
+    metrics: &metrics::Metrics,
+    at: rlm_core::Timestamp,
+    frame: Vec<u8>,
+    publish: impl FnOnce(&mut Engine),
+) {
+    let verdict = calls.time(|| engine.handle_link(at, Port::Client, LinkType::Ethernet, &frame));
+    publish(engine);
+    forward_held_syn(injector, metrics, verdict, at, frame);
+}
+
+/// What an engine publishes for its own clients, written through its door (its SYN mode and
+/// generation, its clients' verdicts, the buckets, body cuts, rejected connections); None for
+/// the updates that are not a door's (the queue's, the SRPT classifier's).
+fn publish(door: &mut kmod_fastpath::inline::ShardDoor, u: &FastpathUpdate) -> Option<Result<()>> {
+    Some(match *u {
+        FastpathUpdate::Mode { mode, generation } => {
+            let mode = match mode {
+                SynMode::QueueAll => Mode::QueueAll,
+                SynMode::Verdicts => Mode::Verdicts,
+                SynMode::PassAll => Mode::PassAll,
+            };
+            tracing::debug!(?mode, generation, shard = door.shard(), "fast path: SYN mode");
+            door.set_mode(mode, generation)
+        }
+        FastpathUpdate::Bucket { slot, rate_per_s, burst } => door.set_bucket(slot, rate_per_s, burst),
+        FastpathUpdate::BodyUnread { client, server, until } => door.set_body_unread(client, server, until),
+        FastpathUpdate::Rejected { client, server } => door.set_rejected(client, server),
+        FastpathUpdate::SynVerdict { client, server, generation, admission } => {
+            let action = match admission {
+                Admission::Pass => SynAction::Pass,
+                Admission::Drop { rule } => SynAction::Drop { rule: rule.0 },
+                Admission::Limit { rule, slot, .. } => SynAction::Limit { rule: rule.0, slot },
+            };
+            door.set_syn_verdict(client, server, generation, action)
+        }
+        FastpathUpdate::QueueResponses(_)
+        | FastpathUpdate::QueueRequests(_)
+        | FastpathUpdate::ResponseSize { .. }
+        | FastpathUpdate::FlowEnd { .. } => return None,
+    })
+}
+
+/// An engine's event into the metrics: a finished pageview's response time, a rule's SYN drop.
+fn observe_event(metrics: &metrics::Metrics, ev: &Event) {
+    match ev {
+        Event::Pageview(p) if !p.incomplete => {
+            let class = p.class.clone().unwrap_or_else(|| "ALL".into());
+            metrics.pageview_rt.get_or_create(&metrics::ClassLabel { class }).observe(p.rt_s);
+        }
+        Event::Decision(d) => {
+            if d.drops_syn() {
+                metrics.syn_drops.get_or_create(&metrics::ClassLabel { class: d.class.clone() }).inc();
+            }
+            tracing::debug!(rule = %d.rule, action = d.action, class = %d.class, client = %d.client, reference = ?d.target, "rule acted");
+        }
+        _ => {}
+    }
+}
+
+/// What an engine's status holds of it: its classes (response times over the window, pageviews
+/// in it, counters), its rules (firing in the last 2 s, counters), its tables' sizes and its
+/// counters.
+fn engine_status(engine: &Engine, now: rlm_core::Timestamp) -> serde_json::Value {
+    let (classes, rules_state) = match engine.policy() {
+        None => (serde_json::Value::Null, serde_json::Value::Null),
+        Some(p) => {
+            let classes: Vec<serde_json::Value> = (0..p.rules().class_count())
+                .map(|i| {
+                    let c = rules::ClassId(i as u16);
+                    serde_json::json!({
+                        "class": p.class_name(c),
+                        "rt_mean_s": p.class_rt(c, rules::Stat::Mean),
+                        "rt_p95_s": p.class_rt(c, rules::Stat::Percentile(95)),
+                        "window_pageviews": p.class_samples(c),
+                        "counters": p.class_counters[i],
+                    })
+                })
+                .collect();
+            let rules_state: Vec<serde_json::Value> = (0..p.rules().rule_count())
+                .map(|i| {
+                    let id = rules::RuleId(i as u32);
+                    serde_json::json!({
+                        "rule": p.rule_label(id),
+                        "text": p.rule_text(id),
+                        "firing": p.rule_firing(i, now, Duration::from_secs(2)),
+                        "counters": p.rule_counters[i],
+                    })
+                })
+                .collect();
+            (serde_json::Value::Array(classes), serde_json::Value::Array(rules_state))
+        }
+    };
+    serde_json::json!({ "classes": classes, "rules": rules_state, "tables": engine.table_sizes(), "stats": engine.stats() })
+}
+
+/// Each rule's `firing` of a status into the metrics (`rlm_rule_firing`).
+fn publish_rule_firing(metrics: &metrics::Metrics, status: &serde_json::Value) {
+    for r in status["rules"].as_array().into_iter().flatten() {
+        if let (Some(rule), Some(firing)) = (r["rule"].as_str(), r["firing"].as_bool()) {
+            metrics.rule_firing.get_or_create(&metrics::RuleLabel { rule: rule.to_string() }).set(i64::from(firing));
+        }
+    }
+}
+
+/// The engine's configuration for `rlm run`: `inject`, whether rlm sends frames; `fast`,
+/// whether the eBPF fast path (which alone queues the segments content adaptation and REJECT
+/// need) is in use.
+fn engine_config(cfg: &RunConfig, inject: bool, fast: bool) -> Config {
+    let limits = cfg.limits.derive();
+    let mut ecfg = Config {
+        server_ports: cfg.server_ports.clone(),
+        decode_bodies: false,
+        // Building transaction records costs the engine: only for their output.
+        transaction_records: cfg.transactions.is_some(),
+        class_window: Duration::from_secs_f64(cfg.class_window_s),
+        inject,
+        adapt: cfg.adapt && fast,
+        reject: inject && fast,
+        fast_limit: cfg.fast_limit,
+        fast_release_per_s: cfg.fast_release_per_s,
+        inject_budget: rlm_core::actions::InjectBudget {
+            per_handshake: cfg.inject_per_handshake,
+            burst: cfg.inject_burst,
+            max_per_s: cfg.inject_max_per_s,
+            ..Default::default()
+        },
+        max_connections: limits.max_connections,
+        max_held_bytes: limits.max_held_bytes,
+        unproven_records_per_s: Some(f64::from(limits.unproven_records_per_s)),
+        ..Config::default()
+    };
+    ecfg.pageview.max_list_bytes = limits.max_list_bytes;
+    ecfg.pageview.connect_timeout = Duration::from_secs_f64(cfg.connect_timeout_s);
+    // A pageview's event graph is only written in its record; without the pageview output
+    // only its response time and class are used, and the graph would cost memory for nothing.
+    if cfg.pageviews.is_none() {
+        ecfg.pageview.max_events = 0;
+    }
+    ecfg
+}
+
+/// The fast path's counters, into the metrics and as the status shows them (with the map
+/// updates that failed).
+fn fastpath_status(m: &metrics::Metrics, path: &InlinePath, update_errors: u64) -> serde_json::Value {
+    match path.counters() {
+        Ok(c) => {
+            let counters = fastpath_counters(&c);
+            for (counter, v) in counters {
+                m.fastpath.get_or_create(&metrics::CounterLabel { counter }).set(v as i64);
+            }
+            let mut o: serde_json::Map<String, serde_json::Value> = counters.into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+            o.insert("map_update_errors".into(), update_errors.into());
+            serde_json::Value::Object(o)
+        }
+        Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
+    }
+}
+
+/// The records written and dropped by kind, into the metrics and as the status shows them.
+fn records_status(m: &metrics::Metrics, records: Option<&RecordWriter>) -> serde_json::Value {
+    let counts = records.map_or_else(RecordCounts::default, RecordWriter::counts);
+    let mut out = serde_json::Map::new();
+    for (kind, written, dropped) in counts.by_kind() {
+        let l = metrics::KindLabel { kind };
+        metrics::store_total(&m.records_written, l.clone(), written);
+        metrics::store_total(&m.records_dropped, l, dropped);
+        out.insert(kind.to_string(), serde_json::json!({ "written": written, "dropped": dropped }));
+    }
+    out.insert("reopen_errors".to_string(), counts.reopen_errors.into());
+    serde_json::Value::Object(out)
+}
+
+/// SIGHUP's reading of the rule file at `path`: the rule set and its digest if the file changed
+/// since the rules in force were read (their digest `in_force`) and it checks; None, logged,
+/// if it is unchanged (the rules in force are kept untouched) or rejected (they stay).
+fn changed_rules(path: &std::path::Path, in_force: Option<u64>) -> Option<(rules::RuleSet, Option<u64>)> {
+    let digest = rules_digest(path);
+    if digest.is_some() && digest == in_force {
+        info!(rules = %path.display(), "SIGHUP: the rule file is unchanged; the rules in force are kept as they are");
+        return None;
+    }
+    match load_rules(path) {
+        Ok(r) => Some((r, digest)),
+        Err(e) => {
+            warn!("SIGHUP: {} rejected, the old rules stay in force: {}", path.display(), format!("{e:#}").replace('\n', " | "));
+            None
         }
     }
 }
