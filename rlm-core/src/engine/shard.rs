@@ -168,9 +168,10 @@ impl Sharding {
 impl Config {
     /// The configuration of engine `index` of `shards` that share this one's work: the limits
     /// on what all connections and pageviews hold together (connections, held bytes,
-    /// remembered client RTTs, the pageviews' lists, the rate of unproven records) divided
-    /// among them, so that the shards together hold no more than one engine would, and the
-    /// pageviews numbered apart (shard `i` of `n`: `1 + i`, `1 + i + n`, ...).
+    /// remembered client RTTs, the pageviews' lists, the rate of unproven records) and on what
+    /// rlm sends (the injection's rate, burst and kept frames, the held SYNs released a second)
+    /// divided among them, so that the shards together hold and send no more than one engine
+    /// would, and the pageviews numbered apart (shard `i` of `n`: `1 + i`, `1 + i + n`, ...).
     pub fn for_shard(&self, index: usize, shards: usize) -> Config {
         let n = shards.max(1);
         let part = |v: usize| v.div_ceil(n).max(1);
@@ -180,6 +181,12 @@ impl Config {
         c.pageview.max_client_rtts = part(c.pageview.max_client_rtts);
         c.pageview.max_list_bytes = part(c.pageview.max_list_bytes);
         c.unproven_records_per_s = c.unproven_records_per_s.map(|r| r / n as f64);
+        // What bounds the frames rlm sends over all clients: the rate and its burst, the
+        // connections with a kept frame, the held SYNs released a second.
+        c.inject_budget.max_per_s /= n as f64;
+        c.inject_budget.burst /= n as f64;
+        c.inject_budget.max_pending = part(c.inject_budget.max_pending);
+        c.fast_release_per_s /= n as f64;
         c.pageview.first_id = self.pageview.first_id + index as u64 * self.pageview.id_step;
         c.pageview.id_step = self.pageview.id_step * n as u64;
         c
@@ -260,6 +267,12 @@ mod tests {
         assert_eq!(part.pageview.max_list_bytes, one.pageview.max_list_bytes.div_ceil(2));
         assert_eq!(part.unproven_records_per_s, Some(50.0));
         assert_eq!((part.pageview.first_id, part.pageview.id_step), (2, 2));
+        let b = &one.inject_budget;
+        assert_eq!(
+            (part.inject_budget.max_per_s, part.inject_budget.burst, part.inject_budget.max_pending, part.fast_release_per_s),
+            (b.max_per_s / 2.0, b.burst / 2.0, b.max_pending.div_ceil(2), one.fast_release_per_s / 2.0)
+        );
+        assert_eq!(part.inject_budget.per_handshake, b.per_handshake, "each handshake is one engine's");
         assert_eq!((one.for_shard(0, 2).pageview.first_id, one.for_shard(0, 2).pageview.id_step), (1, 2));
         let alone = one.for_shard(0, 1);
         assert_eq!((alone.max_connections, alone.pageview.first_id, alone.pageview.id_step), (1001, 1, 1));
