@@ -41,7 +41,7 @@ comma := ,
 empty :=
 space := $(empty) $(empty)
 
-.PHONY: deps build test unit lab-quick lab demo bench bench-fastpath bench-analyze fuzz fuzz-long clean
+.PHONY: deps build test unit lab-quick lab demo bench bench-fastpath bench-engines bench-analyze fuzz fuzz-long clean
 
 # Install only what is missing, so a second run costs nothing and needs no network.
 deps:
@@ -90,6 +90,12 @@ bench: deps
 # SYNs a second on one CPU. Root. See docs/performance.md.
 bench-fastpath: deps
 	$(CARGO) bench -p kmod-fastpath --bench syn_drop
+
+# The new-connection rate rlm run sustains on one engine and on two (its rings filled while it is
+# stopped, then drained; three rounds alternating; figures in target/bench-engines.json). Root.
+# See docs/performance.md.
+bench-engines: build
+	$(CARGO) bench -p testbed --bench engines
 
 # rlm analyze against ndpiReader on synthetic 1 M-packet captures, and peak memory at 10 M packets
 # (about 10 minutes; figures in target/bench-analyze.json). See docs/performance.md.

@@ -40,6 +40,20 @@ pub use crate::records::{HOLD_WAIT, MAX_BUCKETS, MAX_SHARDS};
 const HELD_TAKEN: u32 = 2;
 const HELD_SLOTS: u32 = 3;
 
+/// How the rings of reports are made ([`InlinePath::load_sharded`]): one per engine, each of
+/// `bytes` (a power of two, at least a page; `RING_BYTES` in `bpf/inline.bpf.c` by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rings {
+    pub count: usize,
+    pub bytes: u32,
+}
+
+impl Default for Rings {
+    fn default() -> Self {
+        Rings { count: 1, bytes: 16 << 20 }
+    }
+}
+
 /// A shard's ring of reports (`events0` to `events7`).
 fn ring_name(shard: usize) -> &'static str {
     ["events0", "events1", "events2", "events3", "events4", "events5", "events6", "events7"][shard]
@@ -195,7 +209,7 @@ impl InlinePath {
     /// `server_port`'s ingress and egress, as `mode` says. SYNs start in [`Mode::QueueAll`],
     /// marked with `queue_mark`.
     pub fn attach(client_port: &str, server_port: &str, server_ports: &[u16], queue_mark: u32, mode: AttachMode) -> Result<InlinePath> {
-        InlinePath::attach_sharded(client_port, server_port, server_ports, queue_mark, mode, 1)
+        InlinePath::attach_sharded(client_port, server_port, server_ports, queue_mark, mode, Rings::default())
     }
 
     /// The same, the reports dealt to `shards` rings by client ([`InlinePath::load_sharded`]).
@@ -205,9 +219,9 @@ impl InlinePath {
         server_ports: &[u16],
         queue_mark: u32,
         mode: AttachMode,
-        shards: usize,
+        rings: Rings,
     ) -> Result<InlinePath> {
-        let mut path = InlinePath::load_sharded(server_ports, queue_mark, shards)?;
+        let mut path = InlinePath::load_sharded(server_ports, queue_mark, rings)?;
         for (prog, iface, dirs) in
             [("syn_admit", client_port, &[TcAttachType::Ingress][..]), ("observe", server_port, &[TcAttachType::Ingress, TcAttachType::Egress][..])]
         {
@@ -224,23 +238,27 @@ impl InlinePath {
     /// packet untouched and unreported until [`InlinePath::beat`] is called, and again when the
     /// beats stop for [`crate::HEARTBEAT_STALE`].
     pub fn load(server_ports: &[u16], queue_mark: u32) -> Result<InlinePath> {
-        InlinePath::load_sharded(server_ports, queue_mark, 1)
+        InlinePath::load_sharded(server_ports, queue_mark, Rings::default())
     }
 
-    /// The same for `shards` engines (1 to [`MAX_SHARDS`]): every report of a client goes to
+    /// The same for `rings.count` engines (1 to [`MAX_SHARDS`]): every report of a client goes to
     /// the ring of its shard ([`InlinePath::take_rings`]), its client being its IPv4 address or
     /// IPv6 /64 dealt as rlm-core's `Sharding::shard_of_client` deals it; each shard has its
     /// SYN mode and generation and its held SYNs' wait, written through its door
     /// ([`InlinePath::shard_door`]). The rings of the shards beyond are one page each.
-    pub fn load_sharded(server_ports: &[u16], queue_mark: u32, shards: usize) -> Result<InlinePath> {
+    pub fn load_sharded(server_ports: &[u16], queue_mark: u32, rings: Rings) -> Result<InlinePath> {
+        let shards = rings.count;
         if queue_mark == 0 {
             bail!("the queue mark must have at least one bit set");
         }
         if !(1..=MAX_SHARDS).contains(&shards) {
             bail!("{shards} shards: the fast path deals reports to 1 to {MAX_SHARDS}");
         }
-        let unused: Vec<(&str, u32)> = (shards..MAX_SHARDS).map(|i| (ring_name(i), crate::page_size())).collect();
-        let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS, &unused)?;
+        if !rings.bytes.is_power_of_two() || rings.bytes < crate::page_size() {
+            bail!("a ring of {} bytes: it must be a power of two, at least a page", rings.bytes);
+        }
+        let sizes: Vec<(&str, u32)> = (0..MAX_SHARDS).map(|i| (ring_name(i), if i < shards { rings.bytes } else { crate::page_size() })).collect();
+        let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS, &sizes)?;
         let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
         let door = ShardDoor::open(&bpf, 0)?;
         let mut path = InlinePath { bpf, heartbeat, queue_mark, shards, door, queue_responses: false, queue_requests: false, hold_syns: false };

@@ -27,6 +27,8 @@ pub mod inline;
 mod records;
 pub mod ring;
 #[cfg(feature = "bpf")]
+pub mod running;
+#[cfg(feature = "bpf")]
 pub mod testrun;
 
 /// Load an object of this crate, its maps named in `sizes` made that many entries (bytes for a

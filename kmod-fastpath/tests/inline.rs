@@ -615,7 +615,8 @@ fn reports_go_to_the_ring_of_their_clients_shard() {
         return;
     }
     const SHARDS: usize = 3;
-    let mut path = InlinePath::load_sharded(&[80, 443], MARK, SHARDS).expect("load the fast path with three rings");
+    let rings = kmod_fastpath::inline::Rings { count: SHARDS, bytes: 1 << 20 };
+    let mut path = InlinePath::load_sharded(&[80, 443], MARK, rings).expect("load the fast path with three rings");
     path.watch_heartbeat(None).unwrap();
     let mut rings = path.take_rings().unwrap();
     assert_eq!(rings.len(), SHARDS);

@@ -137,6 +137,9 @@ pub struct RunArgs {
     /// without content adaptation, REJECT, SLA targets or SRPT.
     #[arg(long, value_name = "N")]
     pub engines: Option<usize>,
+    /// Each engine's ring of reports in MiB (`[ebpf] ring_mb`, a power of two, default 16).
+    #[arg(long, value_name = "MIB")]
+    pub ring_mb: Option<u32>,
     /// rlm's memory budget in MiB (`[limits] memory_mb`, default 128): the connections tracked,
     /// the bytes held for later, the pageview lists and the records' queue are derived from it.
     #[arg(long, value_name = "MIB")]
@@ -289,6 +292,9 @@ impl RunArgs {
         }
         if let Some(v) = self.engines {
             c.ebpf.engines = v;
+        }
+        if let Some(v) = self.ring_mb {
+            c.ebpf.ring_mb = v;
         }
         if let Some(v) = self.memory_mb {
             c.limits.memory_mb = v;

@@ -230,12 +230,31 @@ pub struct EbpfConfig {
     /// Engines side by side, each on a thread of its own reading the ring of its clients
     /// (1 to 8; 0 is 1: the default). See `live::engines` for what several engines do not do.
     pub engines: usize,
+    /// Each engine's ring of reports, in MiB (a power of two, 1 to 1024; 0: the default, 16):
+    /// what the kernel can hold for an engine that is behind before it loses reports
+    /// (`ring_full`).
+    pub ring_mb: u32,
 }
 
 impl EbpfConfig {
     /// The engines to run: `engines`, 0 read as 1.
     pub fn engine_count(&self) -> usize {
         self.engines.max(1)
+    }
+
+    /// Each ring's size in bytes.
+    pub fn ring_bytes(&self) -> u32 {
+        match self.ring_mb {
+            0 => kmod_fastpath::inline::Rings::default().bytes,
+            mb => mb << 20,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.ring_mb != 0 && !(self.ring_mb.is_power_of_two() && self.ring_mb <= 1024) {
+            bail!("[ebpf] ring_mb must be a power of two from 1 to 1024 (got {})", self.ring_mb);
+        }
+        Ok(())
     }
 }
 
@@ -507,6 +526,7 @@ impl RunConfig {
         }
         self.limits.validate()?;
         self.srpt.validate(self.observer)?;
+        self.ebpf.validate()?;
         super::engines::check(self.ebpf.engine_count(), self)
     }
 
@@ -620,6 +640,8 @@ mod tests {
         assert_eq!(RunConfig::default().ebpf.engine_count(), 1);
         ok("[ebpf]\nengines = 2\n").expect("two engines");
         ok("[ebpf]\nengines = 8\n").expect("eight engines");
+        ok("[ebpf]\nengines = 2\nring_mb = 256\n").expect("rings of 256 MiB");
+        assert!(ok("[ebpf]\nring_mb = 3\n").unwrap_err().to_string().contains("ring_mb"));
         for bad in [
             "[ebpf]\nengines = 9\n",
             "observer = \"pcap\"\n[ebpf]\nengines = 2\n",

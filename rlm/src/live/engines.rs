@@ -103,7 +103,9 @@ pub struct EngineParts {
 impl Engines {
     /// Start one thread per engine (`parts`, in shard order). `panic_at`: `--fault
     /// panic-after` (engine 0's thread panics then).
-    pub fn start(parts: Vec<EngineParts>, metrics: &Metrics, panic_at: Option<Instant>) -> Result<Engines> {
+    /// `writing`: whether any record is written (else each engine drops its events itself, so
+    /// that their memory is freed by the thread that made it).
+    pub fn start(parts: Vec<EngineParts>, metrics: &Metrics, writing: bool, panic_at: Option<Instant>) -> Result<Engines> {
         let n = parts.len();
         let (record_tx, records) = tokio::sync::mpsc::channel(RECORD_BATCHES);
         let (sample_tx, sample_rx): (Vec<_>, Vec<_>) = (0..n).map(|_| std::sync::mpsc::channel::<Arc<[ClassSample]>>()).unzip();
@@ -122,7 +124,7 @@ impl Engines {
                 injector: p.injector,
                 calls: CallTimes::default(),
                 metrics: metrics.clone(),
-                records: record_tx.clone(),
+                records: writing.then(|| record_tx.clone()),
                 records_lost: 0,
                 peers,
                 inbox,
@@ -262,7 +264,8 @@ struct EngineLoop {
     injector: Injector,
     calls: CallTimes,
     metrics: Metrics,
-    records: tokio::sync::mpsc::Sender<Vec<Event>>,
+    /// To the main thread's record writer; None: no record output.
+    records: Option<tokio::sync::mpsc::Sender<Vec<Event>>>,
     /// Records the main thread had no room for.
     records_lost: u64,
     /// The other engines' inboxes, and this one's.
@@ -322,7 +325,8 @@ impl EngineLoop {
     fn wait_ring(&self, wait: Duration) {
         use std::os::fd::AsRawFd;
         let mut pfd = libc::pollfd { fd: self.ring.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // Rounded up: a wait under a millisecond is not a busy loop.
+        let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
         // SAFETY: one valid pollfd, for the length given.
         unsafe { libc::poll(&mut pfd, 1, ms) };
     }
@@ -403,13 +407,16 @@ impl EngineLoop {
         let mut batch = Vec::new();
         while let Some(ev) = self.engine.poll_event() {
             super::observe_event(&self.metrics, &ev);
-            batch.push(ev);
+            if self.records.is_some() {
+                batch.push(ev);
+            }
         }
+        let Some(tx) = &self.records else { return };
         if batch.is_empty() {
             return;
         }
         let n = batch.len() as u64;
-        if self.records.try_send(batch).is_err() {
+        if tx.try_send(batch).is_err() {
             self.records_lost += n;
         }
     }
@@ -491,7 +498,7 @@ pub async fn run(
     let Sharded { mut path, parts, mut rules_digest } = sharded;
     let n = parts.len();
     let panic_at = cfg.fault.map(|super::Fault::PanicAfter(d)| Instant::now() + d);
-    let mut engines = Engines::start(parts, &metrics, panic_at)?;
+    let mut engines = Engines::start(parts, &metrics, records.is_some(), panic_at)?;
     let beat = |path: &mut kmod_fastpath::inline::InlinePath| {
         if let Err(e) = path.beat() {
             warn!("fast path: heartbeat not written: {e:#}");

@@ -15,7 +15,9 @@
 //! space. With `observer = "pcap"` every client SYN is queued and a libpcap tap on the server
 //! port feeds the engine.
 //!
-//! One thread, driven by tokio: the NFQUEUE socket and the ring buffer (or tap) are drained in
+//! With `[ebpf] engines` above 1, one thread per engine reads the ring of its clients and the
+//! main thread keeps the rest ([`engines`]). With one engine, one thread, driven by tokio:
+//! the NFQUEUE socket and the ring buffer (or tap) are drained in
 //! batches when readable or every few milliseconds, the engine's timers fire when due, and
 //! SIGHUP/SIGINT/SIGTERM are handled in the same loop, so the sans-IO engine needs no locking.
 //! Everything that can fail is opened and checked before any rule is installed. What an earlier
@@ -309,7 +311,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                 &cfg.server_ports,
                 cfg.queue_mark,
                 cfg.ebpf.attach.mode(),
-                engine_count,
+                kmod_fastpath::inline::Rings { count: engine_count, bytes: cfg.ebpf.ring_bytes() },
             )
             .context("cannot set up the eBPF fast path")?;
             path.set_hold_syns(true)?;
@@ -322,8 +324,10 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
             Driver::Engines(Box::new(engines::Sharded { path, parts, rules_digest: cfg.rules.as_deref().and_then(rules_digest) }))
         }
         Observer::Ebpf => {
-            let mut path = InlinePath::attach(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark, cfg.ebpf.attach.mode())
-                .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
+            let rings = kmod_fastpath::inline::Rings { count: 1, bytes: cfg.ebpf.ring_bytes() };
+            let mut path =
+                InlinePath::attach_sharded(&cfg.client_port, &cfg.server_port, &cfg.server_ports, cfg.queue_mark, cfg.ebpf.attach.mode(), rings)
+                    .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
             let door = path.shard_door(0)?;
             let srpt = match cfg.srpt.mode {
