@@ -130,6 +130,8 @@ pub fn is_bpffs(path: &Path) -> bool {
 pub struct SrptEgress {
     bpf: Ebpf,
     heartbeat: Heartbeat,
+    /// The per-flow maps, as one engine writes them ([`SrptEgress::set_response`]).
+    flows: SrptDoor,
 }
 
 impl SrptEgress {
@@ -139,7 +141,8 @@ impl SrptEgress {
     pub fn load(server_ports: &[u16], params: &SrptParams) -> Result<SrptEgress> {
         let mut bpf = crate::load_object(CLASSIFY, "the SRPT classifier", server_ports, &crate::CLASSIFY_PROGRAMS, &[])?;
         let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
-        let mut e = SrptEgress { bpf, heartbeat };
+        let flows = SrptDoor::open(&bpf)?;
+        let mut e = SrptEgress { bpf, heartbeat, flows };
         e.set_params(params)?;
         Ok(e)
     }
@@ -250,19 +253,18 @@ impl SrptEgress {
     /// The flow's current response starts at sequence number `start` and ends before `end`
     /// (`None`: its length is not known, and it is ranked by the bytes sent).
     pub fn set_response(&mut self, flow: FlowKey, start: u32, end: Option<u32>) -> Result<()> {
-        let v = RespValue { start, end: end.unwrap_or(0), has_end: u32::from(end.is_some()), pad: 0 };
-        let mut m: HashMap<&mut MapData, FlowKey, RespValue> = HashMap::try_from(self.bpf.map_mut("resp_size").context("map resp_size")?)?;
-        m.insert(flow, v, 0)?;
-        Ok(())
+        self.flows.set_response(flow, start, end)
     }
 
     /// Forget a flow (its connection closed).
     pub fn end_flow(&mut self, flow: FlowKey) -> Result<()> {
-        let mut r: HashMap<&mut MapData, FlowKey, RespValue> = HashMap::try_from(self.bpf.map_mut("resp_size").context("map resp_size")?)?;
-        let _ = r.remove(&flow);
-        let mut f: HashMap<&mut MapData, FlowKey, FlowState> = HashMap::try_from(self.bpf.map_mut("flow_state").context("map flow_state")?)?;
-        let _ = f.remove(&flow);
-        Ok(())
+        self.flows.end_flow(flow)
+    }
+
+    /// A door to the per-flow maps for an engine on a thread of its own (its own descriptors):
+    /// what [`SrptEgress::set_response`] and [`SrptEgress::end_flow`] write, for its flows.
+    pub fn door(&self) -> Result<SrptDoor> {
+        SrptDoor::open(&self.bpf)
     }
 
     /// The kernel's state of a flow.
@@ -343,5 +345,35 @@ mod tests {
             q.cutoffs = vec![1, 2, 3, 4, 5, 6];
             q.resend_band = false;
         }));
+    }
+}
+
+/// One engine's door to the classifier's per-flow maps ([`SrptEgress::door`]).
+pub struct SrptDoor {
+    resp_size: HashMap<MapData, FlowKey, RespValue>,
+    flow_state: HashMap<MapData, FlowKey, FlowState>,
+}
+
+impl SrptDoor {
+    fn open(bpf: &Ebpf) -> Result<SrptDoor> {
+        Ok(SrptDoor {
+            resp_size: HashMap::try_from(crate::own_map(bpf, "resp_size")?)?,
+            flow_state: HashMap::try_from(crate::own_map(bpf, "flow_state")?)?,
+        })
+    }
+
+    /// The response under way of `flow` starts at sequence number `start` and ends before
+    /// `end` (None: not known; ranked by the bytes sent).
+    pub fn set_response(&mut self, flow: FlowKey, start: u32, end: Option<u32>) -> Result<()> {
+        let v = RespValue { start, end: end.unwrap_or(0), has_end: u32::from(end.is_some()), pad: 0 };
+        self.resp_size.insert(flow, v, 0)?;
+        Ok(())
+    }
+
+    /// Forget a flow (its connection closed).
+    pub fn end_flow(&mut self, flow: FlowKey) -> Result<()> {
+        let _ = self.resp_size.remove(&flow);
+        let _ = self.flow_state.remove(&flow);
+        Ok(())
     }
 }

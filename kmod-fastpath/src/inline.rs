@@ -429,32 +429,16 @@ pub struct ShardDoor {
     rejected: HashMap<MapData, ConnKey, u64>,
 }
 
-/// A map of `bpf` (an array or a hash) through a descriptor of its own.
-fn own_map(bpf: &Ebpf, name: &str) -> Result<aya::maps::Map> {
-    use aya::maps::Map;
-    let map = bpf.map(name).with_context(|| format!("map {name}"))?;
-    let copy = |data: &MapData| -> Result<MapData> {
-        let fd = data.fd().as_fd().try_clone_to_owned().with_context(|| format!("map {name}: cannot duplicate its descriptor"))?;
-        Ok(MapData::from_fd(fd)?)
-    };
-    Ok(match map {
-        Map::Array(m) => Map::Array(copy(m)?),
-        Map::HashMap(m) => Map::HashMap(copy(m)?),
-        Map::LruHashMap(m) => Map::LruHashMap(copy(m)?),
-        _ => bail!("map {name}: not an array or a hash"),
-    })
-}
-
 impl ShardDoor {
     fn open(bpf: &Ebpf, shard: u32) -> Result<ShardDoor> {
         Ok(ShardDoor {
             shard,
-            modes: Array::try_from(own_map(bpf, "modes")?)?,
-            held: Array::try_from(own_map(bpf, "held")?)?,
-            verdicts: HashMap::try_from(own_map(bpf, "syn_verdicts")?)?,
-            buckets: Array::try_from(own_map(bpf, "buckets")?)?,
-            unread: HashMap::try_from(own_map(bpf, "unread")?)?,
-            rejected: HashMap::try_from(own_map(bpf, "rejected")?)?,
+            modes: Array::try_from(crate::own_map(bpf, "modes")?)?,
+            held: Array::try_from(crate::own_map(bpf, "held")?)?,
+            verdicts: HashMap::try_from(crate::own_map(bpf, "syn_verdicts")?)?,
+            buckets: Array::try_from(crate::own_map(bpf, "buckets")?)?,
+            unread: HashMap::try_from(crate::own_map(bpf, "unread")?)?,
+            rejected: HashMap::try_from(crate::own_map(bpf, "rejected")?)?,
         })
     }
 

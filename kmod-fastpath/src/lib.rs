@@ -56,6 +56,26 @@ pub(crate) fn load_object(object: &[u8], what: &str, server_ports: &[u16], progr
     Ok(bpf)
 }
 
+/// A map of `bpf` (an array or a hash) through a descriptor of its own (a door for another
+/// thread: [`inline::ShardDoor`], [`classify::SrptDoor`]).
+#[cfg(feature = "bpf")]
+pub(crate) fn own_map(bpf: &aya::Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
+    use anyhow::{bail, Context};
+    use aya::maps::{Map, MapData};
+    use std::os::fd::AsFd;
+    let map = bpf.map(name).with_context(|| format!("map {name}"))?;
+    let copy = |data: &MapData| -> anyhow::Result<MapData> {
+        let fd = data.fd().as_fd().try_clone_to_owned().with_context(|| format!("map {name}: cannot duplicate its descriptor"))?;
+        Ok(MapData::from_fd(fd)?)
+    };
+    Ok(match map {
+        Map::Array(m) => Map::Array(copy(m)?),
+        Map::HashMap(m) => Map::HashMap(copy(m)?),
+        Map::LruHashMap(m) => Map::LruHashMap(copy(m)?),
+        _ => bail!("map {name}: not an array or a hash"),
+    })
+}
+
 /// How long the programs of an object go on acting on the engine's behalf after its last beat
 /// ([`Heartbeat`]): past it they fail open.
 pub const HEARTBEAT_STALE: std::time::Duration = std::time::Duration::from_millis(500);
@@ -197,4 +217,6 @@ pub fn detach_leftovers(ifaces: &[&str]) -> anyhow::Result<Vec<String>> {
 }
 
 #[cfg(feature = "bpf")]
-pub use classify::{classid, is_bpffs, ClassCount, FlowKey, FlowState, KeptState, SrptCounters, SrptEgress, SrptMode, SrptParams, MAX_CLASSES};
+pub use classify::{
+    classid, is_bpffs, ClassCount, FlowKey, FlowState, KeptState, SrptCounters, SrptDoor, SrptEgress, SrptMode, SrptParams, MAX_CLASSES,
+};

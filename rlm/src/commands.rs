@@ -134,7 +134,7 @@ pub struct RunArgs {
     pub undecided_syns: Option<live::config::UndecidedSyns>,
     /// Engines side by side (`[ebpf] engines`, 1 to 8, default 1), one thread each, the kernel
     /// dealing each client's packets to one of them: with the eBPF fast path and held SYNs,
-    /// without content adaptation, REJECT, SLA targets or SRPT.
+    /// without content adaptation, REJECT, ABORT IDLE or SLA targets.
     #[arg(long, value_name = "N")]
     pub engines: Option<usize>,
     /// Each engine's ring of reports in MiB (`[ebpf] ring_mb`, a power of two, default 16).

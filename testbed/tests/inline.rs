@@ -415,12 +415,24 @@ fn rlm_run_writes_records_in_analyzes_schema_and_survives_logrotate() {
 /// `rlm run --engines 2`: the kernel deals each client's packets to one of two engines (the lab's
 /// clients span both), each on its thread. Every page is measured once (one transaction each,
 /// pageview ids unique, none lost), the engines' counters add up in `/status`, and DROP SYN for
-/// one LOW client is carried out by the kernel from the verdict its engine published. A rule
-/// file that needs the queue is refused at start (exit 2 is for usage; this is a start error).
+/// one LOW client is carried out by the kernel from the verdict its engine published; SRPT's
+/// classifier learns the response sizes of both engines' flows. A rule file that needs the
+/// queue is refused at start.
 #[test]
 fn two_engines_each_measure_their_clients_and_publish_their_verdicts() {
     use rlm_core::engine::Sharding;
-    let (_plan, _guard, info) = lab("e", 4);
+    // The short page, and a 300 KB image (`/big`) that crosses the shaped link in 120 ms.
+    let respond: Responder = Arc::new(|target: &str| {
+        if target == "/big" {
+            let mut r = b"HTTP/1.1 200 OK\r\nContent-Type: image/gif\r\nContent-Length: 300000\r\nConnection: close\r\n\r\n".to_vec();
+            r.extend(std::iter::repeat_n(b'G', 300_000 - 6));
+            r.extend_from_slice(b"hello\n");
+            r
+        } else {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n".to_vec()
+        }
+    });
+    let (_plan, _guard, info, _) = lab_serving("e", 4, Some(respond));
     let dir = std::env::temp_dir().join(format!("rlm-engines-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -430,15 +442,30 @@ fn two_engines_each_measure_their_clients_and_publish_their_verdicts() {
     let engine_of = |c: &String| sharding.shard_of_client(c.parse().unwrap());
     let spread: std::collections::BTreeSet<usize> = others.iter().map(engine_of).collect();
     assert_eq!(spread.len(), 2, "the lab's clients span both engines: {others:?}");
+    let srpt = ["--srpt", "srpt", "--srpt-link-bps", "20000000", "--srpt-state-dir", ""].map(String::from);
     let arm = RlmArm {
         rules: format!("{CLASSES}IF IP.SRC == {dropped} THEN DROP SYN\n"),
-        extra_args: vec!["--engines".into(), "2".into()],
+        extra_args: [vec!["--engines".into(), "2".into()], srpt.to_vec()].concat(),
         ..RlmArm::default()
     };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run --engines 2 starts");
     let srcs: Vec<String> = others.iter().cycle().take(210).cloned().collect();
     for r in fetch_from_clients(&info, srcs.clone()) {
         r.expect("a page through two engines");
+    }
+    // An image for each client, ranked by the size its engine published after its head.
+    let ns = info.namespaces.clients.clone();
+    let big: Vec<std::io::Result<()>> = std::thread::spawn({
+        let others = others.clone();
+        move || {
+            netns::enter(&ns).unwrap();
+            others.iter().map(|s| fetch_target(s, "/big", Duration::from_secs(5))).collect()
+        }
+    })
+    .join()
+    .unwrap();
+    for r in big {
+        r.expect("an image through two engines");
     }
     // The LOW client's first SYN is held and dropped by its engine, the next by the kernel.
     let until = Instant::now() + Duration::from_secs(3);
@@ -461,7 +488,7 @@ fn two_engines_each_measure_their_clients_and_publish_their_verdicts() {
     assert!(counts.values().all(|c| c.dropped == 0), "records dropped: {counts:?}");
     let files = RlmRecords::in_dir(&dir);
     let tx = json_lines(&files.transactions);
-    assert_eq!(tx.len(), 210, "one transaction per page, each measured by one engine");
+    assert_eq!(tx.len(), 210 + others.len(), "one transaction per page and image, each measured by one engine");
     let pv = json_lines(&files.pageviews);
     assert_eq!(pv.len() as u64, counts["pageviews"].written);
     let ids: std::collections::BTreeSet<u64> = pv.iter().map(|p| p["id"].as_u64().expect("an id")).collect();
@@ -477,7 +504,13 @@ fn two_engines_each_measure_their_clients_and_publish_their_verdicts() {
     let frames: Vec<u64> = engines.iter().map(|e| e["stats"]["frames"].as_u64().unwrap_or(0)).collect();
     assert!(frames.iter().all(|&f| f > 0), "each engine handled frames: {frames:?}");
     assert_eq!(status["stats"]["frames"].as_u64(), Some(frames.iter().sum()), "the status adds the engines' counters");
-    assert_eq!(status["stats"]["transactions"].as_u64(), Some(210));
+    assert_eq!(status["stats"]["transactions"].as_u64(), Some(210 + others.len() as u64));
+    // SRPT's one classifier learns the responses' sizes from both engines' doors.
+    let published: Vec<u64> = engines.iter().map(|e| e["stats"]["srpt_sizes_published"].as_u64().unwrap_or(0)).collect();
+    assert!(published.iter().all(|&p| p > 0), "each engine published its responses' sizes: {published:?}");
+    let errors: Vec<u64> = engines.iter().map(|e| e["map_update_errors"].as_u64().unwrap_or(u64::MAX)).collect();
+    assert_eq!(errors, [0, 0], "every size written through the engines' doors");
+    assert!(status["srpt"]["known"].as_u64().unwrap_or(0) > 0, "the classifier ranked the images by the sizes the engines wrote: {}", status["srpt"]);
 
     // Rules that need the netfilter queue are refused before anything is installed.
     let bad = RlmArm {

@@ -631,7 +631,7 @@ mod tests {
     }
 
     #[test]
-    fn engines_side_by_side_need_the_fast_path_and_held_syns_and_no_srpt() {
+    fn engines_side_by_side_need_the_fast_path_and_held_syns() {
         let ok = |toml_text: &str| {
             let mut c: RunConfig = toml::from_str(toml_text).unwrap();
             (c.bridge, c.client_port, c.server_port) = ("br0".into(), "a".into(), "b".into());
@@ -641,13 +641,13 @@ mod tests {
         ok("[ebpf]\nengines = 2\n").expect("two engines");
         ok("[ebpf]\nengines = 8\n").expect("eight engines");
         ok("[ebpf]\nengines = 2\nring_mb = 256\n").expect("rings of 256 MiB");
+        ok("[ebpf]\nengines = 2\n[srpt]\nmode = \"srpt\"\nlink_bps = 100000000\n").expect("two engines and SRPT");
         assert!(ok("[ebpf]\nring_mb = 3\n").unwrap_err().to_string().contains("ring_mb"));
         for bad in [
             "[ebpf]\nengines = 9\n",
             "observer = \"pcap\"\n[ebpf]\nengines = 2\n",
             "[ebpf]\nengines = 2\nundecided_syns = \"queue\"\n",
             "inject = false\n[ebpf]\nengines = 2\n",
-            "[ebpf]\nengines = 2\n[srpt]\nmode = \"fair\"\nlink_bps = 100000000\n",
         ] {
             let e = ok(bad).expect_err(bad);
             assert!(e.to_string().contains("engines"), "{bad}: {e}");

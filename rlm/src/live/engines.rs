@@ -23,8 +23,9 @@
 //!
 //! What one engine does that several do not (refused at start, and at a reload the old rules
 //! stay): content adaptation and `REJECT`/`LIMIT REQUESTS` (the netfilter queue is one socket),
-//! SLA targets (one controller per engine would each set a rate), SRPT (the classifier's state
-//! is written by one engine), `observer = "pcap"` and `undecided_syns = "queue"`.
+//! SLA targets (one controller per engine would each set a rate), `observer = "pcap"` and
+//! `undecided_syns = "queue"`. SRPT's classifier is shared: each engine writes its flows'
+//! response sizes through a door of its own (`SrptEgress::door`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
@@ -97,6 +98,8 @@ pub struct EngineParts {
     pub engine: Engine,
     pub ring: EventRing,
     pub door: ShardDoor,
+    /// Its door to the SRPT classifier's per-flow maps (`[srpt]` on).
+    pub srpt: Option<kmod_fastpath::SrptDoor>,
     pub injector: Injector,
 }
 
@@ -121,6 +124,7 @@ impl Engines {
                 engine: p.engine,
                 ring: p.ring,
                 door: p.door,
+                srpt: p.srpt,
                 injector: p.injector,
                 calls: CallTimes::default(),
                 metrics: metrics.clone(),
@@ -261,6 +265,7 @@ struct EngineLoop {
     engine: Engine,
     ring: EventRing,
     door: ShardDoor,
+    srpt: Option<kmod_fastpath::SrptDoor>,
     injector: Injector,
     calls: CallTimes,
     metrics: Metrics,
@@ -357,9 +362,9 @@ impl EngineLoop {
                 let frame = ev.whole_frame().into_owned();
                 held_taken = Some(ev.ts_ns);
                 drop(item);
-                let (door, errors) = (&mut self.door, &mut self.update_errors);
+                let (door, srpt, errors) = (&mut self.door, &mut self.srpt, &mut self.update_errors);
                 send_on_held_syn(&mut self.engine, &mut self.calls, Some(&mut self.injector), &self.metrics, ts, frame, |e| {
-                    *errors += publish_all(e, door)
+                    *errors += publish_all(e, door, srpt.as_mut())
                 });
                 continue;
             }
@@ -392,7 +397,7 @@ impl EngineLoop {
     }
 
     fn apply_fastpath(&mut self) {
-        self.update_errors += publish_all(&mut self.engine, &mut self.door);
+        self.update_errors += publish_all(&mut self.engine, &mut self.door, self.srpt.as_mut());
     }
 
     fn send_transmits(&mut self) {
@@ -455,12 +460,22 @@ impl EngineLoop {
     }
 }
 
-/// Write what the engine published through its door; returns the updates that failed (the
-/// kernel goes on without them: their SYNs are held again).
-fn publish_all(engine: &mut Engine, door: &mut ShardDoor) -> u64 {
+/// Write what the engine published through its doors; returns the updates that failed (the
+/// kernel goes on without them: their SYNs are held again, a response is ranked by the bytes
+/// sent).
+fn publish_all(engine: &mut Engine, door: &mut ShardDoor, mut srpt: Option<&mut kmod_fastpath::SrptDoor>) -> u64 {
+    use kmod_fastpath::FlowKey;
+    use rlm_core::FastpathUpdate;
     let mut failed = 0;
     while let Some(u) = engine.poll_fastpath() {
-        match publish(door, &u) {
+        let r = match (&u, srpt.as_deref_mut()) {
+            (FastpathUpdate::ResponseSize { client, server, start, end }, Some(s)) => {
+                Some(s.set_response(FlowKey::new(*server, *client), *start, *end))
+            }
+            (FastpathUpdate::FlowEnd { client, server }, Some(s)) => Some(s.end_flow(FlowKey::new(*server, *client))),
+            _ => publish(door, &u),
+        };
+        match r {
             Some(Ok(())) | None => {}
             Some(Err(e)) => {
                 if failed == 0 {
@@ -476,6 +491,9 @@ fn publish_all(engine: &mut Engine, door: &mut ShardDoor) -> u64 {
 /// The fast path and the engines' parts, made before the capabilities are dropped.
 pub struct Sharded {
     pub path: kmod_fastpath::inline::InlinePath,
+    /// The SRPT classifier (`[srpt]` on): beaten and shown here, its flows written by the
+    /// engines through their doors.
+    pub srpt: Option<kmod_fastpath::SrptEgress>,
     pub parts: Vec<EngineParts>,
     /// [`super::rules_digest`] of the rules the engines were given.
     pub rules_digest: Option<u64>,
@@ -495,16 +513,16 @@ pub async fn run(
     status: super::metrics::Status,
 ) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let Sharded { mut path, parts, mut rules_digest } = sharded;
+    let Sharded { mut path, mut srpt, parts, mut rules_digest } = sharded;
     let n = parts.len();
     let panic_at = cfg.fault.map(|super::Fault::PanicAfter(d)| Instant::now() + d);
     let mut engines = Engines::start(parts, &metrics, records.is_some(), panic_at)?;
-    let beat = |path: &mut kmod_fastpath::inline::InlinePath| {
-        if let Err(e) = path.beat() {
+    let beat = |path: &mut kmod_fastpath::inline::InlinePath, srpt: &mut Option<kmod_fastpath::SrptEgress>| {
+        if let Err(e) = path.beat().and_then(|()| srpt.as_mut().map_or(Ok(()), |e| e.beat())) {
             warn!("fast path: heartbeat not written: {e:#}");
         }
     };
-    beat(&mut path);
+    beat(&mut path, &mut srpt);
     let (mut hup, mut int, mut term) = (signal(SignalKind::hangup())?, signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
     let started = Instant::now();
     let mut tick = tokio::time::interval(super::BEAT_EVERY);
@@ -550,14 +568,14 @@ pub async fn run(
         // Beaten only while every engine turns: within HEARTBEAT_STALE of one stalling the
         // programs pass everything.
         if engines.all_turning(kmod_fastpath::HEARTBEAT_STALE / 2) {
-            beat(&mut path);
+            beat(&mut path, &mut srpt);
         }
         if let Some(w) = records.as_mut() {
             w.tick();
         }
         if last_status.elapsed() >= Duration::from_secs(1) {
             last_status = Instant::now();
-            publish_status(cfg, &engines, &path, records.as_ref(), &metrics, &status, started);
+            publish_status(cfg, &engines, &path, srpt.as_ref(), records.as_ref(), &metrics, &status, started);
         }
     };
     // SYNs held from here on would wait for engines that no longer send them on.
@@ -582,10 +600,12 @@ pub async fn run(
 }
 
 /// The status (`/status`) and the metrics of the engines side by side.
+#[allow(clippy::too_many_arguments)]
 fn publish_status(
     cfg: &super::RunConfig,
     engines: &Engines,
     path: &kmod_fastpath::inline::InlinePath,
+    srpt: Option<&kmod_fastpath::SrptEgress>,
     records: Option<&RecordWriter>,
     m: &Metrics,
     status: &super::metrics::Status,
@@ -610,7 +630,7 @@ fn publish_status(
         "state": "running",
         "observer": "ebpf",
         "fastpath": super::fastpath_status(m, path, errors),
-        "srpt": null,
+        "srpt": super::srpt_status(m, srpt, cfg.srpt.mode, cfg.srpt.leaves() as usize),
         "controller": null,
         "bridge": cfg.bridge,
         "uptime_s": started.elapsed().as_secs(),
@@ -637,9 +657,6 @@ pub fn check(engines: usize, cfg: &super::RunConfig) -> Result<()> {
     if cfg.observer != super::Observer::Ebpf || !cfg.holds_syns() {
         bail!("[ebpf] engines above 1 needs observer = \"ebpf\", inject = true and undecided_syns = \"hold\" (the kernel deals the reports to the engines' rings; a queue is one socket)");
     }
-    if cfg.srpt.mode != super::SrptRunMode::Off {
-        bail!("[ebpf] engines above 1 with [srpt] mode = fair or srpt is not supported (one engine writes the classifier's state)");
-    }
     Ok(())
 }
 
@@ -648,6 +665,7 @@ pub fn check(engines: usize, cfg: &super::RunConfig) -> Result<()> {
 pub fn parts(
     base: &Config,
     path: &mut kmod_fastpath::inline::InlinePath,
+    srpt: Option<&kmod_fastpath::SrptEgress>,
     rules: Option<&rules::RuleSet>,
     ports: (u32, u32),
 ) -> Result<Vec<EngineParts>> {
@@ -659,10 +677,14 @@ pub fn parts(
         engine.enable_fastpath();
         engine.enable_body_cuts();
         engine.share_class_samples();
+        if srpt.is_some() {
+            engine.enable_srpt();
+        }
         if let Some(r) = rules {
             engine.set_rules(Some(r.clone()));
         }
-        out.push(EngineParts { engine, ring, door: path.shard_door(i)?, injector: Injector::open(ports.0, ports.1)? });
+        let srpt_door = srpt.map(kmod_fastpath::SrptEgress::door).transpose()?;
+        out.push(EngineParts { engine, ring, door: path.shard_door(i)?, srpt: srpt_door, injector: Injector::open(ports.0, ports.1)? });
     }
     Ok(out)
 }

@@ -319,9 +319,10 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
             if let Some(why) = rules.as_ref().and_then(engines::not_shardable) {
                 bail!("the rules cannot be carried out by {engine_count} engines side by side: {why} (run one engine: [ebpf] engines = 1)");
             }
+            let srpt = srpt_egress(&cfg, &mut pinned, &mut state_root_created)?;
             let base = engine_config(&cfg, cfg.inject, true);
-            let parts = engines::parts(&base, &mut path, rules.as_ref(), (client_ifindex, server_ifindex))?;
-            Driver::Engines(Box::new(engines::Sharded { path, parts, rules_digest: cfg.rules.as_deref().and_then(rules_digest) }))
+            let parts = engines::parts(&base, &mut path, srpt.as_ref(), rules.as_ref(), (client_ifindex, server_ifindex))?;
+            Driver::Engines(Box::new(engines::Sharded { path, srpt, parts, rules_digest: cfg.rules.as_deref().and_then(rules_digest) }))
         }
         Observer::Ebpf => {
             let rings = kmod_fastpath::inline::Rings { count: 1, bytes: cfg.ebpf.ring_bytes() };
@@ -330,30 +331,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                     .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
             let door = path.shard_door(0)?;
-            let srpt = match cfg.srpt.mode {
-                SrptRunMode::Off => None,
-                _ => {
-                    let params = cfg.srpt.params(kmod_fastpath::classid(shaper::MAJOR, shaper::FIRST_LEAF));
-                    let mut e = SrptEgress::load(&cfg.server_ports, &params).context("cannot set up the SRPT classifier")?;
-                    if let Some(dir) = cfg.srpt.state_path(&cfg.client_port) {
-                        state_root_created = !std::path::Path::new(&cfg.srpt.state_dir).exists();
-                        match e.keep_state(&dir) {
-                            Ok(k) => {
-                                match k.flows + k.responses {
-                                    0 => info!(dir = %dir.display(), "SRPT: per-flow state pinned"),
-                                    _ => {
-                                        info!(dir = %dir.display(), responses = k.responses, flows = k.flows, "SRPT: per-flow state pinned; flows taken over from an earlier rlm")
-                                    }
-                                }
-                                pinned = Some(dir);
-                            }
-                            Err(err) => warn!("SRPT: per-flow state is not kept across restarts: {err:#}"),
-                        }
-                    }
-                    e.attach_to(&cfg.client_port, cfg.ebpf.attach.mode()).context("cannot attach the SRPT classifier")?;
-                    Some(e)
-                }
-            };
+            let srpt = srpt_egress(&cfg, &mut pinned, &mut state_root_created)?;
             path.set_hold_syns(cfg.holds_syns())?;
             let mut fast = Fast { path, door, srpt, ring, mono_to_real: mono_to_real(), update_errors: 0, last_beat: Instant::now() };
             // Acting from now (the programs act on nothing before the first beat): what comes
@@ -1152,23 +1130,7 @@ impl Loop {
             Source::Fast(f) => f.srpt.as_ref(),
             Source::Tap(_) => None,
         };
-        let srpt = match classifier {
-            Some(e) => match (e.class_stats(), e.counters()) {
-                (Ok(bands), Ok(c)) => {
-                    for (band, b) in bands.iter().enumerate().take(self.srpt_bands) {
-                        metrics::store_total(&self.metrics.srpt_band_packets, metrics::BandLabel { band: band as u32 }, b.packets);
-                    }
-                    serde_json::json!({
-                        "mode": self.srpt_mode,
-                        "bands": bands.iter().take(self.srpt_bands).map(|b| serde_json::json!({"packets": b.packets, "bytes": b.bytes})).collect::<Vec<_>>(),
-                        "known": c.known, "attained": c.attained, "retx": c.retx, "adopted": c.adopted, "rolled": c.rolled, "midflow": c.midflow,
-                        "stale": c.stale,
-                    })
-                }
-                (Err(e), _) | (_, Err(e)) => serde_json::json!({ "error": format!("{e:#}") }),
-            },
-            None => serde_json::Value::Null,
-        };
+        let srpt = srpt_status(&self.metrics, classifier, self.srpt_mode, self.srpt_bands);
         let records = records_status(&self.metrics, self.records.as_ref());
         let st = self.engine.stats();
         let c = self.injector.as_ref().map(|i| i.counters).unwrap_or_default();
@@ -1457,5 +1419,53 @@ fn changed_rules(path: &std::path::Path, in_force: Option<u64>) -> Option<(rules
             warn!("SIGHUP: {} rejected, the old rules stay in force: {}", path.display(), format!("{e:#}").replace('\n', " | "));
             None
         }
+    }
+}
+
+/// The SRPT classifier on the client port's egress, loaded and attached, its per-flow state
+/// pinned if `[srpt] state_dir` says so (`pinned`: where; `state_root_created`: whether rlm
+/// made the directory); None with `[srpt] mode = "off"`.
+fn srpt_egress(cfg: &RunConfig, pinned: &mut Option<std::path::PathBuf>, state_root_created: &mut bool) -> Result<Option<SrptEgress>> {
+    if cfg.srpt.mode == SrptRunMode::Off {
+        return Ok(None);
+    }
+    let params = cfg.srpt.params(kmod_fastpath::classid(shaper::MAJOR, shaper::FIRST_LEAF));
+    let mut e = SrptEgress::load(&cfg.server_ports, &params).context("cannot set up the SRPT classifier")?;
+    if let Some(dir) = cfg.srpt.state_path(&cfg.client_port) {
+        *state_root_created = !std::path::Path::new(&cfg.srpt.state_dir).exists();
+        match e.keep_state(&dir) {
+            Ok(k) => {
+                match k.flows + k.responses {
+                    0 => info!(dir = %dir.display(), "SRPT: per-flow state pinned"),
+                    _ => {
+                        info!(dir = %dir.display(), responses = k.responses, flows = k.flows, "SRPT: per-flow state pinned; flows taken over from an earlier rlm")
+                    }
+                }
+                *pinned = Some(dir);
+            }
+            Err(err) => warn!("SRPT: per-flow state is not kept across restarts: {err:#}"),
+        }
+    }
+    e.attach_to(&cfg.client_port, cfg.ebpf.attach.mode()).context("cannot attach the SRPT classifier")?;
+    Ok(Some(e))
+}
+
+/// The SRPT classifier's bands and counters, into the metrics and as the status shows them
+/// (null without one).
+fn srpt_status(m: &metrics::Metrics, classifier: Option<&SrptEgress>, mode: SrptRunMode, bands_shown: usize) -> serde_json::Value {
+    let Some(e) = classifier else { return serde_json::Value::Null };
+    match (e.class_stats(), e.counters()) {
+        (Ok(bands), Ok(c)) => {
+            for (band, b) in bands.iter().enumerate().take(bands_shown) {
+                metrics::store_total(&m.srpt_band_packets, metrics::BandLabel { band: band as u32 }, b.packets);
+            }
+            serde_json::json!({
+                "mode": mode,
+                "bands": bands.iter().take(bands_shown).map(|b| serde_json::json!({"packets": b.packets, "bytes": b.bytes})).collect::<Vec<_>>(),
+                "known": c.known, "attained": c.attained, "retx": c.retx, "adopted": c.adopted, "rolled": c.rolled, "midflow": c.midflow,
+                "stale": c.stale,
+            })
+        }
+        (Err(e), _) | (_, Err(e)) => serde_json::json!({ "error": format!("{e:#}") }),
     }
 }
