@@ -2755,3 +2755,37 @@ fn the_sla_controller_turns_pageviews_away_at_their_first_request_where_reject_i
         .count();
     assert!(dropped >= 5, "HTTPS SYNs over the limit dropped: {dropped}");
 }
+
+#[test]
+fn the_slowest_open_pageviews_are_shown_with_their_graph_and_class_not_a_spoofers() {
+    // The inline driver keeps no graph in its records (max_events 0); the live view still has one.
+    let mut cfg = Config::default();
+    cfg.pageview.max_events = 0;
+    let mut r = Run::with(cfg);
+    r.engine.set_rules(Some(rules("CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\n")));
+    // Two pages waiting for their container (the older one LOW); older than both, a request
+    // on a connection whose handshake was never seen nor answered (a spoofer's, or one joined
+    // mid-stream): a pageview without evidence of a real client.
+    let mut spoofed = TcpConv::new("10.4.9.9:40001", "10.9.0.1:80");
+    r.feed(0, spoofed.client_data(&get("/", "")));
+    let mut low = TcpConv::new("10.5.0.2:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut low, 100);
+    r.feed(180, low.client_data(&get("/slow.html", "Accept: text/html\r\n")));
+    let mut high = TcpConv::new("10.4.0.3:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut high, 300);
+    r.feed(380, high.client_data(&get("/index.html", "Accept: text/html\r\n")));
+    let now = at(1_000);
+    let shown = r.engine.slowest_open_pageviews(now, 5);
+    let clients: Vec<&str> = shown.iter().map(|p| p.client.as_str()).collect();
+    assert_eq!(clients, ["10.5.0.2", "10.4.0.3"], "oldest first, the unproven pageview left out");
+    let p = &shown[0];
+    assert_eq!(p.class.as_deref(), Some("LOW"));
+    assert_eq!(shown[1].class.as_deref(), Some("HIGH"));
+    assert!(p.incomplete);
+    assert!(approx(p.rt_s, 1.0 - (0.100 - 0.040), 1e-6), "its age at now: {}", p.rt_s);
+    let kinds: Vec<&str> = p.events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, ["syn", "synack", "ack", "request"], "{:?}", p.events);
+    assert_eq!(p.events[3].uri.as_deref(), Some("/slow.html"));
+    assert_eq!(r.engine.slowest_open_pageviews(now, 1).len(), 1);
+    assert!(r.engine.slowest_open_pageviews(now, 0).is_empty());
+}

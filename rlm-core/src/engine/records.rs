@@ -413,6 +413,27 @@ impl TlsRecord {
     }
 }
 
+impl super::Engine {
+    /// The `n` slowest pageviews still open at `now` ([`crate::pageview::Pageviews::oldest_open`]),
+    /// with their event graphs (at most [`LIVE_EVENTS`] nodes each) and classes: what a person
+    /// looking at the appliance wants to see of where the time goes.
+    pub fn slowest_open_pageviews(&self, now: Timestamp, n: usize) -> Vec<crate::pageview::PageviewRecord> {
+        let mut pvs = self.pageviews.oldest_open(now, n, LIVE_EVENTS);
+        if let Some(policy) = self.policy.as_ref() {
+            for pv in &mut pvs {
+                if let Ok(ip) = pv.client.parse::<IpAddr>() {
+                    let class = super::segment::pageview_class(policy, ip, pv.server.as_deref(), pv.host.as_deref());
+                    pv.class = Some(policy.class_name(class).to_string());
+                }
+            }
+        }
+        pvs
+    }
+}
+
+/// The nodes of a live pageview's event graph [`super::Engine::slowest_open_pageviews`] shows.
+pub const LIVE_EVENTS: usize = 64;
+
 /// A record of something unproven ([`crate::Config::unproven_records_per_s`]) keeps at most
 /// this many bytes of each text field...
 pub const UNPROVEN_FIELD: usize = 256;

@@ -362,6 +362,32 @@ impl Pageviews {
             .map(move |p| (p.client, p.server.as_deref(), p.host.as_deref(), now.saturating_since(p.start).as_secs_f64()))
     }
 
+    /// The `n` open pageviews with evidence of a real client that began first (the slowest so
+    /// far, oldest first; a spoofer's half-open ones are left out), as records built at `now` for
+    /// a person to read: their event graph of at most `max_events` nodes (whatever the tracker's
+    /// own `max_events`), `end_ts` now, `rt_s` their age, `incomplete` set.
+    pub fn oldest_open(&self, now: Timestamp, n: usize, max_events: usize) -> Vec<PageviewRecord> {
+        let mut open: Vec<&OpenPv> = self.open.values().filter(|p| evidence(p) != Evidence::None).collect();
+        if open.len() > n {
+            if n == 0 {
+                return Vec::new();
+            }
+            open.select_nth_unstable_by_key(n - 1, |p| (p.start, p.id));
+            open.truncate(n);
+        }
+        open.sort_by_key(|p| (p.start, p.id));
+        let cfg = PageviewConfig { max_events, ..self.cfg.clone() };
+        open.into_iter()
+            .map(|p| {
+                let mut r = build_record(p, &cfg);
+                r.end_ts = now.as_secs_f64();
+                r.rt_s = now.saturating_since(p.start).as_secs_f64();
+                r.incomplete = true;
+                r
+            })
+            .collect()
+    }
+
     /// The elapsed time of the pageview a new SYN of this client would belong to (zero for a
     /// new pageview), for rules that test `RT`.
     pub fn elapsed_for_client(&self, client: IpAddr, now: Timestamp) -> Duration {
