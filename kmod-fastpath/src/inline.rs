@@ -202,6 +202,8 @@ pub struct InlinePath {
     queue_responses: bool,
     queue_requests: bool,
     hold_syns: bool,
+    /// The positions of the rings taken, to tell how much each holds ([`InlinePath::rings_waiting`]).
+    ring_positions: Vec<(crate::running::RingPositions, u32)>,
 }
 
 impl InlinePath {
@@ -261,7 +263,17 @@ impl InlinePath {
         let mut bpf = crate::load_object(INLINE, "the inline fast path", server_ports, &crate::INLINE_PROGRAMS, &sizes)?;
         let heartbeat = Heartbeat::watch(&mut bpf, Some(crate::HEARTBEAT_STALE))?;
         let door = ShardDoor::open(&bpf, 0)?;
-        let mut path = InlinePath { bpf, heartbeat, queue_mark, shards, door, queue_responses: false, queue_requests: false, hold_syns: false };
+        let mut path = InlinePath {
+            bpf,
+            heartbeat,
+            queue_mark,
+            shards,
+            door,
+            queue_responses: false,
+            queue_requests: false,
+            hold_syns: false,
+            ring_positions: Vec::new(),
+        };
         path.write_config()?;
         Ok(path)
     }
@@ -377,18 +389,30 @@ impl InlinePath {
     /// The ring buffer of reports of one engine (shard 0's; taken once: the caller reads it, and
     /// waits on its fd).
     pub fn take_events(&mut self) -> Result<EventRing> {
-        let name = ring_name(0);
-        Ok(EventRing { ring: RingBuf::try_from(self.bpf.take_map(name).with_context(|| format!("map {name} (already taken?)"))?)? })
+        self.take_ring(0)
     }
 
     /// Every shard's ring, in shard order (taken once).
     pub fn take_rings(&mut self) -> Result<Vec<EventRing>> {
-        (0..self.shards)
-            .map(|i| {
-                let name = ring_name(i);
-                Ok(EventRing { ring: RingBuf::try_from(self.bpf.take_map(name).with_context(|| format!("map {name} (already taken?)"))?)? })
-            })
-            .collect()
+        (0..self.shards).map(|i| self.take_ring(i)).collect()
+    }
+
+    /// Shard `i`'s ring, its positions kept to tell its depth.
+    fn take_ring(&mut self, i: usize) -> Result<EventRing> {
+        let name = ring_name(i);
+        let map = self.bpf.take_map(name).with_context(|| format!("map {name} (already taken?)"))?;
+        if let aya::maps::Map::RingBuf(data) = &map {
+            let fd = data.fd().as_fd().try_clone_to_owned().with_context(|| format!("map {name}: cannot duplicate its descriptor"))?;
+            let bytes = data.info()?.max_entries();
+            self.ring_positions.push((crate::running::RingPositions::map(MapData::from_fd(fd)?)?, bytes));
+        }
+        Ok(EventRing { ring: RingBuf::try_from(map)? })
+    }
+
+    /// Each taken ring's bytes written by the kernel and not yet read, and its size, in the order
+    /// taken: how far the engines are behind.
+    pub fn rings_waiting(&self) -> Vec<(u64, u32)> {
+        self.ring_positions.iter().map(|(p, bytes)| (p.waiting(), *bytes)).collect()
     }
 
     pub fn counters(&self) -> Result<Counters> {

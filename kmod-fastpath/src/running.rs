@@ -15,7 +15,7 @@ use crate::records::HeartbeatValue;
 use crate::testrun::{self, Arrival, TestRun};
 
 /// A ring's positions, mapped read-only: the consumer's (the reader's) and the producer's.
-struct RingPositions {
+pub(crate) struct RingPositions {
     consumer: *const u64,
     producer: *const u64,
     page: usize,
@@ -24,7 +24,7 @@ struct RingPositions {
 }
 
 impl RingPositions {
-    fn map(map: MapData) -> Result<RingPositions> {
+    pub(crate) fn map(map: MapData) -> Result<RingPositions> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let fd = map.fd().as_fd().as_raw_fd();
@@ -43,13 +43,19 @@ impl RingPositions {
     }
 
     /// Bytes written and not yet taken by the reader.
-    fn waiting(&self) -> u64 {
+    pub(crate) fn waiting(&self) -> u64 {
         // SAFETY: both point to mapped pages holding the kernel's u64 positions (read volatile:
         // another process and the kernel move them).
         let (c, p) = unsafe { (std::ptr::read_volatile(self.consumer), std::ptr::read_volatile(self.producer)) };
         p.saturating_sub(c)
     }
 }
+
+// SAFETY: the two pointers are to read-only shared pages that live as long as the value (unmapped
+// in Drop only), read with volatile loads; no thread writes through them.
+unsafe impl Send for RingPositions {}
+// SAFETY: as above: reads only.
+unsafe impl Sync for RingPositions {}
 
 impl Drop for RingPositions {
     fn drop(&mut self) {

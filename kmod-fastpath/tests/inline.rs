@@ -648,6 +648,10 @@ fn reports_go_to_the_ring_of_their_clients_shard() {
             sent += 2;
         }
     }
+    // Every ring holds what it was dealt until its reader takes it.
+    let waiting = path.rings_waiting();
+    assert_eq!(waiting.len(), SHARDS);
+    assert!(waiting.iter().all(|&(w, size)| w > 0 && w < u64::from(size)), "each ring's backlog, of its size: {waiting:?}");
     let mut got = 0;
     for (shard, ring) in rings.iter_mut().enumerate() {
         let mut n = 0;
@@ -666,6 +670,7 @@ fn reports_go_to_the_ring_of_their_clients_shard() {
         got += n;
     }
     assert_eq!(got, sent, "every report in some ring");
+    assert!(path.rings_waiting().iter().all(|&(w, _)| w == 0), "drained: {:?}", path.rings_waiting());
 
     // Generations per shard: a client's verdict applies under its own shard's generation only.
     let shard_of = |c: Ipv4Addr| sharding.shard_of_client(IpAddr::V4(c));
