@@ -1845,3 +1845,134 @@ fn abort_idle_closes_idle_connections_cleanly_for_curl_chromium_and_the_server()
     assert!(reset_at_server.iter().all(|(a, _)| *a != cart_addr), "the cart's connection was cut: {ended:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The status page (issue 28): headless Chromium in the appliance's namespace, where rlm serves
+/// it on 127.0.0.1, loads it while pages go through rlm, twice, 3 s apart. Its DOM shows both
+/// classes, a p95 line that moved between the two reads, the DROP SYN rule's firing count, and
+/// the slowest open pageview (a container the farm holds back for 20 s) with its event graph;
+/// the page comes from rlm alone (nothing else is reachable from the namespace's loopback).
+#[test]
+fn status_page_shows_classes_rules_and_the_slowest_pageview_live_in_chromium() {
+    if std::process::Command::new("chromium").arg("--version").output().is_err() {
+        panic!("chromium is missing (make deps installs it)");
+    }
+    // `/tN` answered after N ms, `/slow` after 20 s, anything else at once.
+    let respond: Responder = Arc::new(|target: &str| {
+        let wait = match target {
+            "/slow" => 20_000,
+            t => t.strip_prefix("/t").and_then(|n| n.parse().ok()).unwrap_or(0),
+        };
+        std::thread::sleep(Duration::from_millis(wait));
+        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n".to_vec()
+    });
+    let (_plan, _guard, info, _) = lab_serving("sp", 3, Some(respond));
+    let dir = std::env::temp_dir().join(format!("rlm-status-page-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dropped = info.clients.low[0].clone();
+    let arm = RlmArm { rules: format!("{CLASSES}IF IP.SRC == {dropped} THEN DROP SYN\n"), ..RlmArm::default() };
+    let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
+
+    // Pages from every other client until the end, each answered after 20 to 400 ms.
+    let others: Vec<String> = info.clients.high.iter().chain(info.clients.low[1..].iter()).cloned().collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = std::thread::spawn({
+        let (ns, stop, others, slow) = (info.namespaces.clients.clone(), stop.clone(), others.clone(), info.clients.high[0].clone());
+        move || {
+            netns::enter(&ns).unwrap();
+            let slow = std::thread::spawn(move || fetch_target(&slow, "/slow", Duration::from_secs(30)));
+            let mut served = 0;
+            for i in 0u64.. {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let src = &others[i as usize % others.len()];
+                served += u32::from(fetch_target(src, &format!("/t{}", 20 + (i * 97) % 380), Duration::from_secs(3)).is_ok());
+            }
+            (served, slow)
+        }
+    });
+    assert!(fetch_from_clients_within(&info, vec![dropped.clone()], Duration::from_millis(500))[0].is_err(), "DROP SYN holds for {dropped}");
+    std::thread::sleep(Duration::from_secs(4));
+
+    let url = format!("http://127.0.0.1:{}/", testbed::inline::METRICS_PORT);
+    let read = |n: u32| -> String {
+        let out = chromium_dump(&info.namespaces.appliance, &dir.join(format!("profile{n}")), "--timeout=4000", &[], &url);
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = read(1);
+    // The live updates: two server-sent events a second or so apart, each a newer view.
+    let events = std::thread::spawn({
+        let ns = info.namespaces.appliance.clone();
+        move || -> std::io::Result<Vec<serde_json::Value>> {
+            netns::enter(&ns).unwrap();
+            let mut s = TcpStream::connect(("127.0.0.1", testbed::inline::METRICS_PORT))?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(b"GET /events HTTP/1.1\r\nHost: rlm\r\n\r\n")?;
+            let (mut got, mut buf) = (String::new(), [0u8; 65536]);
+            while got.matches("\n\n").count() < 3 {
+                let n = s.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                got.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+            // Chunked: each event is one chunk; the data lines are whole JSON views.
+            Ok(got.lines().filter_map(|l| l.strip_prefix("data: ")).filter_map(|j| serde_json::from_str(j).ok()).collect())
+        }
+    })
+    .join()
+    .unwrap()
+    .expect("/events streams");
+    assert!(events.len() >= 2, "two views streamed: {events:?}");
+    assert!(events[1]["t_ms"].as_u64() > events[0]["t_ms"].as_u64(), "each newer than the last");
+    assert_eq!(events[1]["classes"][0]["class"], "HIGH");
+    std::thread::sleep(Duration::from_secs(2));
+    let second = read(2);
+    let shot = dir.join("status-page.png");
+    let _ = chromium_dump(
+        &info.namespaces.appliance,
+        &dir.join("profile3"),
+        "--timeout=4000",
+        &[&format!("--screenshot={}", shot.display()), "--window-size=1280,1400", "--hide-scrollbars"],
+        &url,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (served, slow) = load.join().unwrap();
+    println!("pages served meanwhile: {served}; screenshot {}", shot.display());
+    assert!(served >= 20, "the load ran: {served} pages");
+
+    // An attribute of the first element that has `marker` in its opening tag, in a DOM dump.
+    let attr = |dom: &str, marker: &str, name: &str| -> Option<String> {
+        let at = dom.find(marker)?;
+        let start = dom[..at].rfind('<')?;
+        let tag = &dom[start..start + dom[start..].find('>')?];
+        let v = &tag[tag.find(&format!(" {name}=\""))? + name.len() + 3..];
+        Some(v[..v.find('"')?].to_string())
+    };
+    for dom in [&first, &second] {
+        assert!(dom.contains("data-class=\"HIGH\"") && dom.contains("data-class=\"LOW\""), "both classes shown: {dom}");
+    }
+    let p95 = |dom: &str| attr(dom, "class=\"p95\"", "d").unwrap_or_default();
+    let (line1, line2) = (p95(&first), p95(&second));
+    assert!(line1.matches('L').count() >= 2, "HIGH's p95 is a line of several seconds: {line1:?}");
+    assert_ne!(line1, line2, "the line moved between the two reads");
+    // The text of the first table cell that has `marker` in its opening tag.
+    let cell = |dom: &str, marker: &str| -> Option<String> {
+        let rest = &dom[dom.find(marker)?..];
+        Some(rest[rest.find('>')? + 1..rest.find("</td>")?].to_string())
+    };
+    let fired: u64 = cell(&second, "class=\"n fired\"").and_then(|t| t.replace(',', "").parse().ok()).unwrap_or(0);
+    assert!(fired >= 1, "the DROP SYN rule's firing count: {second}");
+    let slowest = &second[second.find("id=\"slowest-list\"").expect("the slowest pageviews' section")..];
+    assert!(
+        slowest.contains("class=\"pageview\"") && slowest.contains(&format!("data-client=\"{}\"", info.clients.high[0])),
+        "the held-back page is the slowest: {slowest}"
+    );
+    for kind in ["syn", "synack", "ack", "request"] {
+        assert!(slowest.contains(&format!("data-kind=\"{kind}\"")), "its graph has a {kind} node: {slowest}");
+    }
+    assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000), "a screenshot of the page");
+    let _ = rlm.stop().expect("stop");
+    assert!(slow.join().unwrap().is_ok(), "the held-back page was served");
+}

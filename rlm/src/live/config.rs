@@ -19,8 +19,13 @@ pub struct RunConfig {
     pub server_port: String,
     /// The rule file (004 section 6's language; `rlm check` validates it).
     pub rules: Option<PathBuf>,
-    /// Prometheus `/metrics` and `/status`; localhost unless said otherwise.
+    /// Prometheus `/metrics`, the JSON `/status`, the status page (`/`) and its live view
+    /// (`/view`, `/events`); localhost unless said otherwise.
     pub metrics: SocketAddr,
+    /// A file holding the token every request to `metrics` must carry (`Authorization: Bearer
+    /// TOKEN`, or `?token=TOKEN` for the page in a browser); required when `metrics` is not a
+    /// loopback address.
+    pub status_token_file: Option<PathBuf>,
     /// TCP ports the servers listen on.
     pub server_ports: Vec<u16>,
     /// NFQUEUE numbers `queue_base ..= queue_base + queues - 1`, balanced by flow.
@@ -440,6 +445,7 @@ impl Default for RunConfig {
             server_port: String::new(),
             rules: None,
             metrics: "127.0.0.1:9464".parse().expect("literal address"),
+            status_token_file: None,
             server_ports: vec![80],
             queue_base: 0,
             queues: 1,
@@ -502,6 +508,12 @@ impl RunConfig {
         }
         if self.queue_mark == 0 {
             bail!("queue_mark needs at least one bit set");
+        }
+        if !self.metrics.ip().is_loopback() && self.status_token_file.is_none() {
+            bail!(
+                "metrics = {} is not a loopback address: set status_token_file (a file holding the token its clients must send) to serve the status page and metrics beyond this box",
+                self.metrics
+            );
         }
         let budget = [self.inject_per_handshake, self.inject_burst, self.inject_max_per_s, self.fast_release_per_s];
         if !budget.iter().all(|v| v.is_finite() && *v >= 0.0 && *v <= 1e9) {
@@ -589,6 +601,11 @@ mod tests {
         d.server_port = "b".into();
         d.validate().unwrap();
         assert_eq!(d.metrics.ip().to_string(), "127.0.0.1");
+        // Beyond localhost only with a token.
+        d.metrics = "0.0.0.0:9464".parse().unwrap();
+        assert!(d.validate().unwrap_err().to_string().contains("status_token_file"));
+        d.status_token_file = Some("/etc/rlm/status.token".into());
+        d.validate().unwrap();
     }
 
     #[test]

@@ -214,6 +214,11 @@ impl Engines {
             }
             out.insert(key.to_string(), v);
         }
+        // The slowest open pageviews of all the engines.
+        let mut slowest: Vec<serde_json::Value> = parts.iter().flat_map(|p| p["slowest"].as_array().cloned().unwrap_or_default()).collect();
+        slowest.sort_by(|a, b| b["rt_s"].as_f64().unwrap_or(0.0).total_cmp(&a["rt_s"].as_f64().unwrap_or(0.0)));
+        slowest.truncate(super::SLOWEST_SHOWN);
+        out.insert("slowest".into(), serde_json::Value::Array(slowest));
         out.insert("engine_call_us".into(), calls.map_or(serde_json::Value::Null, |c| c.summary()));
         out.insert("engines".into(), serde_json::Value::Array(parts));
         out
@@ -222,7 +227,8 @@ impl Engines {
 
 /// Add `b` into `a`: numbers summed, objects key by key, arrays item by item, booleans or'ed;
 /// anything else (text, a class's response time, which every engine's windows share) kept as
-/// `a` has it. Keys named `rt_*` and `window_pageviews` are kept too (shared, not summed).
+/// `a` has it. Keys named `rt_*`, `window_pageviews` and `tests` (a rule's readings of the
+/// shared windows) are kept too (shared, not summed).
 fn add_json(a: &mut serde_json::Value, b: &serde_json::Value) {
     use serde_json::Value;
     match (a, b) {
@@ -239,7 +245,7 @@ fn add_json(a: &mut serde_json::Value, b: &serde_json::Value) {
         (Value::Bool(x), Value::Bool(y)) => *x |= *y,
         (Value::Object(x), Value::Object(y)) => {
             for (k, v) in y {
-                if k.starts_with("rt_") || k == "window_pageviews" {
+                if k.starts_with("rt_") || k == "window_pageviews" || k == "tests" {
                     continue;
                 }
                 match x.get_mut(k) {
@@ -637,13 +643,12 @@ fn publish_status(
         "rules_file": cfg.rules,
         "limits": limits,
         "records": super::records_status(m, records),
+        "datapath": super::datapath_status(m, Some(path), &[], None, cfg.inject_max_per_s),
     });
     if let serde_json::Value::Object(o) = &mut v {
         o.extend(parts);
     }
-    if let Ok(mut s) = status.lock() {
-        *s = v;
-    }
+    status.set(v, super::unix_ms());
 }
 
 /// The engines' configuration checks: how many, and what they need.

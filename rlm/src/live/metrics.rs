@@ -1,5 +1,7 @@
-//! Observability of `rlm run`: Prometheus `/metrics` and a JSON `/status`, served on localhost by
-//! default (hyper), from metric handles the event loop updates in place (prometheus-client).
+//! Observability of `rlm run`: Prometheus `/metrics`, a JSON `/status` and the status page (`/`,
+//! live through `/events`, its view as JSON at `/view`), served on localhost by default (hyper),
+//! from metric handles the event loop updates in place (prometheus-client) and the status it
+//! sets each second ([`Board`]).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+use super::status_page::View;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
@@ -243,10 +247,80 @@ pub fn store_total<L: Clone + std::hash::Hash + Eq>(family: &Family<L, Counter>,
     family.get_or_create(&label).inner().store(total, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// What `/status` shows; the event loop replaces it about once a second.
-pub type Status = Arc<Mutex<serde_json::Value>>;
+/// What `rlm run` shows of itself: the JSON `/status` the event loop replaces about once a
+/// second, and the status page's view made from each one ([`View`]), sent to every page open
+/// (`/events`).
+pub struct Board {
+    status: Mutex<serde_json::Value>,
+    view: Mutex<View>,
+    /// The view as last made, as JSON text; each page's event stream waits on it.
+    updates: tokio::sync::watch::Sender<Arc<str>>,
+    /// The token each request must carry, when one is configured.
+    token: Option<String>,
+}
 
-/// Serve `/metrics` and `/status` until the runtime ends.
+/// The board the event loop writes and the server reads.
+pub type Status = Arc<Board>;
+
+impl Board {
+    /// A board showing `status` until the first [`Board::set`]; requests must carry `token` if
+    /// it is given.
+    pub fn new(status: serde_json::Value, token: Option<String>) -> Status {
+        let (updates, _) = tokio::sync::watch::channel(Arc::from("{}"));
+        Arc::new(Board { status: Mutex::new(status), view: Mutex::new(View::default()), updates, token })
+    }
+
+    /// Replace the status, and make the page's view of it at `t_ms` (Unix milliseconds).
+    pub fn set(&self, status: serde_json::Value, t_ms: u64) {
+        let view = match self.view.lock() {
+            Ok(mut v) => v.push(&status, t_ms).to_string(),
+            Err(_) => return,
+        };
+        if let Ok(mut s) = self.status.lock() {
+            *s = status;
+        }
+        self.updates.send_replace(Arc::from(view));
+    }
+
+    /// The status as last set.
+    pub fn status(&self) -> serde_json::Value {
+        self.status.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Whether a request may be answered.
+    fn admits(&self, req: &Request<hyper::body::Incoming>) -> bool {
+        let authorization = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        token_admits(self.token.as_deref(), authorization, req.uri().query())
+    }
+}
+
+/// Whether a request with this `Authorization` header and query carries `token` (any request
+/// does when there is none).
+fn token_admits(token: Option<&str>, authorization: Option<&str>, query: Option<&str>) -> bool {
+    let Some(token) = token else { return true };
+    let bearer = authorization.and_then(|v| v.strip_prefix("Bearer "));
+    let query = query.into_iter().flat_map(|q| q.split('&')).find_map(|kv| kv.strip_prefix("token="));
+    [bearer, query].into_iter().flatten().any(|given| same_secret(given.as_bytes(), token.as_bytes()))
+}
+
+/// Compare two secrets in time that depends on their lengths only.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Read the status token from `path`: its first line, at least 16 characters.
+pub fn read_token(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read status_token_file {}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic() && b != b'&') {
+        anyhow::bail!("status_token_file {}: its first line must be a token of at least 16 printable characters (no spaces, no '&')", path.display());
+    }
+    Ok(token)
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+/// Serve `/metrics`, `/status`, the status page and its live view until the runtime ends.
 pub async fn serve(addr: SocketAddr, registry: Arc<Registry>, status: Status) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} for metrics"))?;
     tokio::task::spawn_local(async move {
@@ -256,7 +330,7 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>, status: Status) ->
             tokio::task::spawn_local(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let (registry, status) = (registry.clone(), status.clone());
-                    async move { Ok::<_, std::convert::Infallible>(respond(req.uri().path(), &registry, &status)) }
+                    async move { Ok::<_, std::convert::Infallible>(respond(&req, &registry, &status)) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
             });
@@ -265,8 +339,12 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>, status: Status) ->
     Ok(())
 }
 
-fn respond(path: &str, registry: &Registry, status: &Status) -> Response<Full<Bytes>> {
-    let (code, ctype, body) = match path {
+fn respond(req: &Request<hyper::body::Incoming>, registry: &Registry, status: &Board) -> Response<Body> {
+    use http_body_util::BodyExt;
+    if !status.admits(req) {
+        return reply(401, "text/plain", "a token is needed: Authorization: Bearer TOKEN, or ?token=TOKEN\n".to_string());
+    }
+    let (code, ctype, body) = match req.uri().path() {
         "/metrics" => {
             let mut s = String::new();
             match prometheus_client::encoding::text::encode(&mut s, registry) {
@@ -274,28 +352,96 @@ fn respond(path: &str, registry: &Registry, status: &Status) -> Response<Full<By
                 Err(e) => (500, "text/plain", e.to_string()),
             }
         }
-        "/status" => {
-            let v = status.lock().map(|v| v.clone()).unwrap_or_default();
-            (200, "application/json", serde_json::to_string_pretty(&v).unwrap_or_default())
+        "/status" => (200, "application/json", serde_json::to_string_pretty(&status.status()).unwrap_or_default()),
+        "/" | "/index.html" => {
+            // The view as of now written into the page's script (`</` escaped: it cannot end it).
+            let view = status.updates.borrow().replace("</", "<\\/");
+            (200, "text/html; charset=utf-8", STATUS_PAGE.replacen("/*VIEW*/null", &view, 1))
         }
-        _ => (404, "text/plain", "try /metrics or /status\n".to_string()),
+        "/view" => (200, "application/json", status.updates.borrow().to_string()),
+        "/events" => {
+            // Server-sent events: the view now, then each new one as it is made.
+            let rx = status.updates.subscribe();
+            let stream = futures_util::stream::unfold((rx, true), |(mut rx, first)| async move {
+                if !first {
+                    rx.changed().await.ok()?;
+                }
+                let view = rx.borrow_and_update().clone();
+                let frame = hyper::body::Frame::data(Bytes::from(format!("data: {view}\n\n")));
+                Some((Ok::<_, std::convert::Infallible>(frame), (rx, false)))
+            });
+            return Response::builder()
+                .status(200)
+                .header("content-type", "text/event-stream")
+                .header("cache-control", "no-store")
+                .body(http_body_util::StreamBody::new(stream).boxed())
+                .unwrap_or_else(|_| Response::new(Body::default()));
+        }
+        _ => (404, "text/plain", "try /, /metrics, /status or /view\n".to_string()),
     };
+    reply(code, ctype, body)
+}
+
+fn reply(code: u16, ctype: &str, body: String) -> Response<Body> {
+    use http_body_util::BodyExt;
     Response::builder()
         .status(code)
         .header("content-type", ctype)
-        .body(Full::new(Bytes::from(body)))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+        .header("cache-control", "no-store")
+        .body(Full::new(Bytes::from(body)).boxed())
+        .unwrap_or_else(|_| Response::new(Body::default()))
 }
 
-/// The kernel's per-queue counters (/proc/net/netfilter/nfnetlink_queue): queue number,
-/// packets dropped because the queue was full, packets the socket could not take.
-pub fn queue_counters() -> Vec<(u16, u64, u64)> {
+/// The status page: one file, its script and style inline, nothing fetched from elsewhere.
+const STATUS_PAGE: &str = include_str!("status_page.html");
+
+/// One NFQUEUE's figures, as the kernel keeps them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueCounters {
+    pub queue: u16,
+    /// Packets waiting in it for rlm now.
+    pub waiting: u64,
+    /// Packets dropped (or, with fail-open, accepted unseen) because it was full.
+    pub dropped: u64,
+    /// Packets the socket could not take.
+    pub user_dropped: u64,
+}
+
+/// The kernel's per-queue counters (/proc/net/netfilter/nfnetlink_queue).
+pub fn queue_counters() -> Vec<QueueCounters> {
     let Ok(text) = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue") else { return Vec::new() };
     text.lines()
         .filter_map(|l| {
             // queue_number peer_portid queue_total copy_mode copy_range queue_dropped user_dropped id_sequence 1
             let f: Vec<&str> = l.split_whitespace().collect();
-            Some((f.first()?.parse().ok()?, f.get(5)?.parse().ok()?, f.get(6)?.parse().ok()?))
+            let n = |i: usize| -> Option<u64> { f.get(i)?.parse().ok() };
+            Some(QueueCounters { queue: f.first()?.parse().ok()?, waiting: n(2)?, dropped: n(5)?, user_dropped: n(6)? })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_asked_for_only_when_configured_and_read_with_care() {
+        assert!(token_admits(None, None, None));
+        let t = Some("0123456789abcdefXYZ");
+        assert!(!token_admits(t, None, None));
+        assert!(token_admits(t, Some("Bearer 0123456789abcdefXYZ"), None));
+        assert!(!token_admits(t, Some("Bearer 0123456789abcdefXY"), None));
+        assert!(!token_admits(t, Some("0123456789abcdefXYZ"), None), "only as a bearer token");
+        assert!(token_admits(t, None, Some("a=1&token=0123456789abcdefXYZ")));
+        assert!(!token_admits(t, None, Some("token=0123456789abcdefXYZ0")));
+        let dir = std::env::temp_dir().join(format!("rlm-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "0123456789abcdefXYZ\nignored\n").unwrap();
+        assert_eq!(read_token(&file).unwrap(), "0123456789abcdefXYZ");
+        std::fs::write(&file, "short\n").unwrap();
+        assert!(read_token(&file).unwrap_err().to_string().contains("at least 16"));
+        assert!(read_token(&dir.join("absent")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

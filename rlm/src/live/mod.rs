@@ -43,11 +43,12 @@ pub mod netfilter;
 pub mod nfqueue;
 pub mod records;
 pub mod shaper;
+pub mod status_page;
 pub mod tap;
 
 use std::hash::{Hash, Hasher};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -271,7 +272,8 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     let server_ifindex = ifindex(&cfg.server_port)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::new(&mut registry);
-    let status: metrics::Status = Arc::new(Mutex::new(serde_json::json!({"state": "starting"})));
+    let token = cfg.status_token_file.as_deref().map(metrics::read_token).transpose()?;
+    let status = metrics::Board::new(serde_json::json!({"state": "starting"}), token);
     metrics::serve(cfg.metrics, Arc::new(registry), status.clone()).await?;
     let nfq = nfqueue::open(cfg.queue_base, cfg.queues, cfg.queue_max_len)?;
     // What an earlier rlm on this bridge left when it did not exit cleanly, whatever its
@@ -534,6 +536,8 @@ struct Loop {
     controller_logged: (u64, u64),
     /// The time of the last ring report handed to the engine.
     last_report: rlm_core::Timestamp,
+    /// The worst lag of a report behind the wall clock since the last status, in nanoseconds.
+    lag_max_ns: u64,
     /// `[limits]`, derived.
     limits: config::Limits,
 }
@@ -597,6 +601,7 @@ impl Loop {
             srpt_bands: cfg.srpt.leaves() as usize,
             panic_at: cfg.fault.map(|Fault::PanicAfter(d)| Instant::now() + d),
             calls: calls::CallTimes::default(),
+            lag_max_ns: 0,
             controller_logged: (0, 0),
             last_report: rlm_core::Timestamp::ZERO,
             limits,
@@ -867,6 +872,7 @@ impl Loop {
             if n == 1 {
                 let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
                 self.metrics.loop_lag.observe(lag as f64 / 1e9);
+                self.lag_max_ns = self.lag_max_ns.max(lag);
             }
             self.last_report = ts;
         }
@@ -953,6 +959,7 @@ impl Loop {
             let ts = rlm_core::Timestamp(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000);
             let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
             self.metrics.loop_lag.observe(lag as f64 / 1e9);
+            self.lag_max_ns = self.lag_max_ns.max(lag);
             // IPv4 SYNs are filtered out in the kernel; only IPv6 frames need a look here.
             if p.data.get(12..14) == Some(&[0x86, 0xdd][..]) && tap::is_queued_syn(p.data, false) {
                 continue;
@@ -1104,13 +1111,12 @@ impl Loop {
                 f.mono_to_real = mono_to_real();
             }
         }
-        for (q, dropped, user_dropped) in metrics::queue_counters() {
-            if self.nfq.queues.contains(&q) {
-                let l = metrics::QueueLabel { queue: q.to_string() };
-                self.metrics.queue_dropped.get_or_create(&l).set(dropped as i64);
-                self.metrics.queue_user_dropped.get_or_create(&l).set(user_dropped as i64);
-            }
-        }
+        let path = match &self.source {
+            Source::Fast(f) => Some(&f.path),
+            Source::Tap(_) => None,
+        };
+        let lag_max_ns = std::mem::take(&mut self.lag_max_ns);
+        let datapath = datapath_status(&self.metrics, path, &self.nfq.queues, Some(lag_max_ns), self.engine.config().inject_budget.max_per_s);
         for (reason, n) in &self.engine.stats().malformed {
             if *n > 0 {
                 metrics::store_total(&self.metrics.malformed, metrics::ReasonLabel { reason: reason.to_string() }, *n);
@@ -1174,10 +1180,10 @@ impl Loop {
             "stats": self.engine.stats(),
             "engine_call_us": self.calls.summary(),
             "records": records,
+            "datapath": datapath,
+            "slowest": part["slowest"].clone(),
         });
-        if let Ok(mut s) = self.status.lock() {
-            *s = v;
-        }
+        self.status.set(v, unix_ms());
     }
 }
 
@@ -1304,6 +1310,7 @@ fn engine_status(engine: &Engine, now: rlm_core::Timestamp) -> serde_json::Value
                     serde_json::json!({
                         "class": p.class_name(c),
                         "rt_mean_s": p.class_rt(c, rules::Stat::Mean),
+                        "rt_p50_s": p.class_rt(c, rules::Stat::Percentile(50)),
                         "rt_p95_s": p.class_rt(c, rules::Stat::Percentile(95)),
                         "window_pageviews": p.class_samples(c),
                         "counters": p.class_counters[i],
@@ -1318,13 +1325,65 @@ fn engine_status(engine: &Engine, now: rlm_core::Timestamp) -> serde_json::Value
                         "text": p.rule_text(id),
                         "firing": p.rule_firing(i, now, Duration::from_secs(2)),
                         "counters": p.rule_counters[i],
+                        "tests": p.readings(now, id),
                     })
                 })
                 .collect();
             (serde_json::Value::Array(classes), serde_json::Value::Array(rules_state))
         }
     };
-    serde_json::json!({ "classes": classes, "rules": rules_state, "tables": engine.table_sizes(), "stats": engine.stats() })
+    serde_json::json!({
+        "classes": classes,
+        "rules": rules_state,
+        "tables": engine.table_sizes(),
+        "stats": engine.stats(),
+        "slowest": engine.slowest_open_pageviews(now, SLOWEST_SHOWN),
+    })
+}
+
+/// The open pageviews the status shows with their event graphs ([`Engine::slowest_open_pageviews`]).
+const SLOWEST_SHOWN: usize = 5;
+
+/// The wall clock in Unix milliseconds (the status page's time axis).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The data path's health as the status shows it (`datapath`), and the queues' into the
+/// metrics: how many bytes each ring of the fast path holds that no engine took yet, and its
+/// size; how many packets each of rlm's queues holds and dropped; the worst lag of a report
+/// behind the wall clock since the last status (`None`: not measured); the injection's limit
+/// of frames a second. (Reports lost and packets passed unseen are the fast path's counters
+/// `ring_full` and `stale`.)
+fn datapath_status(
+    m: &metrics::Metrics,
+    path: Option<&InlinePath>,
+    queues: &[u16],
+    lag_max_ns: Option<u64>,
+    inject_max_per_s: f64,
+) -> serde_json::Value {
+    let rings: Vec<serde_json::Value> = path
+        .map(|p| p.rings_waiting())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(waiting, size)| serde_json::json!({ "waiting_bytes": waiting, "size_bytes": size }))
+        .collect();
+    let queues: Vec<serde_json::Value> = metrics::queue_counters()
+        .into_iter()
+        .filter(|q| queues.contains(&q.queue))
+        .map(|q| {
+            let l = metrics::QueueLabel { queue: q.queue.to_string() };
+            m.queue_dropped.get_or_create(&l).set(q.dropped as i64);
+            m.queue_user_dropped.get_or_create(&l).set(q.user_dropped as i64);
+            serde_json::json!({ "queue": q.queue, "waiting": q.waiting, "dropped": q.dropped, "user_dropped": q.user_dropped })
+        })
+        .collect();
+    serde_json::json!({
+        "rings": rings,
+        "queues": queues,
+        "lag_max_ms": lag_max_ns.map(|ns| ns as f64 / 1e6),
+        "inject_max_per_s": inject_max_per_s,
+    })
 }
 
 /// Each rule's `firing` of a status into the metrics (`rlm_rule_firing`).
