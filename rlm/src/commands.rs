@@ -1,10 +1,8 @@
 //! The appliance's commands other than `analyze`: `run` (inline on a bridge) and `status`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
 use rlm::live::records::RecordOutputs;
@@ -398,23 +396,21 @@ pub fn guard(plan: &str, log_json: bool) -> ExitCode {
 }
 
 /// `rlm status`: ask a running rlm (its /status endpoint) and print what it says.
-pub fn status(addr: SocketAddr) -> ExitCode {
-    let get = || -> anyhow::Result<String> {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(format!("GET /status HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf)?;
-        let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-        Ok(body)
+pub fn status(addr: SocketAddr, token_file: Option<&Path>) -> ExitCode {
+    let token = match token_file.map(rlm::live::metrics::read_token).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("rlm: {e:#}");
+            return ExitCode::from(2);
+        }
     };
-    match get() {
+    match rlm::live::metrics::get_local(addr, "/status", token.as_deref()) {
         Ok(body) => {
             println!("{}", body.trim_end());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("rlm: no rlm answering on {addr}: {e}");
+            eprintln!("rlm: {e:#}");
             ExitCode::from(1)
         }
     }

@@ -3,7 +3,8 @@
 //! The engine decides; this crate does the I/O it never does: [`capture`] reads pcap and pcapng
 //! files (plain, gzip or zstd) and replays them through the engine, [`analyze`] is the
 //! `rlm analyze` command built on it, and [`live`] is `rlm run`, the inline driver (NFQUEUE,
-//! the eBPF fast path, injection, shaping, metrics and status). Both write their records as
+//! the eBPF fast path, injection, shaping, metrics, status and the status page), whose page [`top`]
+//! shows in a terminal. Both write their records as
 //! JSON lines through [`records`]. The `rlm` binary's command line is `src/main.rs` and
 //! `src/commands.rs`.
 
@@ -12,3 +13,4 @@ pub mod analyze;
 pub use rlm_capture as capture;
 pub mod live;
 pub mod records;
+pub mod top;

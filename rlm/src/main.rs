@@ -69,6 +69,22 @@ enum Command {
         /// Where it serves /status.
         #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR")]
         metrics: std::net::SocketAddr,
+        /// The file holding its token (its `status_token_file`), when it asks for one.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<std::path::PathBuf>,
+    },
+    /// Watch a running rlm in the terminal: its classes' response times, its rules firing, its
+    /// data path and its slowest open pageviews, once a second (q quits).
+    Top {
+        /// Where it serves its status page.
+        #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR")]
+        metrics: std::net::SocketAddr,
+        /// The file holding its token (its `status_token_file`), when it asks for one.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<std::path::PathBuf>,
+        /// Print one screen as text and exit.
+        #[arg(long)]
+        once: bool,
     },
     /// Rebuild transactions and pageviews from a capture (pcap or pcapng, plain, gzip or zstd).
     ///
@@ -129,7 +145,20 @@ fn main() -> ExitCode {
         Command::Cleanup(args) => commands::cleanup(args),
         Command::Guard { plan, log_json } => commands::guard(&plan, log_json),
         Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
-        Command::Status { metrics } => commands::status(metrics),
+        Command::Status { metrics, token_file } => commands::status(metrics, token_file.as_deref()),
+        Command::Top { metrics, token_file, once } => {
+            let run = || -> anyhow::Result<()> {
+                let token = token_file.as_deref().map(rlm::live::metrics::read_token).transpose()?;
+                rlm::top::run(metrics, token, once)
+            };
+            match run() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rlm top: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Analyze { capture, transactions, pageviews, summary_json, server_ports, connect_timeout, quiet, rules, decisions, tls, engines } => {
             let rules = match rules.as_deref().map(rules::check_file).transpose() {
                 Ok(r) => r,

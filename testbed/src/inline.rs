@@ -907,3 +907,69 @@ mod tests {
         assert!(injection_counters(&serde_json::Value::Null).is_empty());
     }
 }
+
+/// rlm's status page, published on the host's loopback while an arm runs (rlm serves it on the
+/// appliance namespace's own loopback, which no browser on the host reaches): each connection to
+/// the host's `127.0.0.1:9464` (or a free port if that one is taken) is relayed to the page.
+/// Stops accepting when dropped; a relayed connection ends when either side closes (a page's
+/// event stream when rlm stops).
+pub struct PageRelay {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PageRelay {
+    /// Relay to rlm's page in namespace `ns`; call from a thread in the host's namespace.
+    pub fn start(ns: &str) -> Result<PageRelay> {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", METRICS_PORT)).or_else(|_| std::net::TcpListener::bind(("127.0.0.1", 0)))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let (stop, ns) = (stop.clone(), ns.to_string());
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((client, _)) => {
+                            let ns = ns.clone();
+                            std::thread::spawn(move || relay(client, &ns));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                    }
+                }
+            }
+        });
+        Ok(PageRelay { addr, stop, thread: Some(thread) })
+    }
+
+    /// The page's address on the host.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+}
+
+impl Drop for PageRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Copy both ways between `client` and rlm's page in `ns` until either side closes.
+fn relay(client: TcpStream, ns: &str) {
+    let _ = client.set_nonblocking(false);
+    let Ok(()) = crate::netns::enter(ns) else { return };
+    let Ok(upstream) = TcpStream::connect(("127.0.0.1", METRICS_PORT)) else { return };
+    let (Ok(mut c2), Ok(mut u2)) = (client.try_clone(), upstream.try_clone()) else { return };
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut u2);
+        let _ = u2.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut u, mut c) = (upstream, client);
+    let _ = std::io::copy(&mut u, &mut c);
+    let _ = c.shutdown(std::net::Shutdown::Both);
+    let _ = up.join();
+}

@@ -288,6 +288,41 @@ fn transient_png(path: &Path, arms: &[ArmResult], rt: bool) -> Result<()> {
     })
 }
 
+/// Each arm's classes' mean response time (the browsers' own) over the run: a line per arm and
+/// class, a point per timeline interval at its middle (an arm's first class drawn thicker).
+fn class_timeline_png(path: &Path, experiment: &str, arms: &[ArmResult]) -> Result<()> {
+    let series: Vec<(String, usize, Vec<(f64, f64)>)> = arms
+        .iter()
+        .filter(|a| a.timeline.len() > 1)
+        .flat_map(|a| {
+            a.pageviews.by_class.keys().enumerate().map(move |(k, class)| {
+                let pts: Vec<(f64, f64)> = a
+                    .timeline
+                    .iter()
+                    .filter_map(|b| b.by_class.get(class).filter(|s| s.count > 0).map(|s| (b.t_s + b.span_s / 2.0, s.mean_s)))
+                    .collect();
+                (format!("{} / {class}", a.name), k, pts)
+            })
+        })
+        .collect();
+    let xmax = arms.iter().flat_map(|a| a.timeline.iter().map(|b| b.t_s + b.span_s)).fold(10.0, f64::max);
+    let ymax = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).fold(0.5, f64::max) * 1.1;
+    let title = format!("{experiment}: mean response time of each class's pageviews, by start");
+    chart_png(path, &title, (0f64..xmax, "time since the arm began (s)"), (0f64..ymax, "mean (s)"), |chart| {
+        for (i, (name, k, pts)) in series.into_iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let style = color.stroke_width(if k == 0 { 3 } else { 2 });
+            chart
+                .draw_series(LineSeries::new(pts.clone(), style))
+                .map_err(|e| anyhow!("{e}"))?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+            chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled()))).map_err(|e| anyhow!("{e}"))?;
+        }
+        Ok(())
+    })
+}
+
 fn num(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }
@@ -555,6 +590,11 @@ pub fn write(
                 md.push('\n');
             }
         }
+    }
+    // Each class's response time over the run, every arm on one chart.
+    if arms.iter().any(|a| a.timeline.len() > 1 && !a.pageviews.by_class.is_empty()) {
+        class_timeline_png(&dir.join("class-rt-over-time.png"), experiment, arms)?;
+        md.push_str("\n![each class's mean response time over the run](class-rt-over-time.png)\n");
     }
     md.push_str(&live_fidelity_table(arms));
     if let Some(f) = fidelity {

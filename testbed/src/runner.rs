@@ -273,6 +273,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         });
         std::thread::sleep(Duration::from_millis(200));
         let rlm = rlm_arm(arm, port).as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
+        let _page = rlm.as_ref().map(|_| page_relay(&info.namespaces.appliance, &arm.name));
 
         let started = unix_now();
         let t_up = t0.elapsed();
@@ -391,6 +392,21 @@ fn rlm_arm(arm: &ArmSpec, port: u16) -> Option<crate::inline::RlmArm> {
     })
 }
 
+/// rlm's live status page on the host while the arm runs, its address printed (`None`, said
+/// why, if it cannot be published: the arm runs without it).
+fn page_relay(appliance: &str, arm: &str) -> Option<crate::inline::PageRelay> {
+    match crate::inline::PageRelay::start(appliance) {
+        Ok(p) => {
+            eprintln!("lab: arm {arm}: rlm's live status page is at {} until the arm ends", p.url());
+            Some(p)
+        }
+        Err(e) => {
+            eprintln!("lab: arm {arm}: rlm's status page cannot be published on the host: {e:#}");
+            None
+        }
+    }
+}
+
 fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &OpenLoopArm, dir: &Path, lab: &Path) -> Result<ArmResult> {
     let files = file_sizes(&EmpiricalSizes::with_max(ol.max_file), ol.files, arm.seed);
     let farm_cfg = FarmConfig { files: files.clone(), ..arm.farm.clone() };
@@ -402,6 +418,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let mut wan = start_wan(plan, arm)?;
     let port = if ol.via_front { farm_cfg.front_port() } else { crate::farm::FILES_PORT };
     let rlm = rlm_arm(arm, port).as_ref().map(|r| Inline::start(&info.namespaces.appliance, r, dir, Duration::from_secs(10))).transpose()?;
+    let _page = rlm.as_ref().map(|_| page_relay(&info.namespaces.appliance, &arm.name));
     let clients = info.clients.all().map(|a| a.parse().expect("address")).collect();
     let spec = OpenLoopSpec {
         server: format!("{FARM_ADDR}:{port}").parse()?,

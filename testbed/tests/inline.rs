@@ -1973,6 +1973,21 @@ fn status_page_shows_classes_rules_and_the_slowest_pageview_live_in_chromium() {
         assert!(slowest.contains(&format!("data-kind=\"{kind}\"")), "its graph has a {kind} node: {slowest}");
     }
     assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000), "a screenshot of the page");
+    // `rlm top` reads the same view: one screen of it as text.
+    let top = std::process::Command::new("ip")
+        .args(["netns", "exec", &info.namespaces.appliance])
+        .arg(testbed::inline::rlm_binary().unwrap())
+        .args(["top", "--once", "--metrics", &format!("127.0.0.1:{}", testbed::inline::METRICS_PORT)])
+        .output()
+        .expect("rlm top runs");
+    let screen = String::from_utf8_lossy(&top.stdout);
+    println!("{screen}");
+    assert!(top.status.success(), "rlm top --once: {}", String::from_utf8_lossy(&top.stderr));
+    for want in
+        ["HIGH", "LOW", &format!("IF IP.SRC == {dropped} THEN DROP SYN"), "slowest open pageviews", &info.clients.high[0], "waiting on the server"]
+    {
+        assert!(screen.contains(want), "rlm top shows {want:?}");
+    }
     let _ = rlm.stop().expect("stop");
     assert!(slow.join().unwrap().is_ok(), "the held-back page was served");
 }

@@ -318,6 +318,24 @@ pub fn read_token(path: &std::path::Path) -> Result<String> {
     Ok(token)
 }
 
+/// `GET path` from a running rlm's local API at `addr` (with its token if it asks for one): the
+/// body of a 200 answer, else an error that says what came back.
+pub fn get_local(addr: SocketAddr, path: &str, token: Option<&str>) -> anyhow::Result<String> {
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).with_context(|| format!("no rlm answering on {addr}"))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    std::io::Write::write_all(&mut s, format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").as_bytes())?;
+    let mut buf = String::new();
+    std::io::Read::read_to_string(&mut s, &mut buf)?;
+    let (head, body) = buf.split_once("\r\n\r\n").with_context(|| format!("rlm on {addr}: no HTTP answer"))?;
+    let code = head.split_whitespace().nth(1).unwrap_or("");
+    if code != "200" {
+        anyhow::bail!("rlm on {addr} answered {path} with HTTP {code}: {}", body.trim());
+    }
+    Ok(body.to_string())
+}
+
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
 /// Serve `/metrics`, `/status`, the status page and its live view until the runtime ends.
