@@ -442,6 +442,40 @@ pub fn queue_counters() -> Vec<QueueCounters> {
 mod tests {
     use super::*;
 
+    /// Every metric the dashboard in `deploy/` queries is one rlm exports (a family's name, or
+    /// its samples' `_total`, `_bucket`, `_sum`, `_count`), and it has the panels an operator
+    /// looks for first.
+    #[test]
+    fn the_grafana_dashboard_queries_only_metrics_rlm_exports() {
+        let mut registry = Registry::default();
+        let _m = Metrics::new(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).collect();
+        assert!(names.len() >= 25, "{names:?}");
+        let exported = |m: &str| names.iter().any(|n| m == *n || ["_total", "_bucket", "_sum", "_count"].iter().any(|s| m == format!("{n}{s}")));
+        let dashboard: serde_json::Value = serde_json::from_str(include_str!("../../../deploy/grafana-dashboard.json")).unwrap();
+        let mut exprs = Vec::new();
+        let mut titles = Vec::new();
+        for p in dashboard["panels"].as_array().unwrap() {
+            titles.push(p["title"].as_str().unwrap().to_string());
+            for t in p["targets"].as_array().into_iter().flatten() {
+                exprs.push(t["expr"].as_str().unwrap().to_string());
+            }
+        }
+        assert!(exprs.len() >= 10, "{exprs:?}");
+        for e in &exprs {
+            let used: Vec<&str> = e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("rlm_")).collect();
+            assert!(!used.is_empty(), "{e} queries no rlm metric");
+            for m in used {
+                assert!(exported(m), "{m} (in {e}) is not a metric rlm exports: {names:?}");
+            }
+        }
+        for want in ["response time", "SYNs dropped", "Rules firing", "fail-open"] {
+            assert!(titles.iter().any(|t| t.contains(want)), "a panel on {want}: {titles:?}");
+        }
+    }
+
     #[test]
     fn a_token_is_asked_for_only_when_configured_and_read_with_care() {
         assert!(token_admits(None, None, None));
