@@ -6,7 +6,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
 # Debian packages the build and the tests need.
-APT_PACKAGES := build-essential pkg-config libpcap-dev libzstd-dev clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping iptables nginx postgresql fonts-dejavu-core libndpi-bin time iperf3 wrk tcpdump tshark chromium
+APT_PACKAGES := build-essential pkg-config libpcap-dev libzstd-dev clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping iptables nginx postgresql fonts-dejavu-core libndpi-bin time iperf3 wrk tcpdump tshark chromium systemd
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never

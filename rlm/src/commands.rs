@@ -380,13 +380,32 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// Logs on stderr, text or JSON lines; under systemd (stderr is the journal's: `JOURNAL_STREAM`
+/// names it) and without `--log-json`, straight to journald instead, each event's fields as
+/// journal fields and its level as the priority (`journalctl -u rlm -p warning`, `RULE=...`).
 fn init_log(json: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if !json && stderr_is_journal() {
+        if let Ok(journald) = tracing_journald::layer() {
+            tracing_subscriber::registry().with(filter).with(journald.with_syslog_identifier("rlm".into())).init();
+            return;
+        }
+    }
     if json {
         tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     }
+}
+
+/// Whether stderr is the journal's stream (systemd sets `JOURNAL_STREAM` to its `device:inode`).
+fn stderr_is_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(want) = std::env::var_os("JOURNAL_STREAM") else { return false };
+    let Ok(meta) = std::fs::metadata("/proc/self/fd/2") else { return false };
+    want.to_string_lossy() == format!("{}:{}", meta.dev(), meta.ino())
 }
 
 /// `rlm guard` (hidden): `rlm run`'s guard process.

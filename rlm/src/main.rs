@@ -56,6 +56,14 @@ enum Command {
         #[arg(long)]
         log_json: bool,
     },
+    /// Write rlm's man pages (rlm.1 and one per command, rlm-run.1 ...) into a directory (the
+    /// Debian package's are made so: `make deb`).
+    #[command(hide = true)]
+    Man {
+        /// Where to write them.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
     /// Check rule files: print a summary of each, or its errors (FILE:LINE:COL, the line, a caret).
     ///
     /// Exit status: 0 all valid; 1 one is not; 2 a usage error.
@@ -145,6 +153,16 @@ fn main() -> ExitCode {
         Command::Cleanup(args) => commands::cleanup(args),
         Command::Guard { plan, log_json } => commands::guard(&plan, log_json),
         Command::Check { files } => ExitCode::from(rules::check_command(files, &mut std::io::stdout(), &mut std::io::stderr())),
+        Command::Man { dir } => match man_pages(&dir) {
+            Ok(n) => {
+                println!("{n} man pages in {}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rlm man: {e:#}");
+                ExitCode::from(1)
+            }
+        },
         Command::Status { metrics, token_file } => commands::status(metrics, token_file.as_deref()),
         Command::Top { metrics, token_file, once } => {
             let run = || -> anyhow::Result<()> {
@@ -208,4 +226,28 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// rlm.1 and a page per visible command (rlm-run.1, ...), from the command line's own help
+/// (clap_mangen), into `dir`; how many were written.
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<usize> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir)?;
+    let cli = Cli::command();
+    let mut n = 0;
+    let mut write = |name: &str, cmd: clap::Command| -> anyhow::Result<()> {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut out)?;
+        std::fs::write(dir.join(format!("{name}.1")), out)?;
+        n += 1;
+        Ok(())
+    };
+    for sub in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = format!("rlm-{}", sub.get_name());
+        // A one-shot command: the page's name is leaked, clap's names being 'static without its `string` feature.
+        let page = sub.clone().name(&*Box::leak(name.clone().into_boxed_str()));
+        write(&name, page)?;
+    }
+    write("rlm", cli)?;
+    Ok(n)
 }

@@ -1991,3 +1991,121 @@ fn status_page_shows_classes_rules_and_the_slowest_pageview_live_in_chromium() {
     let _ = rlm.stop().expect("stop");
     assert!(slow.join().unwrap().is_ok(), "the held-back page was served");
 }
+
+/// The systemd unit (deploy/rlm.service) as an operator's box runs it (issue 28): its
+/// `ExecStartPre` and `ExecStart` command lines, with a config file of the lab's where the
+/// unit names /etc/rlm/rlm.toml, under `setpriv` holding the unit's `CapabilityBoundingSet`
+/// alone (all a root service gets under systemd). rlm goes inline and measures the pages that
+/// cross it, keeps CAP_NET_ADMIN and CAP_NET_RAW alone once set up, and at SIGTERM exits 0
+/// leaving the namespace as it found it; `systemd-analyze verify` accepts the unit.
+#[test]
+fn the_units_command_line_runs_inline_with_only_the_units_capabilities() {
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/rlm.service")).unwrap();
+    let value = |key: &str| -> String {
+        unit.lines().find_map(|l| l.strip_prefix(&format!("{key}="))).unwrap_or_else(|| panic!("the unit has no {key}")).to_string()
+    };
+    let rlm = testbed::inline::rlm_binary().unwrap();
+    let dir = std::env::temp_dir().join(format!("rlm-unit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // systemd's own check of the unit, with this build's rlm where the package puts it (its
+    // man pages are the package's: not looked for here).
+    let local_unit = dir.join("rlm.service");
+    std::fs::write(&local_unit, unit.replace("/usr/bin/rlm", &rlm.display().to_string())).unwrap();
+    let verify = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&local_unit)
+        .output()
+        .expect("systemd-analyze (make deps installs systemd)");
+    assert!(verify.status.success() && verify.stderr.is_empty(), "systemd-analyze verify: {}", String::from_utf8_lossy(&verify.stderr));
+    assert_eq!(value("Type"), "notify");
+
+    let (_plan, _guard, info) = lab("u", 2);
+    let ns = &info.namespaces.appliance;
+    let rules = dir.join("rules.rlm");
+    std::fs::write(&rules, CLASSES).unwrap();
+    let config = dir.join("rlm.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "bridge = \"{}\"\nclient_port = \"{}\"\nserver_port = \"{}\"\nrules = \"{}\"\nmetrics = \"127.0.0.1:{}\"\n",
+            testbed::inline::BRIDGE,
+            info.bridge.client_port,
+            info.bridge.server_port,
+            rules.display(),
+            testbed::inline::METRICS_PORT
+        ),
+    )
+    .unwrap();
+    let caps: Vec<String> = value("CapabilityBoundingSet").split_whitespace().map(|c| c.trim_start_matches("CAP_").to_lowercase()).collect();
+    let bounding = format!("-all,{}", caps.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(","));
+    // A unit's command line, as systemd would run it: this build's rlm, the lab's files.
+    let command = |key: &str| -> Vec<String> {
+        value(key)
+            .split_whitespace()
+            .map(|a| match a {
+                "/usr/bin/rlm" => rlm.display().to_string(),
+                "/etc/rlm/rlm.toml" => config.display().to_string(),
+                "/etc/rlm/rules.rlm" => rules.display().to_string(),
+                a => a.to_string(),
+            })
+            .collect()
+    };
+    let setpriv = |args: &[String]| {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", ns, "setpriv", "--bounding-set", &bounding, "--inh-caps", "-all", "--"]).args(args);
+        c
+    };
+    let pre = setpriv(&command("ExecStartPre")).output().unwrap();
+    assert!(pre.status.success(), "ExecStartPre: {}", String::from_utf8_lossy(&pre.stderr));
+
+    let ports = [info.bridge.client_port.as_str(), info.bridge.server_port.as_str()];
+    let before = testbed::inline::host_state(ns, &ports);
+    let log = dir.join("rlm.log");
+    let mut child = setpriv(&command("ExecStart"))
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = ([127, 0, 0, 1], testbed::inline::METRICS_PORT).into();
+    let status = |what: &str| -> serde_json::Value {
+        let (code, body) = testbed::inline::http_get(ns, addr, "/status", Duration::from_secs(2)).unwrap_or_else(|e| panic!("/status {what}: {e:#}"));
+        assert_eq!(code, 200);
+        serde_json::from_str(&body).unwrap()
+    };
+    let until = Instant::now() + Duration::from_secs(15);
+    while testbed::inline::http_get(ns, addr, "/status", Duration::from_secs(1)).map_or(true, |(_, b)| !b.contains("\"running\"")) {
+        assert!(child.try_wait().unwrap().is_none(), "rlm exited at start: {}", std::fs::read_to_string(&log).unwrap());
+        assert!(Instant::now() < until, "rlm never went inline: {}", std::fs::read_to_string(&log).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Once inline it holds CAP_NET_ADMIN and CAP_NET_RAW, and nothing more in any set.
+    let proc_status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let capset = |name: &str| u64::from_str_radix(proc_status.lines().find_map(|l| l.strip_prefix(&format!("{name}:\t"))).unwrap(), 16).unwrap();
+    let kept = (1u64 << 12) | (1 << 13); // CAP_NET_ADMIN, CAP_NET_RAW
+    for set in ["CapEff", "CapPrm", "CapBnd"] {
+        assert_eq!(capset(set), kept, "{set} once inline: {proc_status}");
+    }
+    let srcs: Vec<String> = info.clients.high.iter().chain(info.clients.low.iter()).cycle().take(20).cloned().collect();
+    for r in fetch_from_clients(&info, srcs) {
+        r.expect("a page through rlm under the unit's capabilities");
+    }
+    std::thread::sleep(Duration::from_millis(1_500));
+    let st = status("after the pages");
+    assert!(st["stats"]["transactions"].as_u64().unwrap_or(0) >= 20, "rlm measured the pages: {}", st["stats"]);
+    assert_eq!(st["observer"], "ebpf");
+    // SIGTERM (systemd's KillSignal): a clean exit, nothing left.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let until = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(Instant::now() < until, "rlm did not stop within the unit's TimeoutStopSec");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(testbed::inline::host_state(ns, &ports), before, "rlm left something behind: {text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

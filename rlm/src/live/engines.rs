@@ -543,7 +543,7 @@ pub async fn run(
                     w.request_reopen();
                     info!("SIGHUP: reopening the record files");
                 }
-                match &cfg.rules {
+                super::notify_reloading(|| match &cfg.rules {
                     None => info!("SIGHUP: no rule file given; nothing to reload"),
                     Some(p) => {
                         if let Some((r, digest)) = super::changed_rules(p, rules_digest) {
@@ -557,7 +557,7 @@ pub async fn run(
                             }
                         }
                     }
-                }
+                });
             }
             Some(batch) = engines.records.recv() => {
                 if let Some(w) = records.as_mut() {

@@ -192,12 +192,30 @@ fn ifindex(name: &str) -> Result<u32> {
 
 /// Whether this process may install netfilter rules and capture.
 pub fn check_privileges() -> Result<()> {
-    let ok = caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_NET_ADMIN).unwrap_or(false)
-        && caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_NET_RAW).unwrap_or(false);
-    if !ok {
-        bail!("rlm run needs CAP_NET_ADMIN and CAP_NET_RAW (run it as root or grant them)");
+    check_capabilities(&[caps::Capability::CAP_NET_ADMIN, caps::Capability::CAP_NET_RAW], "rlm")
+}
+
+/// Whether this process holds `needed` (effective), else an error naming those it lacks.
+fn check_capabilities(needed: &[caps::Capability], who: &str) -> Result<()> {
+    let missing: Vec<String> =
+        needed.iter().filter(|c| !caps::has_cap(None, caps::CapSet::Effective, **c).unwrap_or(false)).map(|c| c.to_string()).collect();
+    if !missing.is_empty() {
+        let all: Vec<String> = needed.iter().map(|c| c.to_string()).collect();
+        bail!("{who} needs {} (run it as root, or grant them; missing: {})", all.join(", "), missing.join(", "));
     }
     Ok(())
+}
+
+/// What `rlm run` needs to set up, as `cfg` says: the eBPF observer loads and attaches programs
+/// (CAP_BPF, CAP_PERFMON for their packet reads, CAP_NET_ADMIN), and rlm drops what it does not
+/// keep from its bounding set (CAP_SETPCAP). deploy/rlm.service's CapabilityBoundingSet.
+fn check_run_privileges(cfg: &RunConfig) -> Result<()> {
+    use caps::Capability::*;
+    let mut needed = vec![CAP_NET_ADMIN, CAP_NET_RAW, CAP_SETPCAP];
+    if cfg.observer == Observer::Ebpf || cfg.srpt.mode != SrptRunMode::Off {
+        needed.extend([CAP_BPF, CAP_PERFMON]);
+    }
+    check_capabilities(&needed, "rlm run")
 }
 
 /// After setup keep only what is still needed: CAP_NET_ADMIN (verdicts, removing the rules at
@@ -215,6 +233,26 @@ pub(crate) fn drop_capabilities() -> Result<()> {
     caps::set(None, CapSet::Effective, &keep)?;
     caps::set(None, CapSet::Permitted, &keep)?;
     Ok(())
+}
+
+/// Tell systemd (a `Type=notify` unit, deploy/rlm.service) how rlm stands: ready once it is
+/// inline, reloading during a SIGHUP, stopping. Nothing without `NOTIFY_SOCKET` (not under
+/// systemd); a failure is logged, never fatal.
+pub(crate) fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(false, state) {
+        warn!("telling systemd {state:?} failed: {e}");
+    }
+}
+
+/// [`notify`] around a reload: RELOADING=1 (with the monotonic time systemd asks of it), then
+/// READY=1 once the reload is done, whatever its outcome.
+pub(crate) fn notify_reloading(reload: impl FnOnce()) {
+    let now = sd_notify::NotifyState::monotonic_usec_now().ok();
+    let mut state = vec![sd_notify::NotifyState::Reloading];
+    state.extend(now);
+    notify(&state);
+    reload();
+    notify(&[sd_notify::NotifyState::Ready]);
 }
 
 /// Read and check the rule file; its diagnostics (`FILE:LINE:COL`, the line, a caret) as one
@@ -261,7 +299,7 @@ pub fn run(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     if let Some(p) = &cfg.rules {
         load_rules(p)?;
     }
-    check_privileges()?;
+    check_run_privileges(&cfg)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, run_inline(cfg, outputs))
@@ -421,7 +459,11 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         queue_mark = ?queue.plan.queue_mark.map(|m| format!("{m:#x}")), metrics = %cfg.metrics,
         "installed: {what} (fail-open when rlm is gone)"
     );
-    let (result, queue_rules) = match (drop_capabilities(), source) {
+    let dropped = drop_capabilities();
+    if dropped.is_ok() {
+        notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status("running inline")]);
+    }
+    let (result, queue_rules) = match (dropped, source) {
         (Ok(()), Driver::Loop(source)) => {
             let mut lp = Loop::new(&cfg, nfq, source, injector, records, metrics, status, client_ifindex, server_ifindex, queue);
             let result = lp.run().await;
@@ -431,6 +473,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         (Ok(()), Driver::Engines(e)) => (engines::run(&cfg, *e, records, metrics, status).await, queue.installed.take()),
         (Err(e), _) => (Err(e), queue.installed.take()),
     };
+    notify(&[sd_notify::NotifyState::Stopping]);
     // The loop is gone, and its programs with it: the clsact qdiscs rlm made go too.
     match cleanup::remove_clsact_made(&clsact_made) {
         Ok(ports) if !ports.is_empty() => info!(?ports, "removed the clsact qdiscs rlm made"),
@@ -995,7 +1038,7 @@ impl Loop {
             w.request_reopen();
             info!("SIGHUP: reopening the record files");
         }
-        self.reload();
+        notify_reloading(|| self.reload());
     }
 
     /// Read the rule file again; put it in force if it changed since the rules in force were
