@@ -41,7 +41,7 @@ comma := ,
 empty :=
 space := $(empty) $(empty)
 
-.PHONY: deps build test unit lab-quick lab demo bench bench-fastpath bench-engines bench-analyze fuzz fuzz-long clean
+.PHONY: deps build test unit lab-quick lab demo deb bench bench-fastpath bench-engines bench-analyze fuzz fuzz-long clean
 
 # Install only what is missing, so a second run costs nothing and needs no network.
 deps:
@@ -82,6 +82,16 @@ lab: build
 # throttling rule), with its report.
 demo: build
 	$(LAB) run syn-throttle --quick --out $(LAB_OUT)/demo
+
+# The Debian package (cargo-deb): target/debian/rlm_*.deb with /usr/bin/rlm, /etc/rlm/rlm.toml and
+# rules.rlm (conffiles), the systemd unit (installed, not enabled: it needs its bridge first), the
+# man pages (rlm man) and the docs; then its contents checked (deploy/check-deb.sh).
+deb: deps
+	command -v cargo-deb >/dev/null || $(CARGO) install cargo-deb --locked
+	$(CARGO) build --release --locked -p rlm
+	rm -rf target/man && ./target/release/rlm man target/man && gzip -9nf target/man/*.1
+	$(CARGO) deb -p rlm --no-build --locked --strip --output target/debian/
+	bash deploy/check-deb.sh target/debian/rlm_*.deb
 
 bench: deps
 	$(CARGO) bench -p rlm-core --bench engine

@@ -593,6 +593,13 @@ mod tests {
         let c: RunConfig = toml::from_str(sample).unwrap();
         assert_eq!(c.bridge, "br0");
         c.validate().unwrap();
+        // The package's rule file (deploy/rules.rlm, as /etc/rlm/rules.rlm, the sample's
+        // `rules`) checks, and so does its rule once uncommented.
+        assert_eq!(c.rules.as_deref(), Some(Path::new("/etc/rlm/rules.rlm")));
+        let packaged = include_str!("../../../deploy/rules.rlm");
+        assert_eq!(rules::compile("rules.rlm", packaged).unwrap().rule_count(), 0);
+        let uncommented = packaged.replace("# IF ", "IF ");
+        assert_eq!(rules::compile("rules.rlm", &uncommented).unwrap_or_else(|d| panic!("{d}")).rule_count(), 1);
         assert!(toml::from_str::<RunConfig>("bridge = \"br0\"\nbrige = 1\n").is_err());
         let mut d = RunConfig::default();
         assert!(d.validate().is_err());
