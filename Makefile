@@ -41,7 +41,7 @@ comma := ,
 empty :=
 space := $(empty) $(empty)
 
-.PHONY: deps build test unit lab-quick lab demo deb bench bench-fastpath bench-engines bench-analyze fuzz fuzz-long clean
+.PHONY: deps build test unit lab-quick lab demo deb deb-fresh bench bench-fastpath bench-engines bench-analyze fuzz fuzz-long clean
 
 # Install only what is missing, so a second run costs nothing and needs no network.
 deps:
@@ -92,6 +92,12 @@ deb: deps
 	rm -rf target/man && ./target/release/rlm man target/man && gzip -9nf target/man/*.1
 	$(CARGO) deb -p rlm --no-build --locked --strip --output target/debian/
 	bash deploy/check-deb.sh target/debian/rlm_*.deb
+
+# The package installed on a fresh Debian 12 (a minimal bookworm by debootstrap, in a chroot):
+# dpkg -i, apt-get -f install, rlm runs, systemd-analyze verify accepts the unit, dpkg -P leaves
+# nothing (deploy/fresh-install.sh; needs deb.debian.org, about a minute).
+deb-fresh: deb
+	bash deploy/fresh-install.sh target/debian/rlm_*.deb
 
 bench: deps
 	$(CARGO) bench -p rlm-core --bench engine

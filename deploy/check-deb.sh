@@ -15,7 +15,7 @@ for f in /etc/rlm/rlm.toml /etc/rlm/rules.rlm; do
 	grep -qxF "$f" <<<"$conffiles" || { echo "check-deb: $f is not a conffile" >&2; fail=1; }
 done
 depends=$(dpkg-deb -f "$deb" Depends)
-for d in libpcap0.8 iptables iproute2; do
+for d in libpcap0.8 iptables iproute2 procps; do
 	grep -q "$d" <<<"$depends" || { echo "check-deb: Depends lacks $d: $depends" >&2; fail=1; }
 done
 if dpkg-deb -I "$deb" postinst 2>/dev/null | grep -qE 'deb-systemd-invoke (start|restart)'; then
