@@ -48,6 +48,12 @@ fn trend(series: &[Value], n: usize) -> String {
         .collect()
 }
 
+/// Text from the network (a request's target, its Host, a rule's text) made safe for a terminal:
+/// control characters (an escape sequence a client put in its request) shown as `\u{..}`.
+fn printable(v: &Value) -> String {
+    v.as_str().unwrap_or("").chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+}
+
 /// Where an open pageview stands: what its latest node says it waits for, and since when.
 fn standing(p: &Value) -> String {
     let events = p["events"].as_array().cloned().unwrap_or_default();
@@ -145,7 +151,7 @@ pub fn draw(frame: &mut Frame, view: &Value, error: Option<&str>) {
                 Cell::from(if firing { "FIRING" } else { "" }),
                 Cell::from(count(&r["fired_last_minute"])),
                 Cell::from(count(&r["fired"])),
-                Cell::from(format!("{}  {}", r["text"].as_str().unwrap_or(""), r["rule"].as_str().unwrap_or("").rsplit('/').next().unwrap_or(""))),
+                Cell::from(format!("{}  {}", printable(&r["text"]), printable(&r["rule"]).rsplit('/').next().unwrap_or(""))),
             ])
             .style(style)
         })
@@ -196,8 +202,8 @@ pub fn draw(frame: &mut Frame, view: &Value, error: Option<&str>) {
                 secs(&p["rt_s"]),
                 p["class"].as_str().unwrap_or("-"),
                 p["client"].as_str().unwrap_or("?"),
-                p["host"].as_str().unwrap_or(""),
-                p["container"].as_str().unwrap_or(""),
+                printable(&p["host"]),
+                printable(&p["container"]),
                 standing(p),
                 p["connections"],
                 p["syn_retransmissions"]
@@ -290,11 +296,12 @@ mod tests {
             "datapath": { "rings": [{ "waiting_bytes": 4096, "size_bytes": 16_777_216 }], "queues": [{ "queue": 0, "waiting": 2, "dropped": 0 }],
                           "lag_max_ms": 8.1, "inject_budget_used": 0.25, "connections": 351, "open_pageviews": 93 },
             "slowest": [{ "rt_s": 31.7, "class": "LOW", "client": "10.5.0.109", "connections": 3, "syn_retransmissions": 3,
-                          "host": "10.9.0.1:80", "container": "/new_products",
+                          "host": "10.9.0.1:80", "container": "/new_products\u{1b}[2J",
                           "events": [{ "kind": "syn", "conn": 0, "t_s": 0.0 }, { "kind": "conn_failed", "conn": 1, "t_s": 30.2 }] }],
         });
         let text = render_text(&view, None, 120, 40).unwrap();
         println!("{text}");
+        assert!(!text.contains('\u{1b}'), "a client's escape sequence reaches the terminal");
         for want in [
             "HIGH",
             "LOW",
@@ -314,7 +321,7 @@ mod tests {
             "25.0%",
             "31.70 s  LOW      10.5.0.109",
             "after a failed connection for 1.5 s",
-            "10.9.0.1:80/new_products",
+            "10.9.0.1:80/new_products\\u{1b}[2J",
         ] {
             assert!(text.contains(want), "{want:?} missing from:\n{text}");
         }
