@@ -1851,7 +1851,11 @@ fn abort_idle_closes_idle_connections_cleanly_for_curl_chromium_and_the_server()
 /// classes, a p95 line that moved between the two reads, the DROP SYN rule's firing count, and
 /// the slowest open pageview (a container the farm holds back for 20 s) with its event graph;
 /// the page comes from rlm alone (nothing else is reachable from the namespace's loopback).
+/// It keeps pages going and starts Chromium three times; beside it, the test that holds
+/// Chromium's load times to rlm's within 46 ms missed by 13 ms once (a clean clone at ab745c3),
+/// so it runs alone, as the tests that load the machine do.
 #[test]
+#[ignore = "loads the machine (pages and three Chromiums): make test runs it alone, after the others (cargo test -- --ignored)"]
 fn status_page_shows_classes_rules_and_the_slowest_pageview_live_in_chromium() {
     if std::process::Command::new("chromium").arg("--version").output().is_err() {
         panic!("chromium is missing (make deps installs it)");
