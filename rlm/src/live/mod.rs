@@ -206,13 +206,14 @@ fn check_capabilities(needed: &[caps::Capability], who: &str) -> Result<()> {
     Ok(())
 }
 
-/// What `rlm run` needs to set up, as `cfg` says: the eBPF observer loads and attaches programs
-/// (CAP_BPF, CAP_PERFMON for their packet reads, CAP_NET_ADMIN), and rlm drops what it does not
-/// keep from its bounding set (CAP_SETPCAP). deploy/rlm.service's CapabilityBoundingSet.
+/// What `rlm run` needs to set up, as `cfg` says: the eBPF observer (which SRPT needs too, as
+/// `validate` holds) loads and attaches programs (CAP_BPF, CAP_PERFMON for their packet reads,
+/// CAP_NET_ADMIN), and rlm drops what it does not keep from its bounding set (CAP_SETPCAP).
+/// deploy/rlm.service's CapabilityBoundingSet.
 fn check_run_privileges(cfg: &RunConfig) -> Result<()> {
     use caps::Capability::*;
     let mut needed = vec![CAP_NET_ADMIN, CAP_NET_RAW, CAP_SETPCAP];
-    if cfg.observer == Observer::Ebpf || cfg.srpt.mode != SrptRunMode::Off {
+    if cfg.observer == Observer::Ebpf {
         needed.extend([CAP_BPF, CAP_PERFMON]);
     }
     check_capabilities(&needed, "rlm run")
@@ -1154,12 +1155,6 @@ impl Loop {
                 f.mono_to_real = mono_to_real();
             }
         }
-        let path = match &self.source {
-            Source::Fast(f) => Some(&f.path),
-            Source::Tap(_) => None,
-        };
-        let lag_max_ns = std::mem::take(&mut self.lag_max_ns);
-        let datapath = datapath_status(&self.metrics, path, &self.nfq.queues, Some(lag_max_ns), self.engine.config().inject_budget.max_per_s);
         for (reason, n) in &self.engine.stats().malformed {
             if *n > 0 {
                 metrics::store_total(&self.metrics.malformed, metrics::ReasonLabel { reason: reason.to_string() }, *n);
@@ -1167,18 +1162,16 @@ impl Loop {
         }
         self.publish_quic();
         let now = now_ts();
-        let part = engine_status(&self.engine, now);
+        let mut part = engine_status(&self.engine, now);
         publish_rule_firing(&self.metrics, &part);
-        let (classes, rules_state) = (part["classes"].clone(), part["rules"].clone());
+        let (classes, rules_state, slowest) = (part["classes"].take(), part["rules"].take(), part["slowest"].take());
         let controller = self.publish_controller();
-        let fastpath = match &self.source {
-            Source::Fast(f) => fastpath_status(&self.metrics, &f.path, f.update_errors),
-            Source::Tap(_) => serde_json::Value::Null,
+        let lag_max_ns = std::mem::take(&mut self.lag_max_ns);
+        let (path, classifier, fastpath) = match &self.source {
+            Source::Fast(f) => (Some(&f.path), f.srpt.as_ref(), fastpath_status(&self.metrics, &f.path, f.update_errors)),
+            Source::Tap(_) => (None, None, serde_json::Value::Null),
         };
-        let classifier = match &self.source {
-            Source::Fast(f) => f.srpt.as_ref(),
-            Source::Tap(_) => None,
-        };
+        let datapath = datapath_status(&self.metrics, path, &self.nfq.queues, Some(lag_max_ns), self.engine.config().inject_budget.max_per_s);
         let srpt = srpt_status(&self.metrics, classifier, self.srpt_mode, self.srpt_bands);
         let records = records_status(&self.metrics, self.records.as_ref());
         let st = self.engine.stats();
@@ -1224,7 +1217,7 @@ impl Loop {
             "engine_call_us": self.calls.summary(),
             "records": records,
             "datapath": datapath,
-            "slowest": part["slowest"].clone(),
+            "slowest": slowest,
         });
         self.status.set(v, unix_ms());
     }
