@@ -211,46 +211,103 @@ const CHUNK: usize = 1 << 20;
 /// length libpcap writes; a longer record is gathered by copying).
 const HEAD: usize = 320 << 10;
 
+/// How a reader takes in its stream: in chunks of `chunk` bytes, each with `head` bytes of room
+/// before it, read ahead on a thread of their own or, with `thread` false, in the caller's
+/// thread when the parser needs them. The default ([`Chunking::default`]) is `rlm analyze`'s: 1
+/// MiB chunks, 320 KiB of room, a thread. The fuzz target reads inline in small chunks and room,
+/// so that records cross chunks and outgrow the room on small inputs (and no thread is started
+/// nor a megabyte cleared for each input).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunking {
+    /// Room before each chunk's data, in bytes.
+    pub head: usize,
+    /// Bytes read at a time (at least 1).
+    pub chunk: usize,
+    /// Whether a thread reads ahead.
+    pub thread: bool,
+}
+
+impl Default for Chunking {
+    fn default() -> Chunking {
+        Chunking { head: HEAD, chunk: CHUNK, thread: true }
+    }
+}
+
 /// Reads ahead on a thread of its own, so the system calls and the decompression run beside the
-/// engine instead of between its frames. Each chunk holds what one `read` returned (a pipe's data
-/// is passed on as soon as it arrives) at offset HEAD; chunks go back to the thread for reuse.
-struct ReadAhead {
-    rx: Receiver<io::Result<(Vec<u8>, usize)>>,
-    back: SyncSender<Vec<u8>>,
+/// engine instead of between its frames (or, inline, reads when asked). Each chunk holds what one
+/// `read` returned (a pipe's data is passed on as soon as it arrives) at offset `head`; chunks go
+/// back to the thread for reuse.
+enum ReadAhead {
+    Thread { rx: Receiver<io::Result<(Vec<u8>, usize)>>, back: SyncSender<Vec<u8>>, head: usize },
+    Inline { input: Box<dyn Read + Send>, spare: Option<Vec<u8>>, head: usize, chunk: usize },
+}
+
+/// A chunk's buffer: `buf` (a spare one, or new) with room for `head + chunk` bytes.
+fn chunk_buffer(buf: Option<Vec<u8>>, head: usize, chunk: usize) -> Vec<u8> {
+    let mut buf = buf.unwrap_or_default();
+    if buf.len() < head + chunk {
+        buf.resize(head + chunk, 0);
+    }
+    buf
+}
+
+/// One `read` into `buf` past `head`, retried when interrupted.
+fn read_chunk(input: &mut dyn Read, buf: &mut [u8], head: usize) -> io::Result<usize> {
+    loop {
+        match input.read(&mut buf[head..]) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
 }
 
 impl ReadAhead {
-    fn spawn(mut input: Box<dyn Read + Send>) -> io::Result<ReadAhead> {
+    fn spawn(mut input: Box<dyn Read + Send>, how: Chunking) -> io::Result<ReadAhead> {
+        let (head, chunk) = (how.head, how.chunk.max(1));
+        if !how.thread {
+            return Ok(ReadAhead::Inline { input, spare: None, head, chunk });
+        }
         let (tx, rx) = sync_channel::<io::Result<(Vec<u8>, usize)>>(2);
         let (back, back_rx) = sync_channel::<Vec<u8>>(4);
         std::thread::Builder::new().name("capture-read".into()).spawn(move || loop {
-            let mut buf = back_rx.try_recv().unwrap_or_default();
-            if buf.len() < HEAD + CHUNK {
-                buf.resize(HEAD + CHUNK, 0);
-            }
-            let r = loop {
-                match input.read(&mut buf[HEAD..]) {
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    r => break r,
-                }
-            };
+            let mut buf = chunk_buffer(back_rx.try_recv().ok(), head, chunk);
+            let r = read_chunk(&mut *input, &mut buf, head);
             let end = !matches!(r, Ok(n) if n > 0);
             // The receiver gone (the replay stopped) ends the thread too.
             if tx.send(r.map(|n| (buf, n))).is_err() || end {
                 return;
             }
         })?;
-        Ok(ReadAhead { rx, back })
+        Ok(ReadAhead::Thread { rx, back, head })
+    }
+
+    /// The room before each chunk's data.
+    fn head(&self) -> usize {
+        match self {
+            ReadAhead::Thread { head, .. } | ReadAhead::Inline { head, .. } => *head,
+        }
     }
 
     /// The next chunk and its length (0 at the end), or why the stream failed.
-    fn next(&self) -> io::Result<(Vec<u8>, usize)> {
-        self.rx.recv().unwrap_or_else(|_| Err(io::Error::other("the reading thread stopped")))
+    fn next(&mut self) -> io::Result<(Vec<u8>, usize)> {
+        match self {
+            ReadAhead::Thread { rx, .. } => rx.recv().unwrap_or_else(|_| Err(io::Error::other("the reading thread stopped"))),
+            ReadAhead::Inline { input, spare, head, chunk } => {
+                let mut buf = chunk_buffer(spare.take(), *head, *chunk);
+                read_chunk(&mut **input, &mut buf[..*head + *chunk], *head).map(|n| (buf, n))
+            }
+        }
     }
 
-    fn give_back(&self, buf: Vec<u8>) {
-        if !buf.is_empty() {
-            let _ = self.back.try_send(buf);
+    fn give_back(&mut self, buf: Vec<u8>) {
+        if buf.is_empty() {
+            return;
+        }
+        match self {
+            ReadAhead::Thread { back, .. } => {
+                let _ = back.try_send(buf);
+            }
+            ReadAhead::Inline { spare, .. } => *spare = Some(buf),
         }
     }
 }
@@ -302,17 +359,22 @@ pub fn open(source: &Source) -> Result<CaptureReader> {
             (Box::new(Counting { inner: f, n: raw_read.clone() }), size)
         }
     };
-    from_reader(source.to_string(), input, size, raw_read)
+    from_reader(source.to_string(), input, size, raw_read, Chunking::default())
 }
 
 /// A reader over any byte stream (plain, gzip or zstd), named `name` in messages.
 pub fn from_read(name: &str, input: Box<dyn Read + Send>) -> Result<CaptureReader> {
-    let raw_read = Arc::new(AtomicU64::new(0));
-    let input = Box::new(Counting { inner: input, n: raw_read.clone() });
-    from_reader(name.to_string(), input, None, raw_read)
+    from_read_chunked(name, input, Chunking::default())
 }
 
-fn from_reader(name: String, mut input: Box<dyn Read + Send>, size: Option<u64>, raw_read: Arc<AtomicU64>) -> Result<CaptureReader> {
+/// [`from_read`] taking its stream in chunks as `how` says.
+pub fn from_read_chunked(name: &str, input: Box<dyn Read + Send>, how: Chunking) -> Result<CaptureReader> {
+    let raw_read = Arc::new(AtomicU64::new(0));
+    let input = Box::new(Counting { inner: input, n: raw_read.clone() });
+    from_reader(name.to_string(), input, None, raw_read, how)
+}
+
+fn from_reader(name: String, mut input: Box<dyn Read + Send>, size: Option<u64>, raw_read: Arc<AtomicU64>, how: Chunking) -> Result<CaptureReader> {
     let mut head = [0u8; 4];
     let n = read_full(&mut *input, &mut head).with_context(|| format!("cannot read capture {name}"))?;
     let head = head[..n].to_vec();
@@ -329,7 +391,7 @@ fn from_reader(name: String, mut input: Box<dyn Read + Send>, size: Option<u64>,
                 .with_context(|| format!("cannot read capture {name}: zstd"))?,
         ),
     };
-    let input = ReadAhead::spawn(input).with_context(|| format!("cannot read capture {name}"))?;
+    let input = ReadAhead::spawn(input, how).with_context(|| format!("cannot read capture {name}"))?;
     let mut r = CaptureReader {
         name,
         input,
@@ -395,17 +457,22 @@ impl CaptureReader {
                 break;
             }
             let tail = self.end - self.pos;
-            if tail <= HEAD {
+            let head = self.input.head();
+            if tail <= head {
                 // The unread end of this chunk goes just before the next one's data.
-                next[HEAD - tail..HEAD].copy_from_slice(&self.buf[self.pos..self.end]);
+                next[head - tail..head].copy_from_slice(&self.buf[self.pos..self.end]);
                 let old = std::mem::replace(&mut self.buf, next);
                 self.input.give_back(old);
-                (self.pos, self.end) = (HEAD - tail, HEAD + n);
+                (self.pos, self.end) = (head - tail, head + n);
             } else {
-                // A record longer than the headroom: gather it here.
-                self.buf.copy_within(self.pos..self.end, 0);
+                // A record longer than the headroom: gather it here (moved to the front once,
+                // then grown in place, so that gathering it costs its length, not its length
+                // times its chunks).
+                if self.pos > 0 {
+                    self.buf.copy_within(self.pos..self.end, 0);
+                }
                 self.buf.truncate(tail);
-                self.buf.extend_from_slice(&next[HEAD..HEAD + n]);
+                self.buf.extend_from_slice(&next[head..head + n]);
                 (self.pos, self.end) = (0, self.buf.len());
                 self.input.give_back(next);
             }
@@ -844,10 +911,13 @@ mod tests {
         let bodies: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| (0..n).map(|k| (k * 31 + i) as u8).collect()).collect();
         let records: Vec<(u32, u32, &[u8])> = bodies.iter().enumerate().map(|(i, b)| (i as u32, 0, &b[..])).collect();
         let bytes = pcap(false, false, &records);
-        for trickle in [false, true] {
+        // rlm analyze's chunking, and the fuzz target's: inline, chunks and room smaller than
+        // most records.
+        let small = Chunking { head: 1000, chunk: 777, thread: false };
+        for (trickle, how) in [(false, Chunking::default()), (true, Chunking::default()), (false, small), (true, small)] {
             let input: Box<dyn Read + Send> =
                 if trickle { Box::new(Trickle(bytes.clone(), 0, rlm_core::testkit::Rng::new(9))) } else { Box::new(Cursor::new(bytes.clone())) };
-            let mut r = from_read("test", input).unwrap();
+            let mut r = from_read_chunked("test", input, how).unwrap();
             let (f, cut) = frames(&mut r);
             assert_eq!(cut, None);
             assert_eq!(f.len(), bodies.len());

@@ -12,7 +12,8 @@ const MAX_FRAMES: usize = 4096;
 
 /// The target: `data` as a capture.
 pub fn capture(data: &[u8]) {
-    let Ok(mut reader) = rlm_capture::from_read("fuzz", Box::new(Cursor::new(data.to_vec()))) else { return };
+    let how = rlm_capture::Chunking { head: data.len() * 7 % 600, chunk: 1 + data.len() * 13 % 1500, thread: false };
+    let Ok(mut reader) = rlm_capture::from_read_chunked("fuzz", Box::new(Cursor::new(data.to_vec())), how) else { return };
     let mut e = Engine::new(Config { max_connections: 64, ..Config::default() });
     for _ in 0..MAX_FRAMES {
         match reader.next_frame() {
