@@ -163,19 +163,13 @@ pub fn draw(frame: &mut Frame, view: &Value, error: Option<&str>) {
 
     let [did_area, path_area] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(health_area);
     let a = &view["actions"];
-    let did: Vec<Line> = [
-        ("SYNs dropped", "syns_dropped"),
-        ("SYNs resent early", "fast_syns_sent"),
-        ("SYN/ACKs resent early", "fast_synacks_sent"),
-        ("frames injected", "frames_injected"),
-        ("references blanked", "embeds_removed"),
-        ("references rewritten", "embeds_rewritten"),
-        ("requests rejected", "requests_rejected"),
-        ("idle connections aborted", "idle_aborted"),
-    ]
-    .iter()
-    .map(|(label, k)| Line::from(format!("{label:<24} {:>6}/min {:>8} all", count(&a[*k]["last_minute"]), count(&a[*k]["total"]))))
-    .collect();
+    let did: Vec<Line> = view["action_labels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| Some((l[0].as_str()?, printable(&l[1]))))
+        .map(|(k, label)| Line::from(format!("{label:<24} {:>6}/min {:>8} all", count(&a[k]["last_minute"]), count(&a[k]["total"]))))
+        .collect();
     frame.render_widget(Paragraph::new(did).block(Block::default().borders(Borders::TOP).title(" what rlm did ")), did_area);
     let d = &view["datapath"];
     let mut path: Vec<Line> = Vec::new();
@@ -291,6 +285,7 @@ mod tests {
                 { "class": "LOW", "p50_s": null, "p95_s": null, "pageviews_per_s": null, "admitted_share": 0.416, "limits": [], "p95": [] },
             ],
             "rules": [{ "rule": "/etc/rlm/rules.rlm:3:1", "text": "IF RT.HIGH > 1.5s THEN DROP SYN", "firing": true, "fired": 804, "fired_last_minute": 97 }],
+            "action_labels": [["syns_dropped", "SYNs dropped"]],
             "actions": { "syns_dropped": { "total": 804, "last_minute": 97 }, "reports_lost": { "total": 0, "last_minute": 0 },
                          "fail_open_passes": { "total": 3, "last_minute": 1 } },
             "datapath": { "rings": [{ "waiting_bytes": 4096, "size_bytes": 16_777_216 }], "queues": [{ "queue": 0, "waiting": 2, "dropped": 0 }],

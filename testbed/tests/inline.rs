@@ -1968,6 +1968,8 @@ fn status_page_shows_classes_rules_and_the_slowest_pageview_live_in_chromium() {
     };
     let fired: u64 = cell(&second, "class=\"n fired\"").and_then(|t| t.replace(',', "").parse().ok()).unwrap_or(0);
     assert!(fired >= 1, "the DROP SYN rule's firing count: {second}");
+    let did = &second[second.find("id=\"action-list\"").expect("what rlm did")..];
+    assert!(did.contains("<dt>SYNs dropped</dt>"), "what rlm did, labelled as the view says: {did}");
     let slowest = &second[second.find("id=\"slowest-list\"").expect("the slowest pageviews' section")..];
     assert!(
         slowest.contains("class=\"pageview\"") && slowest.contains(&format!("data-client=\"{}\"", info.clients.high[0])),
@@ -1987,9 +1989,15 @@ fn status_page_shows_classes_rules_and_the_slowest_pageview_live_in_chromium() {
     let screen = String::from_utf8_lossy(&top.stdout);
     println!("{screen}");
     assert!(top.status.success(), "rlm top --once: {}", String::from_utf8_lossy(&top.stderr));
-    for want in
-        ["HIGH", "LOW", &format!("IF IP.SRC == {dropped} THEN DROP SYN"), "slowest open pageviews", &info.clients.high[0], "waiting on the server"]
-    {
+    for want in [
+        "HIGH",
+        "LOW",
+        &format!("IF IP.SRC == {dropped} THEN DROP SYN"),
+        "SYNs dropped",
+        "slowest open pageviews",
+        &info.clients.high[0],
+        "waiting on the server",
+    ] {
         assert!(screen.contains(want), "rlm top shows {want:?}");
     }
     let _ = rlm.stop().expect("stop");

@@ -43,18 +43,20 @@ struct ClassPoint {
     refused: u64,
 }
 
-/// What rlm did, as the view counts it: (name, where in the status, key).
-const ACTIONS: [(&str, &str, &str); 10] = [
-    ("syns_dropped", "stats", "syns_dropped"),
-    ("fast_syns_sent", "stats", "fast_syns_sent"),
-    ("fast_synacks_sent", "stats", "fast_synacks_sent"),
-    ("frames_injected", "injector", "sent"),
-    ("embeds_removed", "stats", "embeds_removed"),
-    ("embeds_rewritten", "stats", "embeds_rewritten"),
-    ("requests_rejected", "stats", "requests_rejected"),
-    ("idle_aborted", "stats", "idle_aborted"),
-    ("reports_lost", "fastpath", "ring_full"),
-    ("fail_open_passes", "fastpath", "stale"),
+/// What rlm did, as the view counts it: (name, where in the status, key, how the page and `rlm
+/// top` name it under "what rlm did"; None for the data path's losses, which they show with the
+/// data path).
+const ACTIONS: [(&str, &str, &str, Option<&str>); 10] = [
+    ("syns_dropped", "stats", "syns_dropped", Some("SYNs dropped")),
+    ("fast_syns_sent", "stats", "fast_syns_sent", Some("SYNs resent early")),
+    ("fast_synacks_sent", "stats", "fast_synacks_sent", Some("SYN/ACKs resent early")),
+    ("frames_injected", "injector", "sent", Some("frames injected")),
+    ("embeds_removed", "stats", "embeds_removed", Some("references blanked")),
+    ("embeds_rewritten", "stats", "embeds_rewritten", Some("references rewritten")),
+    ("requests_rejected", "stats", "requests_rejected", Some("requests rejected")),
+    ("idle_aborted", "stats", "idle_aborted", Some("idle connections aborted")),
+    ("reports_lost", "fastpath", "ring_full", None),
+    ("fail_open_passes", "fastpath", "stale", None),
 ];
 
 /// The view and its history.
@@ -92,7 +94,7 @@ impl Sample {
             .flatten()
             .map(|r| (r["rule"].as_str().unwrap_or("?").to_string(), num(&r["counters"]["fired"])))
             .collect();
-        let totals = ACTIONS.iter().map(|(name, part, key)| (*name, num(&status[*part][*key]))).collect();
+        let totals = ACTIONS.iter().map(|(name, part, key, _)| (*name, num(&status[*part][*key]))).collect();
         Sample { t_ms, classes, rules, totals }
     }
 
@@ -185,7 +187,7 @@ impl View {
             .collect();
         let actions: serde_json::Map<String, Value> = ACTIONS
             .iter()
-            .map(|(name, _, _)| {
+            .map(|(name, _, _, _)| {
                 let total = now.total(name);
                 let last_minute = minute.map(|(then, _)| total.saturating_sub(then.total(name)));
                 (name.to_string(), json!({ "total": total, "last_minute": last_minute }))
@@ -212,6 +214,8 @@ impl View {
             "classes": classes,
             "rules": rules,
             "actions": actions,
+            // The actions in the order shown, with their labels.
+            "action_labels": ACTIONS.iter().filter_map(|(name, _, _, label)| Some([*name, (*label)?])).collect::<Vec<_>>(),
             "datapath": {
                 "rings": status["datapath"]["rings"],
                 "queues": status["datapath"]["queues"],
@@ -298,6 +302,10 @@ mod tests {
         assert_eq!(view["rules"][0]["fired_last_minute"], 60);
         assert_eq!(view["rules"][0]["fired"], 70);
         assert_eq!(view["actions"]["syns_dropped"]["last_minute"], 60);
+        // What rlm did, in the order shown and with the labels shown; the data path's losses apart.
+        let labels = view["action_labels"].as_array().unwrap();
+        assert_eq!((labels.len(), &labels[0]), (8, &json!(["syns_dropped", "SYNs dropped"])));
+        assert!(labels.iter().all(|l| view["actions"][l[0].as_str().unwrap()].is_object() && l[0] != "reports_lost"));
         assert!((view["datapath"]["inject_budget_used"].as_f64().unwrap() - 0.2).abs() < 1e-9);
         assert_eq!(view["slowest"][0]["events"][0]["kind"], "syn");
         // The history keeps HISTORY_S seconds; a step back of the clock starts it again.
