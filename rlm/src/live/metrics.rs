@@ -255,6 +255,9 @@ pub struct Board {
     view: Mutex<View>,
     /// The view as last made, as JSON text; each page's event stream waits on it.
     updates: tokio::sync::watch::Sender<Arc<str>>,
+    /// Whether a status was set while no page watched, so that the view in `updates` is older
+    /// than it: the view is made each second only while a page watches, else when asked for.
+    stale: std::sync::atomic::AtomicBool,
     /// The token each request must carry, when one is configured.
     token: Option<String>,
 }
@@ -267,19 +270,40 @@ impl Board {
     /// it is given.
     pub fn new(status: serde_json::Value, token: Option<String>) -> Status {
         let (updates, _) = tokio::sync::watch::channel(Arc::from("{}"));
-        Arc::new(Board { status: Mutex::new(status), view: Mutex::new(View::default()), updates, token })
+        Arc::new(Board { status: Mutex::new(status), view: Mutex::new(View::default()), updates, stale: false.into(), token })
     }
 
-    /// Replace the status, and make the page's view of it at `t_ms` (Unix milliseconds).
+    /// Replace the status, add it to the page's history at `t_ms` (Unix milliseconds), and make
+    /// the view of it for the pages watching (none watching: when [`Board::view`] asks).
     pub fn set(&self, status: serde_json::Value, t_ms: u64) {
-        let view = match self.view.lock() {
-            Ok(mut v) => v.push(&status, t_ms).to_string(),
+        let made = match self.view.lock() {
+            Ok(mut v) => {
+                v.push(&status, t_ms);
+                (self.updates.receiver_count() > 0).then(|| v.make(&status).to_string())
+            }
             Err(_) => return,
         };
         if let Ok(mut s) = self.status.lock() {
             *s = status;
         }
-        self.updates.send_replace(Arc::from(view));
+        match made {
+            Some(view) => {
+                self.stale.store(false, std::sync::atomic::Ordering::Release);
+                self.updates.send_replace(Arc::from(view));
+            }
+            None => self.stale.store(true, std::sync::atomic::Ordering::Release),
+        }
+    }
+
+    /// The view of the status as last set, as JSON text (made now if no page watched when it
+    /// was set).
+    pub fn view(&self) -> Arc<str> {
+        if self.stale.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            if let (Ok(v), Ok(s)) = (self.view.lock(), self.status.lock()) {
+                self.updates.send_replace(Arc::from(v.make(&s).to_string()));
+            }
+        }
+        self.updates.borrow().clone()
     }
 
     /// The status as last set.
@@ -373,12 +397,14 @@ fn respond(req: &Request<hyper::body::Incoming>, registry: &Registry, status: &B
         "/status" => (200, "application/json", serde_json::to_string_pretty(&status.status()).unwrap_or_default()),
         "/" | "/index.html" => {
             // The view as of now written into the page's script (`</` escaped: it cannot end it).
-            let view = status.updates.borrow().replace("</", "<\\/");
+            let view = status.view().replace("</", "<\\/");
             (200, "text/html; charset=utf-8", STATUS_PAGE.replacen("/*VIEW*/null", &view, 1))
         }
-        "/view" => (200, "application/json", status.updates.borrow().to_string()),
+        "/view" => (200, "application/json", status.view().to_string()),
         "/events" => {
-            // Server-sent events: the view now, then each new one as it is made.
+            // Server-sent events: the view now, then each new one as it is made (every second
+            // while this stream, or another, watches).
+            status.view();
             let rx = status.updates.subscribe();
             let stream = futures_util::stream::unfold((rx, true), |(mut rx, first)| async move {
                 if !first {
@@ -441,6 +467,25 @@ pub fn queue_counters() -> Vec<QueueCounters> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The view is made each second only while a page watches; otherwise when asked for, from
+    /// the history and the status set last.
+    #[test]
+    fn the_view_is_made_for_watchers_or_when_asked() {
+        let status = |dropped: u64| serde_json::json!({ "classes": [], "rules": [], "stats": { "syns_dropped": dropped } });
+        let board = Board::new(serde_json::Value::Null, None);
+        board.set(status(1), 1_000);
+        board.set(status(5), 2_000);
+        assert_eq!(&**board.updates.borrow(), "{}", "nobody watching: not made");
+        let view: serde_json::Value = serde_json::from_str(&board.view()).unwrap();
+        assert_eq!(view["actions"]["syns_dropped"]["total"], 5, "made when asked, of the last status: {view}");
+        assert_eq!(view["t"].as_array().map(Vec::len), Some(2), "with the history of both");
+        let mut rx = board.updates.subscribe();
+        board.set(status(9), 3_000);
+        assert!(rx.has_changed().unwrap(), "a watcher gets each new view");
+        let view: serde_json::Value = serde_json::from_str(&rx.borrow_and_update()).unwrap();
+        assert_eq!(view["actions"]["syns_dropped"]["total"], 9);
+    }
 
     /// Every metric the dashboard in `deploy/` queries is one rlm exports (a family's name, or
     /// its samples' `_total`, `_bucket`, `_sum`, `_count`), and it has the panels an operator

@@ -63,7 +63,6 @@ const ACTIONS: [(&str, &str, &str, Option<&str>); 10] = [
 #[derive(Debug, Default)]
 pub struct View {
     history: VecDeque<Sample>,
-    latest: Value,
 }
 
 fn num(v: &Value) -> u64 {
@@ -112,8 +111,8 @@ impl Sample {
 }
 
 impl View {
-    /// Add the status set at `t_ms` (Unix milliseconds) and make the view of it.
-    pub fn push(&mut self, status: &Value, t_ms: u64) -> &Value {
+    /// Add the status set at `t_ms` (Unix milliseconds) to the history.
+    pub fn push(&mut self, status: &Value, t_ms: u64) {
         // A step back of the wall clock starts the history again.
         if self.history.back().is_some_and(|s| s.t_ms > t_ms) {
             self.history.clear();
@@ -122,8 +121,6 @@ impl View {
         while self.history.front().is_some_and(|s| s.t_ms + HISTORY_S * 1000 < t_ms) {
             self.history.pop_front();
         }
-        self.latest = self.make(status);
-        &self.latest
     }
 
     /// The oldest sample at most `s` seconds before the newest, and the seconds between them
@@ -135,7 +132,9 @@ impl View {
         (dt > 0.0).then_some((then, dt))
     }
 
-    fn make(&self, status: &Value) -> Value {
+    /// The view of the history with `status`, the one set last, for what only it says (the
+    /// slowest pageviews, the data path).
+    pub fn make(&self, status: &Value) -> Value {
         let Some(now) = self.history.back() else { return Value::Null };
         let minute = self.since(MINUTE_S);
         let rate = self.since(RATE_S);
@@ -279,14 +278,17 @@ mod tests {
     #[test]
     fn the_view_draws_each_class_over_time_with_its_rates_and_limits() {
         let mut v = View::default();
-        let first = v.push(&status(1.0, 100, 50, 0, 0, 0), 1_000_000).clone();
+        let mut last = status(1.0, 100, 50, 0, 0, 0);
+        v.push(&last, 1_000_000);
+        let first = v.make(&last);
         assert_eq!(first["classes"][0]["pageviews_per_s"], Value::Null, "one sample: no rate yet");
         for i in 1..=70u64 {
             // Ten pageviews a second, five SYNs of which one dropped, the rule firing once and
             // rlm injecting 20 frames a second.
-            v.push(&status(1.0 + i as f64 / 10.0, 100 + 10 * i, 50 + 5 * i, i, i, 20 * i), 1_000_000 + i * 1000);
+            last = status(1.0 + i as f64 / 10.0, 100 + 10 * i, 50 + 5 * i, i, i, 20 * i);
+            v.push(&last, 1_000_000 + i * 1000);
         }
-        let view = &v.latest;
+        let view = &v.make(&last);
         let high = &view["classes"][0];
         assert_eq!(high["class"], "HIGH");
         assert_eq!(high["p95"].as_array().unwrap().len(), 71, "a point a second");
@@ -309,11 +311,12 @@ mod tests {
         assert!((view["datapath"]["inject_budget_used"].as_f64().unwrap() - 0.2).abs() < 1e-9);
         assert_eq!(view["slowest"][0]["events"][0]["kind"], "syn");
         // The history keeps HISTORY_S seconds; a step back of the clock starts it again.
+        let same = status(1.0, 100, 50, 0, 0, 0);
         for i in 71..=400u64 {
-            v.push(&status(1.0, 100, 50, 0, 0, 0), 1_000_000 + i * 1000);
+            v.push(&same, 1_000_000 + i * 1000);
         }
-        assert_eq!(v.latest["t"].as_array().unwrap().len() as u64, HISTORY_S + 1);
-        v.push(&status(1.0, 100, 50, 0, 0, 0), 5_000);
-        assert_eq!(v.latest["t"].as_array().unwrap().len(), 1);
+        assert_eq!(v.make(&same)["t"].as_array().unwrap().len() as u64, HISTORY_S + 1);
+        v.push(&same, 5_000);
+        assert_eq!(v.make(&same)["t"].as_array().unwrap().len(), 1);
     }
 }
