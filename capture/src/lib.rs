@@ -251,10 +251,10 @@ fn chunk_buffer(buf: Option<Vec<u8>>, head: usize, chunk: usize) -> Vec<u8> {
     buf
 }
 
-/// One `read` into `buf` past `head`, retried when interrupted.
-fn read_chunk(input: &mut dyn Read, buf: &mut [u8], head: usize) -> io::Result<usize> {
+/// One `read` of at most `chunk` bytes into `buf` past `head`, retried when interrupted.
+fn read_chunk(input: &mut dyn Read, buf: &mut [u8], head: usize, chunk: usize) -> io::Result<usize> {
     loop {
-        match input.read(&mut buf[head..]) {
+        match input.read(&mut buf[head..head + chunk]) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             r => return r,
         }
@@ -271,7 +271,7 @@ impl ReadAhead {
         let (back, back_rx) = sync_channel::<Vec<u8>>(4);
         std::thread::Builder::new().name("capture-read".into()).spawn(move || loop {
             let mut buf = chunk_buffer(back_rx.try_recv().ok(), head, chunk);
-            let r = read_chunk(&mut *input, &mut buf, head);
+            let r = read_chunk(&mut *input, &mut buf, head, chunk);
             let end = !matches!(r, Ok(n) if n > 0);
             // The receiver gone (the replay stopped) ends the thread too.
             if tx.send(r.map(|n| (buf, n))).is_err() || end {
@@ -294,7 +294,7 @@ impl ReadAhead {
             ReadAhead::Thread { rx, .. } => rx.recv().unwrap_or_else(|_| Err(io::Error::other("the reading thread stopped"))),
             ReadAhead::Inline { input, spare, head, chunk } => {
                 let mut buf = chunk_buffer(spare.take(), *head, *chunk);
-                read_chunk(&mut **input, &mut buf[..*head + *chunk], *head).map(|n| (buf, n))
+                read_chunk(&mut **input, &mut buf, *head, *chunk).map(|n| (buf, n))
             }
         }
     }
