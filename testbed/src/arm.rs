@@ -161,6 +161,9 @@ pub struct ArmResult {
     /// An experiment's own figures of the arm, from its files (sla-step's per-second windows);
     /// null for the others.
     pub windows: Option<serde_json::Value>,
+    /// The machine's speed while the clients ran ([`crate::speed`]): a fixed piece of work timed
+    /// every few seconds; null where no probe ran.
+    pub machine_speed: Option<crate::speed::MachineSpeed>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -14,6 +14,7 @@ pub mod netns;
 pub mod raw;
 pub mod report;
 pub mod runner;
+pub mod speed;
 pub mod stats;
 pub mod throughput;
 pub mod topology;

@@ -437,12 +437,14 @@ pub fn write(
         std::fs::write(dir.join("report.md"), &md)?;
         return Ok(md);
     }
-    md.push_str("| arm | clients | duration | pageviews | mean | p50 | p95 | > 3 s | failed | generator CPU | generator lag p99 | farm CPU |\n");
-    md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    // The machine's probe: the same work's CPU time in every arm, unless the machine changed
+    // speed (`crate::speed`).
+    md.push_str("| arm | clients | duration | pageviews | mean | p50 | p95 | > 3 s | failed | generator CPU | generator lag p99 | farm CPU | machine probe |\n");
+    md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for a in arms {
         let p = &a.pageviews.all;
         md.push_str(&format!(
-            "| {} | {} | {:.0} s | {} | {:.2} s | {:.2} s | {:.2} s | {:.1}% | {} | {:.0}%{} | {:.1} ms | {:.1} s |\n",
+            "| {} | {} | {:.0} s | {} | {:.2} s | {:.2} s | {:.2} s | {:.1}% | {} | {:.0}%{} | {:.1} ms | {:.1} s | {} |\n",
             a.name,
             a.clients,
             a.duration_s,
@@ -455,7 +457,8 @@ pub fn write(
             if a.generator.wall_s > 0.0 { a.generator.cpu_s / a.generator.wall_s * 100.0 } else { 0.0 },
             if a.generator_bottleneck { " (bottleneck!)" } else { "" },
             a.generator.lag_p99_ms,
-            a.farm_usage.cpu_s
+            a.farm_usage.cpu_s,
+            a.machine_speed.as_ref().filter(|m| !m.samples_ms.is_empty()).map_or("-".to_string(), |m| format!("{:.2} ms", m.median_ms))
         ));
     }
     match experiment {

@@ -18,8 +18,12 @@ use crate::farm::sampler::Sampler;
 use crate::farm::site::PageType;
 use crate::farm::{Farm, FarmConfig};
 use crate::inline::Inline;
+use crate::speed::SpeedProbe;
 use crate::topology::{Plan, FARM_ADDR};
 use crate::wan::WanHop;
+
+/// How often the machine's speed is probed while an arm's clients run ([`crate::speed`]).
+const PROBE_EVERY: Duration = Duration::from_secs(2);
 
 /// The class of a client address: 10.4/16 HIGH, 10.5/16 LOW (the lab's plan).
 fn class_of(a: [u8; 4]) -> Option<&'static str> {
@@ -279,6 +283,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let t_up = t0.elapsed();
         let cpu_before = farm.usage().cpu_s;
         let sampler = farm.pid().map(|pid| Sampler::start(pid, port, Duration::from_secs(1)));
+        let probe = SpeedProbe::start(PROBE_EVERY);
         let mut child =
             spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
         // Pageviews under way at the deadline finish (a failing connection takes the profile's
@@ -288,6 +293,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let attacker = arm.attack.clone().map(|a| crate::attack::start(a, &info, arm.ramp_s(), arm.duration_s));
         let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
         let waited = wait_or_kill(&mut child, limit);
+        let machine_speed = probe.finish();
         let attack = attacker.map(|t| t.join().map_err(|_| anyhow::anyhow!("the attacker panicked"))?).transpose()?;
         let t_ran = t0.elapsed() - t_up;
         let farm_tcp = sampler.and_then(Sampler::finish);
@@ -366,6 +372,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             live_fidelity_by_class,
             attack,
             windows: None,
+            machine_speed: Some(machine_speed),
         })
     })();
     plan.down()?;
@@ -436,8 +443,10 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
     let records = dir.join("requests.jsonl");
     let sampler = farm.pid().map(|pid| Sampler::start(pid, port, Duration::from_secs(1)));
+    let probe = SpeedProbe::start(PROBE_EVERY);
     let mut child = spawn_generator(lab, "openloop", &spec_path, &info.namespaces.clients, &[], &records, dir)?;
     let waited = wait_or_kill(&mut child, Duration::from_secs_f64(arm.duration_s + ol.timeout_s + 10.0));
+    let machine_speed = probe.finish();
     let server = sampler.and_then(Sampler::finish).unwrap_or_default();
     // Where the queue formed: rlm's port (or the lab's shaped uplink; read before rlm exits and
     // takes its tree away) and the link downstream.
@@ -488,6 +497,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         live_fidelity_by_class: BTreeMap::new(),
         attack: None,
         windows: None,
+        machine_speed: Some(machine_speed),
     })
 }
 

@@ -367,6 +367,7 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
         live_fidelity_by_class: Default::default(),
         attack: None,
         windows: None,
+        machine_speed: None,
     }
 }
 

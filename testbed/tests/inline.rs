@@ -2002,6 +2002,7 @@ fn status_page_shows_classes_rules_and_the_slowest_pageview_live_in_chromium() {
     }
     let _ = rlm.stop().expect("stop");
     assert!(slow.join().unwrap().is_ok(), "the held-back page was served");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The systemd unit (deploy/rlm.service) as an operator's box runs it (issue 28): its

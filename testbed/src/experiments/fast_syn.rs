@@ -5,7 +5,8 @@ use serde_json::{Map, Value};
 
 use super::syn_throttle::{throttle_rules, throttle_run, throttle_target_s};
 use super::{
-    arm, fast_syn_farm, injected, live_fidelity_note, num, on_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2,
+    arm, fast_syn_farm, injected, live_fidelity_note, machine_steady, num, on_farm, rlm_clean, scale, with_rlm, Checks, Experiment, Results,
+    CLASS_RULES, WAN_80_2,
 };
 use crate::arm::ArmSpec;
 
@@ -97,6 +98,11 @@ impl Experiment for FastSyn {
         // rlm measured live whether or not its rule was provoked: shown in any case.
         for a in st.iter().chain(&fa) {
             live_fidelity_note(&mut c.notes, "fast-syn", a);
+        }
+        // The full run's four arms are compared pooled; a machine that changed speed during its
+        // twelve minutes would decide that comparison (docs/experiments.md, 2026-11-28).
+        if !fs["quick"].as_bool().unwrap_or(false) {
+            machine_steady(&mut c.v, "fast-syn", fs["arms"].as_array().map_or(&[][..], Vec::as_slice));
         }
         let low_failed = |a: &Value| num(&a["pageviews"]["by_class"]["LOW"]["failed"]);
         let (st_failed, fa_failed) = (pooled_sum(&st, low_failed), pooled_sum(&fa, low_failed));
@@ -228,6 +234,26 @@ mod tests {
         assert!(has("fast-syn: HIGH's mean 1.55 s at most 10% above its 1.50 s"));
         assert!(has("fast-syn/fast-syn: rlm resent 410 SYNs"));
         assert_eq!(c.v.iter().filter(|(ok, l)| *ok && l.contains("rlm inline exited 0")).count(), 4);
+        // No probe in these arms: nothing said of the machine.
+        assert!(!c.v.iter().any(|(_, l)| l.contains("kept its speed")), "{:#?}", c.v);
+        // Probed: steady (1.00 to 1.10 ms) passes; a machine that slowed by 60% fails.
+        let probed = |ms: [f64; 4]| {
+            let mut r = r.clone();
+            for (a, ms) in r["arms"].as_array_mut().unwrap().iter_mut().zip(ms) {
+                a["machine_speed"] = serde_json::json!({"median_ms": ms, "samples_ms": [ms]});
+            }
+            let mut c = Checks::default();
+            FastSyn.check(&r, &Results::new(), &mut c);
+            c.v.into_iter().find(|(_, l)| l.contains("kept its speed")).expect("a machine check")
+        };
+        let (ok, line) = probed([1.0, 1.05, 1.1, 1.02]);
+        assert!(
+            ok && line.contains("syn-throttle 1.000 ms, fast-syn 1.050 ms, fast-syn-2 1.100 ms, syn-throttle-2 1.020 ms")
+                && line.contains("10% apart"),
+            "{line}"
+        );
+        let (ok, line) = probed([1.0, 1.05, 1.2, 1.6]);
+        assert!(!ok && line.contains("60% apart"), "{line}");
         // The second round alone would have made it worse: 3.2 against 3.0.
         let first: Vec<Value> = r["arms"].as_array().unwrap()[..2].to_vec();
         let mut c = Checks::default();

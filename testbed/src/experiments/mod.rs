@@ -340,6 +340,36 @@ pub fn injected(a: &Value, counter: &str) -> f64 {
     num(&a["rlm"]["injected"][counter])
 }
 
+/// How far apart the arms' probes of the machine's speed ([`crate::speed`]) may be for arms run
+/// one after the other to be compared: their medians, highest over lowest. The probe's samples
+/// spread by about 8% either way within an arm on a machine with two fuzzers on both cores; the
+/// drift it is for moved the farm's CPU a page by 60% within one run.
+pub const MACHINE_BAND: f64 = 0.15;
+
+/// The machine kept its speed over `arms` (their probes' medians within [`MACHINE_BAND`]): a
+/// check, where at least two arms were probed, for an experiment that compares arms run one
+/// after the other on a CPU-bound farm.
+pub fn machine_steady(v: &mut Vec<(bool, String)>, exp: &str, arms: &[Value]) {
+    let probed: Vec<(&str, f64)> =
+        arms.iter().map(|a| (a["name"].as_str().unwrap_or("?"), num(&a["machine_speed"]["median_ms"]))).filter(|(_, ms)| *ms > 0.0).collect();
+    if probed.len() < 2 {
+        return;
+    }
+    let lo = probed.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let hi = probed.iter().map(|p| p.1).fold(0.0, f64::max);
+    let each: Vec<String> = probed.iter().map(|(name, ms)| format!("{name} {ms:.3} ms")).collect();
+    v.push((
+        hi <= lo * (1.0 + MACHINE_BAND),
+        format!(
+            "{exp}: the machine kept its speed over the arms: the probe's fixed work took {} (median CPU time in each), {:.0}% apart \
+             (at most {:.0}%: past it the arms' comparison is the machine's)",
+            each.join(", "),
+            (hi / lo - 1.0) * 100.0,
+            MACHINE_BAND * 100.0
+        ),
+    ));
+}
+
 /// rlm ran, was in the path, exited 0 on SIGTERM and left nothing behind; it lost no packet
 /// report; its records were counted.
 pub fn rlm_clean(v: &mut Vec<(bool, String)>, exp: &str, a: &Value) {
@@ -545,6 +575,7 @@ pub(crate) mod testing {
                 live_fidelity_by_class: Default::default(),
                 attack: None,
                 windows: None,
+                machine_speed: None,
             });
         }
         (arms, note)
