@@ -536,6 +536,34 @@ pub struct GeneratorStats {
     /// Open-loop arrivals that found no idle browser (every one was still loading a page).
     #[serde(default)]
     pub arrivals_lost: u64,
+    /// Pageviews under way at the end that had not finished [`tail`] after it: given up,
+    /// not in the ground truth, counted here.
+    #[serde(default)]
+    pub cut: u64,
+}
+
+/// How long after the run's end the pageviews under way may take to finish: one connect
+/// timeout of the profile (a failing connection takes that long) and 5 s. Past it they are cut,
+/// so that the generator always ends and reports by itself (the lab that runs it kills it later
+/// than this, as a backstop only).
+pub fn tail(profile: TcpProfile) -> Duration {
+    profile.connect_timeout() + Duration::from_secs(5)
+}
+
+/// Wait for `tasks` until `until`; those still running then are aborted. Returns what the
+/// finished ones returned and how many were cut.
+async fn join_until<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>, until: Instant) -> Result<(Vec<T>, u64)> {
+    let (mut done, mut cut) = (Vec::with_capacity(tasks.len()), 0);
+    for mut t in tasks {
+        match tokio::time::timeout_at(until.into(), &mut t).await {
+            Ok(r) => done.push(r.context("browser task")?),
+            Err(_) => {
+                t.abort();
+                cut += 1;
+            }
+        }
+    }
+    Ok((done, cut))
 }
 
 /// Run every browser until the duration is over; each finished pageview goes to `out`.
@@ -559,11 +587,15 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
     }
     let mut tasks = Vec::new();
     let n = spec.browsers.len().max(1);
+    // Each browser's finished pageviews, counted as they finish: a browser cut at the end still
+    // counts those it made.
+    let made = Arc::new(std::sync::atomic::AtomicU64::new(0));
     for (k, b) in spec.browsers.iter().enumerate() {
         let spec = spec.clone();
         let out = out.clone();
         let b = b.clone();
         let tls = tls[k].clone();
+        let made = made.clone();
         tasks.push(tokio::spawn(async move {
             let mut br = Browser {
                 spec: b,
@@ -574,10 +606,9 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
             };
             let think = ThinkTime::with_mean((spec.think_mean_s - spec.think_min_s).max(1e-3));
             tokio::time::sleep(Duration::from_secs_f64(spec.ramp_s * k as f64 / n as f64)).await;
-            let mut count = 0u64;
             while Instant::now() < deadline {
                 let pv = br.pageview().await;
-                count += 1;
+                made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if out.send(pv).is_err() {
                     break;
                 }
@@ -587,14 +618,12 @@ pub async fn run(spec: RunSpec, out: tokio::sync::mpsc::UnboundedSender<GroundTr
                 }
                 tokio::time::sleep(t).await;
             }
-            count
         }));
     }
-    let mut pageviews = 0;
-    for t in tasks {
-        pageviews += t.await.context("browser task")?;
-    }
-    Ok(GeneratorStats::finish(pageviews, cpu0, wall, lag).await)
+    let (_, cut) = join_until(tasks, deadline + tail(spec.profile)).await?;
+    let mut stats = GeneratorStats::finish(made.load(std::sync::atomic::Ordering::Relaxed), cpu0, wall, lag).await;
+    stats.cut = cut;
+    Ok(stats)
 }
 
 /// [`run`] in open loop: each arrival is of a class drawn by the browsers' shares (a run of one
@@ -671,12 +700,12 @@ async fn run_open(
             idle.lock().expect("pool")[class].push(br);
         }));
     }
-    let pageviews = tasks.len() as u64;
-    for t in tasks {
-        t.await.context("pageview task")?;
-    }
-    let mut stats = GeneratorStats::finish(pageviews, cpu0, wall, lag).await;
+    let started = tasks.len() as u64;
+    let until = wall + Duration::from_secs_f64(spec.duration_s) + tail(spec.profile);
+    let (_, cut) = join_until(tasks, until).await?;
+    let mut stats = GeneratorStats::finish(started - cut, cpu0, wall, lag).await;
     stats.arrivals_lost = lost;
+    stats.cut = cut;
     Ok(stats)
 }
 
@@ -708,6 +737,7 @@ impl GeneratorStats {
             lag_p99_ms: p99,
             lag_max_ms: lags.last().copied().unwrap_or(0.0),
             arrivals_lost: 0,
+            cut: 0,
         }
     }
 }
@@ -803,6 +833,31 @@ mod tests {
             assert!(pv.failed, "{pv:?}");
             assert_eq!(asked.load(SeqCst), 1, "asked once");
         });
+    }
+
+    /// The generator's end: tasks still running past the tail are cut and counted, the finished
+    /// ones' results kept, and the wait ends at the tail, not when the hung task would.
+    #[test]
+    fn tasks_past_the_tail_are_cut_and_counted() {
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let start = Instant::now();
+            let tasks = vec![
+                tokio::spawn(async { 1 }),
+                tokio::spawn(async {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    2
+                }),
+                tokio::spawn(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    3
+                }),
+            ];
+            let (done, cut) = join_until(tasks, start + Duration::from_millis(500)).await.unwrap();
+            assert_eq!((done, cut), (vec![1, 3], 1));
+            assert!(start.elapsed() < Duration::from_secs(30), "waited {:?}", start.elapsed());
+        });
+        assert_eq!(tail(TcpProfile::Xp), Duration::from_secs(26));
     }
 
     #[test]

@@ -286,12 +286,14 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         let probe = SpeedProbe::start(PROBE_EVERY);
         let mut child =
             spawn_generator(&lab, "browsers", &spec_path, &info.namespaces.clients, &["--cgroup".as_ref(), cgroup.path.as_os_str()], &truth, dir)?;
-        // Pageviews under way at the deadline finish (a failing connection takes the profile's
-        // connect timeout), then whatever is left is cut.
+        // Pageviews under way at the deadline may finish within the generator's tail (a failing
+        // connection takes the profile's connect timeout); it cuts and counts those left and
+        // reports. The lab kills it 5 s after that, a backstop (its figures are then missing,
+        // and its arm's generator check fails).
         // The attacker starts with the browsers and sends from the end of their ramp to the end
         // of the run.
         let attacker = arm.attack.clone().map(|a| crate::attack::start(a, &info, arm.ramp_s(), arm.duration_s));
-        let limit = Duration::from_secs_f64(arm.duration_s) + arm.profile.connect_timeout() + Duration::from_secs(10);
+        let limit = Duration::from_secs_f64(arm.duration_s) + sim_clients::browser::tail(arm.profile) + Duration::from_secs(5);
         let waited = wait_or_kill(&mut child, limit);
         let machine_speed = probe.finish();
         let attack = attacker.map(|t| t.join().map_err(|_| anyhow::anyhow!("the attacker panicked"))?).transpose()?;
