@@ -46,6 +46,11 @@ pub struct Calibration {
     pub farm_cpu_s: f64,
     /// [`REFERENCE_CPU_PER_PAGEVIEW_MS`] when it was measured.
     pub reference_ms: f64,
+    /// The machine's speed probe ([`crate::speed`]) while the calibration ran: its median (ms),
+    /// for the experiments after it to compare theirs with (`make lab` runs for hours on one
+    /// calibration). None in a calibration file made before the probe.
+    #[serde(default)]
+    pub machine_probe_ms: Option<f64>,
     /// Cores here per reference core: what every arm's quota is multiplied by (1 within the
     /// calibration's own spread of the reference).
     pub scale: f64,
@@ -67,7 +72,7 @@ impl Calibration {
                 SCALE_RANGE
             );
         }
-        Ok(Calibration { cpu_per_pageview_ms: ms, pageviews, farm_cpu_s, reference_ms: REFERENCE_CPU_PER_PAGEVIEW_MS, scale })
+        Ok(Calibration { cpu_per_pageview_ms: ms, pageviews, farm_cpu_s, reference_ms: REFERENCE_CPU_PER_PAGEVIEW_MS, scale, machine_probe_ms: None })
     }
 
     /// The arm's farm quota in this machine's cores (an arm without a quota keeps none).
@@ -88,7 +93,9 @@ pub fn spec() -> ArmSpec {
 /// Measure on this machine (the arm's files under `out`).
 pub fn measure(prefix: &str, out: &Path) -> Result<Calibration> {
     let r = run_arms("calibration", prefix, &[spec()], out)?.pop().context("the calibration arm")?;
-    Calibration::of(r.pageviews.all.count as u64, r.farm_usage.load_cpu_s)
+    let mut c = Calibration::of(r.pageviews.all.count as u64, r.farm_usage.load_cpu_s)?;
+    c.machine_probe_ms = r.machine_speed.filter(|m| !m.samples_ms.is_empty()).map(|m| m.median_ms);
+    Ok(c)
 }
 
 /// The calibration in `file` if there is one, else measured now and written there (so that the

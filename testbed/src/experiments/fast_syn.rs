@@ -102,7 +102,7 @@ impl Experiment for FastSyn {
         // The full run's four arms are compared pooled; a machine that changed speed during its
         // twelve minutes would decide that comparison (docs/experiments.md, 2026-11-28).
         if !fs["quick"].as_bool().unwrap_or(false) {
-            machine_steady(&mut c.v, "fast-syn", fs["arms"].as_array().map_or(&[][..], Vec::as_slice));
+            machine_steady(&mut c.v, "fast-syn", fs);
         }
         let low_failed = |a: &Value| num(&a["pageviews"]["by_class"]["LOW"]["failed"]);
         let (st_failed, fa_failed) = (pooled_sum(&st, low_failed), pooled_sum(&fa, low_failed));
@@ -237,8 +237,9 @@ mod tests {
         // No probe in these arms: nothing said of the machine.
         assert!(!c.v.iter().any(|(_, l)| l.contains("kept its speed")), "{:#?}", c.v);
         // Probed: steady (1.00 to 1.10 ms) passes; a machine that slowed by 60% fails.
-        let probed = |ms: [f64; 4]| {
+        let probed = |ms: [f64; 4], calibration: Option<f64>| {
             let mut r = r.clone();
+            r["calibration"] = serde_json::json!({"machine_probe_ms": calibration});
             for (a, ms) in r["arms"].as_array_mut().unwrap().iter_mut().zip(ms) {
                 a["machine_speed"] = serde_json::json!({"median_ms": ms, "samples_ms": [ms]});
             }
@@ -246,14 +247,17 @@ mod tests {
             FastSyn.check(&r, &Results::new(), &mut c);
             c.v.into_iter().find(|(_, l)| l.contains("kept its speed")).expect("a machine check")
         };
-        let (ok, line) = probed([1.0, 1.05, 1.1, 1.02]);
+        let (ok, line) = probed([1.0, 1.05, 1.1, 1.02], None);
         assert!(
-            ok && line.contains("syn-throttle 1.000 ms, fast-syn 1.050 ms, fast-syn-2 1.100 ms, syn-throttle-2 1.020 ms")
+            ok && line.contains("syn-throttle 1.000 ms, fast-syn 1.050 ms, fast-syn-2 1.100 ms, syn-throttle-2 1.020 ms (")
                 && line.contains("10% apart"),
             "{line}"
         );
-        let (ok, line) = probed([1.0, 1.05, 1.2, 1.6]);
+        let (ok, line) = probed([1.0, 1.05, 1.2, 1.6], None);
         assert!(!ok && line.contains("60% apart"), "{line}");
+        // The calibration's probe is said, not judged: the quotas were scaled at its speed.
+        let (ok, line) = probed([1.0, 1.05, 1.1, 1.02], Some(2.0));
+        assert!(ok && line.contains("syn-throttle-2 1.020 ms, and 2.000 ms at the calibration (") && line.contains("10% apart"), "{line}");
         // The second round alone would have made it worse: 3.2 against 3.0.
         let first: Vec<Value> = r["arms"].as_array().unwrap()[..2].to_vec();
         let mut c = Checks::default();

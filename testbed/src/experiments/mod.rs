@@ -346,10 +346,12 @@ pub fn injected(a: &Value, counter: &str) -> f64 {
 /// drift it is for moved the farm's CPU a page by 60% within one run.
 pub const MACHINE_BAND: f64 = 0.15;
 
-/// The machine kept its speed over `arms` (their probes' medians within [`MACHINE_BAND`]): a
-/// check, where at least two arms were probed, for an experiment that compares arms run one
-/// after the other on a CPU-bound farm.
-pub fn machine_steady(v: &mut Vec<(bool, String)>, exp: &str, arms: &[Value]) {
+/// The machine kept its speed over the arms of result `r` (their probes' medians within
+/// [`MACHINE_BAND`]): a check, where at least two arms were probed, for an experiment that
+/// compares arms run one after the other on a CPU-bound farm. The calibration's probe, when it
+/// has one, is said beside (its quotas were scaled at that speed), not judged.
+pub fn machine_steady(v: &mut Vec<(bool, String)>, exp: &str, r: &Value) {
+    let arms = r["arms"].as_array().map_or(&[][..], Vec::as_slice);
     let probed: Vec<(&str, f64)> =
         arms.iter().map(|a| (a["name"].as_str().unwrap_or("?"), num(&a["machine_speed"]["median_ms"]))).filter(|(_, ms)| *ms > 0.0).collect();
     if probed.len() < 2 {
@@ -357,7 +359,10 @@ pub fn machine_steady(v: &mut Vec<(bool, String)>, exp: &str, arms: &[Value]) {
     }
     let lo = probed.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
     let hi = probed.iter().map(|p| p.1).fold(0.0, f64::max);
-    let each: Vec<String> = probed.iter().map(|(name, ms)| format!("{name} {ms:.3} ms")).collect();
+    let mut each: Vec<String> = probed.iter().map(|(name, ms)| format!("{name} {ms:.3} ms")).collect();
+    if let Some(ms) = r["calibration"]["machine_probe_ms"].as_f64() {
+        each.push(format!("and {ms:.3} ms at the calibration"));
+    }
     v.push((
         hi <= lo * (1.0 + MACHINE_BAND),
         format!(
