@@ -164,6 +164,9 @@ pub struct ArmResult {
     /// The machine's speed while the clients ran ([`crate::speed`]): a fixed piece of work timed
     /// every few seconds; null where no probe ran.
     pub machine_speed: Option<crate::speed::MachineSpeed>,
+    /// The WAN emulator's counters (packets each way, those its loss model dropped, its
+    /// lateness); null for an arm without WAN paths.
+    pub wan: Option<sim_clients::wan::WanStats>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

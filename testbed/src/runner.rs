@@ -305,9 +305,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
         syn_thread.map(|t| t.join().map_err(|_| anyhow::anyhow!("capture thread panicked"))?).transpose()?;
         let mut usage = farm.usage();
         usage.load_cpu_s = usage.cpu_s - cpu_before;
-        if let Some(w) = wan.as_mut() {
-            w.finish()?;
-        }
+        let wan = wan.as_mut().map(WanHop::finish).transpose()?;
         farm.stop();
         let farm_front = farm.front_report().map(|r| FrontSummary::of(&r));
         drop(cgroup);
@@ -375,6 +373,7 @@ pub fn run_arm(prefix: &str, arm: &ArmSpec, dir: &Path) -> Result<ArmResult> {
             attack,
             windows: None,
             machine_speed: Some(machine_speed),
+            wan,
         })
     })();
     plan.down()?;
@@ -460,9 +459,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
     let leaves: Vec<serde_json::Value> =
         app.iter().skip(1).map(|(q, sent, dropped)| serde_json::json!({"qdisc": q, "sent_packets": sent, "dropped": dropped})).collect();
     let usage = farm.usage();
-    if let Some(w) = wan.as_mut() {
-        w.finish()?;
-    }
+    let wan = wan.as_mut().map(WanHop::finish).transpose()?;
     farm.stop();
     waited?;
     let text = std::fs::read_to_string(&records)?;
@@ -500,6 +497,7 @@ fn run_openloop(plan: &Plan, info: &crate::topology::Info, arm: &ArmSpec, ol: &O
         attack: None,
         windows: None,
         machine_speed: Some(machine_speed),
+        wan,
     })
 }
 

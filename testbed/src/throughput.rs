@@ -368,6 +368,7 @@ fn result(name: &str, spec: &ArmSpec, t: ThroughputArm, dir: &Path) -> ArmResult
         attack: None,
         windows: None,
         machine_speed: None,
+        wan: None,
     }
 }
 

@@ -596,6 +596,7 @@ pub(crate) mod testing {
                 attack: None,
                 windows: None,
                 machine_speed: None,
+                wan: None,
             });
         }
         (arms, note)
