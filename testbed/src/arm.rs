@@ -318,6 +318,9 @@ pub struct Sample {
     pub rlm: Option<RlmOutcome>,
     /// Lines of rlm's transaction records of this sample (records on), counted by the lab.
     pub transaction_lines: Option<u64>,
+    /// The machine's speed probe during the sample ([`crate::speed`]): its median (ms). The
+    /// arms alternate so that a drift weighs on each alike; this says whether there was one.
+    pub machine_probe_ms: Option<f64>,
 }
 
 /// An arm's samples and their medians.

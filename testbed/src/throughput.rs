@@ -300,11 +300,15 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
             first_connect_p99_us: percentile(&first, 99.0),
             rlm: None,
             transaction_lines: None,
+            machine_probe_ms: None,
         })
     };
+    let probe = crate::speed::SpeedProbe::start(Duration::from_secs(1));
     let result = run();
+    let speed = probe.finish();
     let outcome = rlm.map(Inline::stop).transpose()?;
     let mut s = result?;
+    s.machine_probe_ms = (!speed.samples_ms.is_empty()).then_some(speed.median_ms);
     s.transaction_lines = outcome.as_ref().and_then(|o| o.records.as_ref()).map(|r| count_lines(&r.transactions));
     s.rlm = outcome;
     eprintln!(
@@ -498,13 +502,16 @@ pub fn table(arms: &[ArmResult]) -> String {
             t.conn_ratio.map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
         ));
     }
-    md.push_str("\nEvery sample (bulk Gbit/s, connections/s, connect p50/p99 µs):\n\n");
+    md.push_str("\nEvery sample (bulk Gbit/s, connections/s, connect p50/p99 µs, and the machine's speed probe):\n\n");
     for a in arms {
         let Some(t) = &a.throughput else { continue };
         let s: Vec<String> = t
             .samples
             .iter()
-            .map(|s| format!("{:.2} / {:.0} / {:.0} / {:.0}", s.bulk_gbps, s.conn_per_s, s.connect_p50_us, s.connect_p99_us))
+            .map(|s| {
+                let probe = s.machine_probe_ms.map_or(String::new(), |ms| format!(" (probe {ms:.2} ms)"));
+                format!("{:.2} / {:.0} / {:.0} / {:.0}{probe}", s.bulk_gbps, s.conn_per_s, s.connect_p50_us, s.connect_p99_us)
+            })
             .collect();
         md.push_str(&format!("- {}: {}\n", a.name, s.join("; ")));
     }
@@ -514,6 +521,23 @@ pub fn table(arms: &[ArmResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_lists_every_sample_with_the_machines_probe() {
+        let spec = crate::experiments::arm("throughput", 1, 10.0, &[], false, 1.0);
+        let s = |probe| Sample {
+            round: 1,
+            bulk_gbps: 5.0,
+            conn_per_s: 9000.0,
+            connect_p50_us: 100.0,
+            connect_p99_us: 300.0,
+            machine_probe_ms: probe,
+            ..Sample::default()
+        };
+        let t = ThroughputArm { samples: vec![s(Some(1.25)), s(None)], ..ThroughputArm::default() };
+        let md = table(&[result("rlm", &spec, t, Path::new("/tmp"))]);
+        assert!(md.contains("- rlm: 5.00 / 9000 / 100 / 300 (probe 1.25 ms); 5.00 / 9000 / 100 / 300\n"), "{md}");
+    }
 
     #[test]
     fn parses_wrk_requests() {
