@@ -10,6 +10,12 @@
 //! core, a lower clock). Thread CPU time, not wall time, so that the lab's own load taking
 //! turns on the cores does not count; the farm's CPU a page is counted the same way (cpuacct).
 //!
+//! What it cannot tell apart: the machine from the arm's own load where that load fills the
+//! cores. In the throughput experiment (wrk, nginx and rlm on both cores) its samples ranged
+//! from 1.1 to 2.8 ms within one arm, the arms writing records the highest: the caches and the
+//! memory it shares with them. Compared across arms that load the machine alike (fast-syn's),
+//! its medians are the machine's.
+//!
 //! The work: random reads and writes over 4 MiB (more than a core's L2, like a server's working
 //! set) and the integer arithmetic that picks them, done twice and the second time timed (about
 //! 1 ms here): timed cold, after the probe's sleep, it took 2.4 to 3.3 ms on a quiet machine,
