@@ -86,10 +86,11 @@ impl MachineSpeed {
     }
 }
 
-/// A running probe; [`SpeedProbe::finish`] stops it and gives its samples.
+/// A running probe; [`SpeedProbe::finish`] stops it and gives its samples (dropped, it stops
+/// too: an arm that fails on the way leaves no probe running).
 pub struct SpeedProbe {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<MachineSpeed>,
+    thread: Option<JoinHandle<MachineSpeed>>,
 }
 
 impl SpeedProbe {
@@ -124,13 +125,19 @@ impl SpeedProbe {
                 MachineSpeed::of(samples, at)
             }
         });
-        SpeedProbe { stop, thread }
+        SpeedProbe { stop, thread: Some(thread) }
     }
 
     /// Stop and give what it measured.
-    pub fn finish(self) -> MachineSpeed {
+    pub fn finish(mut self) -> MachineSpeed {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or_default()
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for SpeedProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -150,6 +157,18 @@ mod tests {
         assert!(s.samples_ms.iter().all(|&ms| ms > 0.0), "{s:?}");
         assert!(s.p10_ms <= s.median_ms && s.median_ms <= s.p90_ms, "{s:?}");
         assert!(s.at_s.windows(2).all(|w| w[1] - w[0] >= 0.1), "{s:?}");
+    }
+
+    #[test]
+    fn a_dropped_probe_stops() {
+        let mut p = SpeedProbe::start(Duration::from_millis(10));
+        let thread = p.thread.take().expect("its thread");
+        drop(p);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !thread.is_finished() {
+            assert!(Instant::now() < until, "the probe's thread still runs 10 s after its drop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]
