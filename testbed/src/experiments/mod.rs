@@ -494,24 +494,26 @@ pub fn requests_done(v: &mut Vec<(bool, String)>, exp: &str, a: &Value, min: f64
     let name = a["name"].as_str().unwrap_or("?");
     let (count, done) = (num(&a["requests"]["count"]), num(&a["requests"]["completed"]));
     v.push((count > min && done / count >= share, format!("{exp}/{name}: {done} of {count} requests completed (at least {:.0}%)", share * 100.0)));
-    v.push((!a["generator_bottleneck"].as_bool().unwrap_or(true), format!("{exp}/{name}: the load generator was not the bottleneck")));
+    generator_kept_up(v, exp, a);
+}
+
+/// An arm's load generator kept up, judged on its figures; one that did not report (killed at
+/// the lab's limit, or crashed: its figures are zeros) fails rather than passing on them.
+fn generator_kept_up(v: &mut Vec<(bool, String)>, exp: &str, a: &Value) {
+    let name = a["name"].as_str().unwrap_or("?");
+    if a["generator"]["wall_s"].as_f64() == Some(0.0) {
+        v.push((false, format!("{exp}/{name}: the load generator did not report its figures (it did not end by itself)")));
+    } else {
+        let b = a["generator_bottleneck"].as_bool().unwrap_or(true);
+        v.push((!b, format!("{exp}/{name}: the load generator was not the bottleneck")));
+    }
 }
 
 /// Every arm of an experiment of browsers: its load generator kept up, and it measured at least
 /// 100 pageviews.
 pub fn check_browsers(name: &str, r: &Value, v: &mut Vec<(bool, String)>) {
     for a in r["arms"].as_array().into_iter().flatten() {
-        // Figures of a generator that did not report (killed at the lab's limit, or crashed)
-        // are zeros: nothing can be said of it.
-        if a["generator"]["wall_s"].as_f64() == Some(0.0) {
-            v.push((
-                false,
-                format!("{name}/{}: the load generator did not report its figures (it did not end by itself)", a["name"].as_str().unwrap_or("?")),
-            ));
-        } else {
-            let b = a["generator_bottleneck"].as_bool().unwrap_or(true);
-            v.push((!b, format!("{name}/{}: the load generator was not the bottleneck", a["name"].as_str().unwrap_or("?"))));
-        }
+        generator_kept_up(v, name, a);
         let n = a["pageviews"]["count"].as_u64().unwrap_or(0);
         // Pageviews the generator gave up on at its end (sim_clients::browser::tail): not in the
         // ground truth, said here.
