@@ -101,7 +101,7 @@ pub fn run(name: &str, quick: bool, out: &Path, prefix: &str, only: &[String], c
     let mut params = e.params(quick);
     if e.browsers() && specs.iter().any(|s| s.farm.cpu_cores.is_some()) {
         let file = calibration.map_or_else(|| out.join("calibration.json"), Path::to_path_buf);
-        let c = crate::calibrate::load_or_measure(&file, prefix)?;
+        let c = crate::calibrate::load_or_measure(&file, prefix, e.calibration_max_age())?;
         specs.iter_mut().for_each(|s| c.apply(s));
         params.insert("calibration".into(), serde_json::to_value(&c)?);
     }

@@ -68,6 +68,11 @@ impl Experiment for FastSyn {
     /// slower as the shared machine's load changes over the 12 minutes weighs on both alike.
     /// (Run one after the other, the arms' farms did 5 to 12% more or less work a page from one
     /// arm to the next, both ways, at the same quota and 98% busy.)
+    /// Its rule holds a class at a target under the heavy load: a calibration of the last minutes.
+    fn calibration_max_age(&self) -> Option<std::time::Duration> {
+        Some(super::HOLD_CALIBRATION_MAX_AGE)
+    }
+
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let target = throttle_target_s(quick);
         let throttle = |name: &str| fast_rlm(name, throttle_rules(target), quick);

@@ -40,6 +40,11 @@ impl Experiment for Sites {
 
     /// syn-throttle-tls's arms (unmanaged, then managed with the sites' rules; the full run's
     /// farm scaled for HTTPS's cost as there), each group asking for its site.
+    /// Its rule holds a class at a target under the heavy load: a calibration of the last minutes.
+    fn calibration_max_age(&self) -> Option<std::time::Duration> {
+        Some(super::HOLD_CALIBRATION_MAX_AGE)
+    }
+
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let target = throttle_target_s(quick);
         SynThrottleTls

@@ -54,6 +54,11 @@ impl Experiment for SynThrottle {
         outside 10.4/16) while HIGH's mean response time is above the target, so that HIGH meets it and LOW pays."
     }
 
+    /// Its rule holds a class at a target under the heavy load: a calibration of the last minutes.
+    fn calibration_max_age(&self) -> Option<std::time::Duration> {
+        Some(super::HOLD_CALIBRATION_MAX_AGE)
+    }
+
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let (_, heavy, _, cores) = scale(quick);
         let target = throttle_target_s(quick);

@@ -29,6 +29,11 @@ impl Experiment for ThinkGap {
         whose container comes over a kept-alive connection is not delayed."
     }
 
+    /// Its rule holds a class at a target under the heavy load: a calibration of the last minutes.
+    fn calibration_max_age(&self) -> Option<std::time::Duration> {
+        Some(super::HOLD_CALIBRATION_MAX_AGE)
+    }
+
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let target = throttle_target_s(quick);
         // The quick run has the think-gap arm only (`rlm-lab check` compares it with the
