@@ -8,16 +8,6 @@
 //! pageviews they completed) and scales every arm's quota by the ratio: on a machine twice as
 //! fast a reference core is half a core, and N browsers load the farm as much as they did on the
 //! reference machine. The experiments' checks then first ask whether the regime was reached.
-//!
-//! A pageview's cost at that light load does not scale as its cost in the overload the heavy
-//! experiments run: on the quick runs of 2026-11-27 and 28, the calibrations of the machine's
-//! fast spells (3.10 to 3.76 ms, quotas x0.56 to x0.68) gave a farm whose loaded page cost
-//! 0.91 to 0.95 of the calibration's, against 0.72 to 0.88 on its slow spells (scale 1), so the
-//! fast spells' overloads ran about 15% deeper: unmanaged HIGH 3.76 to 3.88 s against 2.63 to
-//! 3.50 s, and a rule that held HIGH at 1.14 to 1.35 s held it at 1.84 to 2.38 s. So when the
-//! light measurement finds another machine, a second arm measures the loaded cost: the quick
-//! heavy load on its farm at the light scale, the farm's CPU over the pages it served, and the
-//! scale is its ratio to the reference's loaded cost.
 
 use std::path::Path;
 
@@ -25,29 +15,17 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::arm::ArmSpec;
-use crate::experiments::{arm, run_arms, WAN_80_2};
+use crate::experiments::{arm, run_arms};
 
 /// The farm's CPU per pageview on the machine the lab's quotas were set on, measured by
 /// [`measure`] (2026-11-25, the developers' machine; docs/experiments.md, "Calibration").
 pub const REFERENCE_CPU_PER_PAGEVIEW_MS: f64 = 5.5;
 
-/// The farm's CPU per page it served under the heavy load on the reference machine (ms): the
-/// unmanaged arms of quick syn-throttle runs at scale 1 (2026-11-27 and 28, light calibrations
-/// of 5.10 to 5.86 ms, as the reference's): 4.04 to 4.80 ms a page. The loaded arm
-/// ([`loaded_spec`]) is that arm, 30 s instead of 60 (docs/experiments.md, "Calibration").
-pub const REFERENCE_LOADED_CPU_PER_PAGE_MS: f64 = 4.4;
-
 /// The calibration arm: browsers on a LAN (no WAN: nothing but the farm between them), the farm
 /// without a quota, long enough for a few hundred pageviews.
 const CLIENTS: u32 = 90;
 const DURATION_S: f64 = 25.0;
-/// The loaded arm: the quick runs' heavy load (240 browsers, the 80 ms / 2% WAN) on their farm
-/// (0.12 reference core, scaled by the light measurement), long enough for its ramp (7 s) and
-/// some 500 pages.
-const LOADED_CLIENTS: u32 = 240;
-const LOADED_DURATION_S: f64 = 30.0;
-const LOADED_CORES: f64 = 0.12;
-/// Fewer pageviews (or pages) than this cannot be a measurement.
+/// Fewer pageviews than this cannot be a measurement.
 const MIN_PAGEVIEWS: u64 = 100;
 /// A scale this close to 1 is taken as 1: the calibration's own spread on the reference machine
 /// is not a difference of machines, and the lab's quotas were tuned there. Eight runs there on
@@ -68,20 +46,13 @@ pub struct Calibration {
     pub farm_cpu_s: f64,
     /// [`REFERENCE_CPU_PER_PAGEVIEW_MS`] when it was measured.
     pub reference_ms: f64,
-    /// The loaded arm's measurement, when the light one found another machine: the farm's CPU
-    /// per page it served (ms) and the scale of the loaded arm's quota (the light measurement's).
-    /// None on the reference machine (no loaded arm ran) and in a file made before it.
-    #[serde(default)]
-    pub loaded_cpu_per_page_ms: Option<f64>,
-    #[serde(default)]
-    pub light_scale: Option<f64>,
     /// The machine's speed probe ([`crate::speed`]) while the calibration ran: its median (ms),
     /// for the experiments after it to compare theirs with (`make lab` runs for hours on one
     /// calibration). None in a calibration file made before the probe.
     #[serde(default)]
     pub machine_probe_ms: Option<f64>,
     /// Cores here per reference core: what every arm's quota is multiplied by (1 within the
-    /// calibration's own spread of the reference; else the loaded arm's ratio).
+    /// calibration's own spread of the reference).
     pub scale: f64,
     /// When it was measured (seconds since the Unix epoch; None in a file made before this was
     /// kept, which is as old as can be).
@@ -94,19 +65,6 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// The scale a cost of `ms` makes against `reference_ms`, refused outside [`SCALE_RANGE`].
-fn ratio(what: &str, ms: f64, reference_ms: f64) -> Result<f64> {
-    let r = ms / reference_ms;
-    if !(SCALE_RANGE.0..=SCALE_RANGE.1).contains(&r) {
-        bail!(
-            "calibration: {what} costs the farm {ms:.2} ms of CPU here against {reference_ms} ms on the reference machine: \
-             a scale of {r:.2} is outside {:?}",
-            SCALE_RANGE
-        );
-    }
-    Ok(r)
-}
-
 impl Calibration {
     /// From a measurement: `pageviews` completed while the farm used `farm_cpu_s`.
     pub fn of(pageviews: u64, farm_cpu_s: f64) -> Result<Calibration> {
@@ -114,15 +72,20 @@ impl Calibration {
             bail!("calibration: {pageviews} pageviews and {farm_cpu_s:.3} s of the farm's CPU are no measurement");
         }
         let ms = farm_cpu_s * 1e3 / pageviews as f64;
-        let measured = ratio("a pageview", ms, REFERENCE_CPU_PER_PAGEVIEW_MS)?;
+        let measured = ms / REFERENCE_CPU_PER_PAGEVIEW_MS;
         let scale = if (measured - 1.0).abs() <= SAME_MACHINE { 1.0 } else { measured };
+        if !(SCALE_RANGE.0..=SCALE_RANGE.1).contains(&scale) {
+            bail!(
+                "calibration: a pageview costs the farm {ms:.2} ms of CPU here against {REFERENCE_CPU_PER_PAGEVIEW_MS} ms on the reference machine: \
+                 a scale of {scale:.2} is outside {:?}",
+                SCALE_RANGE
+            );
+        }
         Ok(Calibration {
             cpu_per_pageview_ms: ms,
             pageviews,
             farm_cpu_s,
             reference_ms: REFERENCE_CPU_PER_PAGEVIEW_MS,
-            loaded_cpu_per_page_ms: None,
-            light_scale: None,
             scale,
             machine_probe_ms: None,
             measured_unix_s: Some(unix_now()),
@@ -132,31 +95,6 @@ impl Calibration {
     /// Whether it is older than `max_age` at `now_unix_s` (a calibration without its time is).
     pub fn older_than(&self, max_age: std::time::Duration, now_unix_s: u64) -> bool {
         self.measured_unix_s.is_none_or(|t| now_unix_s.saturating_sub(t) > max_age.as_secs())
-    }
-
-    /// Whether this machine is another than the reference (the light measurement's scale is
-    /// not 1): then the loaded arm runs, at this scale.
-    pub fn needs_loaded(&self) -> bool {
-        self.light_scale.unwrap_or(self.scale) != 1.0
-    }
-
-    /// Whether a calibration read from a file can be taken: made against this reference, and
-    /// with the loaded measurement where the machine is another (a file made before the loaded
-    /// arm is measured again).
-    pub fn usable(&self) -> bool {
-        self.reference_ms == REFERENCE_CPU_PER_PAGEVIEW_MS && (!self.needs_loaded() || self.loaded_cpu_per_page_ms.is_some())
-    }
-
-    /// The loaded arm's measurement taken in: its farm served `pages` on `farm_cpu_s`, and the
-    /// scale becomes the ratio of that cost to the reference's.
-    pub fn with_loaded(mut self, pages: u64, farm_cpu_s: f64) -> Result<Calibration> {
-        if pages < MIN_PAGEVIEWS || !(farm_cpu_s > 0.0) {
-            bail!("calibration: the loaded arm's farm served {pages} pages on {farm_cpu_s:.3} s of CPU: no measurement");
-        }
-        let ms = farm_cpu_s * 1e3 / pages as f64;
-        let scale = ratio("a page under the heavy load", ms, REFERENCE_LOADED_CPU_PER_PAGE_MS)?;
-        (self.light_scale, self.loaded_cpu_per_page_ms, self.scale) = (Some(self.scale), Some(ms), scale);
-        Ok(self)
     }
 
     /// The arm's farm quota in this machine's cores (an arm without a quota keeps none).
@@ -174,30 +112,11 @@ pub fn spec() -> ArmSpec {
     a
 }
 
-/// The loaded arm, its quota scaled by `light` (the light measurement's scale).
-pub fn loaded_spec(light: &Calibration) -> ArmSpec {
-    let mut a = arm("calibration-loaded", LOADED_CLIENTS, LOADED_DURATION_S, &WAN_80_2, false, LOADED_CORES);
-    light.apply(&mut a);
-    a
-}
-
-/// Measure on this machine (the arms' files under `out`): the light arm, and the loaded one
-/// when the light one found another machine or `loaded` asks for it (how the reference's
-/// loaded cost is measured: `rlm-lab calibrate --loaded FILE`; its scale is then the loaded
-/// arm's, whatever the light one found).
-pub fn measure(prefix: &str, out: &Path, loaded: bool) -> Result<Calibration> {
+/// Measure on this machine (the arm's files under `out`).
+pub fn measure(prefix: &str, out: &Path) -> Result<Calibration> {
     let r = run_arms("calibration", prefix, &[spec()], out)?.pop().context("the calibration arm")?;
     let mut c = Calibration::of(r.pageviews.all.count as u64, r.farm_usage.load_cpu_s)?;
     c.machine_probe_ms = r.machine_speed.filter(|m| !m.samples_ms.is_empty()).map(|m| m.median_ms);
-    if loaded || c.needs_loaded() {
-        eprintln!(
-            "rlm-lab: calibration: a pageview costs the farm {:.2} ms here (quotas x{:.2}); measuring it under the heavy load",
-            c.cpu_per_pageview_ms, c.scale
-        );
-        let l = run_arms("calibration", prefix, &[loaded_spec(&c)], out)?.pop().context("the loaded calibration arm")?;
-        let pages = l.farm_front.as_ref().map_or(0, |f| f.pages);
-        c = c.with_loaded(pages, l.farm_usage.load_cpu_s)?;
-    }
     Ok(c)
 }
 
@@ -207,7 +126,7 @@ pub fn load_or_measure(file: &Path, prefix: &str, max_age: Option<std::time::Dur
     if let Ok(b) = std::fs::read(file) {
         let c: Calibration = serde_json::from_slice(&b).with_context(|| format!("reading {}", file.display()))?;
         let stale = max_age.is_some_and(|age| c.older_than(age, unix_now()));
-        if c.usable() && !stale {
+        if c.reference_ms == REFERENCE_CPU_PER_PAGEVIEW_MS && !stale {
             eprintln!("rlm-lab: calibration from {}: {:.2} ms of farm CPU a pageview, quotas x{:.2}", file.display(), c.cpu_per_pageview_ms, c.scale);
             return Ok(c);
         }
@@ -220,12 +139,8 @@ pub fn load_or_measure(file: &Path, prefix: &str, max_age: Option<std::time::Dur
         }
     }
     let dir = file.with_extension("d");
-    let c = measure(prefix, &dir, false)?;
-    let loaded = c.loaded_cpu_per_page_ms.map_or(String::new(), |ms| format!(", {ms:.2} ms a page under the heavy load"));
-    eprintln!(
-        "rlm-lab: calibrated: {:.2} ms of farm CPU a pageview ({} pageviews){loaded}, quotas x{:.2}",
-        c.cpu_per_pageview_ms, c.pageviews, c.scale
-    );
+    let c = measure(prefix, &dir)?;
+    eprintln!("rlm-lab: calibrated: {:.2} ms of farm CPU a pageview ({} pageviews), quotas x{:.2}", c.cpu_per_pageview_ms, c.pageviews, c.scale);
     if let Some(parent) = file.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -256,40 +171,6 @@ mod tests {
         assert!(Calibration::of(20, 1.0).is_err(), "too few pageviews");
         assert!(Calibration::of(400, 0.0).is_err(), "no CPU measured");
         assert!(Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS * 10.0 / 1e3).is_err(), "ten times slower: outside the range");
-    }
-
-    /// Another machine: the loaded arm runs at the light scale, and the scale becomes the
-    /// loaded cost's ratio; the reference machine runs no loaded arm.
-    #[test]
-    fn another_machine_is_scaled_by_the_loaded_cost() {
-        let same = Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS / 1e3).unwrap();
-        assert!(!same.needs_loaded());
-        // The fast spell of 2026-11-28: light 3.10 ms (x0.56), loaded 2.85 ms a page.
-        let fast = Calibration::of(416, 416.0 * 3.10 / 1e3).unwrap();
-        assert!(fast.needs_loaded() && (fast.scale - 0.564).abs() < 1e-3, "{fast:?}");
-        let arm = loaded_spec(&fast);
-        assert!((arm.farm.cpu_cores.unwrap() - LOADED_CORES * fast.scale).abs() < 1e-9, "the loaded arm at the light scale");
-        assert_eq!((arm.clients(), arm.wan.len()), (LOADED_CLIENTS, 2));
-        let c = fast.clone().with_loaded(500, 500.0 * 2.85 / 1e3).unwrap();
-        assert!((c.scale - 2.85 / REFERENCE_LOADED_CPU_PER_PAGE_MS).abs() < 1e-9, "{c:?}");
-        assert_eq!(c.light_scale, Some(fast.scale));
-        assert!((c.loaded_cpu_per_page_ms.unwrap() - 2.85).abs() < 1e-9);
-        assert!(fast.clone().with_loaded(20, 0.1).is_err(), "too few pages");
-        assert!(fast.clone().with_loaded(500, 0.0).is_err(), "no CPU");
-        assert!(fast.with_loaded(500, 500.0 * 40.0 / 1e3).is_err(), "outside the range");
-    }
-
-    /// A calibration file of another machine without the loaded measurement (made before it)
-    /// is not taken: it would scale by the light cost alone.
-    #[test]
-    fn a_file_of_another_machine_without_the_loaded_cost_is_not_taken() {
-        let same = Calibration::of(400, 400.0 * REFERENCE_CPU_PER_PAGEVIEW_MS / 1e3).unwrap();
-        assert!(same.usable());
-        let fast = Calibration::of(416, 416.0 * 3.10 / 1e3).unwrap();
-        assert!(!fast.usable(), "light only, another machine");
-        assert!(fast.clone().with_loaded(500, 500.0 * 2.85 / 1e3).unwrap().usable());
-        let old = Calibration { reference_ms: 5.0, ..same.clone() };
-        assert!(!old.usable(), "another reference");
     }
 
     /// A calibration's age: measured now, it is not older than five minutes for five minutes;

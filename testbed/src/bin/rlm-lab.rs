@@ -109,11 +109,6 @@ enum Command {
     Calibrate {
         /// Where the calibration goes (JSON); the arm's files go beside it (FILE with `.d`).
         file: std::path::PathBuf,
-        /// Also measure the page's cost under the heavy load even where the light arm finds the
-        /// reference machine (how the reference's loaded cost is measured); the scale is then
-        /// the loaded arm's.
-        #[arg(long)]
-        loaded: bool,
     },
     /// Check quick experiments' results (DIR/NAME/result.json) against the papers' shapes.
     Check {
@@ -212,14 +207,11 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
-        Command::Calibrate { file, loaded } => (|| {
+        Command::Calibrate { file } => {
             let _ = std::fs::remove_file(&file);
-            let c = testbed::calibrate::measure(&cli.prefix, &file.with_extension("d"), loaded)?;
-            let json = serde_json::to_string_pretty(&c)?;
-            std::fs::write(&file, &json)?;
-            println!("{json}");
-            Ok(())
-        })(),
+            testbed::calibrate::load_or_measure(&file, &cli.prefix, None)
+                .map(|c| println!("{}", serde_json::to_string_pretty(&c).unwrap_or_default()))
+        }
         Command::Check { dir, only } => {
             let names: Vec<&str> = if only.is_empty() { testbed::catalog::names() } else { only.iter().map(String::as_str).collect() };
             testbed::catalog::check(&dir, &names)
