@@ -310,7 +310,7 @@ pub fn class_mean(r: &Value, a: &str, class: &str) -> f64 {
 /// heavy load ([`Experiment::calibration_max_age`]). On 2026-11-28 the machine's farm CPU a
 /// pageview moved from 3.1 to 5.5 ms within an hour; quick syn-throttle and think-gap runs on a
 /// calibration 20 to 30 minutes old held HIGH at 1.88 to 2.52 s against 1.5 s (four of six over
-/// 40%), on one measured just before them at 1.25 to 1.48 s (six of six).
+/// 40%), on one measured at most four minutes before them at 1.25 to 2.00 s (ten of ten within).
 pub const HOLD_CALIBRATION_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// How far a class's mean may sit from the target a rule holds it to (a share of it): 40% in a
