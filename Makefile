@@ -15,7 +15,7 @@ LAB_OUT ?= lab-out
 LAB := ./target/release/rlm-lab
 # syn-throttle, think-gap and syn-police run first, right after the calibration: their overload
 # must be the one it set (a calibration older than five minutes is measured again for the first
-# two, whose rules hold HIGH at a target; docs/experiments.md, "Calibration").
+# two, whose rules hold HIGH at a target; docs/experiments.md, "The calibration's age").
 EXPERIMENTS := syn-throttle think-gap syn-police fidelity fidelity-tls openloop fast-synack remove-embeds throughput
 # Experiments that only `make lab` runs: fast-syn's LOW mean (004 Figure 16) is not met yet, and
 # its quick 60 s arms swing by up to 38% from run to run (docs/experiments.md); rewrite-embeds

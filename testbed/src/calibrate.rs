@@ -125,17 +125,18 @@ pub fn measure(prefix: &str, out: &Path) -> Result<Calibration> {
 pub fn load_or_measure(file: &Path, prefix: &str, max_age: Option<std::time::Duration>) -> Result<Calibration> {
     if let Ok(b) = std::fs::read(file) {
         let c: Calibration = serde_json::from_slice(&b).with_context(|| format!("reading {}", file.display()))?;
-        let stale = max_age.is_some_and(|age| c.older_than(age, unix_now()));
-        if c.reference_ms == REFERENCE_CPU_PER_PAGEVIEW_MS && !stale {
-            eprintln!("rlm-lab: calibration from {}: {:.2} ms of farm CPU a pageview, quotas x{:.2}", file.display(), c.cpu_per_pageview_ms, c.scale);
-            return Ok(c);
-        }
-        if stale {
-            eprintln!(
-                "rlm-lab: the calibration in {} is older than {:.0} s: measuring it again",
-                file.display(),
-                max_age.unwrap_or_default().as_secs_f64()
-            );
+        match max_age.filter(|&age| c.older_than(age, unix_now())) {
+            Some(age) => eprintln!("rlm-lab: the calibration in {} is older than {} s: measuring it again", file.display(), age.as_secs()),
+            None if c.reference_ms == REFERENCE_CPU_PER_PAGEVIEW_MS => {
+                eprintln!(
+                    "rlm-lab: calibration from {}: {:.2} ms of farm CPU a pageview, quotas x{:.2}",
+                    file.display(),
+                    c.cpu_per_pageview_ms,
+                    c.scale
+                );
+                return Ok(c);
+            }
+            None => {}
         }
     }
     let dir = file.with_extension("d");

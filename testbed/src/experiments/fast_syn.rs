@@ -62,17 +62,17 @@ impl Experiment for FastSyn {
         rounds, A B B A (`-2`: the second round), and judges each kind pooled over its rounds."
     }
 
+    /// Its rule holds a class at a target under the heavy load: a calibration of the last minutes.
+    fn calibration_max_age(&self) -> Option<std::time::Duration> {
+        Some(super::HOLD_CALIBRATION_MAX_AGE)
+    }
+
     /// The quick run: `syn-throttle`, then `fast-syn`. The full run alternates them in two
     /// rounds, A B B A, each arm half the run (`syn-throttle`, `fast-syn`, `fast-syn-2`,
     /// `syn-throttle-2`), and judges each pooled over its rounds: a farm that works faster or
     /// slower as the shared machine's load changes over the 12 minutes weighs on both alike.
     /// (Run one after the other, the arms' farms did 5 to 12% more or less work a page from one
     /// arm to the next, both ways, at the same quota and 98% busy.)
-    /// Its rule holds a class at a target under the heavy load: a calibration of the last minutes.
-    fn calibration_max_age(&self) -> Option<std::time::Duration> {
-        Some(super::HOLD_CALIBRATION_MAX_AGE)
-    }
-
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let target = throttle_target_s(quick);
         let throttle = |name: &str| fast_rlm(name, throttle_rules(target), quick);

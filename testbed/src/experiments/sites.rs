@@ -38,13 +38,13 @@ impl Experiment for Sites {
         of news.example's clients while shop.example's mean response time is above its target."
     }
 
-    /// syn-throttle-tls's arms (unmanaged, then managed with the sites' rules; the full run's
-    /// farm scaled for HTTPS's cost as there), each group asking for its site.
     /// Its rule holds a class at a target under the heavy load: a calibration of the last minutes.
     fn calibration_max_age(&self) -> Option<std::time::Duration> {
         Some(super::HOLD_CALIBRATION_MAX_AGE)
     }
 
+    /// syn-throttle-tls's arms (unmanaged, then managed with the sites' rules; the full run's
+    /// farm scaled for HTTPS's cost as there), each group asking for its site.
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let target = throttle_target_s(quick);
         SynThrottleTls

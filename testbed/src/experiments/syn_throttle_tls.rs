@@ -28,13 +28,13 @@ impl Experiment for SynThrottleTls {
         encrypted records, is above the target."
     }
 
-    /// syn-throttle's arms, over HTTPS; the full run's farm CPU-bound at [`HTTPS_FULL_CPU_SCALE`]
-    /// of syn-throttle's cores.
     /// Its rule holds a class at a target under the heavy load: a calibration of the last minutes.
     fn calibration_max_age(&self) -> Option<std::time::Duration> {
         Some(super::HOLD_CALIBRATION_MAX_AGE)
     }
 
+    /// syn-throttle's arms, over HTTPS; the full run's farm CPU-bound at [`HTTPS_FULL_CPU_SCALE`]
+    /// of syn-throttle's cores.
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         SynThrottle
             .arms(quick)
