@@ -297,11 +297,19 @@ pub struct ClassSyns {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Sample {
     pub round: usize,
+    /// The median of `bulk_runs_gbps`.
     pub bulk_gbps: f64,
-    /// iperf3's retransmissions during the bulk sample.
+    /// One-second iperf3 runs, one stream each: a stream's rate here depends on where its
+    /// ends and their softirqs land on the two cores (about 7 or 9 Gbit/s, steady within a
+    /// run), so a sample draws that several times rather than once.
+    pub bulk_runs_gbps: Vec<f64>,
+    /// iperf3's retransmissions during the bulk sample (all its runs).
     pub bulk_retransmits: u64,
-    /// An HTTP download from nginx on port 80, which rlm watches (`throughput::web_bulk`).
+    /// The median of `web_bulk_runs_gbps`.
     pub web_bulk_gbps: f64,
+    /// One-second HTTP downloads from nginx on port 80, which rlm watches
+    /// (`throughput::web_bulk`), one connection each.
+    pub web_bulk_runs_gbps: Vec<f64>,
     pub conn_per_s: f64,
     /// wrk's requests in the sample (each on a new connection).
     pub requests: u64,
@@ -327,8 +335,9 @@ pub struct Sample {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ThroughputArm {
     pub samples: Vec<Sample>,
+    /// Median of every run of every sample ([`Sample::bulk_runs_gbps`], pooled).
     pub bulk_gbps: f64,
-    /// Median of the samples' [`Sample::web_bulk_gbps`].
+    /// Median of every download of every sample ([`Sample::web_bulk_runs_gbps`], pooled).
     pub web_bulk_gbps: f64,
     pub conn_per_s: f64,
     pub connect_p50_us: f64,
