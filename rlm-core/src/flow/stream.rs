@@ -136,6 +136,12 @@ impl HalfStream {
         if len == 0 {
             return SegFate::Empty;
         }
+        if len >= MAX_AHEAD {
+            // Longer than any window this stream could have (a length no TCP segment has, as a
+            // report's made-up wire length may claim): taken, it would wrap `next` back behind
+            // the bytes held past a hole.
+            return SegFate::Ignored;
+        }
         if !self.started {
             self.start_at(seq);
         }
@@ -284,9 +290,14 @@ impl HalfStream {
         }
     }
 
-    /// Anything still waiting in the out-of-order buffer is delivered after a gap (end of connection).
+    /// Anything still waiting in the out-of-order buffer is delivered after a gap (end of
+    /// connection). Each turn delivers or drops the first segment held, so it ends; a segment
+    /// further ahead than a gap may span is dropped with the rest.
     pub(super) fn flush_all(&mut self, now: Timestamp, sink: &mut dyn FnMut(Chunk<'_>)) {
         while let Some(first) = self.ooo.as_ref().and_then(|o| o.segs.first().map(|s| s.0)) {
+            if seq_lt(self.next, first) && first.wrapping_sub(self.next) >= MAX_AHEAD {
+                break;
+            }
             self.gap_to(first, sink);
             self.flush_ooo(now, sink);
         }
@@ -338,6 +349,47 @@ mod tests {
         assert_eq!(g, 0);
         use SegFate::*;
         assert_eq!(fates, vec![Ahead, New, Partial, Retransmission, Empty, Ignored]);
+    }
+
+    /// Runs `f` in a thread and fails if it has not returned within 10 s (instead of hanging
+    /// the test run).
+    fn ends_within_10_s(f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("did not end within 10 s"),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("failed (its panic is above)"),
+        }
+    }
+
+    #[test]
+    fn a_segment_longer_than_any_window_is_ignored_and_the_end_flushes() {
+        // Found by the ring_record fuzz target: a report claiming a wire length near 2^32 took
+        // in order wrapped `next` back behind a segment held past a hole, and the connection's
+        // end then looped for ever in `flush_all`.
+        ends_within_10_s(|| {
+            let mut h = HalfStream::default();
+            h.start_at(0);
+            assert_eq!(pieces(&mut h, &[(1000, b"held", 4)]), Vec::<String>::new());
+            assert_eq!(h.accept(Timestamp::ZERO, 0, b"ab", u32::MAX - 100, &mut |_| {}), SegFate::Ignored);
+            assert_eq!(h.next, 0);
+            let mut out = Vec::new();
+            h.flush_all(Timestamp::ZERO, &mut |c| out.push(matches!(c, Chunk::Gap(_))));
+            assert_eq!(out, [true, false], "a gap, then the held bytes");
+        });
+        // Whatever moved `next`, the end's flush ends: a held segment beyond any gap is dropped.
+        ends_within_10_s(|| {
+            let mut h = HalfStream::default();
+            h.start_at(0);
+            pieces(&mut h, &[(1000, b"held", 4)]);
+            h.next = 1000u32.wrapping_sub(MAX_AHEAD + 1);
+            h.flush_all(Timestamp::ZERO, &mut |_| {});
+            assert!(h.ooo.is_none());
+        });
     }
 
     #[test]
