@@ -735,14 +735,29 @@ impl CaptureReader {
     }
 }
 
+/// Deadlines [`fire_until`] fires one by one, each at its own time, between two frames; the
+/// rest of a longer gap is fired at its end at once. 100,000 is more than half a day of the SLA
+/// controller's 500 ms steps.
+const DEADLINES_ONE_BY_ONE: u32 = 100_000;
+
 /// Fire `engine`'s timers due by `until`, capture time; `next` is its next deadline, cached: the
-/// engine's deadlines only move when it handles something.
+/// engine's deadlines only move when it handles something. A gap of more than
+/// [`DEADLINES_ONE_BY_ONE`] deadlines (a capture's clock leaping decades ahead, where the
+/// controller's steps alone would take billions of calls; or time stopped at the largest
+/// timestamp, where a deadline comes back at the same instant) fires the rest at `until`.
 fn fire_until(engine: &mut Engine, next: &mut Option<Timestamp>, until: Timestamp) {
+    let mut fired = 0;
     while let Some(t) = *next {
         if t > until {
             break;
         }
+        if fired == DEADLINES_ONE_BY_ONE {
+            engine.handle_timeout(until);
+            *next = engine.poll_timeout();
+            break;
+        }
         engine.handle_timeout(t);
+        fired += 1;
         *next = engine.poll_timeout();
     }
 }
@@ -821,6 +836,26 @@ mod tests {
 
     fn reader(bytes: Vec<u8>) -> Result<CaptureReader> {
         from_read("test", Box::new(Cursor::new(bytes)))
+    }
+
+    #[test]
+    fn a_clock_leaping_decades_ahead_is_replayed_in_a_bounded_number_of_steps() {
+        // With an SLA target the controller looks every 500 ms of capture time. A capture
+        // whose second frame is 73 years after its first would have the replay fire 4.6
+        // billion controller steps one by one (found by reading, session 32); past
+        // DEADLINES_ONE_BY_ONE the rest of the gap is fired at its end.
+        rlm_core::testkit::ends_within(std::time::Duration::from_secs(20), || {
+            let c = rlm_core::testkit::TcpConv::new("10.4.0.1:40000", "10.9.0.1:80");
+            let (syn, synack) = (c.syn(), c.synack());
+            let bytes = pcap(false, false, &[(1_700_000_000, 0, &syn), (4_000_000_000, 0, &synack)]);
+            let mut engine = Engine::new(rlm_core::Config::default());
+            engine.set_rules(Some(
+                rules::compile("t.rlm", "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nSLA HIGH RT.P95 < 2s\nSHED LOW\n")
+                    .unwrap(),
+            ));
+            let r = replay_reader(&mut reader(bytes).unwrap(), &mut engine, &mut |_| Ok(()), None).unwrap();
+            assert_eq!(r.frames, 2);
+        });
     }
 
     fn pcap(nanos: bool, big: bool, records: &[(u32, u32, &[u8])]) -> Vec<u8> {

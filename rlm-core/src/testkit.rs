@@ -258,3 +258,18 @@ unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
         unsafe { std::alloc::System.realloc(p, l, new) }
     }
 }
+
+/// Runs `f` in a thread and panics if it has not returned within `limit`, so that a test of
+/// something that must end fails instead of hanging the run.
+pub fn ends_within(limit: std::time::Duration, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("did not end within {limit:?}"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("failed (its panic is above)"),
+    }
+}

@@ -951,6 +951,32 @@ fn halt_fast_syn_holds_a_throttled_class_back_and_resumes_when_the_rule_clears()
 }
 
 #[test]
+fn a_held_syn_at_the_end_of_time_does_not_loop_the_timers() {
+    // A capture's timestamp past what nanoseconds since 1970 hold is read as the largest one;
+    // the engine's time then stops there and `now + gap` is `now`: a held SYN's timer was due
+    // again at once, and `handle_timeout` never returned (found by reading, session 32).
+    rlm_core::testkit::ends_within(Duration::from_secs(10), || {
+        let throttle =
+            "CLASS LOW IF IP.SRC != 10.4.*.*\nIF IP.SRC == *.*.*.* THEN FAST SYN GAP 500ms\nIF CLASS == LOW THEN\n  DROP SYN\n  HALT FAST SYN\n";
+        let mut e = rlm_core::Engine::new(Config { inject: true, ..Config::default() });
+        e.set_rules(Some(rules(throttle)));
+        let end = rlm_core::Timestamp(u64::MAX);
+        e.handle(end, Port::Client, &TcpConv::new("10.5.0.7:40001", "10.9.0.1:80").syn());
+        // A driver fires each deadline it is given until none is left by its time.
+        let mut fired = 0;
+        while let Some(t) = e.poll_timeout().filter(|t| *t <= end) {
+            e.handle_timeout(t);
+            fired += 1;
+            if fired > 1_000 {
+                break;
+            }
+        }
+        assert!(fired <= 1_000, "a deadline at the end of time came back {fired} times");
+        e.shutdown(end);
+    });
+}
+
+#[test]
 fn fast_synack_resends_the_synack_to_the_client_until_its_ack() {
     let mut r = fast_run("IF IP.SRC == *.*.*.* THEN FAST SYN/ACK GAP 500ms\n");
     let mut c = TcpConv::new("10.5.0.7:40001", "10.9.0.1:80");

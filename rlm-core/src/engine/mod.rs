@@ -609,13 +609,17 @@ impl Engine {
         [timer, self.pageviews.next_deadline(), self.next_refresh, control].into_iter().flatten().min()
     }
 
-    /// Time passed: fire every deadline up to `now`.
+    /// Time passed: fire every deadline up to `now`. A timer that firing re-arms at `now` or
+    /// before (only when time has stopped at the largest timestamp, where `now + gap` is `now`)
+    /// waits for the next call: each call pops at most the timers there were when it began.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let now = self.advance(now);
+        let mut budget = self.timers.len();
         while let Some(Reverse((t, id, kind))) = self.timers.peek().copied() {
-            if t > now {
+            if t > now || budget == 0 {
                 break;
             }
+            budget -= 1;
             self.timers.pop();
             let Some(c) = self.flows.get(id) else {
                 continue;

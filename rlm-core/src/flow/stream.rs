@@ -351,27 +351,12 @@ mod tests {
         assert_eq!(fates, vec![Ahead, New, Partial, Retransmission, Empty, Ignored]);
     }
 
-    /// Runs `f` in a thread and fails if it has not returned within 10 s (instead of hanging
-    /// the test run).
-    fn ends_within_10_s(f: impl FnOnce() + Send + 'static) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            f();
-            let _ = tx.send(());
-        });
-        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
-            Ok(()) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("did not end within 10 s"),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("failed (its panic is above)"),
-        }
-    }
-
     #[test]
     fn a_segment_longer_than_any_window_is_ignored_and_the_end_flushes() {
         // Found by the ring_record fuzz target: a report claiming a wire length near 2^32 took
         // in order wrapped `next` back behind a segment held past a hole, and the connection's
         // end then looped for ever in `flush_all`.
-        ends_within_10_s(|| {
+        crate::testkit::ends_within(std::time::Duration::from_secs(10), || {
             let mut h = HalfStream::default();
             h.start_at(0);
             assert_eq!(pieces(&mut h, &[(1000, b"held", 4)]), Vec::<String>::new());
@@ -382,7 +367,7 @@ mod tests {
             assert_eq!(out, [true, false], "a gap, then the held bytes");
         });
         // Whatever moved `next`, the end's flush ends: a held segment beyond any gap is dropped.
-        ends_within_10_s(|| {
+        crate::testkit::ends_within(std::time::Duration::from_secs(10), || {
             let mut h = HalfStream::default();
             h.start_at(0);
             pieces(&mut h, &[(1000, b"held", 4)]);
