@@ -234,15 +234,28 @@ pub struct CountingAlloc;
 
 static HEAP_LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+static HEAP_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Heap bytes live now, as [`CountingAlloc`] counts them (0 when it is not installed).
 pub fn heap_bytes() -> usize {
     HEAP_LIVE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The most heap bytes live at once since the last call (which starts the next span at what is
+/// live now), as [`CountingAlloc`] counts them: what a step allocated for a moment.
+pub fn heap_peak_since_last() -> usize {
+    HEAP_PEAK.swap(heap_bytes(), std::sync::atomic::Ordering::Relaxed)
+}
+
+fn count_up(n: usize) {
+    let live = HEAP_LIVE.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+    HEAP_PEAK.fetch_max(live, std::sync::atomic::Ordering::Relaxed);
+}
+
 // SAFETY: every call is passed on to the system allocator unchanged; only a counter is added.
 unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
-        HEAP_LIVE.fetch_add(l.size(), std::sync::atomic::Ordering::Relaxed);
+        count_up(l.size());
         // SAFETY: the caller's contract is the system allocator's.
         unsafe { std::alloc::System.alloc(l) }
     }
@@ -252,7 +265,7 @@ unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
         unsafe { std::alloc::System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
-        HEAP_LIVE.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
+        count_up(new);
         HEAP_LIVE.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
         // SAFETY: as above.
         unsafe { std::alloc::System.realloc(p, l, new) }

@@ -6,7 +6,7 @@
 //! and the heap stays small (and the SYNs, never resent, are not charged to it at all). Before the caps, the connections made every close search a list
 //! of 100,000 (quadratic: 3.2 s for one call at 100 k) and the requests held 210 MB.
 
-use rlm_core::testkit::{heap_bytes, CountingAlloc, TcpConv};
+use rlm_core::testkit::{heap_bytes, heap_peak_since_last, CountingAlloc, TcpConv};
 use rlm_core::{Engine, Event, PageviewConfig, PageviewRecord, Port, Timestamp};
 
 #[global_allocator]
@@ -127,4 +127,40 @@ fn referred_keep_alive_requests_stop_at_the_pageview_cap_and_hold_little() {
     assert_eq!(p.objects as usize, max - 1, "the container and objects up to the cap");
     assert_eq!(p.capped as usize, N + 1 - max, "every request past the cap counted");
     assert!(peak < 4_000_000, "the open pageview and its tables held {peak} bytes (at most 4 MB)");
+}
+
+#[test]
+fn seventy_thousand_syns_on_one_connection_count_up_to_the_limit_and_make_a_bounded_graph() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut e = Engine::new(rlm_core::Config::default());
+    let max_events = PageviewConfig::default().max_events;
+    let mut pvs = Vec::new();
+    page(&mut e, &mut pvs);
+    // A second connection of the page's client, whose SYN is sent again 69,999 times within its
+    // connect timeout (250 µs apart). Its count was a u16 that overflowed (a panic where
+    // overflow is checked), and the graph made a node for each before keeping `max_events`.
+    let c = TcpConv::new(&format!("{CLIENT}:40001"), SERVER);
+    let syn = c.syn();
+    for i in 0..70_000u64 {
+        let now = Timestamp(ms(10).0 + i * 250_000);
+        advance(&mut e, now, &mut pvs);
+        e.handle(now, Port::Client, &syn);
+    }
+    let before = heap_bytes();
+    heap_peak_since_last();
+    advance(&mut e, ms(60_000), &mut pvs);
+    e.shutdown(ms(60_000));
+    drain(&mut e, &mut pvs);
+    let peak = heap_peak_since_last().saturating_sub(before);
+    let p = the_page(&pvs);
+    println!(
+        "syn retransmissions {}, events {}, heap peak while the record was made {peak} bytes over before",
+        p.syn_retransmissions,
+        p.events.len()
+    );
+    assert_eq!(p.syn_retransmissions, u32::from(u16::MAX) - 1, "counted up to the limit");
+    assert!(p.events.len() <= max_events, "{} nodes", p.events.len());
+    // 512 nodes of one connection's SYNs and its pageview's others: tens of KB. One node a SYN
+    // (before the cut) was about 3.7 MB.
+    assert!(peak < 1_000_000, "making the record took {peak} bytes for a moment");
 }

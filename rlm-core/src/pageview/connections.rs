@@ -16,7 +16,7 @@ impl Pageviews {
         if let Some(&id) = self.conn_pv.get(&conn) {
             if let Some(p) = self.open.get_mut(&id) {
                 if let Some(i) = p.conn_index(conn) {
-                    p.conns[i].syns += 1;
+                    p.conns[i].syns = p.conns[i].syns.saturating_add(1);
                 }
             }
             self.touch(id, now);
@@ -41,7 +41,7 @@ impl Pageviews {
             if let Some(p) = self.open.get_mut(&id) {
                 if let Some(i) = p.conn_index(conn) {
                     let c = &mut p.conns[i];
-                    c.synacks += 1;
+                    c.synacks = c.synacks.saturating_add(1);
                     c.first_synack.get_or_insert(now);
                 }
             }

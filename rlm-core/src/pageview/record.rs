@@ -238,12 +238,15 @@ fn event_graph(p: &OpenPv, max_events: usize) -> Vec<EventNode> {
         if let Some(s) = c.first_syn {
             events.push(EventNode { kind: "syn", conn: i, t_s: rel(s, c, false), uri: None });
         }
-        for _ in 1..c.syns.max(1) {
+        // At most `max_events` of a kind a connection (they share one time, and the graph keeps
+        // the earliest `max_events` nodes): 65,535 SYNs on one connection would otherwise make
+        // as many nodes, for each of its pageview's connections, before the cut.
+        for _ in (1..c.syns.max(1)).take(max_events) {
             events.push(EventNode { kind: "syn_retransmit", conn: i, t_s: rel(c.first_syn.unwrap_or(p.start), c, false), uri: None });
         }
         if let Some(s) = c.first_synack {
             events.push(EventNode { kind: "synack", conn: i, t_s: rel(s, c, true), uri: None });
-            for _ in 1..c.synacks {
+            for _ in (1..c.synacks).take(max_events) {
                 events.push(EventNode { kind: "synack_retransmit", conn: i, t_s: rel(s, c, true), uri: None });
             }
         }
