@@ -177,7 +177,7 @@ impl LimitsConfig {
     pub fn derive(&self) -> Limits {
         let rest = self.memory_mb.saturating_sub(Self::FIXED_MB) << 20;
         let share = |i: usize| rest.saturating_mul(Self::SHARES[i]) / 100;
-        let mb = |v: Option<u64>, i: usize| usize::try_from(v.map_or(share(i), |m| m << 20)).unwrap_or(usize::MAX);
+        let mb = |v: Option<u64>, i: usize| usize::try_from(v.map_or(share(i), |m| m.saturating_mul(1 << 20))).unwrap_or(usize::MAX);
         Limits {
             memory_mb: self.memory_mb,
             max_connections: self.connections.unwrap_or_else(|| usize::try_from(share(0) / Self::CONNECTION_BYTES).unwrap_or(usize::MAX)),
@@ -201,10 +201,12 @@ impl LimitsConfig {
             bail!("[limits] connections, held_mb, pageview_lists_mb, records_queue_mb and unproven_records_per_s must be at least 1");
         }
         let l = self.derive();
-        let used = (l.max_connections as u64).saturating_mul(Self::CONNECTION_BYTES)
-            + l.max_held_bytes as u64
-            + l.max_list_bytes as u64
-            + l.records_queue_bytes as u64;
+        // Saturating: parts given in the billions of MiB must not wrap the sum under the budget.
+        let used = (l.max_connections as u64)
+            .saturating_mul(Self::CONNECTION_BYTES)
+            .saturating_add(l.max_held_bytes as u64)
+            .saturating_add(l.max_list_bytes as u64)
+            .saturating_add(l.records_queue_bytes as u64);
         let room = (self.memory_mb - Self::FIXED_MB) << 20;
         if used > room {
             bail!(
@@ -799,6 +801,9 @@ mod tests {
             ("unproven_records_per_s = 0", "at least 1"),
             ("held_mb = 200", "the parts need"),
             ("memory_mb = 64\nconnections = 40000", "the parts need"),
+            // Parts so large that their bytes wrapped the sum under the budget (accepted before).
+            ("held_mb = 17592186044415", "the parts need"),
+            ("pageview_lists_mb = 17592186044416", "the parts need"),
         ] {
             let c = RunConfig::parse(&format!("[limits]\n{text}\n")).unwrap();
             let e = c.limits.validate().unwrap_err().to_string();

@@ -87,7 +87,7 @@ impl QueuePlan {
 
     fn queue_target(&self) -> String {
         if self.queues > 1 {
-            format!("NFQUEUE --queue-balance {}:{} --queue-bypass", self.queue_base, self.queue_base + self.queues - 1)
+            format!("NFQUEUE --queue-balance {}:{} --queue-bypass", self.queue_base, self.queue_base + (self.queues - 1))
         } else {
             format!("NFQUEUE --queue-num {} --queue-bypass", self.queue_base)
         }
@@ -150,7 +150,7 @@ impl QueuePlan {
     pub fn nft_install(&self) -> String {
         let table = self.nft_table();
         let q = if self.queues > 1 {
-            format!("queue flags bypass,fanout to {}-{}", self.queue_base, self.queue_base + self.queues - 1)
+            format!("queue flags bypass,fanout to {}-{}", self.queue_base, self.queue_base + (self.queues - 1))
         } else {
             format!("queue flags bypass to {}", self.queue_base)
         };
@@ -513,6 +513,10 @@ mod tests {
             "--physdev-in app-s -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m multiport --sports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"
         ));
         assert!(plan(4).iptables_install().contains("--queue-balance 0:3 --queue-bypass"));
+        // The last queues the kernel has: the range's end computed without passing 65535.
+        let top = QueuePlan { queue_base: 65_534, ..plan(2) };
+        assert!(top.iptables_install().contains("--queue-balance 65534:65535 --queue-bypass"));
+        assert!(top.nft_install().contains("fanout to 65534-65535"));
         let syn_only = QueuePlan { queue_synacks: false, ..plan(1) };
         assert!(!syn_only.iptables_install().contains("SYN,ACK -m") && !syn_only.nft_install().contains("== syn|ack"));
         let r = plan(1).iptables_remove();

@@ -86,6 +86,12 @@ fn receive_timestamps() -> Option<OwnedFd> {
     (r == 0).then_some(fd)
 }
 
+/// The queues from `base`, `count` of them (at least one), up to the kernel's last, 65535;
+/// counted in u32 so that base 65535 and one queue does not wrap the end to 0 (no queue).
+fn queue_numbers(base: u16, count: u16) -> Vec<u16> {
+    (u32::from(base)..u32::from(base) + u32::from(count.max(1))).filter_map(|q| u16::try_from(q).ok()).collect()
+}
+
 /// Open the queues `base..base+count`: copy whole packets (SYNs are small), backlog `max_len`
 /// packets, and accept rather than drop when the backlog is full (fail-open).
 pub fn open(base: u16, count: u16, max_len: u32) -> Result<Nfq> {
@@ -94,7 +100,7 @@ pub fn open(base: u16, count: u16, max_len: u32) -> Result<Nfq> {
     let after = fds_of_inodes(&netfilter_socket_inodes()?)?;
     let new: Vec<RawFd> = after.into_iter().filter(|fd| !before.contains(fd)).collect();
     let [fd] = new[..] else { bail!("cannot find the NFQUEUE socket's descriptor ({} candidates)", new.len()) };
-    let queues: Vec<u16> = (base..base + count.max(1)).collect();
+    let queues = queue_numbers(base, count);
     for &q in &queues {
         queue.bind(q).with_context(|| format!("binding NFQUEUE {q} (is another program bound to it?)"))?;
         queue.set_queue_max_len(q, max_len).with_context(|| format!("setting NFQUEUE {q}'s length"))?;
@@ -110,5 +116,16 @@ impl Drop for Nfq {
         for &q in &self.queues {
             let _ = self.queue.unbind(q);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn queue_numbers_reach_the_last_queue() {
+        assert_eq!(super::queue_numbers(0, 0), [0]);
+        assert_eq!(super::queue_numbers(10, 3), [10, 11, 12]);
+        assert_eq!(super::queue_numbers(65_535, 1), [65_535]);
+        assert_eq!(super::queue_numbers(65_534, 2), [65_534, 65_535]);
     }
 }
