@@ -735,38 +735,54 @@ impl CaptureReader {
     }
 }
 
-/// Deadlines [`fire_until`] fires one by one, each at its own time, between two frames; the
-/// rest of a longer gap is fired at its end at once. 100,000 is more than half a day of the SLA
-/// controller's 500 ms steps.
-const DEADLINES_ONE_BY_ONE: u32 = 100_000;
+/// Deadlines a replay fires one by one, each at its own time, in all: 10,000,000 (a day of
+/// capture has about 170,000 of the SLA controller's 500 ms steps, and each connection two or
+/// three timers). Past them every frame fires what is due at its own time, at once.
+const DEADLINES_ONE_BY_ONE: u64 = 10_000_000;
 
-/// Fire `engine`'s timers due by `until`, capture time; `next` is its next deadline, cached: the
-/// engine's deadlines only move when it handles something. A gap of more than
-/// [`DEADLINES_ONE_BY_ONE`] deadlines (a capture's clock leaping decades ahead, where the
-/// controller's steps alone would take billions of calls; or time stopped at the largest
-/// timestamp, where a deadline comes back at the same instant) fires the rest at `until`.
-fn fire_until(engine: &mut Engine, next: &mut Option<Timestamp>, until: Timestamp) {
-    let mut fired = 0;
-    while let Some(t) = *next {
+/// A replay's view of the engine's next deadline (cached: the engine's deadlines only move when
+/// it handles something) and of the deadlines it may still fire one by one.
+pub(crate) struct Deadlines {
+    next: Option<Timestamp>,
+    one_by_one_left: u64,
+}
+
+impl Deadlines {
+    pub(crate) fn of(engine: &Engine) -> Deadlines {
+        Deadlines::with(engine, DEADLINES_ONE_BY_ONE)
+    }
+
+    fn with(engine: &Engine, one_by_one: u64) -> Deadlines {
+        Deadlines { next: engine.poll_timeout(), one_by_one_left: one_by_one }
+    }
+}
+
+/// Fire `engine`'s timers due by `until`, capture time, each at its own time while the
+/// replay's [`DEADLINES_ONE_BY_ONE`] last, and then what is left at `until` at once: a capture's
+/// clock leaping decades ahead (one gap, or many frames days apart) would otherwise make the
+/// controller step billions of times, and time stopped at the largest timestamp would bring a
+/// deadline back at the same instant for ever.
+fn fire_until(engine: &mut Engine, d: &mut Deadlines, until: Timestamp) {
+    while let Some(t) = d.next {
         if t > until {
             break;
         }
-        if fired == DEADLINES_ONE_BY_ONE {
+        if d.one_by_one_left == 0 {
             engine.handle_timeout(until);
-            *next = engine.poll_timeout();
+            d.next = engine.poll_timeout();
             break;
         }
         engine.handle_timeout(t);
-        fired += 1;
-        *next = engine.poll_timeout();
+        d.one_by_one_left -= 1;
+        d.next = engine.poll_timeout();
     }
 }
 
 /// Hand `engine` a frame of the capture stamped `ts`, after the timers due by then.
-fn feed_frame(engine: &mut Engine, next: &mut Option<Timestamp>, ts: Timestamp, link: LinkType, data: &[u8]) {
-    fire_until(engine, next, ts);
+fn feed_frame(engine: &mut Engine, d: &mut Deadlines, ts: Timestamp, link: LinkType, data: &[u8]) {
+    fire_until(engine, d, ts);
     engine.handle_link(ts, Port::Unknown, link, data);
-    *next = engine.poll_timeout();
+    d.next = engine.poll_timeout();
 }
 
 /// How a replay ended.
@@ -784,19 +800,29 @@ pub fn replay_reader(
     reader: &mut CaptureReader,
     engine: &mut Engine,
     on_event: &mut dyn FnMut(Event) -> Result<()>,
+    progress: Option<Progress<'_>>,
+) -> Result<Replayed> {
+    let deadlines = Deadlines::of(engine);
+    replay_with(reader, engine, on_event, progress, deadlines)
+}
+
+fn replay_with(
+    reader: &mut CaptureReader,
+    engine: &mut Engine,
+    on_event: &mut dyn FnMut(Event) -> Result<()>,
     mut progress: Option<Progress<'_>>,
+    mut deadlines: Deadlines,
 ) -> Result<Replayed> {
     let size = reader.size().unwrap_or(0);
     let mut frames: u64 = 0;
     let mut last = Timestamp::ZERO;
-    let mut next_deadline = engine.poll_timeout();
     let cut = loop {
         let (ts, link, data) = match reader.next_frame() {
             Ok(Some(f)) => (f.ts, f.link, f.data),
             Ok(None) => break None,
             Err(c) => break Some(c),
         };
-        feed_frame(engine, &mut next_deadline, ts, link, data);
+        feed_frame(engine, &mut deadlines, ts, link, data);
         last = last.max(ts);
         frames += 1;
         while let Some(ev) = engine.poll_event() {
@@ -842,19 +868,25 @@ mod tests {
     fn a_clock_leaping_decades_ahead_is_replayed_in_a_bounded_number_of_steps() {
         // With an SLA target the controller looks every 500 ms of capture time. A capture
         // whose second frame is 73 years after its first would have the replay fire 4.6
-        // billion controller steps one by one (found by reading, session 32); past
-        // DEADLINES_ONE_BY_ONE the rest of the gap is fired at its end.
-        rlm_core::testkit::ends_within(std::time::Duration::from_secs(20), || {
-            let c = rlm_core::testkit::TcpConv::new("10.4.0.1:40000", "10.9.0.1:80");
-            let (syn, synack) = (c.syn(), c.synack());
-            let bytes = pcap(false, false, &[(1_700_000_000, 0, &syn), (4_000_000_000, 0, &synack)]);
+        // billion controller steps one by one (found by reading, session 32); and a bound per
+        // gap would not do, frames 13 hours apart each bringing as many. Past the replay's
+        // DEADLINES_ONE_BY_ONE, what is due is fired at each frame's time.
+        let sla = "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nSLA HIGH RT.P95 < 2s\nSHED LOW\n";
+        let replay = move |bytes: Vec<u8>, one_by_one: u64| {
             let mut engine = Engine::new(rlm_core::Config::default());
-            engine.set_rules(Some(
-                rules::compile("t.rlm", "CLASS HIGH IF IP.SRC == 10.4.*.*\nCLASS LOW IF IP.SRC != 10.4.*.*\nSLA HIGH RT.P95 < 2s\nSHED LOW\n")
-                    .unwrap(),
-            ));
-            let r = replay_reader(&mut reader(bytes).unwrap(), &mut engine, &mut |_| Ok(()), None).unwrap();
-            assert_eq!(r.frames, 2);
+            engine.set_rules(Some(rules::compile("t.rlm", sla).unwrap()));
+            let d = Deadlines::with(&engine, one_by_one);
+            replay_with(&mut reader(bytes).unwrap(), &mut engine, &mut |_| Ok(()), None, d).unwrap().frames
+        };
+        let c = rlm_core::testkit::TcpConv::new("10.4.0.1:40000", "10.9.0.1:80");
+        let (syn, synack) = (c.syn(), c.synack());
+        let leap = pcap(false, false, &[(1_700_000_000, 0, &syn), (4_000_000_000, 0, &synack)]);
+        // 1,000 frames 13 hours apart: as many steps again in each gap.
+        let days: Vec<(u32, u32, &[u8])> = (0..1_000).map(|i| (1_700_000_000 + i * 50_000, 0, &syn[..])).collect();
+        let days = pcap(false, false, &days);
+        rlm_core::testkit::ends_within(std::time::Duration::from_secs(20), move || {
+            assert_eq!(replay(leap, 10_000), 2);
+            assert_eq!(replay(days, 10_000), 1_000);
         });
     }
 

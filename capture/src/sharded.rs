@@ -19,7 +19,7 @@ use rlm_core::engine::{Engine, Event, Sharding};
 use rlm_core::time::Timestamp;
 use rlm_core::wire::LinkType;
 
-use crate::{feed_frame, fire_until, CaptureReader, Progress, Replayed};
+use crate::{feed_frame, fire_until, CaptureReader, Deadlines, Progress, Replayed};
 
 /// Frames read between two deals to the shards, at most.
 const EPOCH: usize = 2048;
@@ -67,20 +67,20 @@ struct Shard {
 }
 
 fn run_shard(mut engine: Engine, rx: Receiver<ToShard>, tx: SyncSender<Done>) -> Engine {
-    let mut next_deadline = engine.poll_timeout();
+    let mut deadlines = Deadlines::of(&engine);
     for msg in rx {
         let mut events = Vec::new();
         let batch = match msg {
             ToShard::Frames(mut batch) => {
                 let mut start = 0;
                 for &(ts, link, end) in &batch.frames {
-                    feed_frame(&mut engine, &mut next_deadline, ts, link, &batch.bytes[start..end]);
+                    feed_frame(&mut engine, &mut deadlines, ts, link, &batch.bytes[start..end]);
                     start = end;
                     while let Some(ev) = engine.poll_event() {
                         events.push(ev);
                     }
                 }
-                fire_until(&mut engine, &mut next_deadline, batch.upto);
+                fire_until(&mut engine, &mut deadlines, batch.upto);
                 batch.bytes.clear();
                 batch.frames.clear();
                 batch
