@@ -362,23 +362,62 @@ pub fn get_local(addr: SocketAddr, path: &str, token: Option<&str>) -> anyhow::R
 
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
+/// What the local API lets a client hold: a request head must come whole within
+/// `header_timeout`, and at most `max_connections` are open at once (one more is closed as soon
+/// as it is accepted). Without them a client that sends half a head and waits held a
+/// connection for ever, token or not, and enough of them took every file descriptor.
+#[derive(Clone, Copy, Debug)]
+pub struct ServeLimits {
+    pub header_timeout: std::time::Duration,
+    pub max_connections: usize,
+}
+
+impl ServeLimits {
+    /// 10 s for a head; 64 connections (a person's pages and a scraper or two).
+    pub const DEFAULT: ServeLimits = ServeLimits { header_timeout: std::time::Duration::from_secs(10), max_connections: 64 };
+}
+
 /// Serve `/metrics`, `/status`, the status page and its live view until the runtime ends.
 pub async fn serve(addr: SocketAddr, registry: Arc<Registry>, status: Status) -> Result<()> {
+    serve_with(addr, registry, status, ServeLimits::DEFAULT).await.map(|_| ())
+}
+
+/// [`serve`] within `limits`; returns the address it listens on (a port 0 chosen).
+pub async fn serve_with(addr: SocketAddr, registry: Arc<Registry>, status: Status, limits: ServeLimits) -> Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} for metrics"))?;
+    let bound = listener.local_addr()?;
+    let open = std::rc::Rc::new(std::cell::Cell::new(0usize));
     tokio::task::spawn_local(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let (registry, status) = (registry.clone(), status.clone());
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of descriptors, most likely: wait rather than spin on the error.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if open.get() >= limits.max_connections {
+                drop(stream);
+                continue;
+            }
+            open.set(open.get() + 1);
+            let (registry, status, open) = (registry.clone(), status.clone(), open.clone());
             tokio::task::spawn_local(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let (registry, status) = (registry.clone(), status.clone());
                     async move { Ok::<_, std::convert::Infallible>(respond(&req, &registry, &status)) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(limits.header_timeout)
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+                open.set(open.get() - 1);
             });
         }
     });
-    Ok(())
+    Ok(bound)
 }
 
 fn respond(req: &Request<hyper::body::Incoming>, registry: &Registry, status: &Board) -> Response<Body> {
@@ -467,6 +506,63 @@ pub fn queue_counters() -> Vec<QueueCounters> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client that sends half a request head is closed after the head timeout, and one past
+    /// the most connections is closed at once; the others are answered.
+    #[test]
+    fn half_heads_time_out_and_connections_past_the_limit_are_closed() {
+        use std::io::{Read, Write};
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let local = tokio::task::LocalSet::new();
+        let limits = ServeLimits { header_timeout: std::time::Duration::from_secs(1), max_connections: 2 };
+        let board = Board::new(serde_json::json!({"ok": true}), None);
+        let addr = local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), board, limits)).unwrap();
+        // The server runs on the LocalSet while this thread's clients wait on it.
+        let clients = std::thread::spawn(move || {
+            let connect = || {
+                let s = std::net::TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+                s
+            };
+            let closed_within = |mut s: std::net::TcpStream| {
+                let t = std::time::Instant::now();
+                let mut buf = [0u8; 256];
+                // Closed: EOF, or hyper's 408 answer and then EOF.
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 {
+                        return Some(t.elapsed());
+                    }
+                }
+                None
+            };
+            let (mut a, b) = (connect(), connect());
+            a.write_all(b"GET /status HTTP/1.1\r\nHo").unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let third = connect();
+            let third_closed = closed_within(third);
+            let a_closed = closed_within(a);
+            // Once they have gone (`b` sent nothing either), a whole request is answered.
+            drop(b);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let mut c = connect();
+            c.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            let mut answer = String::new();
+            let _ = c.read_to_string(&mut answer);
+            (third_closed, a_closed, answer)
+        });
+        let (third_closed, a_closed, answer) = local.block_on(&rt, async {
+            loop {
+                if clients.is_finished() {
+                    break clients.join().unwrap();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        });
+        // At once, not at the head timeout (1 s).
+        assert!(third_closed.is_some_and(|t| t < std::time::Duration::from_millis(500)), "past the limit: {third_closed:?}");
+        assert!(a_closed.is_some_and(|t| t < std::time::Duration::from_secs(3)), "half a head: {a_closed:?}");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
 
     /// The view is made each second only while a page watches; otherwise when asked for, from
     /// the history and the status set last.
