@@ -358,7 +358,14 @@ impl EngineLoop {
     fn drain_ring(&mut self) -> usize {
         let mut n = 0;
         let mut held_taken = None;
+        let (started, mut out_of_time) = (Instant::now(), false);
         while n < RING_BATCH {
+            // Bounded in time too, as the one engine's drain is (`Loop::drain_ring`): 4,096
+            // costly reports took a second, past the heartbeat's staleness.
+            if n % 64 == 63 && started.elapsed() >= TURN_BUDGET {
+                out_of_time = true;
+                break;
+            }
             let Some(item) = self.ring.next() else { break };
             n += 1;
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
@@ -385,7 +392,12 @@ impl EngineLoop {
         if n > 0 {
             self.metrics.frames.get_or_create(&metrics::SourceLabel { source: "fastpath" }).inc_by(n as u64);
         }
-        n
+        // Out of time counts as a full batch: the caller's turn ends with reports still waiting.
+        if out_of_time {
+            RING_BATCH
+        } else {
+            n
+        }
     }
 
     /// This engine's new class samples to the others, theirs into its windows.
