@@ -134,17 +134,34 @@ impl std::fmt::Display for CheckError {
 
 impl std::error::Error for CheckError {}
 
+/// The bytes of the regular file at `path`, if it has at most `max` of them; else why not. A
+/// FIFO, a device or a directory is refused before it is opened (reading `/dev/zero` would not
+/// end, opening a FIFO would wait for a writer), and a file that grows past `max` while it is
+/// read is refused too: what rlm reads of its configuration is bounded.
+pub fn read_bounded(path: &Path, max: usize, what: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if meta.is_dir() {
+        return Err("is a directory".to_string());
+    }
+    if !meta.is_file() {
+        return Err("is not a regular file".to_string());
+    }
+    if meta.len() > max as u64 {
+        return Err(format!("{} bytes; a {what} may have at most {max}", meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path).and_then(|f| f.take(max as u64 + 1).read_to_end(&mut bytes)).map_err(|e| e.to_string())?;
+    if bytes.len() > max {
+        return Err(format!("more than {max} bytes; a {what} may have at most {max}"));
+    }
+    Ok(bytes)
+}
+
 /// Read a rule file from disk and [`compile`] it (what `rlm check FILE` does).
 pub fn check_file(path: &Path) -> Result<RuleSet, CheckError> {
     let name = path.display().to_string();
-    let meta = std::fs::metadata(path).map_err(|e| CheckError::Io(format!("{name}: {e}")))?;
-    if meta.is_dir() {
-        return Err(CheckError::Io(format!("{name}: is a directory")));
-    }
-    if meta.len() > MAX_FILE_SIZE as u64 {
-        return Err(CheckError::Io(format!("{name}: {} bytes; a rule file may have at most {MAX_FILE_SIZE}", meta.len())));
-    }
-    let bytes = std::fs::read(path).map_err(|e| CheckError::Io(format!("{name}: {e}")))?;
+    let bytes = read_bounded(path, MAX_FILE_SIZE, "rule file").map_err(|e| CheckError::Io(format!("{name}: {e}")))?;
     let src = String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
@@ -166,14 +183,8 @@ pub fn load_mappings(rules: &mut RuleSet, file: &str, src: &str, dir: &Path) -> 
     for e in rules.embeds.iter_mut() {
         let (Some(name), Some(span)) = (e.mapping.as_deref(), e.mapping_span) else { continue };
         let path = dir.join(name);
-        let text = match std::fs::metadata(&path) {
-            Ok(m) if m.len() > mapping::MAX_MAPPING_SIZE as u64 => {
-                Err(format!("{} bytes; a mapping file may have at most {}", m.len(), mapping::MAX_MAPPING_SIZE))
-            }
-            Ok(m) if m.is_dir() => Err("is a directory".to_string()),
-            Ok(_) => std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| String::from_utf8(b).map_err(|_| "is not UTF-8".to_string())),
-            Err(e) => Err(e.to_string()),
-        };
+        let text =
+            read_bounded(&path, mapping::MAX_MAPPING_SIZE, "mapping file").and_then(|b| String::from_utf8(b).map_err(|_| "is not UTF-8".to_string()));
         match text {
             Ok(text) => match Mapping::parse(&path.display().to_string(), &text) {
                 Ok(m) => e.map = Some(std::sync::Arc::new(m)),

@@ -52,3 +52,22 @@ fn a_bad_mapping_is_an_error_at_its_own_line_and_column() {
     assert!(e.to_string().contains("both sides must be as long"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_mapping_or_rule_file_that_is_no_regular_file_is_refused_before_it_is_read() {
+    // A symlink to /dev/zero as the mapping: reading it would never end (rlm's reload read it
+    // whole, unbounded, to see whether it had changed). A FIFO would wait for a writer.
+    let d = dir("device");
+    std::fs::write(d.join("rules.rlm"), RULES).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", d.join("ims.map")).unwrap();
+    let Err(rules::CheckError::Invalid(diags)) = rules::check_file(&d.join("rules.rlm")) else { panic!("accepted /dev/zero as a mapping") };
+    assert!(diags.0[0].message.contains("is not a regular file"), "{}", diags.0[0]);
+    assert_eq!(rules::read_bounded(std::path::Path::new("/dev/zero"), 10, "rule file"), Err("is not a regular file".to_string()));
+    let Err(rules::CheckError::Io(e)) = rules::check_file(std::path::Path::new("/dev/zero")) else { panic!("accepted /dev/zero as a rule file") };
+    assert!(e.contains("is not a regular file"), "{e}");
+    // A regular file past the bound, and one within it.
+    std::fs::write(d.join("big"), vec![b'#'; 11]).unwrap();
+    assert_eq!(rules::read_bounded(&d.join("big"), 10, "rule file"), Err("11 bytes; a rule file may have at most 10".to_string()));
+    assert_eq!(rules::read_bounded(&d.join("big"), 11, "rule file").map(|b| b.len()), Ok(11));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -268,7 +268,7 @@ pub fn load_rules(path: &std::path::Path) -> Result<rules::RuleSet> {
 /// the rules in force were loaded. It is taken before loading, so that a change made while the
 /// rules load shows at the next SIGHUP instead of being taken for what was loaded.
 fn rules_digest(path: &std::path::Path) -> Option<u64> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = rules::read_bounded(path, rules::MAX_FILE_SIZE, "rule file").ok()?;
     let mut h = std::hash::DefaultHasher::new();
     bytes.hash(&mut h);
     let compiled = std::str::from_utf8(&bytes).ok().and_then(|src| rules::compile(&path.display().to_string(), src).ok());
@@ -276,7 +276,7 @@ fn rules_digest(path: &std::path::Path) -> Option<u64> {
         let dir = path.parent().unwrap_or(std::path::Path::new("."));
         for i in 0..r.embeds_count() {
             if let Some(name) = r.embeds(rules::EmbedsId(i as u32)).mapping.as_deref() {
-                std::fs::read(dir.join(name)).ok().hash(&mut h);
+                rules::read_bounded(&dir.join(name), rules::mapping::MAX_MAPPING_SIZE, "mapping file").ok().hash(&mut h);
             }
         }
     }
