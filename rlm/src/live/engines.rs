@@ -42,7 +42,7 @@ use super::calls::CallTimes;
 use super::inject::Injector;
 use super::metrics::{self, Metrics};
 use super::records::RecordWriter;
-use super::{hand_report, mono_to_real, now_ts, publish, send_on_held_syn, RING_BATCH, RING_DRAIN, TURN_BUDGET};
+use super::{from_mono, hand_report, not_after_now, now_ts, publish, send_on_held_syn, RING_BATCH, RING_DRAIN, TURN_BUDGET};
 
 /// The most engines (the kernel's rings).
 pub const MAX_ENGINES: usize = kmod_fastpath::inline::MAX_SHARDS;
@@ -133,7 +133,6 @@ impl Engines {
                 peers,
                 inbox,
                 commands: crx,
-                mono_to_real: mono_to_real(),
                 update_errors: 0,
                 last_report: Timestamp::ZERO,
                 turn: turn.clone(),
@@ -283,7 +282,6 @@ struct EngineLoop {
     peers: Vec<Sender<Arc<[ClassSample]>>>,
     inbox: Receiver<Arc<[ClassSample]>>,
     commands: Receiver<Command>,
-    mono_to_real: i64,
     update_errors: u64,
     last_report: Timestamp,
     turn: Arc<AtomicU64>,
@@ -321,7 +319,6 @@ impl EngineLoop {
             self.turn.store(self.epoch.elapsed().as_nanos() as u64, Ordering::Release);
             if last_shown.elapsed() >= Duration::from_secs(1) {
                 last_shown = Instant::now();
-                self.mono_to_real = mono_to_real();
                 self.show();
             }
             if self.panic_at.is_some_and(|t| Instant::now() >= t) {
@@ -358,7 +355,7 @@ impl EngineLoop {
     fn drain_ring(&mut self) -> usize {
         let mut n = 0;
         let mut held_taken = None;
-        let (started, mut out_of_time) = (Instant::now(), false);
+        let (started, mut out_of_time, mut ceiling) = (Instant::now(), false, now_ts());
         while n < RING_BATCH {
             // Bounded in time too, as the one engine's drain is (`Loop::drain_ring`): 4,096
             // costly reports took a second, past the heartbeat's staleness.
@@ -369,7 +366,7 @@ impl EngineLoop {
             let Some(item) = self.ring.next() else { break };
             n += 1;
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
-            let ts = Timestamp((ev.ts_ns as i64 + self.mono_to_real).max(0) as u64);
+            let ts = not_after_now(from_mono(ev.ts_ns), &mut ceiling);
             self.last_report = ts;
             if let EventKind::SynHeld { .. } = ev.kind {
                 let frame = ev.whole_frame().into_owned();

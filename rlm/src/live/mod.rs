@@ -49,7 +49,7 @@ pub mod tap;
 use std::hash::{Hash, Hasher};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use kmod_fastpath::inline::{EventKind, EventRing, InlinePath, Mode, SynAction};
@@ -100,8 +100,6 @@ struct Fast {
     /// The SRPT classifier on the client port's egress (`[srpt] mode` fair or srpt).
     srpt: Option<SrptEgress>,
     ring: EventRing,
-    /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in nanoseconds (the programs stamp monotonic time).
-    mono_to_real: i64,
     update_errors: u64,
     last_beat: Instant,
 }
@@ -153,6 +151,43 @@ fn mono_to_real() -> i64 {
     clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// rlm's clock (the engine's time, its records' timestamps): CLOCK_MONOTONIC, shifted once, at
+/// the first reading, to read as the wall clock did then. It never steps: when the wall clock
+/// stepped back (NTP) and the engine's time followed it, every frame after came at the engine's
+/// last instant (response times of 0) and no timer fired until the wall clock caught up. The
+/// price: after a step of the wall clock the records are that far off it (slewing moves both
+/// clocks alike).
+fn clock_shift() -> i64 {
+    static SHIFT: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *SHIFT.get_or_init(mono_to_real)
+}
+
+/// A CLOCK_MONOTONIC reading (the eBPF programs' `bpf_ktime_get_ns`) on rlm's clock.
+fn from_mono(ns: u64) -> rlm_core::Timestamp {
+    on_clock(i64::try_from(ns).unwrap_or(i64::MAX), clock_shift())
+}
+
+/// A wall-clock reading (a queued packet's receive stamp, libpcap's) on rlm's clock, through
+/// where the wall clock is now against CLOCK_MONOTONIC.
+fn from_real(ns: u64) -> rlm_core::Timestamp {
+    on_clock(i64::try_from(ns).unwrap_or(i64::MAX).saturating_sub(mono_to_real()), clock_shift())
+}
+
+/// A report's stamp `ts`, or now if it claims a later time (the kernel's stamps are on the
+/// same clock, so only a broken one does: taken, it would hold the engine's time there and stop
+/// every timer until the clock caught up). `now` is the last reading, read again only when a
+/// stamp passes it.
+fn not_after_now(ts: rlm_core::Timestamp, now: &mut rlm_core::Timestamp) -> rlm_core::Timestamp {
+    if ts > *now {
+        *now = now_ts();
+    }
+    ts.min(*now)
+}
+
+fn on_clock(mono_ns: i64, shift: i64) -> rlm_core::Timestamp {
+    rlm_core::Timestamp(mono_ns.saturating_add(shift).max(0) as u64)
+}
+
 impl Source {
     fn fd(&self) -> RawFd {
         match self {
@@ -173,15 +208,16 @@ impl AsRawFd for Fd {
     }
 }
 
+/// Now on rlm's clock ([`clock_shift`]).
 fn now_ts() -> rlm_core::Timestamp {
-    rlm_core::Timestamp(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0))
+    on_clock(clock_ns(libc::CLOCK_MONOTONIC), clock_shift())
 }
 
-/// When a queued packet reached the kernel: its receive stamp (see `nfqueue::Nfq`), if it has one
-/// that is plausible (not after `now`, at most a second before).
+/// When a queued packet reached the kernel: its receive stamp (see `nfqueue::Nfq`) on rlm's
+/// clock, if it has one that is plausible (not after `now`, at most a second before).
 fn kernel_stamp(msg: &nfq::Message, now: rlm_core::Timestamp) -> Option<rlm_core::Timestamp> {
     let t = msg.get_timestamp()?.duration_since(UNIX_EPOCH).ok()?;
-    let t = rlm_core::Timestamp(t.as_nanos() as u64);
+    let t = from_real(t.as_nanos() as u64);
     (t <= now && now.as_nanos() - t.as_nanos() < 1_000_000_000).then_some(t)
 }
 
@@ -374,7 +410,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
             let door = path.shard_door(0)?;
             let srpt = srpt_egress(&cfg, &mut pinned, &mut state_root_created)?;
             path.set_hold_syns(cfg.holds_syns())?;
-            let mut fast = Fast { path, door, srpt, ring, mono_to_real: mono_to_real(), update_errors: 0, last_beat: Instant::now() };
+            let mut fast = Fast { path, door, srpt, ring, update_errors: 0, last_beat: Instant::now() };
             // Acting from now (the programs act on nothing before the first beat): what comes
             // before the loop starts waits in the ring and the queue.
             fast.beat(true);
@@ -881,7 +917,7 @@ impl Loop {
         let mut syns = 0u64;
         // The stamp of the last held SYN taken in this drain.
         let mut held_taken = None;
-        let started = Instant::now();
+        let (started, mut ceiling) = (Instant::now(), now_ts());
         while n < RING_BATCH {
             let Source::Fast(f) = &mut self.source else { return 0 };
             // A batch is bounded in time too: when each report costs the engine much (connections
@@ -894,7 +930,7 @@ impl Loop {
             let Some(item) = f.ring.next() else { break };
             n += 1;
             let Some(ev) = kmod_fastpath::inline::Event::parse(&item) else { continue };
-            let ts = rlm_core::Timestamp((ev.ts_ns as i64 + f.mono_to_real).max(0) as u64);
+            let ts = not_after_now(from_mono(ev.ts_ns), &mut ceiling);
             match ev.kind {
                 EventKind::SynHeld { .. } => {
                     syns += 1;
@@ -1000,7 +1036,7 @@ impl Loop {
                 Err(_) => break,
             };
             n += 1;
-            let ts = rlm_core::Timestamp(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000);
+            let ts = from_real(p.header.ts.tv_sec.max(0) as u64 * 1_000_000_000 + p.header.ts.tv_usec.max(0) as u64 * 1_000).min(now_ts());
             let lag = now_ts().as_nanos().saturating_sub(ts.as_nanos());
             self.metrics.loop_lag.observe(lag as f64 / 1e9);
             self.lag_max_ns = self.lag_max_ns.max(lag);
@@ -1150,10 +1186,7 @@ impl Loop {
             Source::Tap(t) => {
                 self.metrics.tap_dropped.set(t.kernel_drops() as i64);
             }
-            Source::Fast(f) => {
-                // Follow steps of the wall clock (NTP) for the reports' timestamps.
-                f.mono_to_real = mono_to_real();
-            }
+            Source::Fast(_) => {}
         }
         for (reason, n) in &self.engine.stats().malformed {
             if *n > 0 {
@@ -1562,5 +1595,34 @@ fn srpt_status(m: &metrics::Metrics, classifier: Option<&SrptEgress>, mode: Srpt
             })
         }
         (Err(e), _) | (_, Err(e)) => serde_json::json!({ "error": format!("{e:#}") }),
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+
+    /// rlm's clock is CLOCK_MONOTONIC shifted once: the wall clock's readings come onto it through
+    /// where the wall clock is now, monotonic stamps through the shift taken at the start, and a
+    /// stamp past now is brought back to now.
+    #[test]
+    fn stamps_of_both_clocks_land_on_rlms_clock_and_none_after_now() {
+        let now = now_ts();
+        let real = clock_ns(libc::CLOCK_REALTIME) as u64;
+        let mono = clock_ns(libc::CLOCK_MONOTONIC) as u64;
+        let close = |a: rlm_core::Timestamp, b: rlm_core::Timestamp| a.as_nanos().abs_diff(b.as_nanos()) < 50_000_000;
+        assert!(close(from_real(real), now) && close(from_mono(mono), now), "{now} {} {}", from_real(real), from_mono(mono));
+        // The shift is taken once: later readings move with CLOCK_MONOTONIC alone.
+        assert_eq!(clock_shift(), clock_shift());
+        // Out-of-range readings saturate instead of wrapping.
+        assert_eq!(on_clock(i64::MAX, 5), rlm_core::Timestamp(i64::MAX as u64));
+        assert_eq!(on_clock(-10, 5), rlm_core::Timestamp(0));
+        assert!(from_mono(u64::MAX) > now);
+        // A report stamped in 2262 is taken as now; one of a moment ago as it is.
+        let mut ceiling = now;
+        let t = not_after_now(from_mono(u64::MAX), &mut ceiling);
+        assert!(t >= now && t <= now_ts(), "{t}");
+        let before = rlm_core::Timestamp(now.as_nanos() - 1_000);
+        assert_eq!(not_after_now(before, &mut ceiling), before);
     }
 }
