@@ -300,8 +300,8 @@ pub struct Sample {
     /// The median of `bulk_runs_gbps`.
     pub bulk_gbps: f64,
     /// One-second iperf3 runs, one stream each: a stream's rate here depends on where its
-    /// ends and their softirqs land on the two cores (about 7 or 9 Gbit/s, steady within a
-    /// run), so a sample draws that several times rather than once.
+    /// ends and their softirqs land on the two cores (steady within a run, up to 30% apart
+    /// between runs), so a sample draws that several times rather than once.
     pub bulk_runs_gbps: Vec<f64>,
     /// iperf3's retransmissions during the bulk sample (all its runs).
     pub bulk_retransmits: u64,

@@ -42,7 +42,7 @@ use super::calls::CallTimes;
 use super::inject::Injector;
 use super::metrics::{self, Metrics};
 use super::records::RecordWriter;
-use super::{from_mono, hand_report, not_after_now, now_ts, publish, send_on_held_syn, RING_BATCH, RING_DRAIN, TURN_BUDGET};
+use super::{batch_out_of_time, from_mono, hand_report, not_after_now, now_ts, publish, send_on_held_syn, RING_BATCH, RING_DRAIN, TURN_BUDGET};
 
 /// The most engines (the kernel's rings).
 pub const MAX_ENGINES: usize = kmod_fastpath::inline::MAX_SHARDS;
@@ -357,9 +357,7 @@ impl EngineLoop {
         let mut held_taken = None;
         let (started, mut out_of_time, mut ceiling) = (Instant::now(), false, now_ts());
         while n < RING_BATCH {
-            // Bounded in time too, as the one engine's drain is (`Loop::drain_ring`): 4,096
-            // costly reports took a second, past the heartbeat's staleness.
-            if n % 64 == 63 && started.elapsed() >= TURN_BUDGET {
+            if batch_out_of_time(n, started) {
                 out_of_time = true;
                 break;
             }
