@@ -514,14 +514,14 @@ mod tests {
         use std::io::{Read, Write};
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let local = tokio::task::LocalSet::new();
-        let limits = ServeLimits { header_timeout: std::time::Duration::from_secs(1), max_connections: 2 };
+        let limits = ServeLimits { header_timeout: std::time::Duration::from_secs(3), max_connections: 2 };
         let board = Board::new(serde_json::json!({"ok": true}), None);
         let addr = local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), board, limits)).unwrap();
         // The server runs on the LocalSet while this thread's clients wait on it.
         let clients = std::thread::spawn(move || {
             let connect = || {
                 let s = std::net::TcpStream::connect(addr).unwrap();
-                s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
                 s
             };
             let closed_within = |mut s: std::net::TcpStream| {
@@ -558,9 +558,9 @@ mod tests {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         });
-        // At once, not at the head timeout (1 s).
-        assert!(third_closed.is_some_and(|t| t < std::time::Duration::from_millis(500)), "past the limit: {third_closed:?}");
-        assert!(a_closed.is_some_and(|t| t < std::time::Duration::from_secs(3)), "half a head: {a_closed:?}");
+        // At once, not at the head timeout (3 s): the margins are for a loaded machine.
+        assert!(third_closed.is_some_and(|t| t < std::time::Duration::from_millis(1500)), "past the limit: {third_closed:?}");
+        assert!(a_closed.is_some_and(|t| t < std::time::Duration::from_secs(8)), "half a head: {a_closed:?}");
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     }
 
