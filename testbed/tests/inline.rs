@@ -2041,12 +2041,13 @@ fn the_units_command_line_runs_inline_with_only_the_units_capabilities() {
     std::fs::write(
         &config,
         format!(
-            "bridge = \"{}\"\nclient_port = \"{}\"\nserver_port = \"{}\"\nrules = \"{}\"\nmetrics = \"127.0.0.1:{}\"\n",
+            "bridge = \"{}\"\nclient_port = \"{}\"\nserver_port = \"{}\"\nrules = \"{}\"\nmetrics = \"127.0.0.1:{}\"\npageviews = \"{}\"\n",
             testbed::inline::BRIDGE,
             info.bridge.client_port,
             info.bridge.server_port,
             rules.display(),
-            testbed::inline::METRICS_PORT
+            testbed::inline::METRICS_PORT,
+            dir.join("pageviews.jsonl").display()
         ),
     )
     .unwrap();
@@ -2092,13 +2093,28 @@ fn the_units_command_line_runs_inline_with_only_the_units_capabilities() {
         assert!(Instant::now() < until, "rlm never went inline: {}", std::fs::read_to_string(&log).unwrap());
         std::thread::sleep(Duration::from_millis(200));
     }
-    // Once inline it holds CAP_NET_ADMIN and CAP_NET_RAW, and nothing more in any set.
-    let proc_status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
-    let capset = |name: &str| u64::from_str_radix(proc_status.lines().find_map(|l| l.strip_prefix(&format!("{name}:\t"))).unwrap(), 16).unwrap();
+    // Once inline it holds CAP_NET_ADMIN and CAP_NET_RAW, and nothing more in any set, in
+    // every thread: /proc/PID/status shows the main thread's sets only, and the record writer
+    // (its pageviews go to a file) is a thread started before the main thread drops its own.
     let kept = (1u64 << 12) | (1 << 13); // CAP_NET_ADMIN, CAP_NET_RAW
-    for set in ["CapEff", "CapPrm", "CapBnd"] {
-        assert_eq!(capset(set), kept, "{set} once inline: {proc_status}");
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap() {
+        let task = task.unwrap().path();
+        let (Ok(status), Ok(comm)) = (std::fs::read_to_string(task.join("status")), std::fs::read_to_string(task.join("comm"))) else {
+            continue; // a thread that ended meanwhile
+        };
+        let capset = |name: &str| u64::from_str_radix(status.lines().find_map(|l| l.strip_prefix(&format!("{name}:\t"))).unwrap(), 16).unwrap();
+        for set in ["CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"] {
+            assert_eq!(capset(set) & !kept, 0, "{set} of thread {} once inline: {status}", comm.trim());
+        }
+        if task.file_name() == Some(std::ffi::OsStr::new(&child.id().to_string())) {
+            for set in ["CapEff", "CapPrm", "CapBnd"] {
+                assert_eq!(capset(set), kept, "{set} of the main thread once inline: {status}");
+            }
+        }
+        threads.push(comm.trim().to_string());
     }
+    assert!(threads.iter().any(|t| t == "rlm-records"), "the record writer is among rlm's threads: {threads:?}");
     let srcs: Vec<String> = info.clients.high.iter().chain(info.clients.low.iter()).cycle().take(20).cloned().collect();
     for r in fetch_from_clients(&info, srcs) {
         r.expect("a page through rlm under the unit's capabilities");

@@ -345,3 +345,18 @@ fn the_queue_holds_at_most_its_bytes() {
     assert_eq!(c.decisions_written + c.decisions_dropped, sent as u64);
     assert!((1..=9).contains(&c.decisions_written), "{c:?}");
 }
+
+/// The writer's own thread keeps no capability, whatever the process has (as root in `make
+/// test`: every one). /proc/thread-self shows the calling thread's sets, not the process's.
+#[test]
+fn the_writer_thread_sheds_every_capability() {
+    let sets = std::thread::spawn(|| {
+        shed_capabilities();
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]
+            .map(|name| u64::from_str_radix(status.lines().find_map(|l| l.strip_prefix(&format!("{name}:\t"))).unwrap(), 16).unwrap())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(sets, [0; 5], "CapInh, CapPrm, CapEff, CapBnd, CapAmb of the writer's thread");
+}
