@@ -174,6 +174,19 @@ pub fn check_outputs(inputs: &[Protected], outputs: &[(&'static str, &Option<Pat
 /// The write buffer of an output.
 const BUF: usize = 256 << 10;
 
+/// The mode of a record file `rlm run` creates (before the umask): its owner writes, its group
+/// (e.g. a log shipper's) reads, nobody else.
+pub const LOG_MODE: u32 = 0o640;
+
+/// How `rlm run` opens a record file, at its start and again after a rename: appending,
+/// created with [`LOG_MODE`] when it is not there.
+fn log_options() -> OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = OpenOptions::new();
+    o.append(true).create(true).mode(LOG_MODE);
+    o
+}
+
 /// A JSON-lines output: each record is serialised into one reused buffer, then written in one
 /// call into a 256 KiB buffer in front of the file or standard output.
 pub struct RecordOut {
@@ -188,8 +201,20 @@ pub struct RecordOut {
 }
 
 impl RecordOut {
-    /// Opens `dest`: a file is created, or truncated when it exists.
+    /// Opens `dest` for `rlm analyze`: a file is created, or truncated when it exists (a
+    /// second analysis of a capture replaces the first).
     pub fn create(dest: &Dest) -> Result<RecordOut> {
+        RecordOut::open(dest, OpenOptions::new().write(true).create(true).truncate(true))
+    }
+
+    /// Opens `dest` for `rlm run`, as a daemon's log: appending to a file that exists (what an
+    /// earlier run wrote, a crashed one's included, is kept), else creating it readable by its
+    /// owner and group only ([`LOG_MODE`]: records hold clients' addresses and URIs).
+    pub fn append(dest: &Dest) -> Result<RecordOut> {
+        RecordOut::open(dest, &log_options())
+    }
+
+    fn open(dest: &Dest, options: &OpenOptions) -> Result<RecordOut> {
         Ok(match dest {
             Dest::Stdout => RecordOut {
                 name: "standard output".into(),
@@ -199,13 +224,13 @@ impl RecordOut {
                 size: 0,
             },
             Dest::File(p) => {
-                let f = File::create(p).with_context(|| format!("cannot write {}", p.display()))?;
+                let f = options.open(p).with_context(|| format!("cannot write {}", p.display()))?;
                 RecordOut {
                     name: p.display().to_string(),
                     path: Some(p.clone()),
+                    size: f.metadata().map(|m| m.len()).unwrap_or(0),
                     w: Box::new(BufWriter::with_capacity(BUF, f)),
                     line: Vec::with_capacity(4096),
-                    size: 0,
                 }
             }
         })
@@ -269,7 +294,7 @@ impl RecordOut {
         let Some(path) = &self.path else {
             return Ok(());
         };
-        let f = OpenOptions::new().append(true).create(true).open(path).with_context(|| format!("cannot reopen {}", path.display()))?;
+        let f = log_options().open(path).with_context(|| format!("cannot reopen {}", path.display()))?;
         self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
         self.w = Box::new(BufWriter::with_capacity(BUF, f));
         Ok(())

@@ -433,6 +433,14 @@ impl Inline {
         }
         std::fs::write(dir.join("ims.map"), IMS_MAP)?;
         let records = arm.records.then(|| RlmRecords::in_dir(dir));
+        // rlm run appends to its record files; an arm compares what rlm says it wrote with the
+        // lines it reads back, so it starts from none.
+        for f in records.iter().flat_map(|r| [&r.transactions, &r.pageviews, &r.decisions]) {
+            match std::fs::remove_file(f) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).with_context(|| format!("removing {}", f.display())),
+                _ => {}
+            }
+        }
         let log = dir.join("rlm.log");
         let addr: SocketAddr = ([127, 0, 0, 1], METRICS_PORT).into();
         let mut cmd = Command::new("ip");

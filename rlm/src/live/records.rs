@@ -235,12 +235,12 @@ pub struct RecordWriter {
 }
 
 impl RecordWriter {
-    /// Opens the outputs (a file is created, or truncated when it exists) and starts the writer
+    /// Opens the outputs (appending to a file that exists, else creating it: [`RecordOut::append`]) and starts the writer
     /// thread. Fails when an output cannot be opened or the thread cannot be started.
     pub fn spawn(outputs: RecordOutputs, opts: WriterOptions) -> Result<RecordWriter> {
         let mut outs: [Option<RecordOut>; 3] = [None, None, None];
         for (slot, dest) in outs.iter_mut().zip([&outputs.transactions, &outputs.pageviews, &outputs.decisions]) {
-            *slot = dest.as_ref().map(RecordOut::create).transpose()?;
+            *slot = dest.as_ref().map(RecordOut::append).transpose()?;
         }
         RecordWriter::start(outs, opts)
     }

@@ -216,6 +216,36 @@ fn a_reopen_after_a_rename_puts_each_record_in_exactly_one_file() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// A restart (systemd's `Restart=on-failure` after a crash, `systemctl restart`) keeps what the
+/// run before wrote: `rlm run` appends, and the file it creates is its owner's and group's
+/// alone, as is the one a reopen creates after logrotate moved the old one away.
+#[test]
+fn a_restart_appends_to_the_records_and_new_files_are_not_world_readable() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, f, mut w) = decisions_writer("append", WriterOptions::default());
+    (0..3).for_each(|i| w.send(decision(i)));
+    assert_eq!(w.close().decisions_written, 3);
+    assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o777, 0o640 & !umask(), "a new record file");
+    let outputs = RecordOutputs { decisions: Some(Dest::File(f.clone())), ..RecordOutputs::default() };
+    let mut w = RecordWriter::spawn(outputs, WriterOptions::default()).unwrap();
+    (3..5).for_each(|i| w.send(decision(i)));
+    std::fs::rename(&f, d.join("dec.jsonl.1")).unwrap();
+    w.request_reopen();
+    (5..7).for_each(|i| w.send(decision(i)));
+    assert_eq!(w.close().decisions_written, 4);
+    let old = rules_of(&std::fs::read_to_string(d.join("dec.jsonl.1")).unwrap());
+    let new = rules_of(&std::fs::read_to_string(&f).unwrap());
+    assert_eq!([old, new].concat(), expected_rules(0..7), "the first run's records, then the second's");
+    assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o777, 0o640 & !umask(), "a file a reopen creates");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// This process's umask (read from /proc, which leaves it as it is).
+fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    u32::from_str_radix(status.lines().find_map(|l| l.strip_prefix("Umask:\t")).unwrap(), 8).unwrap()
+}
+
 #[test]
 fn rotation_at_max_bytes_keeps_at_most_keep_files() {
     let (max, keep) = (2_000u64, 3);
