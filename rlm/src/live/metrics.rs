@@ -434,11 +434,7 @@ fn respond(req: &Request<hyper::body::Incoming>, registry: &Registry, status: &B
             }
         }
         "/status" => (200, "application/json", serde_json::to_string_pretty(&status.status()).unwrap_or_default()),
-        "/" | "/index.html" => {
-            // The view as of now written into the page's script (`</` escaped: it cannot end it).
-            let view = status.view().replace("</", "<\\/");
-            (200, "text/html; charset=utf-8", STATUS_PAGE.replacen("/*VIEW*/null", &view, 1))
-        }
+        "/" | "/index.html" => (200, "text/html; charset=utf-8", page_with(&status.view())),
         "/view" => (200, "application/json", status.view().to_string()),
         "/events" => {
             // Server-sent events: the view now, then each new one as it is made (every second
@@ -473,6 +469,25 @@ fn reply(code: u16, ctype: &str, body: String) -> Response<Body> {
         .header("cache-control", "no-store")
         .body(Full::new(Bytes::from(body)).boxed())
         .unwrap_or_else(|_| Response::new(Body::default()))
+}
+
+/// The status page with `view` (JSON) written into its script as the view as of now. Hosts and
+/// URIs in it come from the wire: every `<`, `>` and `&` is written as a JSON escape, so that
+/// nothing in it can end the script or put the HTML parser into another state (a `<!--<script>`
+/// in a URI made the page's own `</script>` no end, and the page died of a syntax error; only
+/// `</` was escaped then). In JSON these appear only inside strings, where the escape reads
+/// back as the same character.
+fn page_with(view: &str) -> String {
+    let mut escaped = String::with_capacity(view.len());
+    for c in view.chars() {
+        match c {
+            '<' => escaped.push_str("\\u003c"),
+            '>' => escaped.push_str("\\u003e"),
+            '&' => escaped.push_str("\\u0026"),
+            c => escaped.push(c),
+        }
+    }
+    STATUS_PAGE.replacen("/*VIEW*/null", &escaped, 1)
 }
 
 /// The status page: one file, its script and style inline, nothing fetched from elsewhere.
@@ -615,6 +630,23 @@ mod tests {
         for want in ["response time", "SYNs dropped", "Rules firing", "fail-open"] {
             assert!(titles.iter().any(|t| t.contains(want)), "a panel on {want}: {titles:?}");
         }
+    }
+
+    /// What the wire puts in the view cannot change how the page's script is parsed: the
+    /// script holds no `<` or `>` of the view's, and its view reads back as it was.
+    #[test]
+    fn the_page_escapes_what_could_end_or_hide_its_script() {
+        let view = serde_json::json!({"slowest": [{"host": "<!--<script>", "uri": "/a</script><b>&amp;"}]});
+        let page = page_with(&view.to_string());
+        let at = page.find("render({").expect("the view is written into the script") + "render(".len();
+        let opening = page[..at].rfind("<script>").expect("in a script") + "<script>".len();
+        let script = &page[opening..at + page[at..].find("</script>").expect("the script ends")];
+        for tag in ["<!--", "<script", "</script", "<b>"] {
+            assert!(!script.contains(tag), "{tag} of the wire's text is escaped in the script");
+        }
+        let mut de = serde_json::Deserializer::from_str(&page[at..]);
+        let back: serde_json::Value = serde::Deserialize::deserialize(&mut de).unwrap();
+        assert_eq!(back, view, "the escaped view reads back as it was");
     }
 
     #[test]
