@@ -227,6 +227,21 @@ fn starts_sees_the_handshakes_and_stops_cleanly(tag: &str, attach: &str) {
     // runs, and must turn it off again.
     in_ns(&info.namespaces.appliance, &["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-ip6tables=0"]);
     let before = testbed::inline::host_state(&info.namespaces.appliance, &ports);
+    // A start that fails once the programs are attached and the state pinned (a record output
+    // it cannot write) leaves nothing either (broken once: the clsact qdiscs and the SRPT pins
+    // stayed).
+    let unwritable = RlmArm {
+        extra_args: [arm.extra_args.clone(), vec!["--pageviews".into(), "/nonexistent/pv.jsonl".into()]].concat(),
+        records: false,
+        ..arm.clone()
+    };
+    let failed = Inline::start(&info.namespaces.appliance, &unwritable, &dir, Duration::from_secs(10)).err().expect("rlm run fails to start");
+    assert!(format!("{failed:#}").contains("cannot write /nonexistent/pv.jsonl"), "{failed:#}");
+    let after_failed = testbed::inline::host_state(&info.namespaces.appliance, &ports);
+    for ((what, was), (_, is)) in before.iter().zip(&after_failed) {
+        assert_eq!(was, is, "{what} after a start that failed");
+    }
+    assert!(!std::path::Path::new(&state).exists(), "{state} after a start that failed");
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts and answers /status");
     assert_eq!(
         !rlm_rules(&info.namespaces.appliance).is_empty(),

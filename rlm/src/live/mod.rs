@@ -376,15 +376,16 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
     // SYN/ACKs are never queued: FAST SYN/ACK keeps them from the copies the fast path (or the
     // tap) reports.
     let queue_synacks = false;
-    // The classifier's pinned state, if kept (removed at a clean exit unless told to keep it).
-    let mut pinned: Option<std::path::PathBuf> = None;
-    // Whether rlm made the SRPT state directory (then it goes at a clean exit with the pins).
-    let mut state_root_created = false;
-    // The ports without a clsact qdisc before rlm's filters: the qdiscs it makes go at a clean
-    // exit with the filters.
-    let clsact_made = match cfg.observer {
-        Observer::Ebpf if cfg.ebpf.attach.mode().is_clsact() => cleanup::without_clsact(&[&cfg.client_port, &cfg.server_port]),
-        _ => Vec::new(),
+    // The clsact qdiscs and SRPT pins rlm makes, removed when this function returns, however
+    // it returns. Declared before the fast path, so that its programs are gone first.
+    let mut made = Made {
+        cfg: &cfg,
+        clsact: match cfg.observer {
+            Observer::Ebpf if cfg.ebpf.attach.mode().is_clsact() => cleanup::without_clsact(&[&cfg.client_port, &cfg.server_port]),
+            _ => Vec::new(),
+        },
+        pinned: None,
+        state_root_created: false,
     };
     let engine_count = cfg.ebpf.engine_count();
     let source = match cfg.observer {
@@ -404,7 +405,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
             if let Some(why) = rules.as_ref().and_then(engines::not_shardable) {
                 bail!("the rules cannot be carried out by {engine_count} engines side by side: {why} (run one engine: [ebpf] engines = 1)");
             }
-            let srpt = srpt_egress(&cfg, &mut pinned, &mut state_root_created)?;
+            let srpt = srpt_egress(&cfg, &mut made.pinned, &mut made.state_root_created)?;
             let base = engine_config(&cfg, cfg.inject, true);
             let parts = engines::parts(&base, &mut path, srpt.as_ref(), rules.as_ref(), (client_ifindex, server_ifindex))?;
             Driver::Engines(Box::new(engines::Sharded { path, srpt, parts, rules_digest: cfg.rules.as_deref().and_then(rules_digest) }))
@@ -416,7 +417,7 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
                     .context("cannot set up the eBPF fast path (observer = \"pcap\" works without it)")?;
             let ring = path.take_events()?;
             let door = path.shard_door(0)?;
-            let srpt = srpt_egress(&cfg, &mut pinned, &mut state_root_created)?;
+            let srpt = srpt_egress(&cfg, &mut made.pinned, &mut made.state_root_created)?;
             path.set_hold_syns(cfg.holds_syns())?;
             let mut fast = Fast { path, door, srpt, ring, update_errors: 0, last_beat: Instant::now() };
             // Acting from now (the programs act on nothing before the first beat): what comes
@@ -444,8 +445,9 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         true => Some(inject::Injector::open(client_ifindex, server_ifindex)?),
         false => None,
     };
-    // The record outputs too (an unwritable path fails before anything is installed), and
-    // before the capabilities are dropped: a log directory may be writable by root only.
+    // The record outputs too (an unwritable path fails before any rule or qdisc is installed;
+    // the programs, the clsact qdiscs and pins made so far go as this returns), and before the
+    // capabilities are dropped: a log directory may be writable by root only.
     // Without any output there is no writer thread.
     let records = if outputs == RecordOutputs::default() {
         None
@@ -519,12 +521,9 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         (Err(e), _) => (Err(e), queue.installed.take()),
     };
     notify(&[sd_notify::NotifyState::Stopping]);
-    // The loop is gone, and its programs with it: the clsact qdiscs rlm made go too.
-    match cleanup::remove_clsact_made(&clsact_made) {
-        Ok(ports) if !ports.is_empty() => info!(?ports, "removed the clsact qdiscs rlm made"),
-        Ok(_) => {}
-        Err(e) => warn!("removing the clsact qdiscs rlm made failed: {e:#}"),
-    }
+    // The loop is gone, and its programs with it: the clsact qdiscs rlm made go too, with the
+    // SRPT pins.
+    drop(made);
     let removed = queue_rules.map_or(Ok(()), netfilter::Installed::remove);
     match &removed {
         Ok(()) => info!("removed rlm's rules; the bridge forwards plainly"),
@@ -536,26 +535,51 @@ async fn run_inline(cfg: RunConfig, outputs: RecordOutputs) -> Result<()> {
         Ok(()) => {}
         Err(e) => warn!("removing rlm's qdisc from {} failed: {e:#}", cfg.client_port),
     }
-    match pinned {
-        Some(dir) if cfg.srpt.keep_state_on_exit => info!(dir = %dir.display(), "SRPT: per-flow state left pinned for the next rlm"),
-        Some(dir) => match SrptEgress::forget_state(&dir) {
-            Ok(()) => {
-                // The state directory too, if rlm made it and no other port's state is in it.
-                if state_root_created {
-                    let _ = std::fs::remove_dir(&cfg.srpt.state_dir);
-                }
-                info!(dir = %dir.display(), "SRPT: pinned state removed")
-            }
-            Err(e) => warn!("removing the pinned SRPT state in {} failed: {e:#}", dir.display()),
-        },
-        None => {}
-    }
     // Everything is removed (the programs went with the loop's source): the guard has nothing
     // to do. If a removal failed, the guard tries again.
     if removed.is_ok() && unshaped.is_ok() {
         guard.disarm();
     }
     result.and(removed).and(unshaped)
+}
+
+/// What `rlm run` makes at its start beside its programs and leaves when they go: the clsact
+/// qdiscs of the ports that had none, and the SRPT classifier's pinned state (unless told to
+/// keep it for the next rlm). Removed when dropped: at the end of a run, and when a start fails
+/// after making them (a record output that cannot be written, a root qdisc that is not rlm's),
+/// which left them behind for good before (neither the guard nor the next start removes them).
+struct Made<'a> {
+    cfg: &'a RunConfig,
+    /// The ports without a clsact qdisc before rlm's filters.
+    clsact: Vec<String>,
+    /// The classifier's pinned state, if kept.
+    pinned: Option<std::path::PathBuf>,
+    /// Whether rlm made the SRPT state directory (then it goes with the pins).
+    state_root_created: bool,
+}
+
+impl Drop for Made<'_> {
+    fn drop(&mut self) {
+        match cleanup::remove_clsact_made(&self.clsact) {
+            Ok(ports) if !ports.is_empty() => info!(?ports, "removed the clsact qdiscs rlm made"),
+            Ok(_) => {}
+            Err(e) => warn!("removing the clsact qdiscs rlm made failed: {e:#}"),
+        }
+        match self.pinned.take() {
+            Some(dir) if self.cfg.srpt.keep_state_on_exit => info!(dir = %dir.display(), "SRPT: per-flow state left pinned for the next rlm"),
+            Some(dir) => match SrptEgress::forget_state(&dir) {
+                Ok(()) => {
+                    // The state directory too, if rlm made it and no other port's state is in it.
+                    if self.state_root_created {
+                        let _ = std::fs::remove_dir(&self.cfg.srpt.state_dir);
+                    }
+                    info!(dir = %dir.display(), "SRPT: pinned state removed")
+                }
+                Err(e) => warn!("removing the pinned SRPT state in {} failed: {e:#}", dir.display()),
+            },
+            None => {}
+        }
+    }
 }
 
 /// rlm's netfilter rules ([`netfilter`]): installed at start when SYNs go through NFQUEUE,
