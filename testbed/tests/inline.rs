@@ -545,6 +545,12 @@ fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     // SYNs through NFQUEUE: what carries them once rlm is killed is the queue's bypass (held
     // SYNs need nothing: their tcx links go with rlm's process).
     let arm = RlmArm { rules: QUEUE_EVERY_SYN.into(), extra_args: vec!["--undecided-syns".into(), "queue".into()], ..RlmArm::default() };
+    // A box whose bridged traffic does not pass iptables: rlm turns it on while it runs.
+    let ports = [info.bridge.client_port.as_str(), info.bridge.server_port.as_str()];
+    for k in ["bridge-nf-call-iptables", "bridge-nf-call-ip6tables"] {
+        in_ns(&info.namespaces.appliance, &["sysctl", "-q", "-w", &format!("net.bridge.{k}=0")]);
+    }
+    let found = testbed::inline::host_state(&info.namespaces.appliance, &ports);
     let mut rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
 
     // Eight loops fetching a page on a new connection each, as fast as they can.
@@ -590,11 +596,18 @@ fn farm_stays_reachable_when_rlm_is_killed_under_load() {
     assert!(after.len() >= 100, "the loops kept fetching after the kill: {}", after.len());
     assert!(slow.is_empty(), "every fetch after the kill succeeded within a second: {:?}", &slow[..slow.len().min(5)]);
 
-    // A fresh rlm removes what the killed one left, and leaves nothing when stopped.
+    // A fresh rlm removes what the killed one left, and leaves nothing when stopped: the
+    // sysctls and mangle tables as the killed rlm found them, which it recorded with its rules
+    // (broken once: kept in memory only, the fresh rlm took the sysctls at 1 and the tables
+    // for what it found, and left them so).
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts after a crash");
     let out = rlm.stop().expect("stop");
     assert_eq!(out.exit_code, Some(0));
     assert!(out.rules_left.is_empty(), "{:?}", out.rules_left);
+    let after = testbed::inline::host_state(&info.namespaces.appliance, &ports);
+    for ((what, was), (_, is)) in found.iter().zip(&after) {
+        assert_eq!(was, is, "{what} after a crash, a fresh rlm and its clean exit");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -13,7 +13,9 @@
 //!
 //! Nothing of it outlives rlm: at removal the br_netfilter sysctls get back the values rlm found,
 //! and a `mangle` table that iptables-nft created for rlm's chain (it did not exist before, and
-//! holds no rule once rlm's are gone) is deleted.
+//! holds no rule once rlm's are gone) is deleted. What rlm found is recorded with its rules
+//! ([`Prior::record`]), so that the removal of a crashed run's rules, by its guard, the next
+//! start or `rlm cleanup`, puts it back too.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -102,9 +104,9 @@ impl QueuePlan {
         }
     }
 
-    /// The iptables-restore text that installs rlm's chain and its jump (after removing any
-    /// left by an earlier run).
-    pub fn iptables_install(&self) -> String {
+    /// The iptables-restore text that installs rlm's chain and its jump, with `prior` recorded
+    /// in the chain's last rule ([`Prior::record`]).
+    fn iptables_install(&self, prior: &Prior) -> String {
         let chain = self.chain();
         let q = self.queue_target();
         let ports = self.ports_match();
@@ -129,6 +131,8 @@ impl QueuePlan {
             t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp ! --tcp-flags SYN SYN{synack_ports}{mark} -j {q}\n", self.server_port));
             t.push_str(&format!("-A {chain} -m physdev --physdev-in {} -p tcp ! --tcp-flags SYN SYN{syn_ports}{mark} -j {q}\n", self.client_port));
         }
+        // What the end of the chain does anyway, carrying what rlm found before it.
+        t.push_str(&format!("-A {chain} -m comment --comment \"{}\" -j RETURN\n", prior.record()));
         t.push_str("COMMIT\n");
         t
     }
@@ -146,8 +150,9 @@ impl QueuePlan {
         format!("*mangle\n-D FORWARD -p tcp --tcp-flags {} -j {chain}\n{responses}-F {chain}\n-X {chain}\nCOMMIT\n", self.jump_flags())
     }
 
-    /// The nft ruleset of rlm's own table (used where the kernel has the `queue` statement).
-    pub fn nft_install(&self) -> String {
+    /// The nft ruleset of rlm's own table (used where the kernel has the `queue` statement),
+    /// with `prior` recorded as the table's comment ([`Prior::record`]).
+    fn nft_install(&self, prior: &Prior) -> String {
         let table = self.nft_table();
         let q = if self.queues > 1 {
             format!("queue flags bypass,fanout to {}-{}", self.queue_base, self.queue_base + (self.queues - 1))
@@ -170,8 +175,9 @@ impl QueuePlan {
             synack.push_str(&format!("    iifname \"{}\" {}tcp flags & syn == 0 meta mark & {m:#x} == {m:#x} {q}\n", self.bridge, ports.0));
         }
         format!(
-            "table inet {table} {{\n  chain forward {{\n    type filter hook forward priority mangle; policy accept;\n    \
+            "table inet {table} {{\n  comment \"{}\"\n  chain forward {{\n    type filter hook forward priority mangle; policy accept;\n    \
              iifname \"{}\" {}tcp flags & (syn|ack|rst) == syn {}{q}\n{synack}  }}\n}}\n",
+            prior.record(),
             self.bridge,
             ports.0,
             self.queue_mark.map(|m| format!("meta mark & {m:#x} == {m:#x} ")).unwrap_or_default()
@@ -265,7 +271,45 @@ pub fn enable_br_netfilter() -> Result<Vec<(&'static str, String)>> {
     Ok(before)
 }
 
+/// How a recorded [`Prior`] begins.
+const PRIOR_RECORD: &str = "rlm-prior";
+
 impl Prior {
+    /// What rlm found, as a line kept with its rules (an iptables rule's comment, the nft
+    /// table's), so that whoever removes the rules of a run that did not exit cleanly (its guard,
+    /// the next start, `rlm cleanup`) puts it back too: kept in rlm's memory alone it died with
+    /// rlm, and the next run took the sysctls rlm had set for their values before. E.g.
+    /// `rlm-prior bridge-nf-call-iptables=0 bridge-nf-call-ip6tables=1 new-mangle=ip,ip6`.
+    fn record(&self) -> String {
+        let mut r = String::from(PRIOR_RECORD);
+        for (k, was) in &self.sysctls {
+            r.push_str(&format!(" {k}={was}"));
+        }
+        if !self.new_mangle.is_empty() {
+            r.push_str(&format!(" new-mangle={}", self.new_mangle.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(",")));
+        }
+        r
+    }
+
+    /// The [`Prior::record`] in a listing of rlm's rules (`iptables -t mangle -S`, `nft list
+    /// table`), if there is one. Only the sysctls rlm sets, values of 0 or 1, and the families it
+    /// knows are taken.
+    fn from_listing(listing: &str) -> Option<Prior> {
+        let start = listing.find(PRIOR_RECORD)?;
+        let rest = &listing[start + PRIOR_RECORD.len()..];
+        let record = &rest[..rest.find(['"', '\n']).unwrap_or(rest.len())];
+        let mut prior = Prior::default();
+        for part in record.split_whitespace() {
+            let Some((k, v)) = part.split_once('=') else { continue };
+            if k == "new-mangle" {
+                prior.new_mangle = FAMILIES.into_iter().filter(|(f, _)| v.split(',').any(|x| x == *f)).collect();
+            } else if let Some(name) = BR_NETFILTER_SYSCTLS.into_iter().find(|s| *s == k).filter(|_| v == "0" || v == "1") {
+                prior.sysctls.push((name, v.to_string()));
+            }
+        }
+        Some(prior)
+    }
+
     /// Put back what rlm changed (its rules already removed): the sysctls' values (unless rules
     /// of another rlm, on another bridge, still need them: a chain `RLM-*` in a `mangle` table,
     /// or an nft table `rlm_*`), and delete the `mangle` tables created for it that hold no rule
@@ -321,9 +365,9 @@ pub fn install(plan: &QueuePlan) -> Result<Installed> {
     let prior = Prior { new_mangle, sysctls: enable_br_netfilter()? };
     let backend = if nft_queue_available() { Backend::Nft } else { Backend::Iptables };
     let installed = match backend {
-        Backend::Nft => run_with_input("nft", &["-f", "-"], &plan.nft_install()),
+        Backend::Nft => run_with_input("nft", &["-f", "-"], &plan.nft_install(&prior)),
         Backend::Iptables => {
-            let text = plan.iptables_install();
+            let text = plan.iptables_install(&prior);
             run_with_input("iptables-restore", &["--noflush"], &text).and_then(|()| {
                 run_with_input("ip6tables-restore", &["--noflush"], &text).inspect_err(|_| {
                     let _ = run_with_input("iptables-restore", &["--noflush"], &plan.iptables_remove());
@@ -370,8 +414,13 @@ pub fn leftover_removal(bridge: &str, listing: &str) -> Option<String> {
 pub fn remove_leftovers(bridge: &str) -> Result<bool> {
     let mut found = false;
     let mut errors = Vec::new();
+    // What the run that left them found: put back once they are gone.
+    let mut prior = None;
     for (list, restore) in [("iptables", "iptables-restore"), ("ip6tables", "ip6tables-restore")] {
         let Some(listing) = mangle_listing(list) else { continue };
+        let chain = chain_of(bridge);
+        let ours: String = listing.lines().filter(|l| l.starts_with(&format!("-A {chain} "))).collect::<Vec<_>>().join("\n");
+        prior = prior.or_else(|| Prior::from_listing(&ours));
         if let Some(text) = leftover_removal(bridge, &listing) {
             match run_with_input(restore, &["--noflush"], &text) {
                 Ok(()) => found = true,
@@ -381,11 +430,16 @@ pub fn remove_leftovers(bridge: &str) -> Result<bool> {
     }
     let table = nft_table_of(bridge);
     let nft = |args: &[&str]| Command::new("nft").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-    if nft(&["list", "table", "inet", &table]) {
+    let listed = Command::new("nft").args(["list", "table", "inet", &table]).stderr(Stdio::null()).output().ok().filter(|o| o.status.success());
+    if let Some(out) = listed {
+        prior = prior.or_else(|| Prior::from_listing(&String::from_utf8_lossy(&out.stdout)));
         match nft(&["delete", "table", "inet", &table]) {
             true => found = true,
             false => errors.push(format!("nft delete table inet {table} failed")),
         }
+    }
+    if let Some(Err(e)) = prior.filter(|_| errors.is_empty()).map(|p| p.restore()) {
+        errors.push(format!("{e:#}"));
     }
     if !errors.is_empty() {
         bail!("{}", errors.join("; "));
@@ -481,7 +535,7 @@ mod tests {
     #[test]
     fn the_marked_segments_are_queued_both_ways_while_adapting_and_the_jump_is_removed() {
         let adapt = QueuePlan { queue_synacks: false, queue_mark: Some(0x80_0000), queue_content: true, ..plan(1) };
-        let t = adapt.iptables_install();
+        let t = adapt.iptables_install(&Prior::default());
         assert!(t.contains("-A FORWARD -p tcp ! --tcp-flags SYN SYN -m mark --mark 0x800000/0x800000 -j RLM-br0\n"), "{t}");
         assert!(
             t.contains("-A RLM-br0 -m physdev --physdev-in app-s -p tcp ! --tcp-flags SYN SYN -m multiport --sports 80,8080 -m mark --mark 0x800000/0x800000 -j NFQUEUE --queue-num 0 --queue-bypass\n"),
@@ -493,17 +547,19 @@ mod tests {
         );
         let r = adapt.iptables_remove();
         assert!(r.contains("-D FORWARD -p tcp ! --tcp-flags SYN SYN -m mark --mark 0x800000/0x800000 -j RLM-br0\n"), "{r}");
-        assert!(adapt.nft_install().contains("tcp sport { 80, 8080 } tcp flags & syn == 0 meta mark & 0x800000 == 0x800000 queue"));
-        assert!(adapt.nft_install().contains("tcp dport { 80, 8080 } tcp flags & syn == 0 meta mark & 0x800000 == 0x800000 queue"));
+        assert!(adapt.nft_install(&Prior::default()).contains("tcp sport { 80, 8080 } tcp flags & syn == 0 meta mark & 0x800000 == 0x800000 queue"));
+        assert!(adapt.nft_install(&Prior::default()).contains("tcp dport { 80, 8080 } tcp flags & syn == 0 meta mark & 0x800000 == 0x800000 queue"));
         // Without the fast path's mark nothing marks them: no rule.
         for p in [QueuePlan { queue_content: true, ..plan(1) }, QueuePlan { queue_mark: Some(0x80_0000), ..plan(1) }] {
-            assert!(!p.iptables_install().contains("! --tcp-flags SYN SYN") && !p.nft_install().contains("syn == 0"));
+            assert!(
+                !p.iptables_install(&Prior::default()).contains("! --tcp-flags SYN SYN") && !p.nft_install(&Prior::default()).contains("syn == 0")
+            );
         }
     }
 
     #[test]
     fn iptables_text_queues_syns_in_and_synacks_back_with_bypass() {
-        let t = plan(1).iptables_install();
+        let t = plan(1).iptables_install(&Prior::default());
         assert!(t.contains(":RLM-br0 - [0:0]"));
         assert!(t.contains("-A FORWARD -p tcp --tcp-flags SYN,RST SYN -j RLM-br0"));
         assert!(
@@ -512,20 +568,22 @@ mod tests {
         assert!(t.contains(
             "--physdev-in app-s -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m multiport --sports 80,8080 -j NFQUEUE --queue-num 0 --queue-bypass"
         ));
-        assert!(plan(4).iptables_install().contains("--queue-balance 0:3 --queue-bypass"));
+        assert!(plan(4).iptables_install(&Prior::default()).contains("--queue-balance 0:3 --queue-bypass"));
         // The last queues the kernel has: the range's end computed without passing 65535.
         let top = QueuePlan { queue_base: 65_534, ..plan(2) };
-        assert!(top.iptables_install().contains("--queue-balance 65534:65535 --queue-bypass"));
-        assert!(top.nft_install().contains("fanout to 65534-65535"));
+        assert!(top.iptables_install(&Prior::default()).contains("--queue-balance 65534:65535 --queue-bypass"));
+        assert!(top.nft_install(&Prior::default()).contains("fanout to 65534-65535"));
         let syn_only = QueuePlan { queue_synacks: false, ..plan(1) };
-        assert!(!syn_only.iptables_install().contains("SYN,ACK -m") && !syn_only.nft_install().contains("== syn|ack"));
+        assert!(
+            !syn_only.iptables_install(&Prior::default()).contains("SYN,ACK -m") && !syn_only.nft_install(&Prior::default()).contains("== syn|ack")
+        );
         let r = plan(1).iptables_remove();
         assert!(r.contains("-D FORWARD -p tcp --tcp-flags SYN,RST SYN -j RLM-br0") && r.contains("-F RLM-br0") && r.contains("-X RLM-br0"));
         assert!(QueuePlan { queue_synacks: false, ..plan(1) }.iptables_remove().contains("--tcp-flags SYN,ACK,RST SYN -j RLM-br0"));
         // With the eBPF fast path only the SYNs it marked are queued.
         let marked = QueuePlan { queue_synacks: false, queue_mark: Some(0x80_0000), ..plan(1) };
-        assert!(marked.iptables_install().contains("--dports 80,8080 -m mark --mark 0x800000/0x800000 -j NFQUEUE"));
-        assert!(marked.nft_install().contains("meta mark & 0x800000 == 0x800000 queue"));
+        assert!(marked.iptables_install(&Prior::default()).contains("--dports 80,8080 -m mark --mark 0x800000/0x800000 -j NFQUEUE"));
+        assert!(marked.nft_install(&Prior::default()).contains("meta mark & 0x800000 == 0x800000 queue"));
     }
 
     #[test]
@@ -539,10 +597,31 @@ mod tests {
         assert_eq!(leftover_removal("br0", "-P FORWARD ACCEPT\n-A FORWARD -j OTHER\n"), None);
     }
 
+    /// What rlm found is kept with its rules, and read back from them as iptables and nft list
+    /// them; what is not a value rlm could have found is left out.
+    #[test]
+    fn what_rlm_found_is_kept_with_its_rules_and_read_back() {
+        let prior = Prior {
+            sysctls: vec![("bridge-nf-call-iptables", "0".into()), ("bridge-nf-call-ip6tables", "1".into())],
+            new_mangle: vec![("ip", "iptables")],
+        };
+        let record = "rlm-prior bridge-nf-call-iptables=0 bridge-nf-call-ip6tables=1 new-mangle=ip";
+        assert_eq!(prior.record(), record);
+        assert!(plan(1).iptables_install(&prior).contains(&format!("-A RLM-br0 -m comment --comment \"{record}\" -j RETURN\nCOMMIT\n")));
+        assert!(plan(1).nft_install(&prior).contains(&format!("table inet rlm_br0 {{\n  comment \"{record}\"\n")));
+        let iptables_s = format!("-A RLM-br0 -m physdev --physdev-in app-c -j NFQUEUE --queue-num 0 --queue-bypass\n-A RLM-br0 -m comment --comment \"{record}\" -j RETURN");
+        assert_eq!(Prior::from_listing(&iptables_s), Some(prior.clone()));
+        let nft_list = format!("table inet rlm_br0 {{\n\tcomment \"{record}\"\n\tchain forward {{\n\t}}\n}}\n");
+        assert_eq!(Prior::from_listing(&nft_list), Some(prior));
+        assert_eq!(Prior::from_listing("-A RLM-br0 -j NFQUEUE"), None, "no record: an rlm from before records were kept");
+        let junk = Prior::from_listing("rlm-prior bridge-nf-call-iptables=7 kernel.panic=1 new-mangle=ip,filter\" -j RETURN").unwrap();
+        assert_eq!(junk, Prior { sysctls: vec![], new_mangle: vec![("ip", "iptables")] });
+    }
+
     #[test]
     fn nft_text_uses_bypass_and_fanout() {
-        assert!(plan(1).nft_install().contains("queue flags bypass to 0"));
-        assert!(plan(2).nft_install().contains("queue flags bypass,fanout to 0-1"));
-        assert!(plan(1).nft_install().contains("table inet rlm_br0"));
+        assert!(plan(1).nft_install(&Prior::default()).contains("queue flags bypass to 0"));
+        assert!(plan(2).nft_install(&Prior::default()).contains("queue flags bypass,fanout to 0-1"));
+        assert!(plan(1).nft_install(&Prior::default()).contains("table inet rlm_br0"));
     }
 }
