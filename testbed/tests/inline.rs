@@ -1940,7 +1940,7 @@ fn status_page_shows_classes_rules_and_the_slowest_pageview_live_in_chromium() {
             netns::enter(&ns).unwrap();
             let mut s = TcpStream::connect(("127.0.0.1", testbed::inline::METRICS_PORT))?;
             s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            s.write_all(b"GET /events HTTP/1.1\r\nHost: rlm\r\n\r\n")?;
+            s.write_all(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")?;
             let (mut got, mut buf) = (String::new(), [0u8; 65536]);
             while got.matches("\n\n").count() < 3 {
                 let n = s.read(&mut buf)?;

@@ -327,6 +327,23 @@ fn token_admits(token: Option<&str>, authorization: Option<&str>, query: Option<
     [bearer, query].into_iter().flatten().any(|given| same_secret(given.as_bytes(), token.as_bytes()))
 }
 
+/// Whether a request's `Host` names this box's loopback or an address: `localhost` (or a name
+/// under it), an IPv4 or IPv6 literal, with or without a port, or no Host at all (HTTP/1.0).
+/// Without a token that is all rlm answers: a web page from elsewhere can have its own DNS name
+/// rebound to 127.0.0.1 and have the browser of someone on the box (or at the end of an `ssh
+/// -L`) read the page and what it says of the clients; its requests carry that name.
+fn host_is_local(host: Option<&str>) -> bool {
+    let Some(host) = host else { return true };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => {
+            return v6.split_once(']').is_some_and(|(a, port)| a.parse::<std::net::Ipv6Addr>().is_ok() && (port.is_empty() || port.starts_with(':')))
+        }
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    let name = name.to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
 /// Compare two secrets in time that depends on their lengths only.
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -424,6 +441,16 @@ fn respond(req: &Request<hyper::body::Incoming>, registry: &Registry, status: &B
     use http_body_util::BodyExt;
     if !status.admits(req) {
         return reply(401, "text/plain", "a token is needed: Authorization: Bearer TOKEN, or ?token=TOKEN\n".to_string());
+    }
+    let host = req.headers().get(hyper::header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+    if status.token.is_none() && !host_is_local(host.as_deref()) {
+        return reply(
+            403,
+            "text/plain",
+            "without a token (status_token_file) rlm answers requests for localhost or an address only, not for a DNS name (a page that \
+             rebinds its name to 127.0.0.1 could read this one)\n"
+                .to_string(),
+        );
     }
     let (code, ctype, body) = match req.uri().path() {
         "/metrics" => {
@@ -560,7 +587,7 @@ mod tests {
             drop(b);
             std::thread::sleep(std::time::Duration::from_millis(100));
             let mut c = connect();
-            c.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            c.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
             let mut answer = String::new();
             let _ = c.read_to_string(&mut answer);
             (third_closed, a_closed, answer)
@@ -647,6 +674,54 @@ mod tests {
         let mut de = serde_json::Deserializer::from_str(&page[at..]);
         let back: serde_json::Value = serde::Deserialize::deserialize(&mut de).unwrap();
         assert_eq!(back, view, "the escaped view reads back as it was");
+    }
+
+    /// Without a token rlm answers for localhost and addresses only: a rebound DNS name is
+    /// refused, whatever it resolves to.
+    #[test]
+    fn without_a_token_only_local_hosts_and_addresses_are_answered() {
+        for ok in [
+            None,
+            Some("127.0.0.1:9464"),
+            Some("localhost:9464"),
+            Some("LOCALHOST"),
+            Some("a.localhost:1"),
+            Some("[::1]:9464"),
+            Some("[::1]"),
+            Some("10.0.0.1"),
+        ] {
+            assert!(host_is_local(ok), "{ok:?}");
+        }
+        for no in
+            [Some("evil.example"), Some("evil.example:9464"), Some("localhost.evil.example"), Some("[::1]x"), Some("127.0.0.1.nip.io:9464"), Some("")]
+        {
+            assert!(!host_is_local(no), "{no:?}");
+        }
+        use std::io::{Read, Write};
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let local = tokio::task::LocalSet::new();
+        let ask = |token: Option<String>, host: &'static str| {
+            let board = Board::new(serde_json::json!({"ok": true}), token);
+            let addr =
+                local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), board, ServeLimits::DEFAULT)).unwrap();
+            let client = std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+                write!(s, "GET /status?token=0123456789abcdefXYZ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+                let mut answer = String::new();
+                let _ = s.read_to_string(&mut answer);
+                answer
+            });
+            local.block_on(&rt, async {
+                while !client.is_finished() {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            });
+            client.join().unwrap()
+        };
+        assert!(ask(None, "127.0.0.1").starts_with("HTTP/1.1 200"));
+        assert!(ask(None, "rebound.example:9464").starts_with("HTTP/1.1 403"));
+        assert!(ask(Some("0123456789abcdefXYZ".into()), "rlm.example:9464").starts_with("HTTP/1.1 200"), "a token answers for any name");
     }
 
     #[test]
