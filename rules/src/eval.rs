@@ -612,6 +612,12 @@ impl RuleSet {
         self.embeds.len()
     }
 
+    /// The mapping files the rules name (`REWRITE EMBEDS ... USING "file"`), as written: a
+    /// relative name is taken from the rule file's directory ([`crate::load_mappings`]).
+    pub fn mapping_files(&self) -> impl Iterator<Item = &str> + '_ {
+        self.embeds.iter().filter_map(|e| e.mapping.as_deref())
+    }
+
     /// Every `LIMIT SYN` bucket, indexed by [`BucketId`].
     pub fn buckets(&self) -> &[Bucket] {
         &self.buckets

@@ -544,13 +544,25 @@ impl RunConfig {
         super::engines::check(self.ebpf.engine_count(), self)
     }
 
-    /// Where the records go, refused before anything is opened when an output is the rule file,
-    /// the configuration file (`config_file`, when one was read) or another output, or when two
+    /// Where the records go, refused before anything is opened when an output is a file rlm
+    /// reads (the rule file, a mapping file its rules name, the status token file, the
+    /// configuration file: `config_file`, when one was read) or another output, or when two
     /// outputs are `-`: a usage error, like the same refusals of `rlm analyze`.
     pub fn record_outputs(&self, config_file: Option<&Path>) -> Result<RecordOutputs, UsageError> {
         let mut inputs = Vec::new();
         if let Some(p) = &self.rules {
             inputs.push(Protected::file("the rule file", p));
+            // A rule file that does not compile names no mapping: rlm refuses it anyway.
+            let compiled = rules::read_bounded(p, rules::MAX_FILE_SIZE, "rule file")
+                .ok()
+                .and_then(|b| rules::compile(&p.display().to_string(), &String::from_utf8_lossy(&b)).ok());
+            let dir = p.parent().unwrap_or(Path::new("."));
+            for m in compiled.iter().flat_map(|r| r.mapping_files()) {
+                inputs.push(Protected::file("a mapping file of the rules", &dir.join(m)));
+            }
+        }
+        if let Some(p) = &self.status_token_file {
+            inputs.push(Protected::file("the status token file", p));
         }
         if let Some(p) = config_file {
             inputs.push(Protected::file("the configuration file", p));
@@ -764,6 +776,18 @@ mod tests {
         assert!(e.0.contains("is the rule file; refusing to overwrite it"), "{e}");
         let e = RunConfig { pageviews: Some(config.clone()), ..c.clone() }.record_outputs(Some(config.as_path())).unwrap_err();
         assert!(e.0.contains("is the configuration file; refusing to overwrite it"), "{e}");
+        // So are the status token and the mapping files the rules name.
+        let (token, map) = (d.join("status.token"), d.join("ims.map"));
+        std::fs::write(&token, "0123456789abcdefXYZ\n").unwrap();
+        std::fs::write(&map, "/a.png /b.png\n").unwrap();
+        let e =
+            RunConfig { status_token_file: Some(token.clone()), transactions: Some(token.clone()), ..c.clone() }.record_outputs(None).unwrap_err();
+        assert!(e.0.contains("is the status token file; refusing to overwrite it"), "{e}");
+        std::fs::write(&rules, "CLASS WEB IF IP.SRC == *.*.*.*\nIF IP.SRC == *.*.*.* THEN\n  REWRITE EMBEDS USING \"ims.map\"\n").unwrap();
+        let e = RunConfig { transactions: Some(map.clone()), ..c.clone() }.record_outputs(None).unwrap_err();
+        assert!(e.0.contains("is a mapping file of the rules; refusing to overwrite it"), "{e}");
+        assert_eq!(std::fs::read(&token).unwrap(), b"0123456789abcdefXYZ\n");
+        std::fs::write(&rules, "").unwrap();
         // Refused before anything is opened.
         assert!(!pv.exists() && !dec.exists());
         assert_eq!(std::fs::read(&rules).unwrap(), b"");
