@@ -351,7 +351,18 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 
 /// Read the status token from `path`: its first line, at least 16 characters.
 pub fn read_token(path: &std::path::Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read status_token_file {}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    // A regular file, read within a bound (a FIFO or /dev/zero would hold rlm at its start).
+    let bytes = rules::read_bounded(path, 4096, "status token file").map_err(|why| anyhow::anyhow!("status_token_file {}: {why}", path.display()))?;
+    let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0);
+    if mode & 0o007 != 0 {
+        anyhow::bail!(
+            "status_token_file {}: other users can read or write it (mode {:o}): chmod o-rwx it (e.g. 0600, or 0640 for a group such as Prometheus's)",
+            path.display(),
+            mode & 0o7777
+        );
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let token = text.lines().next().unwrap_or("").trim().to_string();
     if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic() && b != b'&') {
         anyhow::bail!("status_token_file {}: its first line must be a token of at least 16 printable characters (no spaces, no '&')", path.display());
@@ -738,7 +749,15 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("token");
         std::fs::write(&file, "0123456789abcdefXYZ\nignored\n").unwrap();
+        let chmod = |mode: u32| std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        chmod(0o644);
+        assert!(
+            read_token(&file).unwrap_err().to_string().contains("other users can read or write it (mode 644)"),
+            "a token others can read is refused"
+        );
+        chmod(0o640);
         assert_eq!(read_token(&file).unwrap(), "0123456789abcdefXYZ");
+        assert!(read_token(std::path::Path::new("/dev/zero")).is_err(), "no regular file: refused, not read for ever");
         std::fs::write(&file, "short\n").unwrap();
         assert!(read_token(&file).unwrap_err().to_string().contains("at least 16"));
         assert!(read_token(&dir.join("absent")).is_err());
