@@ -23,7 +23,9 @@ pub const MAJOR: u16 = 0x7e1;
 /// The minor number of band 0's leaf; band b is `FIRST_LEAF + b`.
 pub const FIRST_LEAF: u16 = 0x10;
 
-/// Root qdiscs rlm may replace: the kernel's defaults.
+/// Root qdiscs rlm may replace: the kernel's defaults, which it attaches with handle `0:` (one
+/// of these kinds with another handle, `tc qdisc replace ... root fq_codel` giving `8001:`, is
+/// an operator's, tuned or not).
 const DEFAULT_ROOTS: [&str; 4] = ["noqueue", "pfifo_fast", "mq", "fq_codel"];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,7 +79,7 @@ pub fn check_root(show: &str) -> Result<()> {
     let Some(line) = show.lines().find(|l| l.starts_with("qdisc ")) else { return Ok(()) };
     let w: Vec<&str> = line.split_whitespace().collect();
     let (kind, handle) = (w.get(1).copied().unwrap_or(""), w.get(2).copied().unwrap_or(""));
-    if DEFAULT_ROOTS.contains(&kind) || handle == format!("{MAJOR:x}:") {
+    if (DEFAULT_ROOTS.contains(&kind) && handle == "0:") || handle == format!("{MAJOR:x}:") {
         return Ok(());
     }
     bail!(
@@ -192,5 +194,15 @@ mod tests {
         let e = check_root("qdisc htb 1: root refcnt 2 r2q 10 default 0x3\n").unwrap_err().to_string();
         assert!(e.contains("htb 1:") && e.contains("will not replace"), "{e}");
         assert!(check_root("qdisc tbf 8001: root refcnt 2 rate 10Mbit\n").is_err());
+        check_root(
+            "qdisc fq_codel 0: root refcnt 2 limit 10240p flows 1024 quantum 1514 target 5ms interval 100ms memory_limit 32Mb ecn drop_batch 64\n",
+        )
+        .unwrap();
+        check_root("qdisc mq 0: root\n").unwrap();
+        // The same kind set up by an operator (tc gives it a handle of its own): not replaced.
+        let e =
+            check_root("qdisc fq_codel 8001: root refcnt 2 limit 10240p flows 1024 quantum 1514 target 1ms interval 20ms\n").unwrap_err().to_string();
+        assert!(e.contains("fq_codel 8001:"), "{e}");
+        assert!(check_root("qdisc mq 1: root\n").is_err());
     }
 }
