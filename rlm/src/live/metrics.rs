@@ -391,18 +391,69 @@ pub fn get_local(addr: SocketAddr, path: &str, token: Option<&str>) -> anyhow::R
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
 /// What the local API lets a client hold: a request head must come whole within
-/// `header_timeout`, and at most `max_connections` are open at once (one more is closed as soon
-/// as it is accepted). Without them a client that sends half a head and waits held a
-/// connection for ever, token or not, and enough of them took every file descriptor.
+/// `header_timeout`, a connection on which no byte has moved either way for `stall_timeout` is
+/// closed, and at most `max_connections` are open at once (one more is closed as soon as it is
+/// accepted). Without them a client that sends half a head and waits held a connection for
+/// ever, token or not, and enough of them took every file descriptor; and one that pipelines
+/// requests and never reads the answers (401s too, without the token) stalls hyper's writes,
+/// while no head is being read and no head timer runs, so 64 of them shut out the page and
+/// Prometheus for good.
 #[derive(Clone, Copy, Debug)]
 pub struct ServeLimits {
     pub header_timeout: std::time::Duration,
+    pub stall_timeout: std::time::Duration,
     pub max_connections: usize,
 }
 
 impl ServeLimits {
-    /// 10 s for a head; 64 connections (a person's pages and a scraper or two).
-    pub const DEFAULT: ServeLimits = ServeLimits { header_timeout: std::time::Duration::from_secs(10), max_connections: 64 };
+    /// 10 s for a head; 30 s without a byte moving (`/events` writes every second); 64
+    /// connections (a person's pages and a scraper or two).
+    pub const DEFAULT: ServeLimits =
+        ServeLimits { header_timeout: std::time::Duration::from_secs(10), stall_timeout: std::time::Duration::from_secs(30), max_connections: 64 };
+}
+
+/// A connection's stream that notes when a byte last moved on it, either way.
+struct Progress {
+    stream: tokio::net::TcpStream,
+    moved: std::rc::Rc<std::cell::Cell<tokio::time::Instant>>,
+}
+
+impl Progress {
+    fn note<T>(&self, r: &std::task::Poll<std::io::Result<T>>, moved: bool) {
+        if moved && matches!(r, std::task::Poll::Ready(Ok(_))) {
+            self.moved.set(tokio::time::Instant::now());
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Progress {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.stream).poll_read(cx, buf);
+        self.note(&r, buf.filled().len() > before);
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Progress {
+    fn poll_write(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.stream).poll_write(cx, buf);
+        let moved = matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0);
+        self.note(&r, moved);
+        r
+    }
+
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }
 
 /// Serve `/metrics`, `/status`, the status page and its live view until the runtime ends.
@@ -436,11 +487,21 @@ pub async fn serve_with(addr: SocketAddr, registry: Arc<Registry>, status: Statu
                     let (registry, status) = (registry.clone(), status.clone());
                     async move { Ok::<_, std::convert::Infallible>(respond(&req, &registry, &status)) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
+                let moved = std::rc::Rc::new(std::cell::Cell::new(tokio::time::Instant::now()));
+                let conn = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(limits.header_timeout)
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
+                    .serve_connection(hyper_util::rt::TokioIo::new(Progress { stream, moved: moved.clone() }), svc);
+                let stalled = async {
+                    while moved.get() + limits.stall_timeout > tokio::time::Instant::now() {
+                        tokio::time::sleep_until(moved.get() + limits.stall_timeout).await;
+                    }
+                };
+                // Whichever ends first; a stalled connection is dropped, closing it.
+                tokio::select! {
+                    _ = conn => {}
+                    () = stalled => {}
+                }
                 open.set(open.get() - 1);
             });
         }
@@ -567,7 +628,7 @@ mod tests {
         use std::io::{Read, Write};
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let local = tokio::task::LocalSet::new();
-        let limits = ServeLimits { header_timeout: std::time::Duration::from_secs(3), max_connections: 2 };
+        let limits = ServeLimits { header_timeout: std::time::Duration::from_secs(3), max_connections: 2, ..ServeLimits::DEFAULT };
         let board = Board::new(serde_json::json!({"ok": true}), None);
         let addr = local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), board, limits)).unwrap();
         // The server runs on the LocalSet while this thread's clients wait on it.
@@ -615,6 +676,52 @@ mod tests {
         assert!(third_closed.is_some_and(|t| t < std::time::Duration::from_millis(1500)), "past the limit: {third_closed:?}");
         assert!(a_closed.is_some_and(|t| t < std::time::Duration::from_secs(8)), "half a head: {a_closed:?}");
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    /// A client that pipelines requests and never reads the answers holds its connection only
+    /// until no byte has moved for the stall timeout: then the only slot is free again.
+    #[test]
+    fn a_client_that_never_reads_is_closed_once_nothing_moves() {
+        use std::io::{Read, Write};
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let local = tokio::task::LocalSet::new();
+        let limits = ServeLimits { stall_timeout: std::time::Duration::from_secs(2), max_connections: 1, ..ServeLimits::DEFAULT };
+        let board = Board::new(serde_json::json!({"padding": "x".repeat(4096)}), None);
+        let addr = local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), board, limits)).unwrap();
+        let clients = std::thread::spawn(move || {
+            // Requests for 4 KB answers, far more than the sockets' buffers hold, never read.
+            let mut slow = std::net::TcpStream::connect(addr).unwrap();
+            slow.set_write_timeout(Some(std::time::Duration::from_secs(3))).unwrap();
+            let mut sent = 0;
+            while sent < 2_000_000 && slow.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").is_ok() {
+                sent += 1;
+            }
+            // The slot is the slow client's until the server gives up on it.
+            let start = std::time::Instant::now();
+            loop {
+                let mut c = std::net::TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+                let _ = c.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+                let mut answer = String::new();
+                let _ = c.read_to_string(&mut answer);
+                if answer.starts_with("HTTP/1.1 200") || start.elapsed() > std::time::Duration::from_secs(15) {
+                    drop(slow);
+                    return (sent, answer.starts_with("HTTP/1.1 200"), start.elapsed());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        });
+        let (sent, answered, after) = local.block_on(&rt, async {
+            loop {
+                if clients.is_finished() {
+                    break clients.join().unwrap();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        });
+        assert!(sent < 2_000_000, "the slow client's requests stalled (the regime): all {sent} went out");
+        println!("sent {sent}, answered after {after:?}");
+        assert!(answered, "a new client answered once the stalled one was closed (waited {after:?})");
     }
 
     /// The view is made each second only while a page watches; otherwise when asked for, from
