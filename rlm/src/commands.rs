@@ -47,10 +47,10 @@ pub struct RunArgs {
     /// Window of the per-class response-time aggregates, in seconds.
     #[arg(long, value_name = "SECONDS")]
     pub class_window: Option<f64>,
-    /// Do not send frames: FAST SYN, FAST SYN/ACK and DELAY FIRST SYN are only counted.
+    /// Do not send frames: FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, REJECT, LIMIT REQUESTS and ABORT IDLE are only counted, and SYNs without a verdict in the kernel go through NFQUEUE.
     #[arg(long)]
     pub no_inject: bool,
-    /// Do not rewrite content: REMOVE EMBEDS is only counted.
+    /// Do not rewrite content: REMOVE EMBEDS and REWRITE EMBEDS are only counted.
     #[arg(long)]
     pub no_adapt: bool,
     /// Frames a class may inject per completed handshake of its clients.

@@ -26,10 +26,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Sit inline on a bridge: queue the clients' SYNs, measure pageviews from a tap, enforce the rule file.
+    /// Sit inline on a bridge: measure pageviews from the kernel fast path, decide the clients' SYNs, enforce the rule file.
     ///
-    /// Installs its netfilter rules (removed on SIGINT/SIGTERM, on a panic, and by its guard
-    /// process if rlm is killed; bypassed meanwhile), serves
+    /// Attaches its eBPF programs to the bridge's ports (or, with observer = "pcap", queues the
+    /// SYNs and measures from a tap); installs netfilter queue rules only when SYNs are queued
+    /// or the rules in force need the queue (removed on SIGINT/SIGTERM, on a panic, and by its
+    /// guard process if rlm is killed; bypassed meanwhile), serves
     /// Prometheus /metrics and /status on localhost, and writes --transactions, --pageviews and
     /// --decisions as JSON lines (the records of `rlm analyze`). SIGHUP reopens those files
     /// (after logrotate) and reloads the rule file if it changed.

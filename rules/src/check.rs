@@ -52,6 +52,9 @@ const RESERVED: &[&str] = &[
     "SLA",
     "SHED",
     "REQUESTS",
+    "ABORT",
+    "IDLE",
+    "MEAN",
 ];
 
 /// The nodes at which a test can be decided.

@@ -16,7 +16,7 @@ pub const MAX_ERRORS: usize = 50;
 /// The largest position in `AFTER n` / `AT n`.
 pub const MAX_EMBED_POS: u64 = 10_000;
 
-const ACTION_WORDS: &[&str] = &["DROP", "LIMIT", "FAST", "DELAY", "HALT", "REMOVE", "REWRITE", "REJECT"];
+const ACTION_WORDS: &[&str] = &["DROP", "LIMIT", "FAST", "DELAY", "HALT", "REMOVE", "REWRITE", "REJECT", "ABORT"];
 const EXPECT_ACTION: &str =
     "an action: DROP SYN, LIMIT SYN, LIMIT REQUESTS, FAST SYN, FAST SYN/ACK, DELAY FIRST SYN, HALT FAST SYN, REMOVE EMBEDS, REWRITE EMBEDS, REJECT or ABORT IDLE";
 const EXPECT_TEST: &str =

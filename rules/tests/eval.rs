@@ -494,6 +494,16 @@ fn abort_idle_fires_at_the_request_of_a_client_without_a_cart() {
     let printed = rs.ast().to_string();
     assert_eq!(set(&printed).ast().to_string(), printed, "{printed}");
     assert!(printed.contains("ABORT IDLE AFTER 250ms"), "{printed}");
+    // Anywhere among a rule's actions, on its line or the next (it was taken first only).
+    for src in
+        ["IF NOT COOKIE.cart EXISTS THEN REWRITE EMBEDS ABORT IDLE AFTER 2s\n", "IF NOT COOKIE.cart EXISTS THEN\n  REWRITE EMBEDS\n  ABORT IDLE\n"]
+    {
+        let rs = set(src);
+        let fired =
+            fired(&rs, Node::Request, &Facts { request: Some(&Req { method: "GET", headers: &[] }), ..Facts::new(c, s, ClassId(0), &NoAggregates) });
+        assert!(fired.iter().any(|(_, e)| matches!(e, Effect::AbortIdle { .. })), "{src}: {fired:?}");
+        assert_eq!(rs.ast().to_string().matches("ABORT IDLE").count(), 1, "{src}");
+    }
 }
 
 /// Cookies as browsers send them: `name=value` pairs split by `;`, spaces around them ignored,

@@ -355,9 +355,9 @@ pub fn read_token(path: &std::path::Path) -> Result<String> {
     // A regular file, read within a bound (a FIFO or /dev/zero would hold rlm at its start).
     let bytes = rules::read_bounded(path, 4096, "status token file").map_err(|why| anyhow::anyhow!("status_token_file {}: {why}", path.display()))?;
     let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0);
-    if mode & 0o007 != 0 {
+    if mode & 0o027 != 0 {
         anyhow::bail!(
-            "status_token_file {}: other users can read or write it (mode {:o}): chmod o-rwx it (e.g. 0600, or 0640 for a group such as Prometheus's)",
+            "status_token_file {}: other users can read or write it (mode {:o}): chmod g-w,o-rwx it (e.g. 0600, or 0640 for a group such as Prometheus's)",
             path.display(),
             mode & 0o7777
         );
@@ -862,6 +862,8 @@ mod tests {
             read_token(&file).unwrap_err().to_string().contains("other users can read or write it (mode 644)"),
             "a token others can read is refused"
         );
+        chmod(0o660);
+        assert!(read_token(&file).unwrap_err().to_string().contains("(mode 660)"), "a token its group can change is refused");
         chmod(0o640);
         assert_eq!(read_token(&file).unwrap(), "0123456789abcdefXYZ");
         assert!(read_token(std::path::Path::new("/dev/zero")).is_err(), "no regular file: refused, not read for ever");
