@@ -72,6 +72,7 @@ enum inline_counter {
     C_BODY_CUT,     // server segments of a body the engine does not read, reported cut to their headers
     C_BODY_ARMED,   // response heads read in the kernel whose body is cut from their first segment on
     C_BODY_SILENT,  // of the cut segments, those not reported at all (all but one a MiB and the last)
+    C_TINY_FRAG,    // RFC 1858's tiny TCP fragments from the clients, dropped (struct parsed's tiny_frag)
     C_INLINE_COUNTERS,
 };
 
@@ -298,6 +299,9 @@ struct parsed {
     __u32 payload;       // TCP payload bytes (IPv4 only)
     __u32 kind;          // enum frame_kind
     int v4;              // kind == FRAME_TCP4
+    int tiny_frag;       // an IPv4 TCP fragment of RFC 1858's tiny kind: a first fragment too short
+                         // for the TCP header, or a later one at offset 8 bytes (it would
+                         // overwrite the first's flags); its SYN would be made only at reassembly
     __u64 skey;          // the source's shard key (source_key), when `tcp` or `udp` is set
     __u64 dkey;          // the destination's
 };
@@ -350,8 +354,17 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
         if (ip->protocol != IPPROTO_TCP)
             return p->kind = FRAME_IPV4;
         // Later fragments carry no TCP header.
-        if (ip->frag_off & bpf_htons(0x1fff))
+        __u16 frag = bpf_ntohs(ip->frag_off);
+        if (frag & 0x1fff) {
+            p->tiny_frag = (frag & 0x1fff) == 1;
             return p->kind = FRAME_IPV4_FRAG;
+        }
+        // A first fragment (more fragments to come) whose datagram part cannot hold the TCP
+        // header, by its length on the wire (not by what the skb holds linear).
+        if ((frag & 0x2000) && bpf_ntohs(ip->tot_len) < ip->ihl * 4 + sizeof(struct tcphdr)) {
+            p->tiny_frag = 1;
+            return p->kind = FRAME_TCP_SHORT;
+        }
         struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
         if ((void *)(tcp + 1) > data_end)
             return p->kind = FRAME_TCP_SHORT;

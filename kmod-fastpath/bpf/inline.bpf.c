@@ -499,6 +499,16 @@ int syn_admit(struct __sk_buff *skb)
 {
     struct parsed p = {};
     parse_frame(skb, &p);
+    if (p.tiny_frag) {
+        // No host sends these (RFC 1858); a client that does could have the server reassemble
+        // a SYN no decision saw (tc runs before any reassembly). Dropped while rlm is live.
+        if (engine_stale()) {
+            count(C_STALE);
+            return TC_ACT_OK;
+        }
+        count(C_TINY_FRAG);
+        return TC_ACT_SHOT;
+    }
     if (!p.tcp)    // TCP over IPv4, or over IPv6 without extension headers, only
         return TC_ACT_OK;
     struct tcphdr *tcp = p.tcp;

@@ -123,6 +123,10 @@ pub struct Counters {
     /// Of the segments cut, those not reported at all: all but one a MiB of a body's sequence
     /// space and the one that ends it.
     pub body_silent: u64,
+    /// RFC 1858's tiny TCP fragments from the clients (a first fragment too short for the TCP
+    /// header, a later one at offset 8 bytes), dropped: a SYN made of them at the server's
+    /// reassembly would pass every decision.
+    pub tiny_frag: u64,
 }
 
 pub use crate::ring::{Event, EventKind};
@@ -436,6 +440,7 @@ impl InlinePath {
             body_cut: sum(c::BODY_CUT)?,
             body_armed: sum(c::BODY_ARMED)?,
             body_silent: sum(c::BODY_SILENT)?,
+            tiny_frag: sum(c::TINY_FRAG)?,
         })
     }
 }

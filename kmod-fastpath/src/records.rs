@@ -64,9 +64,10 @@ pub(crate) mod inline_counter {
     pub const BODY_CUT: u32 = 14;
     pub const BODY_ARMED: u32 = 15;
     pub const BODY_SILENT: u32 = 16;
+    pub const TINY_FRAG: u32 = 17;
     /// The slots in all (the array's size; only the layout test reads it).
     #[allow(dead_code)]
-    pub const COUNT: u32 = 17;
+    pub const COUNT: u32 = 18;
 }
 
 /// `struct config`: `config`'s one value.
@@ -372,6 +373,7 @@ mod tests {
             ("C_BODY_CUT", inline_counter::BODY_CUT as usize),
             ("C_BODY_ARMED", inline_counter::BODY_ARMED as usize),
             ("C_BODY_SILENT", inline_counter::BODY_SILENT as usize),
+            ("C_TINY_FRAG", inline_counter::TINY_FRAG as usize),
             ("HOLD_WAIT_NS", HOLD_WAIT.as_nanos() as usize),
             ("C_INLINE_COUNTERS", inline_counter::COUNT as usize),
             ("MAX_CUTOFFS", MAX_CUTOFFS),

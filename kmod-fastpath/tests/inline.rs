@@ -218,6 +218,47 @@ fn syn_admit_decides_crafted_frames_in_a_test_run() {
     assert_eq!((c.syn_dropped, c.syn_passed, c.syn_queued, c.ring_full), (1, 1, 1, 0));
 }
 
+/// RFC 1858's tiny fragments: a SYN a client cuts into IPv4 fragments whose first cannot hold
+/// the TCP header (or whose second starts 8 bytes in, over the first's flags) would be made only
+/// at the server's reassembly, past every decision (tc runs before it). Both are dropped and
+/// counted; a fragmented SYN whose first fragment holds its header is decided as a SYN, and a
+/// later fragment past the header passes.
+#[test]
+fn tiny_fragments_cannot_carry_a_syn_past_its_verdict() {
+    let Some((mut path, mut ring)) = loaded() else { return };
+    let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
+    let low = Ipv4Addr::new(10, 5, 0, 2);
+    path.set_mode(Mode::Verdicts, 5).unwrap();
+    path.set_syn_verdict(low, server, 5, SynAction::Drop { rule: 3 }).unwrap();
+    // A SYN with 16 bytes of data (TCP Fast Open's kind), so that it can be cut past its header.
+    let syn = tcp_frame(LinkType::Ethernet, SocketAddr::V4(SocketAddrV4::new(low, 40000)), server.into(), 1, 1, SYN, &[7; 16]);
+    let (eth_ip, tcp) = syn.split_at(14 + 20);
+    assert_eq!(tcp.len(), 20 + 16, "a TCP header without options");
+    // One fragment of `syn`'s TCP bytes: those from `from`, fragment offset `from / 8`, with
+    // more fragments to come when `more`.
+    let fragment = |from: usize, to: usize, more: bool| {
+        let mut f = eth_ip.to_vec();
+        f.extend_from_slice(&tcp[from..to]);
+        let tot_len = (20 + to - from) as u16;
+        f[14 + 2..14 + 4].copy_from_slice(&tot_len.to_be_bytes());
+        let frag = (from / 8) as u16 | if more { 0x2000 } else { 0 };
+        f[14 + 6..14 + 8].copy_from_slice(&frag.to_be_bytes());
+        f
+    };
+    let tiny_first = fragment(0, 8, true);
+    let over_flags = fragment(8, tcp.len(), false);
+    assert_eq!(path.test_run(true, &tiny_first, 1).unwrap().retval, 2, "a first fragment too short for the TCP header: dropped");
+    assert_eq!(path.test_run(true, &over_flags, 1).unwrap().retval, 2, "a fragment at offset 8 bytes: dropped");
+    // The same SYN cut past its header: its first fragment is a SYN like any, dropped by the
+    // verdict and reported; the rest passes.
+    let (whole_first, rest) = (fragment(0, 24, true), fragment(24, 36, false));
+    assert_eq!(path.test_run(true, &whole_first, 1).unwrap().retval, 2, "the verdict's drop");
+    assert_eq!(drain(&mut ring), vec![(EventKind::SynDropped { rule: 3, limited: false }, SYN)]);
+    assert_eq!(path.test_run(true, &rest, 1).unwrap().retval, 0, "a later fragment past the header passes");
+    let c = path.counters().unwrap();
+    assert_eq!((c.tiny_frag, c.syn_dropped), (2, 1), "{c:?}");
+}
+
 /// Held SYNs (`set_hold_syns`): a SYN without a verdict is reported whole, as a held SYN, and
 /// dropped (the engine sends it on), not marked; one with a verdict is still decided in the
 /// kernel; one too long for a record passes undecided and is counted; once a held SYN has

@@ -121,7 +121,7 @@ impl Fast {
 }
 
 /// The fast path's counters as the metrics (`rlm_fastpath`) and the status show them.
-fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 14] {
+fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 15] {
     [
         ("syn_passed", c.syn_passed),
         ("syn_dropped", c.syn_dropped),
@@ -137,6 +137,7 @@ fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64
         ("body_silent", c.body_silent),
         ("resp_queued", c.resp_queued),
         ("stale", c.stale),
+        ("tiny_frag", c.tiny_frag),
     ]
 }
 
