@@ -381,17 +381,26 @@ static __always_inline void fill(struct event *e, struct __sk_buff *skb, __u32 l
 }
 
 // The reader drains the ring every few milliseconds; it is woken early only when a quarter of
-// the ring is waiting, and then once more for each further sixteenth (WAKE_STEP) that fills: a
-// forced wakeup costs about 3 us, thirty times a report (measured by benches/syn_drop.rs when
-// every report past the quarter woke it), so a flood that outruns the reader must not pay one
-// per SYN. A held SYN wakes it when syn_admit says so (`wake`): it waits for the engine.
-#define WAKE_STEP (RING_BYTES / 16)
+// the ring is waiting, and then once more for each further sixteenth that fills: a forced
+// wakeup costs about 3 us, thirty times a report (measured by benches/syn_drop.rs when every
+// report past the quarter woke it), so a flood that outruns the reader must not pay one per
+// SYN. A held SYN wakes it when syn_admit says so (`wake`): it waits for the engine. The
+// quarter and the sixteenths are the ring's own (`[ebpf] ring_mb`, 1 to 1024 MiB; they were
+// the compiled-in 16 MiB's, so a ring of 4 MiB or less was never woken by what waited in it);
+// its size is asked only past a quarter of the smallest ring (MIN_RING_BYTES).
+#define MIN_RING_BYTES (1 << 20)
 static __always_inline void submit(void *ring, void *e, __u64 size, int wake)
 {
     __u64 avail = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
     __u64 flags = BPF_RB_NO_WAKEUP;
-    if (wake || (avail >= RING_BYTES / 4 && (avail < size || (avail - size) / WAKE_STEP != avail / WAKE_STEP)))
+    if (wake) {
         flags = BPF_RB_FORCE_WAKEUP;
+    } else if (avail >= MIN_RING_BYTES / 4) {
+        __u64 bytes = bpf_ringbuf_query(ring, BPF_RB_RING_SIZE);
+        __u64 step = bytes / 16;
+        if (step && avail >= bytes / 4 && (avail < size || (avail - size) / step != avail / step))
+            flags = BPF_RB_FORCE_WAKEUP;
+    }
     bpf_ringbuf_submit(e, flags);
 }
 

@@ -259,6 +259,48 @@ fn tiny_fragments_cannot_carry_a_syn_past_its_verdict() {
     assert_eq!((c.tiny_frag, c.syn_dropped), (2, 1), "{c:?}");
 }
 
+/// A reader asleep on a ring is woken once a quarter of that ring waits, whatever the ring's
+/// size: with 1 MiB rings (`[ebpf] ring_mb = 1`) the quarter is 256 KiB (the thresholds were the
+/// compiled-in 16 MiB ring's, so a small ring was never woken by what waited in it, only
+/// drained by the reader's timer).
+#[test]
+fn a_small_ring_wakes_its_reader_at_a_quarter_of_its_own_size() {
+    if !is_root() {
+        eprintln!("skipped: needs root (eBPF)");
+        return;
+    }
+    let mut path = InlinePath::load_sharded(&[80], MARK, kmod_fastpath::inline::Rings { count: 1, bytes: 1 << 20 }).expect("load with a 1 MiB ring");
+    path.watch_heartbeat(None).unwrap();
+    let mut ring = path.take_events().unwrap();
+    let server: SocketAddrV4 = "10.1.0.1:80".parse().unwrap();
+    let client = Ipv4Addr::new(10, 4, 0, 2);
+    path.set_mode(Mode::Verdicts, 5).unwrap();
+    path.set_syn_verdict(client, server, 5, SynAction::Pass).unwrap();
+    let syn = tcp_frame(LinkType::Ethernet, SocketAddr::V4(SocketAddrV4::new(client, 40000)), server.into(), 1, 1, SYN, &[]);
+    // What one report takes in the ring.
+    path.test_run(true, &syn, 1).unwrap();
+    let one = path.rings_waiting()[0].0;
+    assert!(one > 0, "a passed SYN is reported");
+    assert_eq!(drain(&mut ring).len(), 1);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&ring);
+    let asleep = std::thread::spawn(move || {
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let t = std::time::Instant::now();
+        // SAFETY: one pollfd, the ring's descriptor, open while the test holds the ring.
+        let n = unsafe { libc::poll(&mut p, 1, 5_000) };
+        (n, t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // A third of the ring: past its quarter, short of full.
+    let reports = ((1u64 << 20) / 3 / one) as u32;
+    path.test_run(true, &syn, reports).unwrap();
+    let (waiting, bytes) = path.rings_waiting()[0];
+    assert!(waiting >= u64::from(bytes) / 4 && path.counters().unwrap().ring_full == 0, "the regime: {waiting} of {bytes} bytes waiting, none lost");
+    let (n, slept) = asleep.join().unwrap();
+    assert!(n == 1 && slept < Duration::from_secs(3), "the reader woken ({n}) after {slept:?}");
+    drop(ring);
+}
+
 /// Held SYNs (`set_hold_syns`): a SYN without a verdict is reported whole, as a held SYN, and
 /// dropped (the engine sends it on), not marked; one with a verdict is still decided in the
 /// kernel; one too long for a record passes undecided and is counted; once a held SYN has
