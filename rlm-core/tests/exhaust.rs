@@ -3,9 +3,9 @@
 //! and are never answered. Before the targets' budget, 200 such connections (394 MB sent) grew
 //! rlm's RSS by 3.5 GB: each target was kept as sent and escaped at up to 4 times its length.
 //! Now each kept field stops at 8 KiB (`field_truncated`) and all connections together hold
-//! at most `max_held_bytes` (16 MiB here): the connections that began holding first are
+//! at most `max_held_bytes` (4 MiB here): the connections that began holding first are
 //! evicted; the open pageviews' lists (which keep each request's target) at most
-//! `max_list_bytes` (8 MiB here): the oldest open pageviews are cut short. Heap bytes are measured by a counting allocator.
+//! `max_list_bytes` (2 MiB here): the oldest open pageviews are cut short. Heap bytes are measured by a counting allocator.
 
 use rlm_core::testkit::{heap_bytes, CountingAlloc, TcpConv};
 use rlm_core::{Config, Engine, Port, Timestamp};
