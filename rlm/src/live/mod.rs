@@ -121,7 +121,7 @@ impl Fast {
 }
 
 /// The fast path's counters as the metrics (`rlm_fastpath`) and the status show them.
-fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 15] {
+fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64); 18] {
     [
         ("syn_passed", c.syn_passed),
         ("syn_dropped", c.syn_dropped),
@@ -136,6 +136,9 @@ fn fastpath_counters(c: &kmod_fastpath::inline::Counters) -> [(&'static str, u64
         ("body_cut", c.body_cut),
         ("body_silent", c.body_silent),
         ("resp_queued", c.resp_queued),
+        ("req_queued", c.req_queued),
+        ("rej_queued", c.rej_queued),
+        ("rej_dropped", c.rej_dropped),
         ("stale", c.stale),
         ("tiny_frag", c.tiny_frag),
     ]
@@ -1651,5 +1654,44 @@ mod clock_tests {
         assert!(t >= now && t <= now_ts(), "{t}");
         let before = rlm_core::Timestamp(now.as_nanos() - 1_000);
         assert_eq!(not_after_now(before, &mut ceiling), before);
+    }
+}
+
+#[cfg(test)]
+mod fastpath_counter_tests {
+    use super::*;
+
+    /// Every counter of the fast path reaches /status and /metrics: the struct is written out
+    /// whole here, so that a counter added to it fails to compile until it is listed too
+    /// (`req_queued`, `rej_queued` and `rej_dropped` were counted in the kernel and shown nowhere).
+    #[test]
+    fn every_fast_path_counter_is_shown() {
+        let c = kmod_fastpath::inline::Counters {
+            syn_passed: 1,
+            syn_dropped: 2,
+            syn_queued: 3,
+            observed: 4,
+            ring_full: 5,
+            ack_skipped: 6,
+            resp_queued: 7,
+            req_queued: 8,
+            stale: 9,
+            rej_queued: 10,
+            rej_dropped: 11,
+            syn_held: 12,
+            hold_failed: 13,
+            hold_late: 14,
+            body_cut: 15,
+            body_armed: 16,
+            body_silent: 17,
+            tiny_frag: 18,
+        };
+        let mut shown: Vec<u64> = fastpath_counters(&c).iter().map(|&(_, v)| v).collect();
+        shown.sort_unstable();
+        assert_eq!(shown, (1..=18).collect::<Vec<u64>>(), "each counter shown once");
+        let mut names: Vec<&str> = fastpath_counters(&c).iter().map(|&(k, _)| k).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), 18, "each under a name of its own");
     }
 }
