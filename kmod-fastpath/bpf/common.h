@@ -296,7 +296,7 @@ struct parsed {
     struct udphdr *udp;  // FRAME_IPV4 or FRAME_IPV6 with UDP (QUIC's, counted by the engine); else 0
     __u32 saddr;         // IPv4 only (network byte order); 0 otherwise
     __u32 daddr;
-    __u32 payload;       // TCP payload bytes (IPv4 only)
+    __u32 payload;       // TCP payload bytes (IPv4, and IPv6 without extension headers)
     __u32 kind;          // enum frame_kind
     int v4;              // kind == FRAME_TCP4
     int tiny_frag;       // an IPv4 TCP fragment of RFC 1858's tiny kind: a first fragment too short
@@ -390,8 +390,14 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
         }
         if ((void *)(ip6 + 1) <= data_end && ip6->nexthdr == IPPROTO_TCP) {
             struct tcphdr *tcp = (void *)(ip6 + 1);
-            if ((void *)(tcp + 1) <= data_end)
+            if ((void *)(tcp + 1) <= data_end) {
                 p->tcp = tcp;
+                // So that a head in a GRO super-frame is copied whole as over IPv4 (snap_of);
+                // every other use of it is IPv4's only (`v4`).
+                __u32 headers = tcp->doff * 4;
+                __u32 total = bpf_ntohs(ip6->payload_len);
+                p->payload = total > headers ? total - headers : 0;
+            }
         } else if ((void *)(ip6 + 1) <= data_end && ip6->nexthdr == IPPROTO_UDP) {
             struct udphdr *udp = (void *)(ip6 + 1);
             if ((void *)(udp + 1) <= data_end)
