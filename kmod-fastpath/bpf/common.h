@@ -378,6 +378,10 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
         p->dkey = source_key4(ip->daddr);
         __u32 headers = ip->ihl * 4 + tcp->doff * 4;
         __u32 total = bpf_ntohs(ip->tot_len);
+        // BIG TCP's GRO super-frames past 64 KiB carry a total length of 0: the skb's length
+        // is the datagram's then (behind the Ethernet header, which tc's skb->len counts).
+        if (total == 0 && skb->len > sizeof(struct ethhdr))
+            total = skb->len - sizeof(struct ethhdr);
         p->payload = total > headers ? total - headers : 0;
         p->v4 = 1;
         return p->kind = FRAME_TCP4;

@@ -274,6 +274,18 @@ fn a_long_request_frame_is_copied_whole_over_ipv4_and_ipv6() {
     }
 }
 
+/// A server's data super-frame of BIG TCP (IPv4 GRO past 64 KiB) carries a total length of 0:
+/// its payload is the skb's, so it is reported as data, not skipped as a bare ACK.
+#[test]
+fn a_big_tcp_frame_with_a_total_length_of_zero_is_data() {
+    let Some((path, mut ring)) = loaded() else { return };
+    let mut frame = tcp_frame(LinkType::Ethernet, "10.1.0.1:80".parse().unwrap(), "10.4.0.2:40000".parse().unwrap(), 1, 1, ACK, &[b'x'; 1000]);
+    frame[14 + 2..14 + 4].copy_from_slice(&0u16.to_be_bytes());
+    path.test_run_from_server(&frame).unwrap();
+    assert_eq!(lengths(&mut ring), vec![(frame.len(), frame.len())], "reported as data");
+    assert_eq!(path.counters().unwrap().ack_skipped, 0);
+}
+
 /// A reader asleep on a ring is woken once a quarter of that ring waits, whatever the ring's
 /// size: with 1 MiB rings (`[ebpf] ring_mb = 1`) the quarter is 256 KiB (the thresholds were the
 /// compiled-in 16 MiB ring's, so a small ring was never woken by what waited in it, only
