@@ -286,7 +286,7 @@ enum frame_kind {
     FRAME_OTHER,      // neither IPv4 nor IPv6 (ARP, ...), or an IPv4 header cut short or bad
     FRAME_IPV6,       // IPv6; `tcp` (`udp`) is set if its next header is TCP (UDP), no extension headers
     FRAME_IPV4,       // IPv4, not TCP (`udp` is set for UDP, but in a later fragment)
-    FRAME_IPV4_FRAG,  // IPv4 TCP, a later fragment (no TCP header)
+    FRAME_IPV4_FRAG,  // IPv4 TCP or UDP, a later fragment (no TCP or UDP header)
     FRAME_TCP_SHORT,  // IPv4 TCP whose TCP header is cut short
     FRAME_TCP4,       // IPv4 TCP: `tcp`, the addresses and the payload's length
 };
@@ -351,6 +351,10 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
                 p->dkey = source_key4(ip->daddr);
             }
         }
+        // A later fragment of a UDP datagram has no UDP header: the same kind as TCP's, so that
+        // SRPT ranks it with its first fragment (unranked data), not ahead of it as control.
+        if (ip->protocol == IPPROTO_UDP && (ip->frag_off & bpf_htons(0x1fff)))
+            return p->kind = FRAME_IPV4_FRAG;
         if (ip->protocol != IPPROTO_TCP)
             return p->kind = FRAME_IPV4;
         // Later fragments carry no TCP header.

@@ -172,6 +172,10 @@ fn open_ended_responses_and_other_packets() {
     // UDP (QUIC's bulk, unranked): the other band too, not control; ICMP: control.
     let quic = rlm_core::testkit::udp_frame("10.1.0.1:443".parse().unwrap(), t.client, &[0x40; 1200]);
     assert_eq!(t.fp.test_run(&quic, 1).unwrap().skb.priority, BASE + 6, "UDP is not control");
+    // Its later fragments (no UDP header) with it, not ahead of it in the control band.
+    let mut later = quic.clone();
+    later[14 + 6..14 + 8].copy_from_slice(&185u16.to_be_bytes());
+    assert_eq!(t.fp.test_run(&later, 1).unwrap().skb.priority, BASE + 6, "a later UDP fragment ranks with its first");
     let icmp = udp_as_icmp(&quic);
     assert_eq!(t.fp.test_run(&icmp, 1).unwrap().skb.priority, BASE, "ICMP is control");
     // FAIR: the same accounting, one class for everything.
