@@ -94,7 +94,7 @@ fn metrics_text() -> String {
     std::thread::spawn(|| {
         enter(NS_B);
         let mut s = TcpStream::connect(METRICS).expect("metrics");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n").unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
         text
