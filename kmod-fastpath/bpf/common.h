@@ -340,7 +340,10 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
         struct iphdr *ip = (void *)(eth + 1);
         if ((void *)(ip + 1) > data_end || ip->ihl < 5)
             return p->kind = FRAME_OTHER;
-        if (ip->protocol == IPPROTO_UDP && !(ip->frag_off & bpf_htons(0x1fff))) {
+        // The fragment's offset (in 8-byte units) and whether more fragments follow.
+        __u16 frag = bpf_ntohs(ip->frag_off);
+        __u16 offset = frag & 0x1fff;
+        if (ip->protocol == IPPROTO_UDP && !offset) {
             struct udphdr *udp = (void *)ip + ip->ihl * 4;
             if ((void *)(udp + 1) <= data_end) {
                 barrier_var(udp);
@@ -353,14 +356,13 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
         }
         // A later fragment of a UDP datagram has no UDP header: the same kind as TCP's, so that
         // SRPT ranks it with its first fragment (unranked data), not ahead of it as control.
-        if (ip->protocol == IPPROTO_UDP && (ip->frag_off & bpf_htons(0x1fff)))
+        if (ip->protocol == IPPROTO_UDP && offset)
             return p->kind = FRAME_IPV4_FRAG;
         if (ip->protocol != IPPROTO_TCP)
             return p->kind = FRAME_IPV4;
         // Later fragments carry no TCP header.
-        __u16 frag = bpf_ntohs(ip->frag_off);
-        if (frag & 0x1fff) {
-            p->tiny_frag = (frag & 0x1fff) == 1;
+        if (offset) {
+            p->tiny_frag = offset == 1;
             return p->kind = FRAME_IPV4_FRAG;
         }
         // A first fragment (more fragments to come) whose datagram part cannot hold the TCP

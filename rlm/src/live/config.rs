@@ -552,12 +552,10 @@ impl RunConfig {
         let mut inputs = Vec::new();
         if let Some(p) = &self.rules {
             inputs.push(Protected::file("the rule file", p));
-            // A rule file that does not compile names no mapping: rlm refuses it anyway.
-            let compiled = rules::read_bounded(p, rules::MAX_FILE_SIZE, "rule file")
-                .ok()
-                .and_then(|b| rules::compile(&p.display().to_string(), &String::from_utf8_lossy(&b)).ok());
+            // A rule file that does not check names no mapping: rlm refuses it anyway.
+            let checked = rules::check_file(p).ok();
             let dir = p.parent().unwrap_or(Path::new("."));
-            for m in compiled.iter().flat_map(|r| r.mapping_files()) {
+            for m in checked.iter().flat_map(|r| r.mapping_files()) {
                 inputs.push(Protected::file("a mapping file of the rules", &dir.join(m)));
             }
         }

@@ -621,18 +621,29 @@ pub fn queue_counters() -> Vec<QueueCounters> {
 mod tests {
     use super::*;
 
+    /// Serve `status` within `limits` on this thread (a LocalSet, as `rlm run` serves) while
+    /// `clients` runs on another with the server's address; what `clients` returns.
+    fn beside_a_server<T: Send + 'static>(status: Status, limits: ServeLimits, clients: impl FnOnce(SocketAddr) -> T + Send + 'static) -> T {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let local = tokio::task::LocalSet::new();
+        let addr = local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), status, limits)).unwrap();
+        let clients = std::thread::spawn(move || clients(addr));
+        local.block_on(&rt, async {
+            while !clients.is_finished() {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        });
+        clients.join().unwrap()
+    }
+
     /// A client that sends half a request head is closed after the head timeout, and one past
     /// the most connections is closed at once; the others are answered.
     #[test]
     fn half_heads_time_out_and_connections_past_the_limit_are_closed() {
         use std::io::{Read, Write};
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let local = tokio::task::LocalSet::new();
         let limits = ServeLimits { header_timeout: std::time::Duration::from_secs(3), max_connections: 2, ..ServeLimits::DEFAULT };
         let board = Board::new(serde_json::json!({"ok": true}), None);
-        let addr = local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), board, limits)).unwrap();
-        // The server runs on the LocalSet while this thread's clients wait on it.
-        let clients = std::thread::spawn(move || {
+        let (third_closed, a_closed, answer) = beside_a_server(board, limits, move |addr| {
             let connect = || {
                 let s = std::net::TcpStream::connect(addr).unwrap();
                 s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
@@ -664,14 +675,6 @@ mod tests {
             let _ = c.read_to_string(&mut answer);
             (third_closed, a_closed, answer)
         });
-        let (third_closed, a_closed, answer) = local.block_on(&rt, async {
-            loop {
-                if clients.is_finished() {
-                    break clients.join().unwrap();
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        });
         // At once, not at the head timeout (3 s): the margins are for a loaded machine.
         assert!(third_closed.is_some_and(|t| t < std::time::Duration::from_millis(1500)), "past the limit: {third_closed:?}");
         assert!(a_closed.is_some_and(|t| t < std::time::Duration::from_secs(8)), "half a head: {a_closed:?}");
@@ -683,12 +686,9 @@ mod tests {
     #[test]
     fn a_client_that_never_reads_is_closed_once_nothing_moves() {
         use std::io::{Read, Write};
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let local = tokio::task::LocalSet::new();
         let limits = ServeLimits { stall_timeout: std::time::Duration::from_secs(2), max_connections: 1, ..ServeLimits::DEFAULT };
         let board = Board::new(serde_json::json!({"padding": "x".repeat(4096)}), None);
-        let addr = local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), board, limits)).unwrap();
-        let clients = std::thread::spawn(move || {
+        let (sent, answered, after) = beside_a_server(board, limits, move |addr| {
             // Requests for 4 KB answers, far more than the sockets' buffers hold, never read.
             let mut slow = std::net::TcpStream::connect(addr).unwrap();
             slow.set_write_timeout(Some(std::time::Duration::from_secs(3))).unwrap();
@@ -711,16 +711,7 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(200));
             }
         });
-        let (sent, answered, after) = local.block_on(&rt, async {
-            loop {
-                if clients.is_finished() {
-                    break clients.join().unwrap();
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        });
         assert!(sent < 2_000_000, "the slow client's requests stalled (the regime): all {sent} went out");
-        println!("sent {sent}, answered after {after:?}");
         assert!(answered, "a new client answered once the stalled one was closed (waited {after:?})");
     }
 
@@ -816,26 +807,15 @@ mod tests {
             assert!(!host_is_local(no), "{no:?}");
         }
         use std::io::{Read, Write};
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let local = tokio::task::LocalSet::new();
         let ask = |token: Option<String>, host: &'static str| {
-            let board = Board::new(serde_json::json!({"ok": true}), token);
-            let addr =
-                local.block_on(&rt, serve_with("127.0.0.1:0".parse().unwrap(), Arc::new(Registry::default()), board, ServeLimits::DEFAULT)).unwrap();
-            let client = std::thread::spawn(move || {
+            beside_a_server(Board::new(serde_json::json!({"ok": true}), token), ServeLimits::DEFAULT, move |addr| {
                 let mut s = std::net::TcpStream::connect(addr).unwrap();
                 s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
                 write!(s, "GET /status?token=0123456789abcdefXYZ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
                 let mut answer = String::new();
                 let _ = s.read_to_string(&mut answer);
                 answer
-            });
-            local.block_on(&rt, async {
-                while !client.is_finished() {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            });
-            client.join().unwrap()
+            })
         };
         assert!(ask(None, "127.0.0.1").starts_with("HTTP/1.1 200"));
         assert!(ask(None, "rebound.example:9464").starts_with("HTTP/1.1 403"));

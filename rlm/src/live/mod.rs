@@ -271,13 +271,20 @@ fn check_run_privileges(cfg: &RunConfig) -> Result<()> {
 /// exit) and CAP_NET_RAW (iptables). The bounding set is cut too, so that the iptables run at
 /// exit cannot regain anything either.
 pub(crate) fn drop_capabilities() -> Result<()> {
-    use caps::{CapSet, Capability};
-    let keep: caps::CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW].into_iter().collect();
+    keep_capabilities(&[caps::Capability::CAP_NET_ADMIN, caps::Capability::CAP_NET_RAW])
+}
+
+/// Keep `keep` and nothing else, in the calling thread's every set (capabilities are a thread's
+/// own): the bounding set first, while CAP_SETPCAP is still there to cut it.
+pub(crate) fn keep_capabilities(keep: &[caps::Capability]) -> Result<()> {
+    use caps::CapSet;
+    let keep: caps::CapsHashSet = keep.iter().copied().collect();
     for c in caps::all() {
         if !keep.contains(&c) {
             caps::drop(None, CapSet::Bounding, c).with_context(|| format!("dropping {c} from the bounding set"))?;
         }
     }
+    caps::clear(None, CapSet::Ambient)?;
     caps::clear(None, CapSet::Inheritable)?;
     caps::set(None, CapSet::Effective, &keep)?;
     caps::set(None, CapSet::Permitted, &keep)?;

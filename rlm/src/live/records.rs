@@ -395,25 +395,10 @@ fn give_way() {
 /// own, and the writer starts before `rlm run` drops what it does not keep (its outputs are
 /// opened while rlm may still write anywhere), so without this it kept every capability rlm
 /// was started with. It needs none: it writes to files already open and reopens them as the
-/// user rlm runs as. The bounding set is cut first, while CAP_SETPCAP is still there (without
-/// it, as for a user without capabilities, there is nothing to cut). A failure is logged.
+/// user rlm runs as. A failure is logged.
 fn shed_capabilities() {
-    use caps::{CapSet, Capability};
-    let mut failed = Vec::new();
-    if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false) {
-        for c in caps::all() {
-            if let Err(e) = caps::drop(None, CapSet::Bounding, c) {
-                failed.push(format!("{c} from the bounding set: {e}"));
-            }
-        }
-    }
-    for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
-        if let Err(e) = caps::clear(None, set) {
-            failed.push(format!("the {set:?} set: {e}"));
-        }
-    }
-    if !failed.is_empty() {
-        warn!("records: the writer could not drop {}", failed.join(", "));
+    if let Err(e) = super::keep_capabilities(&[]) {
+        warn!("records: the writer could not drop its capabilities: {e:#}");
     }
 }
 
