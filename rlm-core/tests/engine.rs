@@ -267,6 +267,41 @@ fn navigation_favicon_and_download_start_their_own_pageviews() {
 }
 
 #[test]
+fn a_container_asked_again_after_its_kept_alive_connection_closed_is_one_pageview() {
+    // The server closes the kept-alive connection as the browser sends its next page on it: the
+    // request crosses the FIN and gets an RST, and the browser asks again on a new connection
+    // (RFC 9112 9.3.1). Its visitor waits from the first ask.
+    let mut r = Run::new();
+    let (mut c1, _c2) = standard_page(&mut r, 0, "10.4.0.12");
+    r.feed(4_000, c1.server_fin());
+    r.feed(4_030, c1.client_data(&get("/next.html", "Accept: text/html\r\n")));
+    r.feed(4_030, c1.server_rst());
+    let mut c3 = TcpConv::new("10.4.0.12:40003", "10.9.0.1:80");
+    handshake(&mut r, &mut c3, 4_031);
+    r.feed(4_111, c3.client_data(&get("/next.html", "Accept: text/html\r\n")));
+    r.feed_all(4_120, c3.server_data(&html_response("<p>next</p>")));
+    r.finish(20_000);
+    let containers: Vec<Option<&str>> = r.pv.iter().map(|p| p.container.as_deref()).collect();
+    assert_eq!(containers, vec![Some("/index.html"), Some("/next.html")], "{:#?}", r.pv);
+    let p = &r.pv[1];
+    assert!(approx(secs(p.start_ts), 4.030 - 0.04, 1e-6), "starts at the first ask: {}", p.start_ts);
+    assert!(approx(p.rt_s, 0.090 + 0.08, 1e-6), "rt {}", p.rt_s);
+    assert_eq!((p.objects, p.connections), (0, 2), "{p:?}");
+    // A different page asked after such an end is a pageview of its own.
+    let mut c4 = TcpConv::new("10.4.0.12:40004", "10.9.0.1:80");
+    handshake(&mut r, &mut c4, 30_000);
+    r.feed(30_080, c4.client_data(&get("/a.html", "Accept: text/html\r\n")));
+    r.feed(30_080, c4.server_rst());
+    let mut c5 = TcpConv::new("10.4.0.12:40005", "10.9.0.1:80");
+    handshake(&mut r, &mut c5, 30_081);
+    r.feed(30_161, c5.client_data(&get("/b.html", "Accept: text/html\r\n")));
+    r.feed_all(30_170, c5.server_data(&html_response("<p>b</p>")));
+    r.finish(40_000);
+    let containers: Vec<Option<&str>> = r.pv[2..].iter().map(|p| p.container.as_deref()).collect();
+    assert_eq!(containers, vec![Some("/a.html"), Some("/b.html")], "{:#?}", r.pv);
+}
+
+#[test]
 fn preconnected_idle_connection_starts_its_pageview_at_the_request() {
     let mut r = Run::new();
     let mut c1 = TcpConv::new("10.4.0.8:40001", "10.9.0.1:80");

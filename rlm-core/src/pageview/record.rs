@@ -160,8 +160,9 @@ pub(super) fn build_record(p: &OpenPv, cfg: &PageviewConfig) -> PageviewRecord {
     let events = event_graph(p, cfg.max_events);
     let (t_conn, t_server, t_transfer) = critical_path(p);
     let objects: Vec<&PvTxn> = p.txns.iter().filter(|t| !t.container).collect();
-    // Each transaction's requests (an encrypted exchange's estimate), less the container.
-    let requests: u32 = p.txns.iter().map(|t| t.requests).sum::<u32>().saturating_sub(u32::from(p.txns.iter().any(|t| t.container)));
+    // Each transaction's requests (an encrypted exchange's estimate), less the container's (a
+    // container asked again after its connection closed unanswered is asked twice).
+    let requests: u32 = p.txns.iter().map(|t| t.requests).sum::<u32>().saturating_sub(p.txns.iter().filter(|t| t.container).count() as u32);
     PageviewRecord {
         id: p.id,
         client: p.client.to_string(),
