@@ -297,6 +297,7 @@ struct parsed {
     __u32 saddr;         // IPv4 only (network byte order); 0 otherwise
     __u32 daddr;
     __u32 payload;       // TCP payload bytes (IPv4, and IPv6 without extension headers)
+    __u32 tcp_off;       // where `tcp` starts in the frame
     __u32 kind;          // enum frame_kind
     int v4;              // kind == FRAME_TCP4
     int tiny_frag;       // an IPv4 TCP fragment of RFC 1858's tiny kind: a first fragment too short
@@ -378,6 +379,7 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
         // which would give the verifier a pointer with no known bounds.
         barrier_var(tcp);
         p->tcp = tcp;
+        p->tcp_off = sizeof(struct ethhdr) + ip->ihl * 4;
         p->saddr = ip->saddr;
         p->daddr = ip->daddr;
         p->skey = source_key4(ip->saddr);
@@ -402,6 +404,7 @@ static __always_inline __u32 parse_frame(struct __sk_buff *skb, struct parsed *p
             struct tcphdr *tcp = (void *)(ip6 + 1);
             if ((void *)(tcp + 1) <= data_end) {
                 p->tcp = tcp;
+                p->tcp_off = sizeof(struct ethhdr) + sizeof(struct ipv6hdr);
                 // So that a head in a GRO super-frame is copied whole as over IPv4 (snap_of);
                 // every other use of it is IPv4's only (`v4`).
                 __u32 headers = tcp->doff * 4;

@@ -15,7 +15,9 @@
 //  - observe, on the server port (ingress and egress): every TCP packet to or from a server
 //    port is copied into the ring buffer for the engine to measure, but the clients' SYNs
 //    (reported at the client port) and bare IPv4 ACKs other than the one that completes a
-//    handshake (the engine times the handshake with it; the others tell it nothing it needs).
+//    handshake (the engine times the handshake with it) and a client's that carries a D-SACK
+//    (it tells the engine a server's retransmission was spurious); the others tell it nothing
+//    it needs.
 //    Nothing is held. While content adaptation is on (CFG_QUEUE_RESPONSES), the servers' IPv4
 //    segments with payload, FIN or RST get the queue mark instead of a report: the engine sees
 //    them through NFQUEUE, and rewrites them there. Likewise, while a rewrite is carried out
@@ -96,6 +98,76 @@ struct {
     __type(key, struct conn_key);
     __type(value, __u64);
 } rejected SEC(".maps");
+
+// A D-SACK search over a segment's options (has_dsack), one option a step of bpf_loop.
+struct sack_scan {
+    __u8 opts[64];  // the options (40 bytes at most), zero past them; read masked to 63
+    __u32 len;      // their length
+    __u32 i;        // the next option's offset
+    __u32 ack;      // the acknowledgement number (host order)
+    int found;
+};
+
+static __always_inline __u32 opt32(struct sack_scan *s, __u32 at)
+{
+    return ((__u32)s->opts[at & 63] << 24) | ((__u32)s->opts[(at + 1) & 63] << 16) | ((__u32)s->opts[(at + 2) & 63] << 8) |
+           s->opts[(at + 3) & 63];
+}
+
+// One option: 0 to go on to the next, 1 to stop.
+static long sack_step(__u64 index, void *ctx)
+{
+    struct sack_scan *s = ctx;
+    __u32 i = s->i;
+    if (i >= s->len)
+        return 1;
+    __u8 kind = s->opts[i & 63];
+    if (kind == 0)
+        return 1;
+    if (kind == 1) {
+        s->i = i + 1;
+        return 0;
+    }
+    __u8 olen = s->opts[(i + 1) & 63];
+    if (olen < 2 || i + olen > s->len)
+        return 1;
+    if (kind == 5 && olen >= 10) {
+        __u32 l1 = opt32(s, i + 2), r1 = opt32(s, i + 6);
+        if ((__s32)(l1 - s->ack) < 0) {
+            s->found = 1;
+        } else if (olen >= 18) {
+            __u32 l2 = opt32(s, i + 10), r2 = opt32(s, i + 14);
+            s->found = (__s32)(l1 - l2) >= 0 && (__s32)(r2 - r1) >= 0;
+        }
+        return 1;
+    }
+    s->i = i + olen;
+    return 0;
+}
+
+// Whether a segment's options hold a D-SACK (RFC 2883 4, as rlm-core's wire::dsack reads it):
+// a SACK option whose first block starts below the acknowledgement number, or lies within its
+// second block.
+static __always_inline int has_dsack(struct __sk_buff *skb, struct tcphdr *tcp, __u32 tcp_off)
+{
+    // A SACK option takes 10 bytes at least, 12 with the NOPs that align it: none in a header
+    // of fewer than 8 words (most ACKs carry only timestamps, 12 bytes, or nothing).
+    __u32 words = tcp->doff;
+    if (words < 8)
+        return 0;
+    // Timestamps alone (NOP, NOP, TS), the usual 8-word header: read no further.
+    __u8 *o = (void *)(tcp + 1);
+    if (words == 8 && (void *)(o + 4) <= (void *)(long)skb->data_end && o[0] == 1 && o[1] == 1 && o[2] == 8 && o[3] == 10)
+        return 0;
+    __u32 len = (words - 5) * 4;
+    struct sack_scan s = {};
+    if (bpf_skb_load_bytes(skb, tcp_off + sizeof(struct tcphdr), s.opts, len) < 0)
+        return 0;
+    s.len = len;
+    s.ack = bpf_ntohl(tcp->ack_seq);
+    bpf_loop(40, sack_step, &s, 0);
+    return s.found;
+}
 
 // Whether `k` is a rejected connection still in the engine's hands.
 static __always_inline int is_rejected(struct conn_key *k)
@@ -700,14 +772,17 @@ int observe(struct __sk_buff *skb)
             // A new connection on these ports: a range an earlier one left ends.
             bpf_map_delete_elem(&unread, &k);
         } else if (p.payload == 0 && tcp->ack && !tcp->syn && !tcp->fin && !tcp->rst) {
-            // A bare ACK: only the client's handshake ACK goes on.
+            // A bare ACK: only the client's handshake ACK goes on, and a client's D-SACK (server
+            // bytes it got twice: the engine takes back the end a spurious retransmission gave
+            // the response).
             struct conn_key k = { .client = p.saddr, .server = p.daddr, .client_port = tcp->source, .server_port = tcp->dest };
             __u32 *want = to_server ? bpf_map_lookup_elem(&handshakes, &k) : 0;
-            if (!want || *want != bpf_ntohl(tcp->ack_seq)) {
+            if (want && *want == bpf_ntohl(tcp->ack_seq)) {
+                bpf_map_delete_elem(&handshakes, &k);
+            } else if (!(to_server && has_dsack(skb, tcp, p.tcp_off))) {
                 count(C_ACK_SKIPPED);
                 return TC_ACT_OK;
             }
-            bpf_map_delete_elem(&handshakes, &k);
         } else if (to_server && !tcp->syn && (p.payload > 0 || tcp->fin || tcp->rst)) {
             // The client's data, FIN or RST: its handshake is over (its ACK lost and carried
             // by the data, or the connection ended), so its entry goes rather than waiting for

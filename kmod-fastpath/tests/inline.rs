@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
 use kmod_fastpath::inline::{EventKind, EventRing, InlinePath, Mode, SynAction};
-use rlm_core::testkit::{tcp_frame, ACK, FIN, PSH, RST, SYN};
+use rlm_core::testkit::{tcp_frame, tcp_sack, ACK, FIN, PSH, RST, SYN};
 use rlm_core::wire::LinkType;
 
 const CLIENT: &str = "10.78.0.2";
@@ -284,6 +284,31 @@ fn a_big_tcp_frame_with_a_total_length_of_zero_is_data() {
     path.test_run_from_server(&frame).unwrap();
     assert_eq!(lengths(&mut ring), vec![(frame.len(), frame.len())], "reported as data");
     assert_eq!(path.counters().unwrap().ack_skipped, 0);
+}
+
+/// A client's bare ACK goes on to the engine when it carries a D-SACK (server bytes it received
+/// twice: a retransmission of them was spurious, and the engine takes back the end it gave the
+/// response), not when it carries a plain SACK or nothing.
+#[test]
+fn a_clients_d_sack_is_reported_and_its_other_bare_acks_are_not() {
+    let Some((path, mut ring)) = loaded() else { return };
+    let (c, s): (SocketAddr, SocketAddr) = ("10.4.0.2:40000".parse().unwrap(), "10.1.0.1:80".parse().unwrap());
+    let sack = tcp_sack(LinkType::Ethernet, c, s, 1, 5_000, &[(6_000, 6_500)]);
+    let sacks = tcp_sack(LinkType::Ethernet, c, s, 1, 5_000, &[(6_000, 6_500), (7_000, 7_500), (8_000, 8_500)]);
+    let bare = tcp_frame(LinkType::Ethernet, c, s, 1, 5_000, ACK, &[]);
+    for f in [&sack, &sacks, &bare] {
+        path.test_run(false, f, 1).unwrap();
+    }
+    assert_eq!(lengths(&mut ring), vec![], "plain SACKs and bare ACKs are skipped");
+    assert_eq!(path.counters().unwrap().ack_skipped, 3);
+    let below = tcp_sack(LinkType::Ethernet, c, s, 1, 5_000, &[(4_000, 4_500)]);
+    let within = tcp_sack(LinkType::Ethernet, c, s, 1, 5_000, &[(6_000, 6_500), (5_500, 7_000)]);
+    let wrapped = tcp_sack(LinkType::Ethernet, c, s, 1, 100, &[(u32::MAX - 99, 50)]);
+    for f in [&below, &within, &wrapped] {
+        path.test_run(false, f, 1).unwrap();
+    }
+    assert_eq!(lengths(&mut ring), vec![(below.len(), below.len()), (within.len(), within.len()), (wrapped.len(), wrapped.len())]);
+    assert_eq!(path.counters().unwrap().ack_skipped, 3);
 }
 
 /// A reader asleep on a ring is woken once a quarter of that ring waits, whatever the ring's

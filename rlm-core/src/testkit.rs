@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use etherparse::PacketBuilder;
+use etherparse::{PacketBuilder, TcpOptionElement};
 
 pub mod tls;
 
@@ -45,6 +45,31 @@ pub const ACK: u8 = 0x10;
 /// IPv4 address paired with an IPv6 one is sent IPv4-mapped. The one place the workspace's
 /// tests, benches and fuzz targets build TCP frames.
 pub fn tcp_frame(link: LinkType, src: SocketAddr, dst: SocketAddr, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    tcp_frame_with(link, src, dst, seq, ack, flags, &[], payload)
+}
+
+/// A bare ACK as [`tcp_frame`] builds it, with a SACK option of `blocks` (1 to 4 `(left,
+/// right)` sequence numbers, the first a D-SACK when below `ack`) behind two NOPs.
+pub fn tcp_sack(link: LinkType, src: SocketAddr, dst: SocketAddr, seq: u32, ack: u32, blocks: &[(u32, u32)]) -> Vec<u8> {
+    let mut rest = [None; 3];
+    for (r, b) in rest.iter_mut().zip(&blocks[1..]) {
+        *r = Some(*b);
+    }
+    let sack = [TcpOptionElement::Noop, TcpOptionElement::Noop, TcpOptionElement::SelectiveAcknowledgement(blocks[0], rest)];
+    tcp_frame_with(link, src, dst, seq, ack, ACK, &sack, &[])
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tcp_frame_with(
+    link: LinkType,
+    src: SocketAddr,
+    dst: SocketAddr,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    options: &[TcpOptionElement],
+    payload: &[u8],
+) -> Vec<u8> {
     fn v6(a: IpAddr) -> std::net::Ipv6Addr {
         match a {
             IpAddr::V6(a) => a,
@@ -74,6 +99,9 @@ pub fn tcp_frame(link: LinkType, src: SocketAddr, dst: SocketAddr, seq: u32, ack
     }
     if flags & PSH != 0 {
         tcp = tcp.psh();
+    }
+    if !options.is_empty() {
+        tcp = tcp.options(options).expect("at most 40 bytes of options");
     }
     let mut v = Vec::with_capacity(tcp.size(payload.len()));
     // Only a payload too long for IP fails (an empty or partial frame then); no caller's is.
@@ -163,6 +191,12 @@ impl TcpConv {
     /// A client ACK of everything the server sent.
     pub fn client_ack(&self) -> Vec<u8> {
         frame(self.client, self.server, self.cseq, Some(self.sseq), "", &[])
+    }
+    /// A client ACK of everything the server sent, with a D-SACK of `len` server bytes ending
+    /// `back` bytes before the server's next: the client received them twice.
+    pub fn client_dsack(&self, back: u32, len: u32) -> Vec<u8> {
+        let end = self.sseq.wrapping_sub(back);
+        tcp_sack(LinkType::Ethernet, self.client, self.server, self.cseq, self.sseq, &[(end.wrapping_sub(len), end)])
     }
     /// The client's FIN (it takes a sequence number).
     pub fn client_fin(&mut self) -> Vec<u8> {

@@ -8,7 +8,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use etherparse::err::packet::SliceError;
-use etherparse::{LaxNetSlice, LaxSlicedPacket, NetSlice, SlicedPacket, TcpSlice, TransportSlice, UdpSlice};
+use etherparse::{LaxNetSlice, LaxSlicedPacket, NetSlice, SlicedPacket, TcpOptionElement, TcpSlice, TransportSlice, UdpSlice};
 
 /// How a frame starts: the link types of the captures and ports we read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +98,10 @@ pub struct Segment<'a> {
     pub payload_offset: usize,
     /// Offset of the TCP header in the frame (its checksum is 16 bytes in).
     pub tcp_offset: usize,
+    /// The acknowledgement's D-SACK block (RFC 2883), as `(left, right)` sequence numbers: the
+    /// bytes its sender received twice, so that the other side's retransmission of them was
+    /// spurious (its first send had arrived; an acknowledgement of it was lost or late).
+    pub dsack: Option<(u32, u32)>,
 }
 
 /// A decoded UDP datagram, borrowing the frame (the engine counts QUIC's from it).
@@ -294,7 +298,35 @@ fn segment<'a>(frame: &'a [u8], base: usize, src_ip: IpAddr, dst_ip: IpAddr, tcp
         payload_len,
         payload_offset,
         tcp_offset,
+        dsack: dsack(tcp),
     })
+}
+
+/// TCP sequence comparison modulo 2^32: `a` comes before `b`.
+pub(crate) fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// A segment's D-SACK block (RFC 2883 4): its first SACK block when that lies below the
+/// acknowledgement number, or within its second block.
+fn dsack(tcp: &TcpSlice<'_>) -> Option<(u32, u32)> {
+    let options = tcp.options();
+    // Most segments carry no option, or only timestamps (NOP, NOP, TS): nothing to read.
+    if !tcp.ack() || options.is_empty() || (options.len() == 12 && options[..4] == [1, 1, 8, 10]) {
+        return None;
+    }
+    for option in tcp.options_iterator() {
+        match option {
+            Ok(TcpOptionElement::SelectiveAcknowledgement(first, rest)) => {
+                let below = seq_lt(first.0, tcp.acknowledgment_number());
+                let within = rest[0].is_some_and(|(l, r)| !seq_lt(first.0, l) && !seq_lt(r, first.1));
+                return (below || within).then_some(first);
+            }
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 /// Decode a frame the wire carried `wire_len` bytes long of which only the first `frame.len()`
@@ -383,6 +415,29 @@ mod tests {
         assert_eq!(&f[s.payload_offset..], b"GET / HTTP/1.1\r\n\r\n");
         // Ethernet 14, VLAN tag 4, IPv4 20: the TCP header, 20 bytes before the payload.
         assert_eq!((s.tcp_offset, s.payload_offset), (38, 58));
+    }
+
+    #[test]
+    fn reads_a_d_sack_below_the_ack_or_within_the_second_block_only() {
+        use crate::testkit::tcp_sack;
+        let (c, s) = ("10.4.0.1:40000".parse().unwrap(), "10.9.0.1:80".parse().unwrap());
+        let dsack = |blocks: &[(u32, u32)]| match decode(LinkType::Ethernet, &tcp_sack(LinkType::Ethernet, c, s, 1, 5_000, blocks)) {
+            Decoded::Tcp(seg) => seg.dsack,
+            other => panic!("{other:?}"),
+        };
+        // Bytes below the acknowledgement, received twice.
+        assert_eq!(dsack(&[(4_000, 4_500)]), Some((4_000, 4_500)));
+        // Above it, within the second block (RFC 2883 4.2.1's second case).
+        assert_eq!(dsack(&[(6_000, 6_500), (5_500, 7_000)]), Some((6_000, 6_500)));
+        // Plain SACKs: data received out of order, nothing twice.
+        assert_eq!(dsack(&[(6_000, 6_500)]), None);
+        assert_eq!(dsack(&[(6_000, 6_500), (7_000, 7_500)]), None);
+        // Across the 2^32 wrap.
+        let wrapped = tcp_sack(LinkType::Ethernet, c, s, 1, 100, &[(u32::MAX - 99, 50)]);
+        assert!(matches!(decode(LinkType::Ethernet, &wrapped), Decoded::Tcp(seg) if seg.dsack == Some((u32::MAX - 99, 50))));
+        // Timestamps only, or no option: none.
+        let plain = crate::testkit::tcp_frame(LinkType::Ethernet, c, s, 1, 5_000, crate::testkit::ACK, &[]);
+        assert!(matches!(decode(LinkType::Ethernet, &plain), Decoded::Tcp(seg) if seg.dsack.is_none()));
     }
 
     #[test]

@@ -551,19 +551,47 @@ fn rst_mid_response_reports_a_truncated_transaction() {
     assert_eq!(r.tx[0].status_code, Some(200));
 }
 
-#[test]
-fn tail_loss_past_the_appliance_extends_the_pageview() {
-    // The last segment of the page was lost between the appliance and the client: the server
-    // resends it 300 ms later, and only then does the client have the page.
+/// A page of one connection whose server segments all pass the appliance at 100 ms (the client
+/// asked at 80), its last one resent at each of `resent` (ms): the run, the conversation, and
+/// the length of that last segment.
+fn page_with_its_last_segment_resent(client: &str, resent: &[u64]) -> (Run, TcpConv, u32) {
     let mut r = Run::new();
-    let mut c = TcpConv::new("10.4.0.19:40001", "10.9.0.1:80");
+    let mut c = TcpConv::new(&format!("{client}:40001"), "10.9.0.1:80");
     handshake(&mut r, &mut c, 0);
     r.feed(80, c.client_data(&get("/p", "")));
     let segs = c.server_data(&html_response(&"x".repeat(3000)));
     for s in &segs {
         r.feed(100, s.clone());
     }
-    r.feed(400, segs.last().unwrap().clone());
+    let last = segs.last().unwrap();
+    for &t in resent {
+        r.feed(t, last.clone());
+    }
+    (r, c, (last.len() - 54) as u32)
+}
+
+#[test]
+fn tail_loss_past_the_appliance_extends_the_pageview() {
+    // The last segment of the page was lost between the appliance and the client: the server
+    // resends it 300 ms later, and only then does the client have the page.
+    let (mut r, _, _) = page_with_its_last_segment_resent("10.4.0.19", &[400]);
+    r.finish(5_000);
+    assert!(approx(r.pv[0].rt_s, 0.400 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
+}
+
+#[test]
+fn a_retransmission_the_client_reports_as_received_twice_does_not_extend_the_pageview() {
+    // The page's last segment reached the client; its ACK was lost. The server resends the
+    // segment 300 ms later (twice), and the client's ACK then carries a D-SACK of it (RFC 2883):
+    // the client had the page at first.
+    let (mut r, c, last_len) = page_with_its_last_segment_resent("10.4.0.20", &[400, 700]);
+    r.feed(780, c.client_dsack(0, last_len));
+    r.finish(5_000);
+    assert!(approx(r.pv[0].rt_s, 0.100 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
+
+    // A D-SACK of bytes other than those resent leaves the end the retransmission gave.
+    let (mut r, c, last_len) = page_with_its_last_segment_resent("10.4.0.21", &[400]);
+    r.feed(480, c.client_dsack(last_len, 1_000));
     r.finish(5_000);
     assert!(approx(r.pv[0].rt_s, 0.400 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
 }

@@ -241,7 +241,8 @@ impl Engine {
                     }
                 }
                 FlowNote::Established => self.on_established(now, id),
-                FlowNote::ServerRetransmission => self.pageviews.on_server_retransmission(now, id),
+                FlowNote::ServerRetransmission { seq, end } => self.pageviews.on_server_retransmission(now, id, seq, end),
+                FlowNote::ClientGotTwice { seq, end } => self.pageviews.on_client_got_twice(id, seq, end),
                 FlowNote::Unreported(n) => self.stats.unreported_bytes += u64::from(n),
                 FlowNote::Refused => close = Some(CloseReason::Refused),
                 FlowNote::Rst => close = Some(CloseReason::Rst),

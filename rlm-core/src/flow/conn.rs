@@ -157,8 +157,22 @@ pub enum FlowNote {
     /// An RST, or a FIN, whose sequence number lies outside its sender's window: not the
     /// endpoint's (a blind spoofer's, or a stale copy), so it changes nothing.
     OutOfWindow,
-    /// The server resent data the client had not received: the client gets it only now.
-    ServerRetransmission,
+    /// The server resent data, `seq` to `end`, that the client had not acknowledged: the client
+    /// gets it only now, unless it had it already ([`FlowNote::ClientGotTwice`]).
+    ServerRetransmission {
+        /// The first byte resent (its sequence number).
+        seq: u32,
+        /// The sequence number after the last.
+        end: u32,
+    },
+    /// The client reported, with a D-SACK (RFC 2883), server bytes `seq` to `end` that it
+    /// received twice: a retransmission of them was spurious, and the client had them at first.
+    ClientGotTwice {
+        /// The first byte received twice (its sequence number).
+        seq: u32,
+        /// The sequence number after the last.
+        end: u32,
+    },
     /// This many bytes of a body nothing reads came unreported by the kernel (body cuts) and
     /// went on as absent ones.
     Unreported(u32),
@@ -339,11 +353,17 @@ impl<A: StreamAnalyzer> Conn<A> {
             Dir::ToClient => (&mut self.s2c, &mut self.c2s),
         };
         let app = &mut self.app;
-        let mut server_retransmitted = false;
+        // The server's bytes this segment resent, first to last.
+        let mut server_resent: Option<(u32, u32)> = None;
         let mut unreported = 0;
         let mut sink = |c: Chunk<'_>, d: Dir| {
             match (&c, d) {
-                (Chunk::Retransmitted, Dir::ToClient) => server_retransmitted = true,
+                (&Chunk::Retransmitted { seq, end }, Dir::ToClient) => {
+                    server_resent = Some(match server_resent {
+                        None => (seq, end),
+                        Some((a, b)) => (if seq_lt(seq, a) { seq } else { a }, if seq_lt(b, end) { end } else { b }),
+                    })
+                }
                 (Chunk::Unreported { len, .. }, _) => unreported += len,
                 _ => {}
             }
@@ -355,8 +375,11 @@ impl<A: StreamAnalyzer> Conn<A> {
             other.on_peer_ack(now, seg.ack, &mut |c| sink(c, opposite(dir)));
         }
         let fate = this.accept(now, seg.seq, seg.payload, seg.payload_len, &mut |c| sink(c, dir));
-        if server_retransmitted {
-            notes.push(FlowNote::ServerRetransmission);
+        if let Some((seq, end)) = server_resent {
+            notes.push(FlowNote::ServerRetransmission { seq, end });
+        }
+        if let (Dir::ToServer, Some((seq, end))) = (dir, seg.dsack) {
+            notes.push(FlowNote::ClientGotTwice { seq, end });
         }
         if unreported > 0 {
             notes.push(FlowNote::Unreported(unreported));
@@ -485,7 +508,7 @@ fn deliver<A: StreamAnalyzer>(a: &mut A, now: Timestamp, c: Chunk<'_>, dir: Dir,
         Chunk::Data { seq, data } => a.on_data(now, dir, seq, data, out),
         Chunk::Gap(n) => a.on_gap(now, dir, n, out),
         Chunk::Absent { seq, len } | Chunk::Unreported { seq, len } => a.on_absent(now, dir, seq, len, out),
-        Chunk::Retransmitted => {}
+        Chunk::Retransmitted { .. } => {}
     }
 }
 

@@ -10,10 +10,7 @@ pub const MAX_OOO_SEGMENTS: usize = 64;
 /// Segments further ahead than this are not plausible for this connection.
 const MAX_AHEAD: u32 = 64 * 1024 * 1024;
 
-/// Sequence comparison modulo 2^32.
-pub(super) fn seq_lt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
-}
+pub(super) use crate::wire::seq_lt;
 
 /// One direction's byte stream.
 #[derive(Debug, Default)]
@@ -82,9 +79,15 @@ pub enum Chunk<'a> {
         /// How many.
         len: u32,
     },
-    /// A segment carrying only bytes already delivered: the sender retransmitted them because
-    /// the receiver did not get them (lost past the appliance).
-    Retransmitted,
+    /// A segment carrying only bytes already delivered, `seq` to `end`, that the receiver had
+    /// not acknowledged: the sender retransmitted them because the receiver did not get them
+    /// (lost past the appliance), or because its acknowledgement of them was lost or late.
+    Retransmitted {
+        /// The first byte resent (its sequence number).
+        seq: u32,
+        /// The sequence number after the last.
+        end: u32,
+    },
 }
 
 /// What became of a segment's payload in its direction's stream. Content adaptation edits
@@ -161,7 +164,7 @@ impl HalfStream {
                 // Resent bytes the receiver had acknowledged are spurious: it had them already.
                 let end = seq.wrapping_add(len);
                 if self.acked.is_none_or(|a| seq_lt(a, end)) {
-                    sink(Chunk::Retransmitted);
+                    sink(Chunk::Retransmitted { seq, end });
                 }
                 return SegFate::Retransmission;
             }
@@ -333,7 +336,7 @@ mod tests {
                     at = at.map(|a| a.wrapping_add(n as u32));
                 }
                 Chunk::Absent { .. } | Chunk::Unreported { .. } => unreachable!("whole segments only"),
-                Chunk::Retransmitted => {}
+                Chunk::Retransmitted { .. } => {}
             }));
         }
         (data, gaps, fates)
@@ -406,7 +409,7 @@ mod tests {
             Chunk::Gap(n) => out.push(format!("g{n}")),
             Chunk::Absent { len, .. } => out.push(format!("a{len}")),
             Chunk::Unreported { len, .. } => out.push(format!("u{len}")),
-            Chunk::Retransmitted => out.push("r".into()),
+            Chunk::Retransmitted { .. } => out.push("r".into()),
         });
         assert_eq!(out, vec!["g8", "d2"]);
         assert_eq!(h.gap_bytes, 8);
@@ -435,7 +438,7 @@ mod tests {
                 Chunk::Absent { len, .. } => out.push(format!("a{len}")),
                 Chunk::Unreported { len, .. } => out.push(format!("u{len}")),
                 Chunk::Gap(n) => out.push(format!("g{n}")),
-                Chunk::Retransmitted => out.push("r".into()),
+                Chunk::Retransmitted { .. } => out.push("r".into()),
             });
         }
         out

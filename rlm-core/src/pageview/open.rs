@@ -37,6 +37,23 @@ pub(super) struct PvConn {
     pub(super) txns: Vec<u32>,
     /// Its transaction whose response began last (index into `txns`).
     pub(super) last_responded: Option<u32>,
+    /// The server's retransmissions that moved that transaction's end, until a D-SACK shows
+    /// them spurious.
+    pub(super) resent: Option<Resent>,
+}
+
+/// Server retransmissions on a connection, to a transaction that had ended, that moved its end
+/// ([`super::Pageviews::on_server_retransmission`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Resent {
+    /// The transaction (index into the pageview's `txns`).
+    pub(super) txn: u32,
+    /// The bytes resent, first to last (sequence numbers).
+    pub(super) seq: u32,
+    pub(super) end: u32,
+    /// The transaction's end before the first of them, and the end the last of them gave it.
+    pub(super) before: Timestamp,
+    pub(super) moved_to: Timestamp,
 }
 
 impl PvConn {
@@ -55,6 +72,7 @@ impl PvConn {
             acked: false,
             txns: Vec::new(),
             last_responded: None,
+            resent: None,
         }
     }
 }
