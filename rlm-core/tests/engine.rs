@@ -302,6 +302,26 @@ fn a_container_asked_again_after_its_kept_alive_connection_closed_is_one_pagevie
 }
 
 #[test]
+fn a_handshake_completed_by_a_resent_request_is_not_timed() {
+    // The client's ACK of the SYN/ACK and its request were lost past the appliance; its TCP
+    // resent the request (with the ACK) one RTO later. That is no round trip: the connection
+    // takes the client's own RTT, measured on its earlier connection (80 ms), not 380 ms.
+    let mut r = Run::new();
+    standard_page(&mut r, 0, "10.4.0.14");
+    let mut c3 = TcpConv::new("10.4.0.14:40003", "10.9.0.1:80");
+    r.feed(10_000, c3.syn());
+    r.feed(10_000, c3.synack());
+    let _lost_ack = c3.ack();
+    r.feed(10_380, c3.client_data(&get("/next.html", "Accept: text/html\r\n")));
+    r.feed_all(10_390, c3.server_data(&html_response("<p>next</p>")));
+    r.finish(30_000);
+    assert_eq!(r.pv.len(), 2, "{:#?}", r.pv);
+    let p = &r.pv[1];
+    assert!(approx(secs(p.start_ts), 10.0 - 0.04, 1e-6), "start {}", p.start_ts);
+    assert!(approx(p.rt_s, 0.390 + 0.08, 1e-6), "rt {}", p.rt_s);
+}
+
+#[test]
 fn preconnected_idle_connection_starts_its_pageview_at_the_request() {
     let mut r = Run::new();
     let mut c1 = TcpConv::new("10.4.0.8:40001", "10.9.0.1:80");

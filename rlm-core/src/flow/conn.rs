@@ -323,7 +323,9 @@ impl<A: StreamAnalyzer> Conn<A> {
                     return true;
                 }
                 if self.state == ConnState::SynReceived && f.ack && self.s2c.next_seq() == Some(seg.ack) {
-                    self.establish(now, true);
+                    // Timed by a bare ACK only: data that carries the handshake's ACK may be the
+                    // client's retransmission of a request lost with that ACK, one RTO late (Karn).
+                    self.establish(now, seg.payload_len == 0);
                     notes.push(FlowNote::Established);
                 }
             }
