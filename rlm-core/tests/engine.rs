@@ -602,12 +602,19 @@ fn tail_loss_past_the_appliance_extends_the_pageview() {
 #[test]
 fn a_retransmission_the_client_reports_as_received_twice_does_not_extend_the_pageview() {
     // The page's last segment reached the client; its ACK was lost. The server resends the
-    // segment 300 ms later (twice), and the client's ACK then carries a D-SACK of it (RFC 2883):
-    // the client had the page at first.
-    let (mut r, c, last_len) = page_with_its_last_segment_resent("10.4.0.20", &[400, 700]);
-    r.feed(780, c.client_dsack(0, last_len));
+    // segment 300 ms later, and the client's ACK then carries a D-SACK of it (RFC 2883): the
+    // client had the page at first.
+    let (mut r, c, last_len) = page_with_its_last_segment_resent("10.4.0.20", &[400]);
+    r.feed(480, c.client_dsack(0, last_len));
     r.finish(5_000);
     assert!(approx(r.pv[0].rt_s, 0.100 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
+
+    // Resent twice, the D-SACK after the second: the client had the first resend (or the
+    // original; which, it does not say): only the second is taken back.
+    let (mut r, c, last_len) = page_with_its_last_segment_resent("10.4.0.22", &[400, 700]);
+    r.feed(780, c.client_dsack(0, last_len));
+    r.finish(5_000);
+    assert!(approx(r.pv[0].rt_s, 0.400 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
 
     // A D-SACK of bytes other than those resent leaves the end the retransmission gave.
     let (mut r, c, last_len) = page_with_its_last_segment_resent("10.4.0.21", &[400]);

@@ -37,12 +37,13 @@ pub(super) struct PvConn {
     pub(super) txns: Vec<u32>,
     /// Its transaction whose response began last (index into `txns`).
     pub(super) last_responded: Option<u32>,
-    /// The server's retransmissions that moved that transaction's end, until a D-SACK shows
-    /// them spurious.
+    /// The server's latest burst of retransmissions that moved that transaction's end, until a
+    /// D-SACK shows it spurious.
     pub(super) resent: Option<Resent>,
 }
 
-/// Server retransmissions on a connection, to a transaction that had ended, that moved its end
+/// A burst of server retransmissions on a connection (segments resent within a quarter RTT of
+/// each other), to a transaction that had ended, that moved its end
 /// ([`super::Pageviews::on_server_retransmission`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Resent {
@@ -51,7 +52,7 @@ pub(super) struct Resent {
     /// The bytes resent, first to last (sequence numbers).
     pub(super) seq: u32,
     pub(super) end: u32,
-    /// The transaction's end before the first of them, and the end the last of them gave it.
+    /// The transaction's end before the burst, and the end the burst's last segment gave it.
     pub(super) before: Timestamp,
     pub(super) moved_to: Timestamp,
 }

@@ -434,15 +434,16 @@ impl Pageviews {
                 let before = t.response_last.filter(|_| t.done);
                 t.response_last = Some(now);
                 let c = &mut p.conns[ci];
-                c.resent = match (c.resent.filter(|r| r.txn == last && r.moved_to <= now), before) {
-                    // One more after the first: the span grows, the end before them stays.
+                // Segments resent within a quarter of a round trip of the last are one burst.
+                let burst = (c.rtt / 4).max(Duration::from_millis(1));
+                c.resent = match (c.resent.filter(|r| r.txn == last && now.saturating_since(r.moved_to) <= burst), before) {
                     (Some(r), _) => Some(Resent {
                         seq: if seq_lt(seq, r.seq) { seq } else { r.seq },
                         end: if seq_lt(r.end, end) { end } else { r.end },
                         moved_to: now,
                         ..r
                     }),
-                    // The first after the transaction ended.
+                    // A new burst after the transaction ended (its end before it kept).
                     (None, Some(before)) => Some(Resent { txn: last, seq, end, before, moved_to: now }),
                     // One while its response was still coming: that end is the response's own.
                     (None, None) => None,
@@ -453,17 +454,19 @@ impl Pageviews {
     }
 
     /// The client reported, with a D-SACK, that it received the server's bytes `seq` to `end`
-    /// twice: if they cover every retransmission that moved the end of the connection's latest
-    /// transaction (and nothing moved it since), those were spurious (an acknowledgement was lost
-    /// or late: the client had the response at first) and its end is put back. The lab's WAN
-    /// made 8 and 14 of about 290 pageviews of a quick fidelity run each end 0.17 to 0.65 s late
-    /// so (2026-11-28).
+    /// twice: if they were in the latest burst of retransmissions that moved the end of the
+    /// connection's latest transaction (and nothing moved it since), that burst was spurious (an
+    /// acknowledgement was lost or late: the client had those bytes from an earlier copy) and the
+    /// end goes back to what it was before it. An earlier burst stays: a D-SACK tells of one
+    /// copy received twice, not which earlier copy arrived. The lab's WAN made 8 and 14 of
+    /// about 290 pageviews of a quick fidelity run each end 0.17 to 0.65 s late so (2026-11-28).
     pub fn on_client_got_twice(&mut self, conn: ConnId, seq: u32, end: u32) {
         let Some(&id) = self.conn_pv.get(&conn) else { return };
         let Some(p) = self.open.get_mut(&id) else { return };
         let Some(ci) = p.conn_index(conn) else { return };
         let Some(r) = p.conns[ci].resent else { return };
-        if seq_lt(r.seq, seq) || seq_lt(end, r.end) || p.conns[ci].last_responded != Some(r.txn) {
+        let overlaps = seq_lt(seq, r.end) && seq_lt(r.seq, end);
+        if !overlaps || p.conns[ci].last_responded != Some(r.txn) {
             return;
         }
         p.conns[ci].resent = None;
