@@ -2256,6 +2256,30 @@ fn after_an_unread_body_a_hole_waits_for_its_bytes() {
     assert!(b.anomalies.is_empty(), "{:?}", b.anomalies);
 }
 
+/// A body whose segments all came in before the engine's updates were taken has passed the
+/// kernel whole: its range is withdrawn (written then, it would outlive the body and keep a
+/// later retransmission of its bytes from the engine). One taken between its head and the
+/// rest is published, for the kernel to cut the rest.
+#[test]
+fn a_body_over_before_its_range_was_taken_leaves_no_range_behind() {
+    let unread = |u: &Vec<rlm_core::FastpathUpdate>| u.iter().filter(|u| matches!(u, rlm_core::FastpathUpdate::BodyUnread { .. })).count();
+    let mut r = Run::new();
+    r.engine.enable_fastpath();
+    r.engine.enable_body_cuts();
+    let mut c = TcpConv::new("10.4.0.13:40001", "10.9.0.1:80");
+    handshake(&mut r, &mut c, 0);
+    r.feed(80, c.client_data(&get("/a.gif", "")));
+    r.feed_all(100, c.server_data(&gif_response(3000)));
+    assert_eq!(unread(&fastpath_updates(&mut r)), 0, "withdrawn");
+    r.feed(150, c.client_data(&get("/b.gif", "")));
+    let segs = c.server_data(&gif_response(3000));
+    r.feed(200, segs[0].clone());
+    assert_eq!(unread(&fastpath_updates(&mut r)), 1, "published");
+    r.feed_all(201, segs[1..].to_vec());
+    assert_eq!(unread(&fastpath_updates(&mut r)), 0);
+    assert_eq!(r.engine.stats().bodies_cut, 2);
+}
+
 /// How the fast path reports a frame: its first `snap` bytes, and its length on the wire.
 fn feed_cut(r: &mut Run, ms: u64, frame: &[u8], snap: usize) {
     r.advance(ms);

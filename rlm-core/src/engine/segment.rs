@@ -495,6 +495,11 @@ impl Engine {
             txn.anomalies.insert(crate::http::Anomalies::MIDSTREAM);
         }
         let pv = self.pageviews.on_txn_done(now, id, txn.depth, txn.response_first_ts, txn.response_last_ts);
+        if let (Some(fp), Some(until), SocketAddr::V4(client), SocketAddr::V4(server)) =
+            (self.fastpath.as_mut().filter(|fp| fp.cut_bodies), txn.response_end_seq, SocketAddr::from(client), SocketAddr::from(server))
+        {
+            fp.body_over(client, server, until);
+        }
         if let Some(&(after, _)) = self.abort_idle.get(&id) {
             self.push_timer(now + after, id, TimerKind::AbortIdle);
         }
