@@ -307,6 +307,12 @@ pub(crate) fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
+/// The span of sequence numbers from the first start of `a` and `b` to the last end, each a
+/// `(start, end)` pair, modulo 2^32.
+pub(crate) fn seq_span(a: (u32, u32), b: (u32, u32)) -> (u32, u32) {
+    (if seq_lt(b.0, a.0) { b.0 } else { a.0 }, if seq_lt(a.1, b.1) { b.1 } else { a.1 })
+}
+
 /// A segment's D-SACK block (RFC 2883 4): its first SACK block when that lies below the
 /// acknowledgement number, or within its second block.
 fn dsack(tcp: &TcpSlice<'_>) -> Option<(u32, u32)> {
@@ -415,6 +421,14 @@ mod tests {
         assert_eq!(&f[s.payload_offset..], b"GET / HTTP/1.1\r\n\r\n");
         // Ethernet 14, VLAN tag 4, IPv4 20: the TCP header, 20 bytes before the payload.
         assert_eq!((s.tcp_offset, s.payload_offset), (38, 58));
+    }
+
+    #[test]
+    fn a_sequence_span_runs_from_the_first_start_to_the_last_end_across_the_wrap() {
+        assert_eq!(seq_span((100, 200), (150, 300)), (100, 300));
+        assert_eq!(seq_span((150, 300), (100, 200)), (100, 300));
+        assert_eq!(seq_span((10, 20), (30, 40)), (10, 40));
+        assert_eq!(seq_span((u32::MAX - 9, 5), (3, 50)), (u32::MAX - 9, 50));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::stream::{seq_lt, Chunk, HalfStream, SegFate};
 use super::{Dir, StreamAnalyzer};
 use crate::time::Timestamp;
+use crate::wire::seq_span;
 use crate::wire::{Endpoint, Segment};
 
 /// The sends of one handshake packet (the SYN, or the SYN/ACK) seen at the appliance.
@@ -361,10 +362,7 @@ impl<A: StreamAnalyzer> Conn<A> {
         let mut sink = |c: Chunk<'_>, d: Dir| {
             match (&c, d) {
                 (&Chunk::Retransmitted { seq, end }, Dir::ToClient) => {
-                    server_resent = Some(match server_resent {
-                        None => (seq, end),
-                        Some((a, b)) => (if seq_lt(seq, a) { seq } else { a }, if seq_lt(b, end) { end } else { b }),
-                    })
+                    server_resent = Some(server_resent.map_or((seq, end), |span| seq_span(span, (seq, end))))
                 }
                 (Chunk::Unreported { len, .. }, _) => unreported += len,
                 _ => {}

@@ -15,7 +15,7 @@ use super::Pageviews;
 use crate::flow::ConnId;
 use crate::http::{Destination, EmbedKind, EmbedRef, RequestHead};
 use crate::time::Timestamp;
-use crate::wire::seq_lt;
+use crate::wire::{seq_lt, seq_span};
 
 /// What the pageview layer needs to know about a request.
 pub struct RequestInfo<'a> {
@@ -437,12 +437,10 @@ impl Pageviews {
                 // Segments resent within a quarter of a round trip of the last are one burst.
                 let burst = (c.rtt / 4).max(Duration::from_millis(1));
                 c.resent = match (c.resent.filter(|r| r.txn == last && now.saturating_since(r.moved_to) <= burst), before) {
-                    (Some(r), _) => Some(Resent {
-                        seq: if seq_lt(seq, r.seq) { seq } else { r.seq },
-                        end: if seq_lt(r.end, end) { end } else { r.end },
-                        moved_to: now,
-                        ..r
-                    }),
+                    (Some(r), _) => {
+                        let (seq, end) = seq_span((r.seq, r.end), (seq, end));
+                        Some(Resent { seq, end, moved_to: now, ..r })
+                    }
                     // A new burst after the transaction ended (its end before it kept).
                     (None, Some(before)) => Some(Resent { txn: last, seq, end, before, moved_to: now }),
                     // One while its response was still coming: that end is the response's own.
