@@ -375,6 +375,11 @@ impl InlinePath {
         self.door.set_body_unread(client, server, until)
     }
 
+    /// [`ShardDoor::end_body_unread`], shard 0's.
+    pub fn end_body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) -> Result<()> {
+        self.door.end_body_unread(client, server, until)
+    }
+
     /// [`ShardDoor::set_mode`], shard 0's (one engine's).
     pub fn set_mode(&mut self, mode: Mode, generation: u64) -> Result<()> {
         self.door.set_mode(mode, generation)
@@ -532,6 +537,21 @@ impl ShardDoor {
     pub fn set_body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) -> Result<()> {
         self.unread.insert(ConnKey::new(client, server), BodyRange { until, pad: 0, beyond: 0 }, 0)?;
         Ok(())
+    }
+
+    /// The body of the IPv4 connection `client`-`server` that ends before `until` is over: its
+    /// range goes if it is still there and ends there (one the kernel moved on to a later part,
+    /// or a later response's, stays).
+    pub fn end_body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) -> Result<()> {
+        let key = ConnKey::new(client, server);
+        match self.unread.get(&key, 0) {
+            Ok(r) if r.until == until => match self.unread.remove(&key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Err(e) => Err(e.into()),
+            },
+            Ok(_) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The engine answered a request of the IPv4 connection `client`-`server` itself (`REJECT`)

@@ -588,6 +588,29 @@ fn a_body_the_engine_does_not_read_crosses_as_its_headers() {
     assert_eq!(path.counters().unwrap().body_cut, 7);
 }
 
+/// `end_body_unread`: a range written after its body's segments passed goes when the engine
+/// says the body is over, and only if it still ends where that body ended (a later response's
+/// stays); a retransmission of the body's bytes then crosses whole.
+#[test]
+fn a_body_over_ends_its_range_and_no_other() {
+    let Some((mut path, mut ring)) = loaded() else { return };
+    path.beat().unwrap();
+    let (client, server): (SocketAddrV4, SocketAddrV4) = ("10.4.0.3:40000".parse().unwrap(), "10.1.0.1:80".parse().unwrap());
+    let from_server = |seq: u32, len: usize| tcp_frame(LinkType::Ethernet, server.into(), client.into(), seq, 1, PSH | ACK, &vec![b'x'; len]);
+    let whole = 14 + 20 + 20 + 1000;
+    // The segment that reaches the range's end is reported cut (and ends the range).
+    path.set_body_unread(client, server, 13_000).unwrap();
+    path.end_body_unread(client, server, 14_000).unwrap();
+    path.test_run_from_server(&from_server(12_000, 1000)).unwrap();
+    assert_eq!(lengths(&mut ring), vec![(14 + 20 + 20, whole)], "another end: the range stays");
+    path.set_body_unread(client, server, 13_000).unwrap();
+    path.end_body_unread(client, server, 13_000).unwrap();
+    path.test_run_from_server(&from_server(12_000, 1000)).unwrap();
+    assert_eq!(lengths(&mut ring), vec![(whole, whole)], "the range went");
+    // Nothing there: nothing to do, no error.
+    path.end_body_unread(client, server, 13_000).unwrap();
+}
+
 /// The kernel reads a response head itself when its segment is longer than a plain report: a
 /// 200 or 206 with a Content-Length and nothing that makes the engine read the body (an image
 /// here) is reported cut at the head's end, and its body's later segments cut to their headers

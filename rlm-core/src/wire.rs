@@ -8,7 +8,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use etherparse::err::packet::SliceError;
-use etherparse::{LaxNetSlice, LaxSlicedPacket, NetSlice, SlicedPacket, TcpOptionElement, TcpSlice, TransportSlice, UdpSlice};
+use etherparse::{LaxNetSlice, LaxSlicedPacket, NetSlice, SlicedPacket, TcpSlice, TransportSlice, UdpSlice};
 
 /// How a frame starts: the link types of the captures and ports we read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,22 +314,38 @@ pub(crate) fn seq_span(a: (u32, u32), b: (u32, u32)) -> (u32, u32) {
 }
 
 /// A segment's D-SACK block (RFC 2883 4): its first SACK block when that lies below the
-/// acknowledgement number, or within its second block.
+/// acknowledgement number, or within its second block. The options are walked as the kernel's
+/// fast path walks them (kind, length), so that an option of a kind etherparse does not know
+/// (MD5, TCP-AO, MPTCP), before the SACK, does not hide it: etherparse's iterator stops there.
 fn dsack(tcp: &TcpSlice<'_>) -> Option<(u32, u32)> {
-    let options = tcp.options();
+    let o = tcp.options();
     // Most segments carry no option, or only timestamps (NOP, NOP, TS): nothing to read.
-    if !tcp.ack() || options.is_empty() || (options.len() == 12 && options[..4] == [1, 1, 8, 10]) {
+    if !tcp.ack() || o.is_empty() || (o.len() == 12 && o[..4] == [1, 1, 8, 10]) {
         return None;
     }
-    for option in tcp.options_iterator() {
-        match option {
-            Ok(TcpOptionElement::SelectiveAcknowledgement(first, rest)) => {
-                let below = seq_lt(first.0, tcp.acknowledgment_number());
-                let within = rest[0].is_some_and(|(l, r)| !seq_lt(first.0, l) && !seq_lt(r, first.1));
-                return (below || within).then_some(first);
+    let word = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let mut i = 0;
+    while i < o.len() {
+        match o[i] {
+            0 => return None,
+            1 => i += 1,
+            kind => {
+                let len = usize::from(*o.get(i + 1)?);
+                if len < 2 || i + len > o.len() {
+                    return None;
+                }
+                if kind == 5 {
+                    let blocks = &o[i + 2..i + len];
+                    if blocks.is_empty() || blocks.len() % 8 != 0 {
+                        return None;
+                    }
+                    let first = (word(blocks, 0), word(blocks, 4));
+                    let below = seq_lt(first.0, tcp.acknowledgment_number());
+                    let within = blocks.len() >= 16 && !seq_lt(first.0, word(blocks, 8)) && !seq_lt(word(blocks, 12), first.1);
+                    return (below || within).then_some(first);
+                }
+                i += len;
             }
-            Ok(_) => {}
-            Err(_) => return None,
         }
     }
     None
@@ -449,6 +465,15 @@ mod tests {
         // Across the 2^32 wrap.
         let wrapped = tcp_sack(LinkType::Ethernet, c, s, 1, 100, &[(u32::MAX - 99, 50)]);
         assert!(matches!(decode(LinkType::Ethernet, &wrapped), Decoded::Tcp(seg) if seg.dsack == Some((u32::MAX - 99, 50))));
+        // Behind an option of a kind etherparse does not read (its two NOPs made an MPTCP
+        // option of two bytes), as the fast path reads it.
+        let mut mptcp = tcp_sack(LinkType::Ethernet, c, s, 1, 5_000, &[(4_000, 4_500)]);
+        assert_eq!(mptcp[54..56], [1, 1]);
+        mptcp[54..56].copy_from_slice(&[30, 2]);
+        assert!(matches!(decode(LinkType::Ethernet, &mptcp), Decoded::Tcp(seg) if seg.dsack == Some((4_000, 4_500))));
+        // An option whose length runs past the header: none.
+        mptcp[54..56].copy_from_slice(&[30, 40]);
+        assert!(matches!(decode(LinkType::Ethernet, &mptcp), Decoded::Tcp(seg) if seg.dsack.is_none()));
         // Timestamps only, or no option: none.
         let plain = crate::testkit::tcp_frame(LinkType::Ethernet, c, s, 1, 5_000, crate::testkit::ACK, &[]);
         assert!(matches!(decode(LinkType::Ethernet, &plain), Decoded::Tcp(seg) if seg.dsack.is_none()));

@@ -299,6 +299,20 @@ fn a_container_asked_again_after_its_kept_alive_connection_closed_is_one_pagevie
     r.finish(40_000);
     let containers: Vec<Option<&str>> = r.pv[2..].iter().map(|p| p.container.as_deref()).collect();
     assert_eq!(containers, vec![Some("/a.html"), Some("/b.html")], "{:#?}", r.pv);
+    // The same page asked again after its first ask, the first request of a new connection, was
+    // reset: no keep-alive close crossed it, and browsers do not retry that on their own (the
+    // visitor saw an error and reloaded): two pageviews.
+    let mut first = TcpConv::new("10.4.0.12:40006", "10.9.0.1:80");
+    handshake(&mut r, &mut first, 50_000);
+    r.feed(50_080, first.client_data(&get("/c.html", "Accept: text/html\r\n")));
+    r.feed(50_080, first.server_rst());
+    let mut again = TcpConv::new("10.4.0.12:40007", "10.9.0.1:80");
+    handshake(&mut r, &mut again, 50_081);
+    r.feed(50_161, again.client_data(&get("/c.html", "Accept: text/html\r\n")));
+    r.feed_all(50_170, again.server_data(&html_response("<p>c</p>")));
+    r.finish(60_000);
+    let containers: Vec<Option<&str>> = r.pv[4..].iter().map(|p| p.container.as_deref()).collect();
+    assert_eq!(containers, vec![Some("/c.html"); 2], "{:#?}", r.pv);
 }
 
 #[test]
@@ -319,6 +333,31 @@ fn a_handshake_completed_by_a_resent_request_is_not_timed() {
     let p = &r.pv[1];
     assert!(approx(secs(p.start_ts), 10.0 - 0.04, 1e-6), "start {}", p.start_ts);
     assert!(approx(p.rt_s, 0.390 + 0.08, 1e-6), "rt {}", p.rt_s);
+}
+
+#[test]
+fn a_handshake_completed_by_a_request_proves_its_client_untimed() {
+    // A client seen for the first time: its ACK of the SYN/ACK was lost and its request, resent
+    // an RTO later, carries that ACK. It acknowledged the server's SYN/ACK, which a spoofer cannot,
+    // so it is a known client: its next connection, refused, is charged as its own failed
+    // pageview (an unknown client's single refused SYN would be no pageview at all).
+    let mut r = Run::new();
+    let mut c1 = TcpConv::new("10.4.0.15:40001", "10.9.0.1:80");
+    r.feed(0, c1.syn());
+    r.feed(0, c1.synack());
+    let _lost_ack = c1.ack();
+    r.feed(380, c1.client_data(&get("/first.html", "Accept: text/html\r\n")));
+    r.feed_all(390, c1.server_data(&html_response("<p>first</p>")));
+    r.feed(400, c1.client_fin());
+    r.feed(400, c1.server_fin());
+    r.advance(5_000);
+    assert_eq!(r.pv.len(), 1, "{:#?}", r.pv);
+    let c2 = TcpConv::new("10.4.0.15:40002", "10.9.0.1:81");
+    r.feed(6_000, c2.syn());
+    r.feed(6_001, c2.refuse());
+    r.advance(6_002);
+    assert_eq!(r.pv.len(), 2, "{:#?}", r.pv);
+    assert_eq!(r.pv[1].failed_connections, 1);
 }
 
 #[test]
@@ -621,6 +660,35 @@ fn a_retransmission_the_client_reports_as_received_twice_does_not_extend_the_pag
     r.feed(480, c.client_dsack(last_len, 1_000));
     r.finish(5_000);
     assert!(approx(r.pv[0].rt_s, 0.400 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
+
+    // A block wider than what was resent is no D-SACK of it.
+    let (mut r, c, last_len) = page_with_its_last_segment_resent("10.4.0.23", &[400]);
+    r.feed(480, c.client_dsack(0, last_len + 1_000));
+    r.finish(5_000);
+    assert!(approx(r.pv[0].rt_s, 0.400 + 0.080, 1e-6), "rt {}", r.pv[0].rt_s);
+
+    // The last two segments resent in one burst: the end goes back only once the client
+    // reported both received twice (the other may have been resent because it was lost).
+    for (client, both) in [("10.4.0.24", false), ("10.4.0.25", true)] {
+        let mut r = Run::new();
+        let mut c = TcpConv::new(&format!("{client}:40001"), "10.9.0.1:80");
+        handshake(&mut r, &mut c, 0);
+        r.feed(80, c.client_data(&get("/p", "")));
+        let segs = c.server_data(&html_response(&"x".repeat(4000)));
+        assert!(segs.len() >= 3);
+        r.feed_all(100, segs.clone());
+        let n = segs.len();
+        r.feed(400, segs[n - 2].clone());
+        r.feed(401, segs[n - 1].clone());
+        let (len1, len2) = ((segs[n - 2].len() - 54) as u32, (segs[n - 1].len() - 54) as u32);
+        if both {
+            r.feed(480, c.client_dsack(len2, len1));
+        }
+        r.feed(481, c.client_dsack(0, len2));
+        r.finish(5_000);
+        let want = if both { 0.100 } else { 0.401 } + 0.080;
+        assert!(approx(r.pv[0].rt_s, want, 1e-6), "{client}: rt {}", r.pv[0].rt_s);
+    }
 }
 
 fn rules(text: &str) -> rules::RuleSet {
@@ -2259,10 +2327,12 @@ fn after_an_unread_body_a_hole_waits_for_its_bytes() {
 /// A body whose segments all came in before the engine's updates were taken has passed the
 /// kernel whole: its range is withdrawn (written then, it would outlive the body and keep a
 /// later retransmission of its bytes from the engine). One taken between its head and the
-/// rest is published, for the kernel to cut the rest.
+/// rest is published, for the kernel to cut the rest, and ended when the body is over (the
+/// driver may have written it after the body's segments passed).
 #[test]
 fn a_body_over_before_its_range_was_taken_leaves_no_range_behind() {
     let unread = |u: &Vec<rlm_core::FastpathUpdate>| u.iter().filter(|u| matches!(u, rlm_core::FastpathUpdate::BodyUnread { .. })).count();
+    let over = |u: &Vec<rlm_core::FastpathUpdate>| u.iter().filter(|u| matches!(u, rlm_core::FastpathUpdate::BodyOver { .. })).count();
     let mut r = Run::new();
     r.engine.enable_fastpath();
     r.engine.enable_body_cuts();
@@ -2270,14 +2340,34 @@ fn a_body_over_before_its_range_was_taken_leaves_no_range_behind() {
     handshake(&mut r, &mut c, 0);
     r.feed(80, c.client_data(&get("/a.gif", "")));
     r.feed_all(100, c.server_data(&gif_response(3000)));
-    assert_eq!(unread(&fastpath_updates(&mut r)), 0, "withdrawn");
+    let u = fastpath_updates(&mut r);
+    assert_eq!((unread(&u), over(&u)), (0, 0), "withdrawn");
     r.feed(150, c.client_data(&get("/b.gif", "")));
     let segs = c.server_data(&gif_response(3000));
     r.feed(200, segs[0].clone());
-    assert_eq!(unread(&fastpath_updates(&mut r)), 1, "published");
+    let u = fastpath_updates(&mut r);
+    let Some(&rlm_core::FastpathUpdate::BodyUnread { until, .. }) = u.iter().find(|u| matches!(u, rlm_core::FastpathUpdate::BodyUnread { .. }))
+    else {
+        panic!("published: {u:?}")
+    };
     r.feed_all(201, segs[1..].to_vec());
-    assert_eq!(unread(&fastpath_updates(&mut r)), 0);
+    let u = fastpath_updates(&mut r);
+    assert_eq!(unread(&u), 0);
+    assert!(
+        u.iter().any(|x| *x
+            == rlm_core::FastpathUpdate::BodyOver { client: "10.4.0.13:40001".parse().unwrap(), server: "10.9.0.1:80".parse().unwrap(), until }),
+        "{u:?}"
+    );
     assert_eq!(r.engine.stats().bodies_cut, 2);
+    assert_eq!(r.engine.table_sizes().body_cuts, 0);
+    // A body cut short by the connection's end: its cut is forgotten with the connection.
+    r.feed(250, c.client_data(&get("/c.gif", "")));
+    let segs = c.server_data(&gif_response(3000));
+    r.feed(300, segs[0].clone());
+    assert_eq!(r.engine.table_sizes().body_cuts, 1);
+    r.feed(301, c.forged(false, 0, "R"));
+    r.advance(400);
+    assert_eq!(r.engine.table_sizes().body_cuts, 0);
 }
 
 /// How the fast path reports a frame: its first `snap` bytes, and its length on the wire.

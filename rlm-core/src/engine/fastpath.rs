@@ -86,6 +86,18 @@ pub enum FastpathUpdate {
         /// Sequence number of the byte after the response's end.
         until: u32,
     },
+    /// The response whose body ends before `until` is over, and a [`FastpathUpdate::BodyUnread`]
+    /// of it was taken: the kernel's range for it goes if it is still there and still ends at
+    /// `until` (its segments all passed the kernel before the range was written, which would
+    /// otherwise outlive them).
+    BodyOver {
+        /// The connection's client.
+        client: SocketAddrV4,
+        /// The connection's server.
+        server: SocketAddrV4,
+        /// Where the range ends.
+        until: u32,
+    },
     /// `REJECT` answered a request of this connection: the kernel sends the client's further
     /// segments of it through the queue and drops the server's, until a new SYN on its ports
     /// (or a while).
@@ -124,8 +136,17 @@ pub(super) struct Fastpath {
     pub(super) srpt: bool,
     /// Publish where the bodies nothing reads end ([`FastpathUpdate::BodyUnread`]).
     pub(super) cut_bodies: bool,
-    /// [`FastpathUpdate::BodyUnread`]s queued and not yet taken.
-    unread_queued: usize,
+    /// Each connection's latest [`FastpathUpdate::BodyUnread`] until its body is over or the
+    /// connection ends (bounded by the connections open).
+    cuts: ahash::AHashMap<(SocketAddrV4, SocketAddrV4), Cut>,
+}
+
+/// A [`FastpathUpdate::BodyUnread`] made for a connection: where its range ends, and whether the
+/// driver took it.
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    until: u32,
+    taken: bool,
 }
 
 /// What the rules in force ask of a kernel fast path.
@@ -181,7 +202,7 @@ impl Fastpath {
             queue_requests: needs.queue_requests,
             srpt: false,
             cut_bodies: false,
-            unread_queued: 0,
+            cuts: ahash::AHashMap::new(),
         }
     }
 
@@ -235,25 +256,31 @@ impl Fastpath {
     /// The server's bytes before `until` need not be seen ([`FastpathUpdate::BodyUnread`]).
     pub fn body_unread(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) {
         self.updates.push_back(FastpathUpdate::BodyUnread { client, server, until });
-        self.unread_queued += 1;
+        self.cuts.insert((client, server), Cut { until, taken: false });
     }
 
-    /// The response whose body ends before `until` is over: a [`FastpathUpdate::BodyUnread`] of
-    /// it still queued is withdrawn. Its segments have all passed the kernel, reported whole;
-    /// written now, the range would outlive them (the kernel drops a range when a segment
-    /// reaches its end) and keep a later retransmission of the body's bytes from the engine,
-    /// which then could not tell that the client got the response only with it. The engine
-    /// reads its reports in batches, and a short body's segments come in one (the lab's
+    /// The response whose body ends before `until` is over. Its segments have all passed the
+    /// kernel; a range of it written now would outlive them (the kernel drops a range when a
+    /// segment reaches its end) and keep a later retransmission of the body's bytes from the
+    /// engine, which then could not tell that the client got the response only with it. The
+    /// engine reads its reports in batches, and a short body's segments come in one (the lab's
     /// images: ~100 ms too early an end for 3 to 7 of about 290 pageviews of a quick fidelity
-    /// run, 2026-11-28).
+    /// run, 2026-11-28). So a [`FastpathUpdate::BodyUnread`] of it still queued is withdrawn,
+    /// and one taken is followed by a [`FastpathUpdate::BodyOver`].
     pub fn body_over(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) {
-        if self.unread_queued == 0 {
-            return;
+        let key = (client, server);
+        match self.cuts.get(&key) {
+            Some(c) if c.until == until => {}
+            _ => return,
         }
-        let queued = FastpathUpdate::BodyUnread { client, server, until };
-        if let Some(i) = self.updates.iter().rposition(|u| *u == queued) {
-            self.updates.remove(i);
-            self.unread_queued -= 1;
+        let cut = self.cuts.remove(&key).expect("just found");
+        if cut.taken {
+            self.updates.push_back(FastpathUpdate::BodyOver { client, server, until });
+        } else {
+            let queued = FastpathUpdate::BodyUnread { client, server, until };
+            if let Some(i) = self.updates.iter().rposition(|u| *u == queued) {
+                self.updates.remove(i);
+            }
         }
     }
 
@@ -265,18 +292,29 @@ impl Fastpath {
         }
     }
 
-    /// A connection is gone: with SRPT on, the classifier may forget its flow (IPv4 only).
+    /// A connection is gone: its body cut is forgotten, and with SRPT on, the classifier may
+    /// forget its flow (IPv4 only).
     pub fn flow_end(&mut self, client: Endpoint, server: Endpoint) {
-        if let (true, SocketAddr::V4(client), SocketAddr::V4(server)) = (self.srpt, SocketAddr::from(client), SocketAddr::from(server)) {
-            self.updates.push_back(FastpathUpdate::FlowEnd { client, server });
+        if let (SocketAddr::V4(client), SocketAddr::V4(server)) = (SocketAddr::from(client), SocketAddr::from(server)) {
+            self.cuts.remove(&(client, server));
+            if self.srpt {
+                self.updates.push_back(FastpathUpdate::FlowEnd { client, server });
+            }
         }
+    }
+
+    /// Connections with a body cut remembered (for bounds tests).
+    pub fn cuts(&self) -> usize {
+        self.cuts.len()
     }
 
     /// The next update, if any.
     pub fn pop(&mut self) -> Option<FastpathUpdate> {
         let u = self.updates.pop_front();
-        if let Some(FastpathUpdate::BodyUnread { .. }) = u {
-            self.unread_queued -= 1;
+        if let Some(FastpathUpdate::BodyUnread { client, server, until }) = u {
+            if let Some(c) = self.cuts.get_mut(&(client, server)).filter(|c| c.until == until) {
+                c.taken = true;
+            }
         }
         u
     }

@@ -452,6 +452,7 @@ impl Engine {
             held_bytes: self.held_bytes(),
             pageview_list_bytes: self.pageviews.list_bytes(),
             quic_flows: self.quic.len(),
+            body_cuts: self.fastpath.as_ref().map_or(0, |f| f.cuts()),
         }
     }
 

@@ -261,15 +261,15 @@ impl Engine {
     /// which a blind spoofer cannot do) earns its class some injections.
     fn on_established(&mut self, now: Timestamp, id: ConnId) {
         let c = self.flows.get(id).expect("live");
-        let (client, rtt) = (c.client.ip, c.rtt());
+        let (client, rtt, answered) = (c.client.ip, c.rtt(), c.hs.answered);
         self.syn.fast_synacks.remove(&id);
-        if self.syn.injecting && rtt.is_some() {
+        if self.syn.injecting && answered {
             if let Some(p) = &self.policy {
                 let class = p.classify(c.client.into(), c.server.into());
                 self.syn.budgets.earn(class.index());
             }
         }
-        self.pageviews.on_established(now, id, client, rtt);
+        self.pageviews.on_established(now, id, client, answered, rtt);
     }
 
     /// The application analyzer's events on a connection, in order: HTTP's into the pageviews
@@ -684,6 +684,7 @@ fn request_info<'a>(c: &'a Conn<Analyzer>, id: ConnId, depth: u32, asked: Asked<
         conn_syns: c.hs.syn.count,
         conn_synacks: c.hs.synack.count,
         conn_first_synack: c.hs.synack.first,
+        conn_answered: c.hs.answered,
         rtt: c.rtt(),
     }
 }

@@ -25,6 +25,9 @@ pub struct TableSizes {
     pub pageview_list_bytes: usize,
     /// QUIC flows remembered, against [`crate::quic::MAX_QUIC_FLOWS`].
     pub quic_flows: usize,
+    /// Connections whose body the kernel was told need not be seen, until that body is over or
+    /// the connection ends: at most the connections tracked.
+    pub body_cuts: usize,
 }
 
 /// Counters, all monotonic.

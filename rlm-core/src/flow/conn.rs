@@ -58,6 +58,10 @@ pub struct Handshake {
     pub synack: Sends,
     /// The client's ACK that completed the handshake (or the first data, if that ACK was not seen).
     pub established: Option<Timestamp>,
+    /// The client acknowledged the server's SYN/ACK (its ISN + 1, which a blind spoofer cannot
+    /// know), by a bare ACK or by data carrying that ACK: proof of a real client even where the
+    /// handshake is not timed.
+    pub answered: bool,
     /// A later SYN carried another initial sequence number than the first: not the client's
     /// TCP resending its SYN (which repeats it), so no evidence of a retransmission schedule.
     pub syn_renumbered: bool,
@@ -326,6 +330,7 @@ impl<A: StreamAnalyzer> Conn<A> {
                 if self.state == ConnState::SynReceived && f.ack && self.s2c.next_seq() == Some(seg.ack) {
                     // Timed by a bare ACK only: data that carries the handshake's ACK may be the
                     // client's retransmission of a request lost with that ACK, one RTO late (Karn).
+                    self.hs.answered = true;
                     self.establish(now, seg.payload_len == 0);
                     notes.push(FlowNote::Established);
                 }

@@ -272,7 +272,10 @@ impl HalfStream {
         if self.acked.is_none_or(|a| seq_lt(a, ack)) {
             self.acked = Some(ack);
         }
-        if !self.started || self.fin_seen {
+        if !self.started || self.fin_seen || self.unread {
+            // Inside a body nothing reads, an acknowledgement past what was reported covers the
+            // segments the kernel did not report (a client's D-SACK is reported there), not
+            // bytes the capture lost: the next segment reported fills the hole.
             return;
         }
         let ahead = ack.wrapping_sub(self.next);
@@ -413,6 +416,29 @@ mod tests {
         });
         assert_eq!(out, vec!["g8", "d2"]);
         assert_eq!(h.gap_bytes, 8);
+    }
+
+    #[test]
+    fn peer_ack_inside_an_unread_body_declares_no_gap() {
+        let mut h = HalfStream::default();
+        h.start_at(0);
+        h.set_unread(true);
+        let _ = collect(&mut h, &[(0, b"aa")]);
+        let mut out = Vec::new();
+        let mut sink = |c: Chunk<'_>| match c {
+            Chunk::Data { data, .. } => out.push(format!("d{}", data.len())),
+            Chunk::Gap(n) => out.push(format!("g{n}")),
+            Chunk::Absent { len, .. } => out.push(format!("a{len}")),
+            Chunk::Unreported { len, .. } => out.push(format!("u{len}")),
+            Chunk::Retransmitted { .. } => out.push("r".into()),
+        };
+        // The kernel reported neither the body's middle nor the ACKs of it; then a D-SACK, then
+        // the segment that ends the body.
+        h.on_peer_ack(Timestamp::ZERO, 3000, &mut sink);
+        h.accept(Timestamp::ZERO, 4000, b"zz", 2, &mut sink);
+        assert_eq!(out, vec!["u3998", "d2"]);
+        assert_eq!(h.gap_bytes, 0);
+        assert_eq!(h.acked(), Some(3000));
     }
 
     #[test]

@@ -48,11 +48,12 @@ impl Pageviews {
         }
     }
 
-    /// A connection's handshake completed (`rtt`: its measured RTT, learnt for the client): its
-    /// pageview no longer waits for it.
-    pub fn on_established(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, rtt: Option<Duration>) {
-        if let Some(r) = rtt {
-            self.learn_rtt(client, r, now);
+    /// A connection's handshake completed: its pageview no longer waits for it. `answered`: the
+    /// client acknowledged the SYN/ACK (proof of a real client, remembered); `rtt`: the time a
+    /// bare ACK gave the handshake, learnt for the client.
+    pub fn on_established(&mut self, now: Timestamp, conn: ConnId, client: IpAddr, answered: bool, rtt: Option<Duration>) {
+        if answered {
+            self.learn_client(client, rtt, now);
         }
         if let Some(&id) = self.conn_pv.get(&conn) {
             if let Some(p) = self.open.get_mut(&id) {
@@ -62,8 +63,8 @@ impl Pageviews {
                     c.established = Some(now);
                     if let Some(r) = rtt {
                         c.rtt = r;
-                        c.acked = true;
                     }
+                    c.acked |= answered;
                 }
             }
             self.touch(id, now);

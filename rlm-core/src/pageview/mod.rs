@@ -142,8 +142,9 @@ pub struct Pageviews {
     /// connection's close, so bounded by the flow table; nothing of it in the connection's own
     /// state, which has a budget.
     pending_acts: AHashMap<ConnId, Acts>,
-    /// Each client's last measured RTT and when it was learnt (bounded: see `learn_rtt`).
-    client_rtt: AHashMap<IpAddr, (Duration, Timestamp)>,
+    /// Each client that answered a SYN/ACK: its last measured RTT (none if no bare ACK timed one)
+    /// and when it last answered (bounded: see `learn_client`).
+    client_rtt: AHashMap<IpAddr, (Option<Duration>, Timestamp)>,
     deadlines: BinaryHeap<Reverse<(Timestamp, u64, u32)>>,
     /// Bytes the open pageviews' lists hold, against `max_list_bytes`.
     list_bytes: usize,
@@ -228,18 +229,21 @@ impl Pageviews {
 
     /// The client's last measured RTT (its handshakes at the appliance), if known.
     pub fn client_rtt(&self, client: IpAddr) -> Option<Duration> {
-        self.client_rtt.get(&client).map(|(r, _)| *r)
+        self.client_rtt.get(&client).and_then(|(r, _)| *r)
     }
 
     /// The RTT a connection's times are shifted by: its own, else its client's last, else zero.
     fn rtt_for(&self, client: IpAddr, rtt: Option<Duration>) -> Duration {
-        rtt.or_else(|| self.client_rtt.get(&client).map(|(r, _)| *r)).unwrap_or(Duration::ZERO)
+        rtt.or_else(|| self.client_rtt(client)).unwrap_or(Duration::ZERO)
     }
 
-    /// A client's RTT became known. The table is bounded: past `max_client_rtts` entries, those
-    /// not refreshed for `client_rtt_ttl` go, and if that is not enough, the older half.
-    pub fn learn_rtt(&mut self, client: IpAddr, rtt: Duration, now: Timestamp) {
-        self.client_rtt.insert(client, (rtt, now));
+    /// A client answered a server's SYN/ACK (`rtt`: the handshake's time, when a bare ACK timed
+    /// it; else the RTT it is remembered with stays). The table is bounded: past
+    /// `max_client_rtts` entries, those not refreshed for `client_rtt_ttl` go, and if that is
+    /// not enough, the older half.
+    pub fn learn_client(&mut self, client: IpAddr, rtt: Option<Duration>, now: Timestamp) {
+        let e = self.client_rtt.entry(client).or_insert((None, now));
+        *e = (rtt.or(e.0), now);
         if self.client_rtt.len() > self.cfg.max_client_rtts {
             let ttl = self.cfg.client_rtt_ttl;
             self.client_rtt.retain(|_, (_, t)| now.saturating_since(*t) < ttl);

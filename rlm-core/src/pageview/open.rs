@@ -55,6 +55,9 @@ pub(super) struct Resent {
     /// The transaction's end before the burst, and the end the burst's last segment gave it.
     pub(super) before: Timestamp,
     pub(super) moved_to: Timestamp,
+    /// The part of `seq`..`end` the client's D-SACKs reported received twice (one run from
+    /// `seq`; the burst was spurious once it reaches `end`).
+    pub(super) twice_to: u32,
 }
 
 impl PvConn {

@@ -45,6 +45,8 @@ pub struct RequestInfo<'a> {
     pub conn_synacks: u16,
     /// When the connection's first SYN/ACK was seen.
     pub conn_first_synack: Option<Timestamp>,
+    /// The client acknowledged the connection's SYN/ACK (see [`crate::flow::Handshake::answered`]).
+    pub conn_answered: bool,
     /// The connection's measured RTT (SYN/ACK to ACK), if it has one.
     pub rtt: Option<Duration>,
 }
@@ -111,8 +113,8 @@ fn request_conn(p: &mut OpenPv, r: &RequestInfo<'_>, is_container: bool, rtt: Du
     } else {
         PvConn::new(r.conn, None, 0, false, rtt)
     };
-    // Its handshake was completed by the client's ACK (it has a measured RTT).
-    let c = PvConn { acked: r.rtt.is_some(), ..c };
+    // The client acknowledged its SYN/ACK.
+    let c = PvConn { acked: r.conn_answered, ..c };
     p.push_conn(c, max)
 }
 
@@ -187,13 +189,20 @@ impl Pageviews {
     /// waits from the first ask. The retry joins that pageview as its container, so that it
     /// starts at the first ask (the lab's browsers did so for 2 to 4 of 290 pageviews in a quick
     /// fidelity run of 2026-11-28, each then measured as two: an empty one and one short by
-    /// the retry's wait).
+    /// the retry's wait). Only as browsers retry: the first ask went on a connection that had
+    /// served an earlier request (a fresh connection's unanswered request is an error the
+    /// visitor sees), with a method a client may repeat on its own (idempotent, RFC 9110 9.2.2),
+    /// and the retry comes within `linger` of that connection's end.
     fn retried_container(&self, now: Timestamp, r: &RequestInfo<'_>) -> Option<u64> {
         let Asked::Head(head) = r.asked else { return None };
+        if !matches!(head.method.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE") {
+            return None;
+        }
         let &id = self.by_client.get(&r.client)?.last()?;
         let p = &self.open[&id];
         let [t] = p.txns.as_slice() else { return None };
-        let unanswered = t.container && t.done && t.response_first.is_none() && now.saturating_since(p.last_activity) < self.cfg.quiet;
+        let unanswered =
+            t.container && t.depth > 1 && t.done && t.response_first.is_none() && now.saturating_since(p.last_activity) < self.cfg.linger;
         let host: &str = head.host.as_deref().unwrap_or(&r.server);
         (unanswered && p.container.as_deref() == Some(head.uri.as_str()) && p.host.as_deref() == Some(host)).then_some(id)
     }
@@ -439,10 +448,12 @@ impl Pageviews {
                 c.resent = match (c.resent.filter(|r| r.txn == last && now.saturating_since(r.moved_to) <= burst), before) {
                     (Some(r), _) => {
                         let (seq, end) = seq_span((r.seq, r.end), (seq, end));
-                        Some(Resent { seq, end, moved_to: now, ..r })
+                        // What was reported received twice runs from the burst's first byte.
+                        let twice_to = if seq == r.seq { r.twice_to } else { seq };
+                        Some(Resent { seq, end, moved_to: now, twice_to, ..r })
                     }
                     // A new burst after the transaction ended (its end before it kept).
-                    (None, Some(before)) => Some(Resent { txn: last, seq, end, before, moved_to: now }),
+                    (None, Some(before)) => Some(Resent { txn: last, seq, end, before, moved_to: now, twice_to: seq }),
                     // One while its response was still coming: that end is the response's own.
                     (None, None) => None,
                 };
@@ -452,22 +463,33 @@ impl Pageviews {
     }
 
     /// The client reported, with a D-SACK, that it received the server's bytes `seq` to `end`
-    /// twice: if they were in the latest burst of retransmissions that moved the end of the
-    /// connection's latest transaction (and nothing moved it since), that burst was spurious (an
-    /// acknowledgement was lost or late: the client had those bytes from an earlier copy) and the
-    /// end goes back to what it was before it. An earlier burst stays: a D-SACK tells of one
-    /// copy received twice, not which earlier copy arrived. The lab's WAN made 8 and 14 of
-    /// about 290 pageviews of a quick fidelity run each end 0.17 to 0.65 s late so (2026-11-28).
+    /// twice. Once such reports cover the latest burst of retransmissions that moved the end of
+    /// the connection's latest transaction (and nothing moved it since), that burst was spurious
+    /// (an acknowledgement was lost or late: the client had those bytes from an earlier copy)
+    /// and the end goes back to what it was before it. A report only counts inside the burst (a
+    /// block wider than what was resent is not a D-SACK of it), and one of part of it leaves the
+    /// end: the rest may have been resent because it was lost. An earlier burst stays: a D-SACK
+    /// tells of one copy received twice, not which earlier copy arrived. The lab's WAN made 8
+    /// and 14 of about 290 pageviews of a quick fidelity run each end 0.17 to 0.65 s late so
+    /// (2026-11-28).
     pub fn on_client_got_twice(&mut self, conn: ConnId, seq: u32, end: u32) {
         let Some(&id) = self.conn_pv.get(&conn) else { return };
         let Some(p) = self.open.get_mut(&id) else { return };
         let Some(ci) = p.conn_index(conn) else { return };
-        let Some(r) = p.conns[ci].resent else { return };
-        let overlaps = seq_lt(seq, r.end) && seq_lt(r.seq, end);
-        if !overlaps || p.conns[ci].last_responded != Some(r.txn) {
+        let c = &mut p.conns[ci];
+        let Some(r) = c.resent.as_mut() else { return };
+        let inside = !seq_lt(seq, r.seq) && !seq_lt(r.end, end) && seq_lt(seq, end);
+        if !inside || c.last_responded != Some(r.txn) {
             return;
         }
-        p.conns[ci].resent = None;
+        // The run reported from the burst's first byte grows by a block that starts within it.
+        if !seq_lt(r.twice_to, seq) && seq_lt(r.twice_to, end) {
+            r.twice_to = end;
+        }
+        if r.twice_to != r.end {
+            return;
+        }
+        let r = p.conns[ci].resent.take().expect("just seen");
         let t = &mut p.txns[r.txn as usize];
         if t.response_last == Some(r.moved_to) {
             t.response_last = Some(r.before);

@@ -1371,6 +1371,7 @@ fn publish(door: &mut kmod_fastpath::inline::ShardDoor, u: &FastpathUpdate) -> O
         }
         FastpathUpdate::Bucket { slot, rate_per_s, burst } => door.set_bucket(slot, rate_per_s, burst),
         FastpathUpdate::BodyUnread { client, server, until } => door.set_body_unread(client, server, until),
+        FastpathUpdate::BodyOver { client, server, until } => door.end_body_unread(client, server, until),
         FastpathUpdate::Rejected { client, server } => door.set_rejected(client, server),
         FastpathUpdate::SynVerdict { client, server, generation, admission } => {
             let action = match admission {
