@@ -313,6 +313,32 @@ fn a_container_asked_again_after_its_kept_alive_connection_closed_is_one_pagevie
     r.finish(60_000);
     let containers: Vec<Option<&str>> = r.pv[4..].iter().map(|p| p.container.as_deref()).collect();
     assert_eq!(containers, vec![Some("/c.html"); 2], "{:#?}", r.pv);
+
+    // A preconnected connection left idle 5 s, its first request a POST crossing the server's
+    // idle close: browsers resend it (any method, on a connection they had not used): one
+    // pageview from the first ask. So too when the retry's first SYN was lost and resent 3 s
+    // later: its connection began within `linger` of the reset.
+    for (client, syn_lost) in [("10.4.0.26", false), ("10.4.0.27", true)] {
+        let mut r = Run::new();
+        let mut first = TcpConv::new(&format!("{client}:40001"), "10.9.0.1:80");
+        handshake(&mut r, &mut first, 55_000);
+        let post = |c: &mut TcpConv| c.client_data(b"POST /form HTTP/1.1\r\nHost: shop\r\nContent-Length: 0\r\n\r\n");
+        r.feed(60_500, post(&mut first));
+        r.feed(60_500, first.server_rst());
+        let mut again = TcpConv::new(&format!("{client}:40002"), "10.9.0.1:80");
+        let at = if syn_lost {
+            r.feed(60_530, again.syn());
+            63_530
+        } else {
+            60_530
+        };
+        handshake(&mut r, &mut again, at);
+        r.feed(at + 80, post(&mut again));
+        r.feed_all(at + 90, again.server_data(&html_response("<p>thanks</p>")));
+        r.finish(at + 10_000);
+        assert_eq!(r.pv.len(), 1, "{client}: {:#?}", r.pv);
+        assert!(approx(secs(r.pv[0].start_ts), 60.5 - 0.04, 1e-6), "{client} starts at the first ask: {}", r.pv[0].start_ts);
+    }
 }
 
 #[test]
@@ -341,12 +367,17 @@ fn a_handshake_completed_by_a_request_proves_its_client_untimed() {
     // an RTO later, carries that ACK. It acknowledged the server's SYN/ACK, which a spoofer cannot,
     // so it is a known client: its next connection, refused, is charged as its own failed
     // pageview (an unknown client's single refused SYN would be no pageview at all).
+    // Its handshake's ACK lost, its request carrying it 380 ms later.
+    let ack_lost = |r: &mut Run, client: &str, uri: &str| {
+        let mut c = TcpConv::new(&format!("{client}:40001"), "10.9.0.1:80");
+        r.feed(0, c.syn());
+        r.feed(0, c.synack());
+        let _lost_ack = c.ack();
+        r.feed(380, c.client_data(&get(uri, "Accept: text/html\r\n")));
+        c
+    };
     let mut r = Run::new();
-    let mut c1 = TcpConv::new("10.4.0.15:40001", "10.9.0.1:80");
-    r.feed(0, c1.syn());
-    r.feed(0, c1.synack());
-    let _lost_ack = c1.ack();
-    r.feed(380, c1.client_data(&get("/first.html", "Accept: text/html\r\n")));
+    let mut c1 = ack_lost(&mut r, "10.4.0.15", "/first.html");
     r.feed_all(390, c1.server_data(&html_response("<p>first</p>")));
     r.feed(400, c1.client_fin());
     r.feed(400, c1.server_fin());
@@ -358,6 +389,15 @@ fn a_handshake_completed_by_a_request_proves_its_client_untimed() {
     r.advance(6_002);
     assert_eq!(r.pv.len(), 2, "{:#?}", r.pv);
     assert_eq!(r.pv[1].failed_connections, 1);
+    // Its own pageview shows a handshake even with its request never answered, and is not timed
+    // by the 380 ms (no RTT: its times are the appliance's).
+    let mut r = Run::new();
+    let c = ack_lost(&mut r, "10.4.0.16", "/never.html");
+    r.feed(1_000, c.server_rst());
+    r.finish(10_000);
+    assert_eq!(r.pv.len(), 1, "{:#?}", r.pv);
+    assert_eq!(r.pv[0].evidence, Evidence::Handshake);
+    assert!(approx(secs(r.pv[0].start_ts), 0.0, 1e-6), "start {}", r.pv[0].start_ts);
 }
 
 #[test]
@@ -1382,28 +1422,39 @@ fn held_and_resent_syns_take_no_limit_syn_token() {
 
 #[test]
 fn a_blind_spoofer_earns_no_budget_and_a_delay_that_cannot_be_kept_lets_the_syn_go() {
-    let budget = rlm_core::actions::InjectBudget { burst: 2.0, max_pending: 1, ..Default::default() };
-    let mut r = Run::with(Config { inject: true, inject_budget: budget, ..Config::default() });
-    r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN FAST SYN/ACK GAP 100ms\n")));
-    // Spend the burst on two handshakes whose client never answers.
-    for i in 0..2u64 {
-        let mut c = TcpConv::new(&format!("10.6.0.{}:5000", i + 1), "10.9.0.1:80");
-        r.feed(i * 1000, c.syn());
-        r.feed(i * 1000 + 1, c.synack());
-        r.advance(i * 1000 + 150);
-        assert_eq!(transmits(&mut r).len(), 1);
-        // Its "client" then sends data without having seen the SYN/ACK (a blind spoofer):
-        // the connection counts as established, but it earns nothing.
-        let mut blind = c.client_data(b"GET / HTTP/1.1\r\n\r\n");
-        blind[14 + 20 + 8] ^= 0x5a; // an acknowledgment number it could only guess
-        r.feed(i * 1000 + 200, blind);
-    }
-    let lossy = TcpConv::new("10.6.0.9:5009", "10.9.0.1:80");
-    r.feed(5_000, lossy.syn());
-    r.feed(5_001, lossy.synack());
-    r.advance(5_300);
-    assert!(transmits(&mut r).is_empty(), "the burst is spent and nothing was earned");
-    assert!(r.engine.stats().inject_denied >= 1);
+    // Spend the burst on two handshakes whose client never answers the SYN/ACK; its "client"
+    // then sends data without having seen it (a blind spoofer: an acknowledgment number it could
+    // only guess): the connection counts as established, but it earns nothing. With `real`, the
+    // second is a real client whose ACK was lost, its request carrying that ACK: not timed, but
+    // proof of a real client all the same, which earns its class some injections again. Whether
+    // a third, lossy, handshake then gets its SYN/ACK resent.
+    let resent_after = |real: bool| {
+        let budget = rlm_core::actions::InjectBudget { burst: 2.0, max_pending: 1, ..Default::default() };
+        let mut r = Run::with(Config { inject: true, inject_budget: budget, ..Config::default() });
+        r.engine.set_rules(Some(rules("IF IP.SRC == *.*.*.* THEN FAST SYN/ACK GAP 100ms\n")));
+        for i in 0..2u64 {
+            let mut c = TcpConv::new(&format!("10.6.0.{}:5000", i + 1), "10.9.0.1:80");
+            r.feed(i * 1000, c.syn());
+            r.feed(i * 1000 + 1, c.synack());
+            r.advance(i * 1000 + 150);
+            assert_eq!(transmits(&mut r).len(), 1);
+            let _lost_ack = c.ack();
+            let mut data = c.client_data(b"GET / HTTP/1.1\r\n\r\n");
+            if !(real && i == 1) {
+                data[14 + 20 + 8] ^= 0x5a;
+            }
+            r.feed(i * 1000 + 200, data);
+        }
+        let lossy = TcpConv::new("10.6.0.9:5009", "10.9.0.1:80");
+        r.feed(5_000, lossy.syn());
+        r.feed(5_001, lossy.synack());
+        r.advance(5_300);
+        let resent = !transmits(&mut r).is_empty();
+        assert!(resent || r.engine.stats().inject_denied >= 1);
+        resent
+    };
+    assert!(!resent_after(false), "the burst is spent and nothing was earned");
+    assert!(resent_after(true), "the answered handshake earned some");
 
     // DELAY FIRST SYN with no room to keep the SYN: it goes on at once, not lost.
     let budget = rlm_core::actions::InjectBudget { max_pending: 1, ..Default::default() };
@@ -2360,14 +2411,24 @@ fn a_body_over_before_its_range_was_taken_leaves_no_range_behind() {
     );
     assert_eq!(r.engine.stats().bodies_cut, 2);
     assert_eq!(r.engine.table_sizes().body_cuts, 0);
-    // A body cut short by the connection's end: its cut is forgotten with the connection.
-    r.feed(250, c.client_data(&get("/c.gif", "")));
-    let segs = c.server_data(&gif_response(3000));
-    r.feed(300, segs[0].clone());
-    assert_eq!(r.engine.table_sizes().body_cuts, 1);
-    r.feed(301, c.forged(false, 0, "R"));
-    r.advance(400);
-    assert_eq!(r.engine.table_sizes().body_cuts, 0);
+    // A body cut short by the client's RST (the kernel ends a range on the server's FIN or RST
+    // only): a range taken is ended, one still queued withdrawn, and the cut forgotten.
+    for (port, taken) in [(40002, true), (40003, false)] {
+        let mut c = TcpConv::new(&format!("10.4.0.13:{port}"), "10.9.0.1:80");
+        handshake(&mut r, &mut c, 1_000);
+        r.feed(1_080, c.client_data(&get("/c.gif", "")));
+        let segs = c.server_data(&gif_response(3000));
+        r.feed(1_100, segs[0].clone());
+        assert_eq!(r.engine.table_sizes().body_cuts, 1);
+        if taken {
+            assert_eq!(unread(&fastpath_updates(&mut r)), 1);
+        }
+        r.feed(1_101, c.forged(false, 0, "R"));
+        r.advance(1_200);
+        let u = fastpath_updates(&mut r);
+        assert_eq!((unread(&u), over(&u)), (0, usize::from(taken)), "taken {taken}: {u:?}");
+        assert_eq!(r.engine.table_sizes().body_cuts, 0);
+    }
 }
 
 /// How the fast path reports a frame: its first `snap` bytes, and its length on the wire.

@@ -274,6 +274,13 @@ impl Fastpath {
             _ => return,
         }
         let cut = self.cuts.remove(&key).expect("just found");
+        self.settle(client, server, cut);
+    }
+
+    /// A cut whose body is over, or whose connection ended: withdrawn if still queued, else
+    /// ended in the kernel.
+    fn settle(&mut self, client: SocketAddrV4, server: SocketAddrV4, cut: Cut) {
+        let until = cut.until;
         if cut.taken {
             self.updates.push_back(FastpathUpdate::BodyOver { client, server, until });
         } else {
@@ -292,11 +299,14 @@ impl Fastpath {
         }
     }
 
-    /// A connection is gone: its body cut is forgotten, and with SRPT on, the classifier may
-    /// forget its flow (IPv4 only).
+    /// A connection is gone: its body cut is settled (the kernel ends a range on the server's
+    /// FIN or RST only, not on the client's RST, an idle timeout or an eviction), and with SRPT
+    /// on, the classifier may forget its flow (IPv4 only).
     pub fn flow_end(&mut self, client: Endpoint, server: Endpoint) {
         if let (SocketAddr::V4(client), SocketAddr::V4(server)) = (SocketAddr::from(client), SocketAddr::from(server)) {
-            self.cuts.remove(&(client, server));
+            if let Some(cut) = self.cuts.remove(&(client, server)) {
+                self.settle(client, server, cut);
+            }
             if self.srpt {
                 self.updates.push_back(FastpathUpdate::FlowEnd { client, server });
             }

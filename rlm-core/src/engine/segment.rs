@@ -66,7 +66,7 @@ impl Engine {
         // left it, is inside a body nothing reads: the kernel may leave the body's next
         // segments unreported.
         if cut_bodies {
-            c.s2c.set_unread(c.http().is_some_and(crate::http::HttpConn::in_unread_body));
+            c.s2c.set_unread(c.http().and_then(crate::http::HttpConn::unread_body_left));
         }
         self.stats.retransmitted_segments += (c.c2s.retransmits + c.s2c.retransmits - before_retx) as u64;
         self.stats.gap_bytes += c.c2s.gap_bytes + c.s2c.gap_bytes - before_gap;

@@ -30,9 +30,11 @@ pub struct HalfStream {
     /// Highest sequence number the receiver acknowledged (seen here).
     acked: Option<u32>,
     /// The stream is inside a body nothing reads, whose segments the kernel need not report
-    /// (body cuts): a segment past a hole fills the hole as absent bytes at once
-    /// ([`HalfStream::set_unread`]).
+    /// (body cuts), which ends before `unread_until`: a segment past a hole fills the hole as
+    /// absent bytes at once ([`HalfStream::set_unread`]). (A flag and a number rather than an
+    /// `Option`, which would take 8 bytes: the connection's budget is 512.)
     unread: bool,
+    unread_until: u32,
     ooo: Option<Box<OooBuf>>,
 }
 
@@ -119,12 +121,15 @@ impl HalfStream {
         self.started.then_some(self.next)
     }
 
-    /// The stream is (`on`) or is no longer inside a body nothing reads: while it is, a segment
-    /// that comes past a hole (the kernel left the segments before it unreported: it reports
-    /// one a MiB and the one that ends the body) fills the hole as absent bytes, carried now,
-    /// instead of waiting for it. The engine sets it after each segment, from its HTTP reader.
-    pub fn set_unread(&mut self, on: bool) {
-        self.unread = on;
+    /// The stream is inside a body nothing reads with `left` bytes to come (`None`: it is not):
+    /// while it is, a segment that comes past a hole (the kernel left the segments before it
+    /// unreported: it reports one a MiB and the one that ends the body) fills the hole as
+    /// absent bytes, carried now, instead of waiting for it. The engine sets it after each
+    /// segment, from its HTTP reader.
+    pub fn set_unread(&mut self, left: Option<u64>) {
+        // A body past a gigabyte is bounded a gigabyte ahead (sequence numbers wrap at 4 GiB).
+        self.unread = left.is_some();
+        self.unread_until = self.next.wrapping_add(left.unwrap_or(0).min(1 << 30) as u32);
     }
 
     /// The highest sequence number the receiver acknowledged (as seen here), if any.
@@ -272,11 +277,27 @@ impl HalfStream {
         if self.acked.is_none_or(|a| seq_lt(a, ack)) {
             self.acked = Some(ack);
         }
-        if !self.started || self.fin_seen || self.unread {
-            // Inside a body nothing reads, an acknowledgement past what was reported covers the
-            // segments the kernel did not report (a client's D-SACK is reported there), not
-            // bytes the capture lost: the next segment reported fills the hole.
+        if !self.started || self.fin_seen {
             return;
+        }
+        if self.unread {
+            let until = self.unread_until;
+            // Inside a body nothing reads, an acknowledgement up to its end covers segments the
+            // kernel did not report (a client's D-SACK is reported there), not bytes the capture
+            // lost: the next segment reported fills the hole. One at or past its end says the
+            // body's rest came (the report of its last segment, which the kernel always sends,
+            // was lost): it is taken as unreported, and what lies past the body is judged as
+            // elsewhere.
+            if seq_lt(ack, until) {
+                return;
+            }
+            let left = until.wrapping_sub(self.next);
+            if left > 0 && left < MAX_AHEAD && self.ooo.is_none() {
+                let at = self.next;
+                self.next = until;
+                self.bytes += u64::from(left);
+                sink(Chunk::Unreported { seq: at, len: left });
+            }
         }
         let ahead = ack.wrapping_sub(self.next);
         // More than one byte (one could be a FIN we did not see), within reason.
@@ -422,7 +443,7 @@ mod tests {
     fn peer_ack_inside_an_unread_body_declares_no_gap() {
         let mut h = HalfStream::default();
         h.start_at(0);
-        h.set_unread(true);
+        h.set_unread(Some(5000));
         let _ = collect(&mut h, &[(0, b"aa")]);
         let mut out = Vec::new();
         let mut sink = |c: Chunk<'_>| match c {
@@ -439,6 +460,33 @@ mod tests {
         assert_eq!(out, vec!["u3998", "d2"]);
         assert_eq!(h.gap_bytes, 0);
         assert_eq!(h.acked(), Some(3000));
+    }
+
+    /// What an acknowledgement up to `ack` hands on: `u` unreported, `g` gap bytes.
+    fn on_ack(h: &mut HalfStream, ack: u32) -> Vec<String> {
+        let mut out = Vec::new();
+        h.on_peer_ack(Timestamp::ZERO, ack, &mut |c| match c {
+            Chunk::Gap(n) => out.push(format!("g{n}")),
+            Chunk::Unreported { len, .. } => out.push(format!("u{len}")),
+            _ => out.push("other".into()),
+        });
+        out
+    }
+
+    #[test]
+    fn peer_ack_past_an_unread_body_takes_its_rest_as_unreported_and_what_follows_as_a_gap() {
+        // Two bytes of a body in, 998 left: it ends before 1000.
+        let body = || {
+            let mut h = HalfStream::default();
+            h.start_at(0);
+            let _ = collect(&mut h, &[(0, b"aa")]);
+            h.set_unread(Some(998));
+            h
+        };
+        assert_eq!(on_ack(&mut body(), 1000), vec!["u998"], "the body's end acknowledged: its last report lost");
+        let mut h = body();
+        assert_eq!(on_ack(&mut h, 1500), vec!["u998", "g500"], "past the body: the next response's bytes lost");
+        assert_eq!(h.gap_bytes, 500);
     }
 
     #[test]

@@ -182,10 +182,14 @@ impl HttpConn {
             && t.zeek_lines.is_none()
     }
 
-    /// The server's stream is inside a body nothing reads (whichever response's): what
-    /// [`HttpConn::response_body_unread`] says of the response under way.
-    pub fn in_unread_body(&self) -> bool {
-        self.pending.get(self.resp_idx).is_some_and(|t| self.response_body_unread(t.depth))
+    /// The server's stream is inside a body nothing reads (whichever response's), as
+    /// [`HttpConn::response_body_unread`] says of the response under way: how many of its bytes
+    /// are left.
+    pub fn unread_body_left(&self) -> Option<u64> {
+        match self.resp {
+            Stream::Length(rem) if self.pending.get(self.resp_idx).is_some_and(|t| self.response_body_unread(t.depth)) => Some(rem),
+            _ => None,
+        }
     }
 
     /// True once either side stopped speaking HTTP (CONNECT tunnel, upgrade).

@@ -142,9 +142,9 @@ pub struct Pageviews {
     /// connection's close, so bounded by the flow table; nothing of it in the connection's own
     /// state, which has a budget.
     pending_acts: AHashMap<ConnId, Acts>,
-    /// Each client that answered a SYN/ACK: its last measured RTT (none if no bare ACK timed one)
-    /// and when it last answered (bounded: see `learn_client`).
-    client_rtt: AHashMap<IpAddr, (Option<Duration>, Timestamp)>,
+    /// Each client that answered a SYN/ACK: its last measured RTT and when it was measured (none
+    /// if no bare ACK timed one), and when it last answered (bounded: see `learn_client`).
+    client_rtt: AHashMap<IpAddr, (Option<(Duration, Timestamp)>, Timestamp)>,
     deadlines: BinaryHeap<Reverse<(Timestamp, u64, u32)>>,
     /// Bytes the open pageviews' lists hold, against `max_list_bytes`.
     list_bytes: usize,
@@ -229,7 +229,7 @@ impl Pageviews {
 
     /// The client's last measured RTT (its handshakes at the appliance), if known.
     pub fn client_rtt(&self, client: IpAddr) -> Option<Duration> {
-        self.client_rtt.get(&client).and_then(|(r, _)| *r)
+        self.client_rtt.get(&client).and_then(|(r, _)| r.map(|(r, _)| r))
     }
 
     /// The RTT a connection's times are shifted by: its own, else its client's last, else zero.
@@ -238,12 +238,14 @@ impl Pageviews {
     }
 
     /// A client answered a server's SYN/ACK (`rtt`: the handshake's time, when a bare ACK timed
-    /// it; else the RTT it is remembered with stays). The table is bounded: past
-    /// `max_client_rtts` entries, those not refreshed for `client_rtt_ttl` go, and if that is
-    /// not enough, the older half.
+    /// it; else the RTT it is remembered with stays, if measured within `client_rtt_ttl`: untimed
+    /// answers do not keep an old RTT for ever). The table is bounded: past `max_client_rtts`
+    /// entries, those not refreshed for `client_rtt_ttl` go, and if that is not enough, the
+    /// older half.
     pub fn learn_client(&mut self, client: IpAddr, rtt: Option<Duration>, now: Timestamp) {
+        let ttl = self.cfg.client_rtt_ttl;
         let e = self.client_rtt.entry(client).or_insert((None, now));
-        *e = (rtt.or(e.0), now);
+        *e = (rtt.map(|r| (r, now)).or(e.0.filter(|(_, at)| now.saturating_since(*at) < ttl)), now);
         if self.client_rtt.len() > self.cfg.max_client_rtts {
             let ttl = self.cfg.client_rtt_ttl;
             self.client_rtt.retain(|_, (_, t)| now.saturating_since(*t) < ttl);
@@ -502,5 +504,27 @@ impl Pageviews {
             rec.evidence = Evidence::Address;
         }
         self.done.push(rec);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client's RTT stays remembered only `client_rtt_ttl` past its measure when untimed
+    /// answers (handshakes completed by data) alone keep the client known.
+    #[test]
+    fn untimed_answers_keep_the_client_known_but_not_an_old_rtt() {
+        let mut p = Pageviews::new(PageviewConfig::default());
+        let client: IpAddr = "10.4.0.1".parse().unwrap();
+        let s = |secs: u64| Timestamp::ZERO + Duration::from_secs(secs);
+        p.learn_client(client, Some(Duration::from_millis(80)), s(0));
+        p.learn_client(client, None, s(300));
+        assert_eq!(p.client_rtt(client), Some(Duration::from_millis(80)));
+        p.learn_client(client, None, s(700));
+        assert!(p.client_known(client, s(700)));
+        assert_eq!(p.client_rtt(client), None, "measured 700 s ago, past the 600 s");
+        p.learn_client(client, Some(Duration::from_millis(90)), s(800));
+        assert_eq!(p.client_rtt(client), Some(Duration::from_millis(90)));
     }
 }

@@ -189,20 +189,22 @@ impl Pageviews {
     /// waits from the first ask. The retry joins that pageview as its container, so that it
     /// starts at the first ask (the lab's browsers did so for 2 to 4 of 290 pageviews in a quick
     /// fidelity run of 2026-11-28, each then measured as two: an empty one and one short by
-    /// the retry's wait). Only as browsers retry: the first ask went on a connection that had
-    /// served an earlier request (a fresh connection's unanswered request is an error the
-    /// visitor sees), with a method a client may repeat on its own (idempotent, RFC 9110 9.2.2),
-    /// and the retry comes within `linger` of that connection's end.
+    /// the retry's wait). Only as browsers retry (Chromium's `ShouldResendRequest`, any method):
+    /// the first ask went on a connection that had served an earlier request or waited idle
+    /// before it (a preconnected one; a fresh connection's unanswered request is an error the
+    /// visitor sees), and the retry's connection began within `linger` of that one's end.
     fn retried_container(&self, now: Timestamp, r: &RequestInfo<'_>) -> Option<u64> {
         let Asked::Head(head) = r.asked else { return None };
-        if !matches!(head.method.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE") {
-            return None;
-        }
         let &id = self.by_client.get(&r.client)?.last()?;
         let p = &self.open[&id];
         let [t] = p.txns.as_slice() else { return None };
-        let unanswered =
-            t.container && t.depth > 1 && t.done && t.response_first.is_none() && now.saturating_since(p.last_activity) < self.cfg.linger;
+        let reused = t.depth > 1
+            || p.conns
+                .get(usize::from(t.conn))
+                .and_then(|c| c.established)
+                .is_some_and(|e| t.request_ts.saturating_since(e) > self.cfg.preconnect_idle);
+        let began = r.conn_first_syn.unwrap_or(now);
+        let unanswered = t.container && reused && t.done && t.response_first.is_none() && began.saturating_since(p.last_activity) < self.cfg.linger;
         let host: &str = head.host.as_deref().unwrap_or(&r.server);
         (unanswered && p.container.as_deref() == Some(head.uri.as_str()) && p.host.as_deref() == Some(host)).then_some(id)
     }
