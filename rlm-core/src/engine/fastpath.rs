@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4};
+use std::time::Duration;
 
 use crate::policy::{Admission, Policy};
 use crate::wire::Endpoint;
@@ -115,6 +116,11 @@ pub enum FastpathUpdate {
         server: SocketAddrV4,
     },
 }
+
+/// With a kernel fast path and rules in force, how often the class statistics are looked at
+/// without a packet (windows slide, `FOR` tests settle), so that the fast path learns of a
+/// changed generation: a deadline of [`crate::Engine::poll_timeout`].
+pub const FASTPATH_REFRESH: Duration = Duration::from_millis(50);
 
 /// The engine's side of a kernel fast path ([`crate::Engine::enable_fastpath`]).
 #[derive(Debug)]
