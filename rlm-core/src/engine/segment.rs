@@ -7,6 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::adaptation::AdaptStep;
+use super::application::Rejection;
 use super::records::Writing;
 use super::shard::{share, ClassSample};
 use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, UnixMicros, WELL_KNOWN_HTTP_PORTS};
@@ -44,11 +45,7 @@ impl Engine {
         // A rejected request's connection is the appliance's to finish: nothing more of it goes
         // through; the client's FIN is acknowledged.
         if let Some(&next) = (!self.rejected.is_empty()).then(|| self.rejected.get(&id)).flatten() {
-            if dir == Dir::ToClient {
-                out.drop = Some(DropCause::Rejected);
-                return out;
-            }
-            if seg.flags.fin {
+            if dir == Dir::ToServer && seg.flags.fin {
                 if let Some(ack) = crate::actions::ack_fin(&self.syn.links, seg, next) {
                     self.transmits.push_back(super::Transmit { port: Port::Client, frame: ack });
                 }
@@ -75,27 +72,10 @@ impl Engine {
         }
         let mut close = close;
         if let Some(r) = reject.filter(|_| dir == Dir::ToServer) {
-            // REJECT: the request goes no further; the server is reset, the client answered.
-            match crate::actions::reject_frames(&self.syn.links, seg, r.status, r.retry_after) {
-                Some((rst, answer, answer_len)) => {
-                    self.transmits.push_back(super::Transmit { port: Port::Server, frame: rst });
-                    self.transmits.push_back(super::Transmit { port: Port::Client, frame: answer });
-                    // The client's next byte from the appliance: past the answer and its FIN.
-                    self.rejected.insert(id, seg.ack.wrapping_add(answer_len).wrapping_add(1));
-                    self.stats.requests_rejected += 1;
-                    out.drop = Some(DropCause::Rejected);
-                    // The appliance's answer is the request's response, whole, now.
-                    self.pageviews.on_txn_act(id, r.depth, |a| a.requests_rejected += 1);
-                    self.pageviews.on_txn_done(now, id, r.depth, Some(now), Some(now));
-                    // The kernel sends the connection's further segments here (the client's)
-                    // or nowhere (the server's): they are the appliance's to answer.
-                    if let Some(fp) = self.fastpath.as_mut() {
-                        fp.rejected(seg.src.into(), seg.dst.into());
-                    }
-                    // The client has its answer: the request ends here, unanswered by the server.
-                    close = Some(CloseReason::Rejected);
-                }
-                None => self.stats.rejects_no_link_address += 1,
+            if self.reject_request(now, id, seg, r) {
+                out.drop = Some(DropCause::Rejected);
+                // The client has its answer: the request ends here, unanswered by the server.
+                close = Some(CloseReason::Rejected);
             }
         }
         // A cut frame is only measured (its verdict is not rlm's to give): adaptation, which
@@ -119,6 +99,29 @@ impl Engine {
         }
         self.collect_pageviews();
         out
+    }
+
+    /// `REJECT`: the request in `seg` goes no further; the server is reset and the client
+    /// answered. False when it cannot be carried out (no link addresses learnt yet).
+    fn reject_request(&mut self, now: Timestamp, id: ConnId, seg: &Segment<'_>, r: Rejection) -> bool {
+        let Some((rst, answer, answer_len)) = crate::actions::reject_frames(&self.syn.links, seg, r.status, r.retry_after) else {
+            self.stats.rejects_no_link_address += 1;
+            return false;
+        };
+        self.transmits.push_back(super::Transmit { port: Port::Server, frame: rst });
+        self.transmits.push_back(super::Transmit { port: Port::Client, frame: answer });
+        // The client's next byte from the appliance: past the answer and its FIN.
+        self.rejected.insert(id, seg.ack.wrapping_add(answer_len).wrapping_add(1));
+        self.stats.requests_rejected += 1;
+        // The appliance's answer is the request's response, whole, now.
+        self.pageviews.on_txn_act(id, r.depth, |a| a.requests_rejected += 1);
+        self.pageviews.on_txn_done(now, id, r.depth, Some(now), Some(now));
+        // The kernel sends the connection's further segments here (the client's) or nowhere
+        // (the server's): they are the appliance's to answer.
+        if let Some(fp) = self.fastpath.as_mut() {
+            fp.rejected(seg.src.into(), seg.dst.into());
+        }
+        true
     }
 
     /// The connection a segment belongs to: the one tracked, or a new one (a new SYN on a
