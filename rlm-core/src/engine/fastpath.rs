@@ -274,13 +274,12 @@ impl Fastpath {
     /// run, 2026-11-28). So a [`FastpathUpdate::BodyUnread`] of it still queued is withdrawn,
     /// and one taken is followed by a [`FastpathUpdate::BodyOver`].
     pub fn body_over(&mut self, client: SocketAddrV4, server: SocketAddrV4, until: u32) {
-        let key = (client, server);
-        match self.cuts.get(&key) {
-            Some(c) if c.until == until => {}
-            _ => return,
+        if let std::collections::hash_map::Entry::Occupied(e) = self.cuts.entry((client, server)) {
+            if e.get().until == until {
+                let cut = e.remove();
+                self.settle(client, server, cut);
+            }
         }
-        let cut = self.cuts.remove(&key).expect("just found");
-        self.settle(client, server, cut);
     }
 
     /// A cut whose body is over, or whose connection ended: withdrawn if still queued, else
