@@ -38,6 +38,14 @@ impl Experiment for SynPolice {
         played out) to the end of the run."
     }
 
+    /// Its regime (the unmanaged farm busy, LOW offering more than the bucket's rate) is the
+    /// calibration's overload: a clean-clone run four minutes after one found its farm 68% busy
+    /// (docs/experiments.md). It runs in `make lab` after the quick experiments, so it takes a
+    /// calibration of the last minutes as the holding experiments do.
+    fn calibration_max_age(&self) -> Option<std::time::Duration> {
+        Some(super::HOLD_CALIBRATION_MAX_AGE)
+    }
+
     fn arms(&self, quick: bool) -> Vec<ArmSpec> {
         let (_, heavy, dur, cores) = scale(quick);
         let (rate, burst) = police_limit(quick);
