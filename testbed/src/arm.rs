@@ -16,7 +16,6 @@ use crate::farm::sampler::ServerView;
 use crate::farm::{FarmConfig, FarmUsage};
 pub use crate::inline::RlmArm;
 use crate::inline::RlmOutcome;
-use crate::report::{Fidelity, LiveFidelity};
 pub use crate::stats::PvStats;
 use crate::stats::Summary;
 use crate::topology::Offloads;
@@ -408,4 +407,27 @@ mod tests {
         assert_eq!(timeline(&pvs, 300.0)[0].span_s, 50.0);
         assert!(timeline(&[], 60.0).is_empty());
     }
+}
+
+/// The fidelity block of result.json: the appliance's passive measurement against the truth.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Fidelity {
+    pub truth_pageviews: usize,
+    pub matched: usize,
+    pub median_rel_err: f64,
+    pub p90_rel_err: f64,
+}
+
+/// An arm's live fidelity (`arms[].live_fidelity`): rlm's live pageview records against the
+/// truth, all of them and those rlm acted on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LiveFidelity {
+    pub all: Fidelity,
+    /// The truth's pageviews matched with a live pageview rlm acted on (a SYN dropped, limited
+    /// or delayed, a reference blanked or rewritten). Its truth pageviews are those matched: the
+    /// truth does not say what rlm did, so `seen_acted` is what to set `matched` against.
+    pub acted: Fidelity,
+    /// rlm's live pageviews read, and those it acted on.
+    pub seen: usize,
+    pub seen_acted: usize,
 }

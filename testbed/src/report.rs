@@ -8,7 +8,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::arm::ArmResult;
+use crate::arm::{ArmResult, Fidelity};
 
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
@@ -325,29 +325,6 @@ fn class_timeline_png(path: &Path, experiment: &str, arms: &[ArmResult]) -> Resu
 
 fn num(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
-}
-
-/// The fidelity block of result.json: the appliance's passive measurement against the truth.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Fidelity {
-    pub truth_pageviews: usize,
-    pub matched: usize,
-    pub median_rel_err: f64,
-    pub p90_rel_err: f64,
-}
-
-/// An arm's live fidelity (`arms[].live_fidelity`): rlm's live pageview records against the
-/// truth, all of them and those rlm acted on.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct LiveFidelity {
-    pub all: Fidelity,
-    /// The truth's pageviews matched with a live pageview rlm acted on (a SYN dropped, limited
-    /// or delayed, a reference blanked or rewritten). Its truth pageviews are those matched: the
-    /// truth does not say what rlm did, so `seen_acted` is what to set `matched` against.
-    pub acted: Fidelity,
-    /// rlm's live pageviews read, and those it acted on.
-    pub seen: usize,
-    pub seen_acted: usize,
 }
 
 /// A figure's share of `of` as a percentage, or "-" when there is nothing to share.

@@ -12,9 +12,8 @@ use serde_json::Value;
 use sim_clients::browser::GroundTruth;
 
 use super::{arm, arm_in, live_fidelity_check, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, WAN_80_2};
-use crate::arm::{ArmResult, ArmSpec};
+use crate::arm::{ArmResult, ArmSpec, LiveFidelity};
 use crate::live::{read_pageviews, LivePageview};
-use crate::report;
 use crate::topology::Offloads;
 
 /// The arms with rlm inline whose live pageviews are judged: offloads off (as the lab has them)
@@ -57,7 +56,7 @@ impl Experiment for Fidelity {
         offline.into_iter().chain([live(LIVE_ARMS[0], Offloads::Off), live(LIVE_ARMS[1], Offloads::Appliance)]).collect()
     }
 
-    fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<report::Fidelity>> {
+    fn fidelity(&self, arms: &[ArmResult]) -> Result<Option<crate::arm::Fidelity>> {
         Ok(of_captured_arm(arms))
     }
 
@@ -93,7 +92,7 @@ impl Experiment for Fidelity {
 
 /// The fidelity of the first arm of an experiment that captured its server port, if any: its
 /// capture replayed through the engine (`arms[].capture_fidelity`, computed after the arm ran).
-pub fn of_captured_arm(arms: &[ArmResult]) -> Option<report::Fidelity> {
+pub fn of_captured_arm(arms: &[ArmResult]) -> Option<crate::arm::Fidelity> {
     arms.iter().find(|a| a.capture.is_some()).and_then(|a| a.capture_fidelity.clone())
 }
 
@@ -139,7 +138,7 @@ impl From<rlm_core::PageviewRecord> for Seen {
 
 /// Replay a capture of the server port (`port`, the front's) through the engine and compare its
 /// pageviews with the ground truth (the clients' connect timeout as theirs).
-pub fn of_capture(cap: &Path, port: u16, truth: &[GroundTruth], connect_timeout: Duration) -> Result<report::Fidelity> {
+pub fn of_capture(cap: &Path, port: u16, truth: &[GroundTruth], connect_timeout: Duration) -> Result<crate::arm::Fidelity> {
     let mut cfg = rlm_core::Config { server_ports: vec![port], ..rlm_core::Config::default() };
     cfg.pageview.connect_timeout = connect_timeout;
     let mut engine = rlm_core::Engine::new(cfg);
@@ -160,7 +159,7 @@ pub fn of_capture(cap: &Path, port: u16, truth: &[GroundTruth], connect_timeout:
 
 /// rlm's live pageviews (its `--pageviews` file) against the ground truth: all of it, and each
 /// class's pageviews apart (the file is read once: an attack can make it gigabytes).
-pub fn of_live(pageviews: &Path, truth: &[GroundTruth]) -> Result<(report::LiveFidelity, BTreeMap<String, report::LiveFidelity>)> {
+pub fn of_live(pageviews: &Path, truth: &[GroundTruth]) -> Result<(LiveFidelity, BTreeMap<String, LiveFidelity>)> {
     let seen: Vec<Seen> = read_pageviews(pageviews)?.into_iter().map(Seen::from).collect();
     let by_class = crate::arm::classes_of(truth)
         .into_iter()
@@ -188,7 +187,7 @@ const MATCH_AFTER_S: f64 = 4.0;
 /// errors of the matched response times: over all of them, and over those matched with a
 /// pageview rlm acted on. A pageview of `seen` is matched once at most. One read from encrypted
 /// traffic (`tls`: rlm cannot know its URL) is a candidate for any truth pageview of its client.
-pub fn compare(truth: &[GroundTruth], seen: &[Seen]) -> report::LiveFidelity {
+pub fn compare(truth: &[GroundTruth], seen: &[Seen]) -> LiveFidelity {
     let mut by_page: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
     let mut by_client: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, s) in seen.iter().enumerate() {
@@ -218,7 +217,7 @@ pub fn compare(truth: &[GroundTruth], seen: &[Seen]) -> report::LiveFidelity {
             }
         }
     }
-    report::LiveFidelity {
+    LiveFidelity {
         all: figures(truth.len(), errs),
         acted: figures(acted_errs.len(), acted_errs),
         seen: seen.len(),
@@ -227,9 +226,9 @@ pub fn compare(truth: &[GroundTruth], seen: &[Seen]) -> report::LiveFidelity {
 }
 
 /// The fidelity figures of `truth_pageviews` of which these relative errors were matched.
-fn figures(truth_pageviews: usize, mut errs: Vec<f64>) -> report::Fidelity {
+fn figures(truth_pageviews: usize, mut errs: Vec<f64>) -> crate::arm::Fidelity {
     errs.sort_by(f64::total_cmp);
-    report::Fidelity {
+    crate::arm::Fidelity {
         truth_pageviews,
         matched: errs.len(),
         median_rel_err: crate::stats::percentile_sorted(&errs, 50.0),
@@ -243,6 +242,7 @@ mod tests {
 
     use super::*;
     use crate::experiments::testing::synthetic_arms;
+    use crate::report;
 
     fn truth(client: &str, url: &str, start_ts: f64, rt_s: f64) -> GroundTruth {
         GroundTruth {
@@ -430,10 +430,11 @@ mod tests {
     fn report_shows_live_and_offline_figures_side_by_side() {
         let dir = std::env::temp_dir().join(format!("rlm-lab-report-fidelity-{}", std::process::id()));
         let (mut arms, note) = synthetic_arms(&dir, &Fidelity);
-        let fig = |truth_pageviews, matched, median_rel_err, p90_rel_err| report::Fidelity { truth_pageviews, matched, median_rel_err, p90_rel_err };
+        let fig =
+            |truth_pageviews, matched, median_rel_err, p90_rel_err| crate::arm::Fidelity { truth_pageviews, matched, median_rel_err, p90_rel_err };
         arms[0].capture_fidelity = Some(fig(40, 39, 0.012, 0.04));
-        arms[0].live_fidelity = Some(report::LiveFidelity { all: fig(40, 40, 0.004, 0.02), acted: fig(2, 2, 0.006, 0.01), seen: 41, seen_acted: 2 });
-        arms[1].live_fidelity = Some(report::LiveFidelity { all: fig(40, 38, 0.005, 0.025), acted: fig(0, 0, 0.0, 0.0), seen: 40, seen_acted: 0 });
+        arms[0].live_fidelity = Some(LiveFidelity { all: fig(40, 40, 0.004, 0.02), acted: fig(2, 2, 0.006, 0.01), seen: 41, seen_acted: 2 });
+        arms[1].live_fidelity = Some(LiveFidelity { all: fig(40, 38, 0.005, 0.025), acted: fig(0, 0, 0.0, 0.0), seen: 40, seen_acted: 0 });
         let md = report::write(&dir, "fidelity", true, &arms, of_captured_arm(&arms).as_ref(), note, &Fidelity.params(true)).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(md.contains("## Live fidelity"), "{md}");

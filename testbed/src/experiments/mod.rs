@@ -16,9 +16,9 @@ use serde_json::{Map, Value};
 use sim_clients::openloop::Schedule;
 use sim_clients::tcp_profile::TcpProfile;
 
+use crate::arm::Fidelity;
 use crate::arm::{ArmResult, ArmSpec, OpenLoopArm, RlmArm};
 use crate::farm::FarmConfig;
-use crate::report::Fidelity;
 use crate::runner::run_arm;
 use crate::topology::Offloads;
 
