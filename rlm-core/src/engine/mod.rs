@@ -48,9 +48,7 @@ use syn::{Keep, SynNode};
 
 pub use config::{Config, WELL_KNOWN_HTTP_PORTS};
 pub use fastpath::{FastpathUpdate, SynMode, FASTPATH_REFRESH};
-pub use records::{
-    conn_uid, DecisionRecord, ExchangeFacts, TlsRecord, TransactionRecord, UnixMicros, UNPROVEN_EVENTS, UNPROVEN_FIELD, UNPROVEN_URIS,
-};
+pub use records::{conn_uid, DecisionRecord, ExchangeFacts, TlsRecord, TransactionRecord, UNPROVEN_EVENTS, UNPROVEN_FIELD, UNPROVEN_URIS};
 pub use shard::{ClassSample, Sharding};
 pub use stats::{Stats, TableSizes};
 

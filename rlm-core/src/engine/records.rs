@@ -10,7 +10,7 @@ use rules::{ClassId, RuleId};
 
 use crate::http::Txn;
 use crate::policy::{AggregateReading, Policy, TokenBucket};
-use crate::time::Timestamp;
+use crate::time::{Timestamp, UnixMicros};
 use crate::tls::exchange::Exchange;
 use crate::wire::Endpoint;
 
@@ -99,32 +99,6 @@ pub struct ExchangeFacts {
     pub tickets: u32,
     /// Whether it may be HTTP/2 (ALPN `h2` chosen, or offered and the choice encrypted).
     pub h2: bool,
-}
-
-/// Unix seconds, rounded to the microsecond, serialised without float noise
-/// (`1320279566.452687`, not `1320279566.4526870251`).
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
-pub struct UnixMicros(pub f64);
-
-impl UnixMicros {
-    /// `t` rounded to the nearest microsecond.
-    pub fn of(t: Timestamp) -> UnixMicros {
-        let us = t.as_nanos().saturating_add(500) / 1_000;
-        // The f64 nearest the decimal, so that the shortest round-trip form is the decimal: both
-        // operands are exact (`us` < 2^53 until the year 2255), and IEEE division rounds the
-        // exact quotient, the decimal itself, to the nearest f64.
-        UnixMicros(us as f64 / 1e6)
-    }
-    /// The seconds, with the microseconds as a fraction.
-    pub fn secs(self) -> f64 {
-        self.0
-    }
-}
-
-impl Serialize for UnixMicros {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(self.0)
-    }
 }
 
 /// Zeek-style connection identifier: `C` and 17 base-62 digits, a hash of the 5-tuple and the
@@ -506,22 +480,4 @@ pub(super) enum Writing {
     Cut,
     /// Not written.
     Skip,
-}
-
-#[cfg(test)]
-mod unix_micros_tests {
-    use super::*;
-
-    /// The division gives the f64 that parsing the decimal gives, over a spread of times.
-    #[test]
-    fn the_microseconds_are_the_decimals_nearest_f64() {
-        let mut rng = crate::testkit::Rng::new(7);
-        for i in 0..200_000u64 {
-            let ns = if i % 2 == 0 { 1_000_000_000_000_000_000 + rng.below(4_000_000_000_000_000_000) } else { rng.below(1 << 62) };
-            let t = Timestamp(ns);
-            let us = t.as_nanos().saturating_add(500) / 1_000;
-            let decimal: f64 = format!("{}.{:06}", us / 1_000_000, us % 1_000_000).parse().unwrap();
-            assert_eq!(UnixMicros::of(t).secs().to_bits(), decimal.to_bits(), "{ns} ns");
-        }
-    }
 }

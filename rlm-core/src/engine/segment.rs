@@ -10,13 +10,13 @@ use super::adaptation::AdaptStep;
 use super::application::Rejection;
 use super::records::Writing;
 use super::shard::{share, ClassSample};
-use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, UnixMicros, WELL_KNOWN_HTTP_PORTS};
+use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, WELL_KNOWN_HTTP_PORTS};
 use crate::analyzer::Analyzer;
 use crate::flow::{CloseReason, ConnId, ConnState, Dir, FlowNote};
 use crate::http::HttpOptions;
 use crate::pageview::{Evidence, Failure};
 use crate::policy::SynDecision;
-use crate::time::Timestamp;
+use crate::time::{Timestamp, UnixMicros};
 use crate::wire::{Endpoint, Segment};
 
 impl Engine {

@@ -7,8 +7,7 @@ use serde::Serialize;
 
 use super::open::{OpenPv, PvConn, PvTxn};
 use super::PageviewConfig;
-use crate::engine::UnixMicros;
-use crate::time::Timestamp;
+use crate::time::{Timestamp, UnixMicros};
 
 /// A node of the pageview's event graph (004 Figure 3).
 #[derive(Clone, Debug, Serialize, PartialEq)]

@@ -5,8 +5,9 @@
 use std::io::Write;
 use std::sync::{Condvar, Mutex};
 
-use rlm_core::engine::{Config, DecisionRecord, Engine, Port, UnixMicros};
+use rlm_core::engine::{Config, DecisionRecord, Engine, Port};
 use rlm_core::testkit::TcpConv;
+use rlm_core::time::UnixMicros;
 use rlm_core::Timestamp;
 
 use super::*;
