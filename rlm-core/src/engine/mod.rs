@@ -572,7 +572,7 @@ impl Engine {
             return;
         }
         let ages: Vec<(rules::ClassId, f64)> =
-            self.pageviews.in_flight_ages(now).map(|(client, server, host, age)| (segment::pageview_class(p, client, server, host), age)).collect();
+            self.pageviews.in_flight_ages(now).map(|(client, server, host, age)| (records::pageview_class(p, client, server, host), age)).collect();
         p.control(now, |class| ages.iter().filter(|(c, _)| *c == class).map(|(_, a)| *a).collect());
     }
 

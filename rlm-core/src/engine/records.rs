@@ -396,7 +396,7 @@ impl super::Engine {
         if let Some(policy) = self.policy.as_ref() {
             for pv in &mut pvs {
                 if let Ok(ip) = pv.client.parse::<IpAddr>() {
-                    let class = super::segment::pageview_class(policy, ip, pv.server.as_deref(), pv.host.as_deref());
+                    let class = pageview_class(policy, ip, pv.server.as_deref(), pv.host.as_deref());
                     pv.class = Some(policy.class_name(class).to_string());
                 }
             }
@@ -480,4 +480,11 @@ pub(super) enum Writing {
     Cut,
     /// Not written.
     Skip,
+}
+
+/// The class of a pageview of `client` whose first request went to `server` (`ip:port`, as its
+/// record has it) for `host`: finished ones, and those in flight the SLA controller looks at.
+pub(super) fn pageview_class(policy: &crate::policy::Policy, client: IpAddr, server: Option<&str>, host: Option<&str>) -> rules::ClassId {
+    let server: std::net::SocketAddr = server.and_then(|s| s.parse().ok()).unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+    policy.classify_pageview(client, server, host)
 }

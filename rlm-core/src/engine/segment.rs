@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::adaptation::AdaptStep;
 use super::application::Rejection;
-use super::records::Writing;
+use super::records::{pageview_class, Writing};
 use super::shard::{share, ClassSample};
 use super::{DropCause, Engine, Event, FrameOutcome, Port, TimerKind, WELL_KNOWN_HTTP_PORTS};
 use crate::analyzer::Analyzer;
@@ -416,11 +416,4 @@ impl Engine {
             self.events.push_back(Event::Pageview(pv));
         }
     }
-}
-
-/// The class of a pageview of `client` whose first request went to `server` (`ip:port`, as its
-/// record has it) for `host`: finished ones, and those in flight the SLA controller looks at.
-pub(super) fn pageview_class(policy: &crate::policy::Policy, client: IpAddr, server: Option<&str>, host: Option<&str>) -> rules::ClassId {
-    let server: SocketAddr = server.and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-    policy.classify_pageview(client, server, host)
 }

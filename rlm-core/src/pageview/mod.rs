@@ -40,7 +40,8 @@ use crate::time::Timestamp;
 use open::OpenPv;
 use record::{build_record, evidence};
 
-pub use record::{Acts, EventNode, Evidence, PageviewRecord};
+pub use open::Acts;
+pub use record::{EventNode, Evidence, PageviewRecord};
 pub use requests::{Asked, RequestInfo};
 pub use urls::{request_url, simple_request_key, url_key};
 

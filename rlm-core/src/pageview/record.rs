@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::open::{OpenPv, PvConn, PvTxn};
+use super::open::{Acts, OpenPv, PvConn, PvTxn};
 use super::PageviewConfig;
 use crate::time::{Timestamp, UnixMicros};
 
@@ -109,47 +109,6 @@ pub enum Evidence {
     Retransmissions,
     /// None of these: SYNs that were never answered nor resent (what a spoofer sends).
     None,
-}
-
-/// What rlm did to a pageview: its connections' SYNs and SYN/ACKs (counted when the connection
-/// serves a request of the pageview, or fails as one of its connections) and its container's
-/// references. A pageview record's `actions`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Acts {
-    /// Client SYNs `DROP SYN` dropped (the client waited for its retransmission).
-    pub syns_dropped: u32,
-    /// Client SYNs `LIMIT SYN` dropped for want of a token.
-    pub syns_limited: u32,
-    /// First SYNs held back by `DELAY FIRST SYN` (sent later from rlm's copy).
-    pub syns_delayed: u32,
-    /// The client's own SYN retransmissions absorbed while rlm sent the SYN for it.
-    pub syns_absorbed: u32,
-    /// Copies of its SYNs rlm sent to the server (`FAST SYN`, and a delayed first SYN's).
-    pub syns_resent: u32,
-    /// Copies of the server's SYN/ACKs rlm sent to the client (`FAST SYN/ACK`).
-    pub synacks_resent: u32,
-    /// Image references blanked out of its container (`REMOVE EMBEDS`).
-    pub embeds_blanked: u32,
-    /// Requests of its embedded images rewritten to their variant (`REWRITE EMBEDS`).
-    pub embeds_rewritten: u32,
-    /// Its requests `REJECT` answered in the server's stead (the client got the appliance's
-    /// error page).
-    pub requests_rejected: u32,
-}
-
-impl Acts {
-    /// Add the counts of `other`.
-    pub(super) fn add(&mut self, other: &Acts) {
-        self.syns_dropped += other.syns_dropped;
-        self.syns_limited += other.syns_limited;
-        self.syns_delayed += other.syns_delayed;
-        self.syns_absorbed += other.syns_absorbed;
-        self.syns_resent += other.syns_resent;
-        self.synacks_resent += other.synacks_resent;
-        self.embeds_blanked += other.embeds_blanked;
-        self.embeds_rewritten += other.embeds_rewritten;
-        self.requests_rejected += other.requests_rejected;
-    }
 }
 
 /// The record of a finished pageview (`incomplete`, `class` and `window_ts` are the caller's to

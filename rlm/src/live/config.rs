@@ -589,6 +589,21 @@ impl RunConfig {
     }
 }
 
+/// The record writer's options as `rlm run` has them by default (here, with the `[limits]` they
+/// derive from, so that the writer's module does not import the configuration's).
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            capacity: 16_384,
+            // The default `[limits]`' share for records.
+            capacity_bytes: LimitsConfig::default().derive().records_queue_bytes,
+            max_bytes: None,
+            keep: 5,
+            close_timeout: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
 /// The most records the writer's queue may hold.
 const MAX_RECORDS_QUEUE: usize = 1 << 20;
 /// The most rotated record files kept.

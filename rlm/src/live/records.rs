@@ -82,19 +82,6 @@ pub struct WriterOptions {
     pub close_timeout: Duration,
 }
 
-impl Default for WriterOptions {
-    fn default() -> Self {
-        WriterOptions {
-            capacity: 16_384,
-            // The default `[limits]`' share for records.
-            capacity_bytes: super::config::LimitsConfig::default().derive().records_queue_bytes,
-            max_bytes: None,
-            keep: 5,
-            close_timeout: Duration::from_secs(5),
-        }
-    }
-}
-
 /// Records written and dropped per kind, and the reopens and rotations that failed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RecordCounts {
