@@ -69,20 +69,6 @@ impl fmt::Display for Timestamp {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn arithmetic_saturates_instead_of_panicking() {
-        let t = Timestamp::from_millis(5);
-        assert_eq!(t.saturating_since(Timestamp::from_millis(9)), Duration::ZERO);
-        assert_eq!(t - Duration::from_secs(1), Timestamp::ZERO);
-        assert_eq!((t + Duration::from_millis(995)).as_secs_f64(), 1.0);
-        assert_eq!(Timestamp::from_micros(1_500_000).to_string(), "1.500000000");
-    }
-}
-
 /// Unix seconds, rounded to the microsecond, serialised without float noise
 /// (`1320279566.452687`, not `1320279566.4526870251`).
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
@@ -110,8 +96,17 @@ impl serde::Serialize for UnixMicros {
 }
 
 #[cfg(test)]
-mod unix_micros_tests {
+mod tests {
     use super::*;
+
+    #[test]
+    fn arithmetic_saturates_instead_of_panicking() {
+        let t = Timestamp::from_millis(5);
+        assert_eq!(t.saturating_since(Timestamp::from_millis(9)), Duration::ZERO);
+        assert_eq!(t - Duration::from_secs(1), Timestamp::ZERO);
+        assert_eq!((t + Duration::from_millis(995)).as_secs_f64(), 1.0);
+        assert_eq!(Timestamp::from_micros(1_500_000).to_string(), "1.500000000");
+    }
 
     /// The division gives the f64 that parsing the decimal gives, over a spread of times.
     #[test]

@@ -372,6 +372,29 @@ pub fn read_truth(path: &Path) -> Result<Vec<GroundTruth>> {
     text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).map_err(Into::into)).collect()
 }
 
+/// The fidelity block of result.json: the appliance's passive measurement against the truth.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Fidelity {
+    pub truth_pageviews: usize,
+    pub matched: usize,
+    pub median_rel_err: f64,
+    pub p90_rel_err: f64,
+}
+
+/// An arm's live fidelity (`arms[].live_fidelity`): rlm's live pageview records against the
+/// truth, all of them and those rlm acted on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LiveFidelity {
+    pub all: Fidelity,
+    /// The truth's pageviews matched with a live pageview rlm acted on (a SYN dropped, limited
+    /// or delayed, a reference blanked or rewritten). Its truth pageviews are those matched: the
+    /// truth does not say what rlm did, so `seen_acted` is what to set `matched` against.
+    pub acted: Fidelity,
+    /// rlm's live pageviews read, and those it acted on.
+    pub seen: usize,
+    pub seen_acted: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,27 +430,4 @@ mod tests {
         assert_eq!(timeline(&pvs, 300.0)[0].span_s, 50.0);
         assert!(timeline(&[], 60.0).is_empty());
     }
-}
-
-/// The fidelity block of result.json: the appliance's passive measurement against the truth.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Fidelity {
-    pub truth_pageviews: usize,
-    pub matched: usize,
-    pub median_rel_err: f64,
-    pub p90_rel_err: f64,
-}
-
-/// An arm's live fidelity (`arms[].live_fidelity`): rlm's live pageview records against the
-/// truth, all of them and those rlm acted on.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct LiveFidelity {
-    pub all: Fidelity,
-    /// The truth's pageviews matched with a live pageview rlm acted on (a SYN dropped, limited
-    /// or delayed, a reference blanked or rewritten). Its truth pageviews are those matched: the
-    /// truth does not say what rlm did, so `seen_acted` is what to set `matched` against.
-    pub acted: Fidelity,
-    /// rlm's live pageviews read, and those it acted on.
-    pub seen: usize,
-    pub seen_acted: usize,
 }

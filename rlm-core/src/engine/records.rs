@@ -2,7 +2,7 @@
 //! encrypted records (the fields of Zeek's http.log, [`TransactionRecord`]), one per action a rule took ([`DecisionRecord`]);
 //! pageviews are [`crate::pageview::PageviewRecord`]s.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use serde::Serialize;
 
@@ -485,6 +485,6 @@ pub(super) enum Writing {
 /// The class of a pageview of `client` whose first request went to `server` (`ip:port`, as its
 /// record has it) for `host`: finished ones, and those in flight the SLA controller looks at.
 pub(super) fn pageview_class(policy: &crate::policy::Policy, client: IpAddr, server: Option<&str>, host: Option<&str>) -> rules::ClassId {
-    let server: std::net::SocketAddr = server.and_then(|s| s.parse().ok()).unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+    let server: SocketAddr = server.and_then(|s| s.parse().ok()).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
     policy.classify_pageview(client, server, host)
 }

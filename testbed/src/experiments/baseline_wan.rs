@@ -5,8 +5,7 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::{arm, arm_in, arm_mean, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
-use crate::arm::Fidelity;
-use crate::arm::{ArmResult, ArmSpec};
+use crate::arm::{ArmResult, ArmSpec, Fidelity};
 
 pub struct BaselineWan;
 

@@ -5,8 +5,7 @@ use anyhow::Result;
 use serde_json::{Map, Value};
 
 use super::{arm, arm_in, injected, live_fidelity_note, num, rlm_clean, scale, with_rlm, Checks, Experiment, Results, CLASS_RULES, WAN_80_2};
-use crate::arm::Fidelity;
-use crate::arm::{ArmResult, ArmSpec};
+use crate::arm::{ArmResult, ArmSpec, Fidelity};
 
 /// fast-synack's browsers and run per arm. The effect (004 Table 1) is on the share of pageviews
 /// past 3 s, 4 to 6.5% at light load here (baseline-wan quick: 17 and 27 of 417): a quick run
