@@ -7,7 +7,11 @@
 //! - `inline_connection_close_per_connection`: `rlm run`'s load in the throughput experiment, a
 //!   new connection per small page, per connection; `inline_tls_connection_close_per_connection`
 //!   the same over TLS 1.3 (handshake records read, the exchange made a pageview); the
-//!   `inline_hot_` pair the same with the frames in the cache, as a live driver has them.
+//!   `inline_hot_` pair the same with the frames in the cache, as a live driver has them;
+//!   `inline_records_connection_close_per_connection` the first with the engine configured as
+//!   `rlm run --transactions F --pageviews F` configures it and each record serialised as its
+//!   writer thread does (one JSON line into a reused buffer): what the records cost, per
+//!   connection, against the first.
 //! - `embed_scanner`: the HTML scanner alone, per byte, on dense markup (a tag every ~40 bytes,
 //!   an image in every other tag).
 //! - `embed_scanner_realistic`: the HTML scanner alone, per byte, on a ~80 KB news-style page
@@ -53,6 +57,12 @@ fn run(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut routine: impl FnMut
             g.bench_function(name, |b| b.iter_custom(&mut routine));
         }
     }
+}
+
+/// Whether a benchmark's setup is needed: always under criterion; with `RLM_BENCH_ITERS` only
+/// when the command line names it (so that an instruction count pays only its own setup).
+fn wanted(name: &str) -> bool {
+    fixed_iters().is_none() || std::env::args().skip(1).filter(|a| !a.starts_with('-')).any(|f| name.contains(f.as_str()))
 }
 
 /// [`run`] for a routine that times itself per iteration.
@@ -354,61 +364,80 @@ fn bench(c: &mut Criterion) {
     // for a 512-byte page (wrk, `Connection: close`), as the eBPF fast path reports it: the SYN
     // already decided in the kernel, then SYN/ACK, the handshake's ACK, request, response and the
     // two FINs (bare ACKs stay in the kernel). Per connection, with timers as the driver fires them.
-    let mut conns: Vec<Vec<Vec<u8>>> = (0..20_000)
-        .map(|i| {
-            let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:80");
-            let mut f = vec![c.syn(), c.synack(), c.ack()];
-            f.push(c.client_data(b"GET /small.html HTTP/1.1\r\nHost: 10.9.0.1\r\nConnection: close\r\n\r\n"));
-            let mut resp =
-                b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: text/html\r\nContent-Length: 512\r\nConnection: close\r\n\r\n".to_vec();
-            resp.extend(std::iter::repeat_n(b'x', 511));
-            resp.push(b'\n');
-            f.extend(c.server_data(&resp));
-            f.push(c.server_fin());
-            f.push(c.client_fin());
-            f
-        })
-        .collect();
+    let close_conns = || -> Vec<Vec<Vec<u8>>> {
+        (0..20_000)
+            .map(|i| {
+                let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:80");
+                let mut f = vec![c.syn(), c.synack(), c.ack()];
+                f.push(c.client_data(b"GET /small.html HTTP/1.1\r\nHost: 10.9.0.1\r\nConnection: close\r\n\r\n"));
+                let mut resp =
+                    b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: text/html\r\nContent-Length: 512\r\nConnection: close\r\n\r\n".to_vec();
+                resp.extend(std::iter::repeat_n(b'x', 511));
+                resp.push(b'\n');
+                f.extend(c.server_data(&resp));
+                f.push(c.server_fin());
+                f.push(c.client_fin());
+                f
+            })
+            .collect()
+    };
     // The same load over TLS 1.3 (issue 25: within 20% of HTTP's per connection): the
     // ClientHello, the server's flight (its ServerHello, ChangeCipherSpec and 3 KB of encrypted
     // handshake, certificates included), the client's Finished with its request, the response in
     // one record, the server's close_notify, the FINs.
-    let mut tls_conns: Vec<Vec<Vec<u8>>> = (0..20_000)
-        .map(|i| {
-            use rlm_core::testkit::tls::{app, client_finished_13, client_hello_record_offering, message, record, server_hello_body};
-            let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:443");
-            let mut f = vec![c.syn(), c.synack(), c.ack()];
-            f.push(c.client_data(&client_hello_record_offering(&[b"http/1.1"])));
-            let flight = [record(22, &message(2, &server_hello_body())), record(20, &[1]), app(3_000)].concat();
-            f.extend(c.server_data(&flight));
-            f.push(c.client_data(&[client_finished_13(), app(17 + 70)].concat()));
-            f.extend(c.server_data(&app(17 + 512 + 150)));
-            f.extend(c.server_data(&app(19)));
-            f.push(c.server_fin());
-            f.push(c.client_fin());
-            f
-        })
-        .collect();
+    let tls_conns = || -> Vec<Vec<Vec<u8>>> {
+        (0..20_000)
+            .map(|i| {
+                use rlm_core::testkit::tls::{app, client_finished_13, client_hello_record_offering, message, record, server_hello_body};
+                let mut c = TcpConv::new(&format!("10.4.0.2:{}", 10_000 + i % 50_000), "10.9.0.1:443");
+                let mut f = vec![c.syn(), c.synack(), c.ack()];
+                f.push(c.client_data(&client_hello_record_offering(&[b"http/1.1"])));
+                let flight = [record(22, &message(2, &server_hello_body())), record(20, &[1]), app(3_000)].concat();
+                f.extend(c.server_data(&flight));
+                f.push(c.client_data(&[client_finished_13(), app(17 + 70)].concat()));
+                f.extend(c.server_data(&app(17 + 512 + 150)));
+                f.extend(c.server_data(&app(19)));
+                f.push(c.server_fin());
+                f.push(c.client_fin());
+                f
+            })
+            .collect()
+    };
     // Cold: 20,000 connections' frames (24 MB in the clear, 110 MB over TLS), each read from
     // memory when its turn comes. Hot: the first 256 of them (the size of a few ring-buffer
     // batches) reused, each connection's client port written into its frames before they are
     // handed over (as the driver has a report: just written by the kernel into the ring), so
     // that the frames are in the cache as a live driver's are and the figure is the engine's.
-    let mut hot = conns[..256].to_vec();
-    let mut tls_hot = tls_conns[..256].to_vec();
-    for (name, conns, rewrite) in [
-        ("inline_connection_close_per_connection", &mut conns, false),
-        ("inline_tls_connection_close_per_connection", &mut tls_conns, false),
-        ("inline_hot_connection_close_per_connection", &mut hot, true),
-        ("inline_hot_tls_connection_close_per_connection", &mut tls_hot, true),
-    ] {
+    // Records: the cold connections as `rlm run` handles them when it writes its records.
+    let hot = |mut all: Vec<Vec<Vec<u8>>>| {
+        all.truncate(256);
+        all
+    };
+    type Setup<'a> = &'a dyn Fn() -> Vec<Vec<Vec<u8>>>;
+    let hot_close = || hot(close_conns());
+    let hot_tls = || hot(tls_conns());
+    let variants: [(&str, Setup, bool, bool); 5] = [
+        ("inline_connection_close_per_connection", &close_conns, false, false),
+        ("inline_tls_connection_close_per_connection", &tls_conns, false, false),
+        ("inline_hot_connection_close_per_connection", &hot_close, true, false),
+        ("inline_hot_tls_connection_close_per_connection", &hot_tls, true, false),
+        ("inline_records_connection_close_per_connection", &close_conns, false, true),
+    ];
+    for (name, setup, rewrite, records) in variants {
+        if !wanted(name) {
+            continue;
+        }
+        let mut conns = setup();
         g.throughput(Throughput::Elements(1));
-        // As `rlm run` configures it.
-        let mut cfg = Config { decode_bodies: false, transaction_records: false, ..Config::default() };
-        cfg.pageview.max_events = 0;
+        // As `rlm run` configures it (without records: no transaction records, no event graph).
+        let mut cfg = Config { decode_bodies: false, transaction_records: records, ..Config::default() };
+        if !records {
+            cfg.pageview.max_events = 0;
+        }
         let mut e = Engine::new(cfg);
         e.enable_fastpath();
         let (mut t, mut i) = (1_000_000_000_000u64, 0);
+        let mut line: Vec<u8> = Vec::with_capacity(4096);
         run(&mut g, name, |iters| {
             let start = Instant::now();
             for _ in 0..iters {
@@ -434,7 +463,21 @@ fn bench(c: &mut Criterion) {
                 if e.poll_timeout().is_some_and(|d| d.0 <= t) {
                     e.handle_timeout(Timestamp(t));
                 }
-                while e.poll_event().is_some() {}
+                while let Some(ev) = e.poll_event() {
+                    if records {
+                        // As rlm's RecordOut writes a line: serialised into one reused buffer.
+                        line.clear();
+                        match &ev {
+                            rlm_core::engine::Event::Transaction(r) => serde_json::to_writer(&mut line, r),
+                            rlm_core::engine::Event::Pageview(r) => serde_json::to_writer(&mut line, r),
+                            rlm_core::engine::Event::Decision(r) => serde_json::to_writer(&mut line, r),
+                            rlm_core::engine::Event::Tls(r) => serde_json::to_writer(&mut line, r),
+                        }
+                        .expect("a record serialises");
+                        line.push(b'\n');
+                        std::hint::black_box(&line);
+                    }
+                }
                 while e.poll_fastpath().is_some() {}
             }
             start.elapsed()
