@@ -309,8 +309,13 @@ pub struct Sample {
     /// One-second HTTP downloads from nginx on port 80, which rlm watches
     /// (`throughput::web_bulk`), one connection each.
     pub web_bulk_runs_gbps: Vec<f64>,
+    /// The median of `conn_runs_per_s`.
     pub conn_per_s: f64,
-    /// wrk's requests in the sample (each on a new connection).
+    /// One-second wrk runs (as many as iperf3's): like one stream's bulk, wrk's rate here
+    /// follows where wrk, nginx and their softirqs land on the two cores, so a sample draws it
+    /// several times rather than once.
+    pub conn_runs_per_s: Vec<f64>,
+    /// wrk's requests in the sample, all its runs (each on a new connection).
     pub requests: u64,
     /// wrk's socket errors and non-2xx answers (should be 0).
     pub conn_errors: u64,
@@ -338,6 +343,7 @@ pub struct ThroughputArm {
     pub bulk_gbps: f64,
     /// Median of every download of every sample ([`Sample::web_bulk_runs_gbps`], pooled).
     pub web_bulk_gbps: f64,
+    /// Median of every wrk run of every sample ([`Sample::conn_runs_per_s`], pooled).
     pub conn_per_s: f64,
     pub connect_p50_us: f64,
     pub connect_p99_us: f64,

@@ -19,7 +19,9 @@
 //!   as iperf3's runs and pooled the same way.
 //! - `conn_per_s`: wrk, one thread, 16 connections, `Connection: close` on every request to a
 //!   512-byte page of nginx on the farm's port 80, so that every request is a new connection
-//!   whose SYN crosses rlm's queue (and SYN/ACK too, where rlm queues those).
+//!   whose SYN crosses rlm's queue (and SYN/ACK too, where rlm queues those); as one-second
+//!   runs, as many as iperf3's, pooled the same way (wrk's rate too follows where it, nginx
+//!   and their softirqs land on the two cores).
 //! - connect time: 2,000 sequential connects to port 80 (closed with RST), timed by the lab; the
 //!   `rlm` arm's added latency is the difference of its medians from the plain bridge's.
 //! - first connect time: 500 connects, each from a client address of its own (new to the
@@ -271,7 +273,6 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
     std::fs::create_dir_all(&sdir)?;
     let rlm = arm.rlm().map(|a| Inline::start(&plan.ns("app"), &a, &sdir, Duration::from_secs(10))).transpose()?;
     let run = || -> Result<Sample> {
-        let t = sample_s.to_string();
         let (mut bulk_runs_gbps, mut retr) = (Vec::new(), 0);
         for run in 0..sample_s {
             // iperf3 -J prints its error as JSON on stdout and exits 1: read stdout either way.
@@ -286,10 +287,15 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
         }
         let web_bulk_runs_gbps = (0..sample_s).map(|_| web_bulk(&cli, &src, 1)).collect::<Result<Vec<f64>>>()?;
         let url = format!("http://{FARM_ADDR}/small.html");
-        let wrk = in_ns(&cli, "wrk", &["-t1", "-c16", &format!("-d{t}s"), "-H", "Connection: close", &url])?;
-        std::fs::write(sdir.join("wrk.txt"), &wrk)?;
-        let (rps, errors) = parse_wrk(&wrk)?;
-        let requests = parse_wrk_requests(&wrk).unwrap_or(0);
+        let (mut conn_runs_per_s, mut errors, mut requests) = (Vec::new(), 0, 0);
+        for run in 0..sample_s {
+            let wrk = in_ns(&cli, "wrk", &["-t1", "-c16", "-d1s", "-H", "Connection: close", &url])?;
+            std::fs::write(sdir.join(format!("wrk-{run}.txt")), &wrk)?;
+            let (rps, e) = parse_wrk(&wrk)?;
+            conn_runs_per_s.push(rps);
+            errors += e;
+            requests += parse_wrk_requests(&wrk).unwrap_or(0);
+        }
         let (times, failed) = connect_times(&cli, &src, CONNECTS)?;
         // Every client address but the one above: new to this sample's rlm.
         let fresh = (1..=FIRST_CONNECTS).map(|i| crate::topology::client_addr(true, i)).collect();
@@ -301,7 +307,8 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
             bulk_retransmits: retr,
             web_bulk_gbps: median(&web_bulk_runs_gbps),
             web_bulk_runs_gbps,
-            conn_per_s: rps,
+            conn_per_s: median(&conn_runs_per_s),
+            conn_runs_per_s,
             requests,
             conn_errors: errors,
             connect_p50_us: percentile(&times, 50.0),
@@ -350,7 +357,7 @@ fn arm_of(samples: Vec<Sample>) -> ThroughputArm {
     ThroughputArm {
         bulk_gbps: pooled(&samples, |s| &s.bulk_runs_gbps),
         web_bulk_gbps: pooled(&samples, |s| &s.web_bulk_runs_gbps),
-        conn_per_s: m(|s| s.conn_per_s),
+        conn_per_s: pooled(&samples, |s| &s.conn_runs_per_s),
         connect_p50_us: m(|s| s.connect_p50_us),
         connect_p99_us: m(|s| s.connect_p99_us),
         first_connect_p50_us: m(|s| s.first_connect_p50_us),
@@ -557,11 +564,14 @@ mod tests {
     }
 
     #[test]
-    fn an_arms_bulk_is_the_median_of_every_run_pooled() {
+    fn an_arms_bulk_and_connection_rate_are_the_medians_of_every_run_pooled() {
         let s = |runs: &[f64], own, web: &[f64]| Sample {
             bulk_runs_gbps: runs.to_vec(),
             bulk_gbps: own,
             web_bulk_runs_gbps: web.to_vec(),
+            // wrk's runs: the bulk runs' figures in thousands a second.
+            conn_runs_per_s: runs.iter().map(|r| r * 1000.0).collect(),
+            conn_per_s: own * 1000.0,
             ..Sample::default()
         };
         // Samples' own medians 9, 9 and 12 would give 9; the nine runs pooled give 10.
@@ -569,6 +579,8 @@ mod tests {
         assert_eq!(a.bulk_gbps, 10.0);
         // The web bulk's downloads the same (the samples' own medians, 3, 8 and 10, would give 8).
         assert_eq!(a.web_bulk_gbps, 9.0);
+        // And wrk's connection rate (9,000 by the samples' own medians).
+        assert_eq!(a.conn_per_s, 10_000.0);
     }
 
     #[test]
