@@ -46,38 +46,33 @@ pub fn median(values: &[f64]) -> f64 {
     percentile(values, 50.0)
 }
 
-/// One-sided Mann-Whitney U test: how likely `lower`'s values would fall this far below
-/// `base`'s if both were drawn from one distribution (the normal approximation, tied values
-/// given their mean rank and the variance corrected for them, with a continuity correction).
-/// Small: `lower` is measurably lower than `base`. 1 when either is empty or every value ties.
-pub fn mann_whitney_lower_p(base: &[f64], lower: &[f64]) -> f64 {
-    let (n1, n2) = (base.len() as f64, lower.len() as f64);
-    if base.is_empty() || lower.is_empty() {
+/// One-sided Wilcoxon signed-rank test, exact: how likely differences this far below zero
+/// would be if each were as likely positive as negative (the arms' paired samples alike).
+/// `diffs`: one difference per pair (e.g. the log of a round's ratio of the two arms); zeros
+/// and NaN are left out, tied magnitudes share their mean rank. The sum of the positive
+/// differences' ranks is compared with its value under every assignment of signs (2^n, n at
+/// most 20). Small: the differences are measurably negative. 1 with no difference to judge.
+pub fn signed_rank_lower_p(diffs: &[f64]) -> f64 {
+    let mut d: Vec<f64> = diffs.iter().copied().filter(|x| *x != 0.0 && !x.is_nan()).collect();
+    let n = d.len();
+    if n == 0 || n > 20 {
         return 1.0;
     }
-    let mut all: Vec<(f64, bool)> = base.iter().map(|&x| (x, true)).chain(lower.iter().map(|&x| (x, false))).collect();
-    all.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let n = all.len();
-    let (mut rank_sum_base, mut ties, mut i) = (0.0, 0.0, 0);
+    d.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
+    let mut ranks = vec![0.0; n];
+    let mut i = 0;
     while i < n {
         let mut j = i;
-        while j + 1 < n && all[j + 1].0 == all[i].0 {
+        while j + 1 < n && d[j + 1].abs() == d[i].abs() {
             j += 1;
         }
         // Ranks i+1..=j+1 share their mean.
-        let (t, mean_rank) = ((j - i + 1) as f64, (i + j + 2) as f64 / 2.0);
-        rank_sum_base += mean_rank * all[i..=j].iter().filter(|v| v.1).count() as f64;
-        ties += t * t * t - t;
+        ranks[i..=j].fill((i + j + 2) as f64 / 2.0);
         i = j + 1;
     }
-    let u = rank_sum_base - n1 * (n1 + 1.0) / 2.0;
-    let nf = n as f64;
-    let var = n1 * n2 / 12.0 * ((nf + 1.0) - ties / (nf * (nf - 1.0)));
-    if var <= 0.0 {
-        return 1.0;
-    }
-    let z = (u - n1 * n2 / 2.0 - 0.5) / var.sqrt();
-    0.5 * libm::erfc(z / std::f64::consts::SQRT_2)
+    let observed: f64 = d.iter().zip(&ranks).filter(|(x, _)| **x > 0.0).map(|(_, r)| r).sum();
+    let as_low = (0u32..1 << n).filter(|signs| (0..n).filter(|k| signs & (1 << k) != 0).map(|k| ranks[k]).sum::<f64>() <= observed + 1e-9).count();
+    as_low as f64 / f64::from(1u32 << n)
 }
 
 /// Response-time statistics of a set of pageviews, as result.json carries them.
@@ -140,25 +135,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mann_whitney_one_sided() {
-        // Five values all below five others: U = 25, its mean 12.5 and deviation
-        // sqrt(25 * 11 / 12) = 4.787, z = (12.5 - 0.5) / 4.787 = 2.507, p = 0.0061 (the exact
-        // test's 1/252 = 0.004).
-        let (hi, lo) = ([6.0, 7.0, 8.0, 9.0, 10.0], [1.0, 2.0, 3.0, 4.0, 5.0]);
-        let p = mann_whitney_lower_p(&hi, &lo);
-        assert!((p - 0.0061).abs() < 0.0002, "{p}");
-        // The other way round: no evidence at all that the higher values are lower.
-        assert!(mann_whitney_lower_p(&lo, &hi) > 0.99);
-        // Interleaved alike: U at its mean, p just over one half (the continuity correction).
-        let p = mann_whitney_lower_p(&[1.0, 3.0, 5.0, 7.0], &[2.0, 4.0, 6.0, 8.0]);
-        assert!((0.5..0.9).contains(&p), "{p}");
-        // Ties: 1, 1, 2, 2 against 2, 3: ranks 1.5, 1.5, 4, 4 | 4, 6; U = 11 - 10 = 1 of 8,
-        // variance 8/12 * (7 - (6 + 24)/30) = 4, z = (1 - 4 - 0.5) / 2 = -1.75: p = 0.96.
-        let p = mann_whitney_lower_p(&[1.0, 1.0, 2.0, 2.0], &[2.0, 3.0]);
-        assert!((p - 0.9599).abs() < 0.001, "{p}");
-        // Nothing to judge.
-        assert_eq!(mann_whitney_lower_p(&[], &[1.0]), 1.0);
-        assert_eq!(mann_whitney_lower_p(&[2.0, 2.0], &[2.0]), 1.0);
+    fn signed_rank_one_sided_exact() {
+        // All five lower: no positive rank, 1 assignment of 32 as low: p = 1/32.
+        assert_eq!(signed_rank_lower_p(&[-1.0, -2.0, -3.0, -4.0, -5.0]), 1.0 / 32.0);
+        // One higher, the smallest: W+ = 1, assignments with W+ <= 1 are {} and {1}: 2/32.
+        assert_eq!(signed_rank_lower_p(&[1.0, -2.0, -3.0, -4.0, -5.0]), 2.0 / 32.0);
+        // One higher, the largest: W+ = 5; {}, {1}..{5}, {1,2}, {1,3}, {1,4}, {2,3}: 10/32.
+        assert_eq!(signed_rank_lower_p(&[-1.0, -2.0, -3.0, -4.0, 5.0]), 10.0 / 32.0);
+        // Ties share their rank: +1, -1, -2 ranks 1.5, 1.5, 3; W+ = 1.5, assignments with
+        // W+ <= 1.5: {}, {a}, {b}: 3/8 (ranked 1, 2, 3 as they come it would be 2/8).
+        assert_eq!(signed_rank_lower_p(&[1.0, -1.0, -2.0]), 3.0 / 8.0);
+        // Zeros and NaN left out; all higher: nothing says lower.
+        assert_eq!(signed_rank_lower_p(&[0.0, f64::NAN, -1.0]), 0.5);
+        assert_eq!(signed_rank_lower_p(&[1.0, 2.0, 3.0]), 1.0);
+        assert_eq!(signed_rank_lower_p(&[]), 1.0);
     }
 
     #[test]

@@ -496,7 +496,8 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, offloads: Offloads, out: 
     result
 }
 
-/// Medians of the samples, for the report.
+/// Each arm's figures (bulk and connections: medians of its one-second runs pooled) and every
+/// sample's, for the report.
 pub fn table(arms: &[ArmResult]) -> String {
     let mut md = String::from(
         "\n| arm | samples | bulk (median) | connections/s (median) | connect p50 | connect p99 | added p50 | added p99 | first connect p50 / p99 | first added p50 / p99 | rlm verdict p50 / p99 | rlm CPU | bulk ratio | conn ratio |\n\
