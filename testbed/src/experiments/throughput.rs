@@ -212,28 +212,18 @@ fn records_checks(v: &mut Vec<(bool, String)>, w: &Value) {
 /// second, at 95.7% and 94.9% of rlm's in two runs, lower in 3 of 5 rounds in each).
 fn records_cost(v: &mut Vec<(bool, String)>, with: &Value, without: &Value) {
     for (key, unit, digits) in [("bulk_gbps", "bulk Gbit/s", 2), ("conn_per_s", "connections/s", 0)] {
-        let pairs = by_round(with, without, key);
-        v.push(records_cost_verdict(num(&with[key]), num(&without[key]), &pairs, unit, digits));
+        let ratios = round_ratios(&without["samples"], &with["samples"], key);
+        v.push(records_cost_verdict(num(&with[key]), num(&without[key]), &ratios, unit, digits));
     }
 }
 
-/// `(with, without)`: the two arms' samples' figures, round by round (rounds both have).
-fn by_round(with: &Value, without: &Value, key: &str) -> Vec<(f64, f64)> {
-    let samples = |a: &Value| a["samples"].as_array().cloned().unwrap_or_default();
-    let other = samples(without);
-    samples(with)
-        .iter()
-        .filter_map(|s| Some((num(&s[key]), num(&other.iter().find(|o| o["round"] == s["round"])?[key]))))
-        .filter(|(a, b)| a.is_finite() && b.is_finite() && *a > 0.0 && *b > 0.0)
-        .collect()
-}
-
-/// [`records_cost`]'s verdict on one figure: the arms' figures and their rounds' pairs.
-fn records_cost_verdict(a: f64, b: f64, pairs: &[(f64, f64)], unit: &str, digits: usize) -> (bool, String) {
+/// [`records_cost`]'s verdict on one figure: the arms' figures (records, without) and the
+/// rounds' ratios of records over without ([`round_ratios`]).
+fn records_cost_verdict(a: f64, b: f64, ratios: &[f64], unit: &str, digits: usize) -> (bool, String) {
     let ratio = a / b;
-    let lower = pairs.iter().filter(|(w, wo)| w < wo).count();
-    let p = crate::stats::signed_rank_lower_p(&pairs.iter().map(|(w, wo)| (w / wo).ln()).collect::<Vec<_>>());
-    let ok = !pairs.is_empty() && b > 0.0 && ratio >= 0.9 && (ratio >= 0.95 || p >= 0.05);
+    let lower = ratios.iter().filter(|r| **r < 1.0).count();
+    let p = crate::stats::signed_rank_lower_p(&ratios.iter().map(|r| r.ln()).collect::<Vec<_>>());
+    let ok = !ratios.is_empty() && b > 0.0 && ratio >= 0.9 && (ratio >= 0.95 || p >= 0.05);
     (
         ok,
         format!(
@@ -241,7 +231,7 @@ fn records_cost_verdict(a: f64, b: f64, pairs: &[(f64, f64)], unit: &str, digits
              (medians of the runs pooled; lower in {lower} of {} rounds, one-sided signed-rank p = {p:.3}; at least 95%, \
              or not measurably lower (p >= 0.05) and at least 90%)",
             ratio * 100.0,
-            pairs.len()
+            ratios.len()
         ),
     )
 }
@@ -267,10 +257,7 @@ mod tests {
     fn samples(bulk: [f64; 5], conn: [f64; 5]) -> (Vec<Value>, f64, f64) {
         let v = (0..5)
             .map(|i| {
-                // Five one-second runs a sample, 1% apart around its figure.
-                let runs = |x: f64| [0.98, 0.99, 1.0, 1.01, 1.02].map(|f| f * x);
                 serde_json::json!({"round": i, "requests": 100, "bulk_gbps": bulk[i], "web_bulk_gbps": bulk[i], "conn_per_s": conn[i], "transaction_lines": 100,
-                    "bulk_runs_gbps": runs(bulk[i]), "conn_runs_per_s": runs(conn[i]),
                     "rlm": {"transactions": 100, "records": {"counts": {"transactions": {"written": 100, "dropped": 0}}}}})
             })
             .collect();
@@ -371,8 +358,15 @@ mod tests {
         // rlm's five rounds, as a noisy machine draws them.
         let rlm = [7000.0, 9400.0, 8200.0, 7600.0, 8800.0];
         let judge = |ratio: f64, each: [f64; 5]| {
-            let pairs: Vec<(f64, f64)> = rlm.iter().zip(each).map(|(r, f)| (r * f, *r)).collect();
-            records_cost_verdict(8200.0 * ratio, 8200.0, &pairs, "connections/s", 0)
+            let with = serde_json::json!(rlm
+                .iter()
+                .zip(each)
+                .enumerate()
+                .map(|(i, (r, f))| serde_json::json!({"round": i, "conn_per_s": r * f}))
+                .collect::<Vec<_>>());
+            let without =
+                serde_json::json!(rlm.iter().enumerate().map(|(i, r)| serde_json::json!({"round": i, "conn_per_s": r})).collect::<Vec<_>>());
+            records_cost_verdict(8200.0 * ratio, 8200.0, &round_ratios(&without, &with, "conn_per_s"), "connections/s", 0)
         };
         // The same: 100%.
         assert!(judge(1.0, [1.0; 5]).0);
