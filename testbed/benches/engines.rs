@@ -93,6 +93,7 @@ fn round(info: &testbed::topology::Info, engines: usize, frames: &[Vec<(bool, Ar
         extra_args: vec!["--engines".into(), engines.to_string(), "--ring-mb".into(), RING_MB.into(), "--memory-mb".into(), "1024".into()],
         records: false,
         count_maps: false,
+        cpus: None,
     };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, dir, Duration::from_secs(20))?;
     let mut fp = Running::find()?;

@@ -333,6 +333,10 @@ pub struct Sample {
     /// The machine's speed probe during the sample ([`crate::speed`]): its median (ms). The
     /// arms alternate so that a drift weighs on each alike; this says whether there was one.
     pub machine_probe_ms: Option<f64>,
+    /// The CPUs rlm's main thread might run on during the sample, read from the kernel.
+    pub rlm_cpus: Option<Vec<usize>>,
+    /// The CPUs the servers' tasks (nginx's, iperf3's) might run on, all of them together.
+    pub server_cpus: Option<Vec<usize>>,
 }
 
 /// An arm's samples and their medians.

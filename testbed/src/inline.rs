@@ -41,11 +41,13 @@ pub struct RlmArm {
     /// Each [`MAP_SAMPLE_EVERY`]th second the lab also counts the entries of the fast path's
     /// tables ([`FASTPATH_MAPS`], with [`crate::bpfmaps`]) into the sample.
     pub count_maps: bool,
+    /// rlm (its threads and its guard) runs on these CPUs only ([`crate::cpus`]); None: on any.
+    pub cpus: Option<Vec<usize>>,
 }
 
 impl Default for RlmArm {
     fn default() -> Self {
-        RlmArm { rules: String::new(), extra_args: Vec::new(), records: true, count_maps: false }
+        RlmArm { rules: String::new(), extra_args: Vec::new(), records: true, count_maps: false, cpus: None }
     }
 }
 
@@ -456,7 +458,12 @@ impl Inline {
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log)?)
             .stderr(std::fs::File::options().append(true).open(&log)?);
-        std::fs::write(dir.join("rlm.cmd"), format!("{cmd:?}\n"))?;
+        if let Some(cpus) = arm.cpus.clone() {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure makes one system call.
+            unsafe { cmd.pre_exec(move || crate::cpus::set(0, &cpus)) };
+        }
+        std::fs::write(dir.join("rlm.cmd"), format!("{cmd:?}{}\n", arm.cpus.as_ref().map_or(String::new(), |c| format!(" on CPUs {c:?}"))))?;
         let child = cmd.spawn().with_context(|| format!("starting {}", rlm.display()))?;
         let pid = child.id();
         let mut me = Inline {

@@ -6,6 +6,7 @@ pub mod attack;
 pub mod bpfmaps;
 pub mod calibrate;
 pub mod catalog;
+pub mod cpus;
 pub mod experiments;
 pub mod farm;
 pub mod inline;

@@ -4,7 +4,11 @@
 //! that whatever else loads this shared machine falls on them alike: `plain-bridge` (no rlm),
 //! `rlm` (`rlm run` with a rule file that exercises every queued path; full run only) and
 //! `rlm-records` (the same rlm writing its transaction, pageview and decision records, as an
-//! operator's would: what writing them costs). Each sample measures, for 5 s each (3 s in a
+//! operator's would: what writing them costs), `rlm-queue` (full run only: the SYNs without a
+//! verdict through NFQUEUE), and `rlm-own-core` and `rlm-records-own-core` (full run only: the
+//! same two rlm on a core of their own, the load, the servers and the lab's threads on the
+//! other, as on a real appliance: there what the records cost is the data path's, not CPU
+//! taken from wrk and nginx; [`crate::cpus`]). Each sample measures, for 5 s each (3 s in a
 //! quick run):
 //!
 //! - `bulk_gbps`: iperf3 from the clients' namespace to an iperf3 server on the farm's address,
@@ -66,6 +70,12 @@ pub enum Arm {
     /// rlm without records, its SYNs without a verdict through NFQUEUE (`--undecided-syns
     /// queue`, br_netfilter on) rather than held: the path before, side by side (full run only).
     RlmQueue,
+    /// rlm without records on a core of its own, the load (wrk, iperf3, nginx, the lab's
+    /// connects) on the others, as on a real appliance, where rlm's CPU is not the servers'
+    /// ([`crate::cpus`]; full run only).
+    RlmOwnCore,
+    /// The same, rlm writing its records: what they cost the data path itself.
+    RlmRecordsOwnCore,
 }
 
 impl Arm {
@@ -75,28 +85,39 @@ impl Arm {
             Arm::Rlm => "rlm",
             Arm::RlmRecords => "rlm-records",
             Arm::RlmQueue => "rlm-queue",
+            Arm::RlmOwnCore => "rlm-own-core",
+            Arm::RlmRecordsOwnCore => "rlm-records-own-core",
         }
     }
 
-    /// How rlm runs in this arm, if it does.
+    /// Whether rlm runs on a core of its own, the load on the others.
+    pub fn own_core(self) -> bool {
+        matches!(self, Arm::RlmOwnCore | Arm::RlmRecordsOwnCore)
+    }
+
+    /// How rlm runs in this arm, if it does (an own-core arm: on the last CPU this process may
+    /// use, [`crate::cpus::split`]; call it while the lab may use every CPU).
     fn rlm(self) -> Option<RlmArm> {
-        let rlm = RlmArm { rules: RULES.into(), ..RlmArm::default() };
+        let cpus = self.own_core().then(|| crate::cpus::split(&crate::cpus::allowed()).map(|(appliance, _)| appliance).unwrap_or_default());
+        let rlm = RlmArm { rules: RULES.into(), cpus, ..RlmArm::default() };
         match self {
             Arm::PlainBridge => None,
             Arm::Rlm => Some(RlmArm { records: false, ..rlm }),
             Arm::RlmRecords => Some(rlm),
             Arm::RlmQueue => Some(RlmArm { records: false, extra_args: vec!["--undecided-syns".into(), "queue".into()], ..rlm }),
+            Arm::RlmOwnCore => Some(RlmArm { records: false, ..rlm }),
+            Arm::RlmRecordsOwnCore => Some(rlm),
         }
     }
 
     /// The arms of a run: a quick run judges rlm writing its records against the plain bridge
-    /// (two arms, for `make test`'s time); the full run adds rlm without records, against which
-    /// the records' cost is judged.
+    /// (two arms, for `make test`'s time); the full run adds rlm without records, the queue's
+    /// path, and the two on a core of their own, against which the records' cost is judged.
     pub fn of_run(quick: bool) -> Vec<Arm> {
         if quick {
             vec![Arm::PlainBridge, Arm::RlmRecords]
         } else {
-            vec![Arm::PlainBridge, Arm::Rlm, Arm::RlmRecords, Arm::RlmQueue]
+            vec![Arm::PlainBridge, Arm::Rlm, Arm::RlmRecords, Arm::RlmQueue, Arm::RlmOwnCore, Arm::RlmRecordsOwnCore]
         }
     }
 }
@@ -266,12 +287,30 @@ fn web_bulk(ns: &str, src: &str, secs: u32) -> Result<f64> {
 }
 
 /// One sample of `arm` on the running lab.
-fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Result<Sample> {
+fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path, servers: &[u32]) -> Result<Sample> {
     let cli = plan.ns("cli");
     let src = crate::topology::client_addr(true, 0);
     let sdir = dir.join(arm.name()).join(format!("round-{round}"));
     std::fs::create_dir_all(&sdir)?;
-    let rlm = arm.rlm().map(|a| Inline::start(&plan.ns("app"), &a, &sdir, Duration::from_secs(10))).transpose()?;
+    let spec = arm.rlm();
+    // An own-core arm: this thread (and so every load it starts, and its samplers) and the
+    // servers on the load's CPUs for the sample; rlm on the other (its spec's).
+    let pinned = if arm.own_core() {
+        let (_, load) = crate::cpus::split(&crate::cpus::allowed())?;
+        Some(crate::cpus::LoadPinned::new(&load, servers)?)
+    } else {
+        None
+    };
+    let rlm = spec.map(|a| Inline::start(&plan.ns("app"), &a, &sdir, Duration::from_secs(10))).transpose()?;
+    // Where rlm and the servers ran, read from the kernel (an own-core arm's are disjoint).
+    let cpus_of = |pid: u32| crate::cpus::of_task(pid as i32).map(|l| crate::cpus::parse_list(&l));
+    let rlm_cpus = rlm.as_ref().and_then(|r| cpus_of(r.pid));
+    let server_cpus = servers.iter().flat_map(|p| crate::cpus::tasks_of_tree(*p)).filter_map(|t| cpus_of(t as u32)).reduce(|mut a, b| {
+        a.extend(b);
+        a.sort_unstable();
+        a.dedup();
+        a
+    });
     let run = || -> Result<Sample> {
         let (mut bulk_runs_gbps, mut retr) = (Vec::new(), 0);
         for run in 0..sample_s {
@@ -319,12 +358,15 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path) -> Res
             rlm: None,
             transaction_lines: None,
             machine_probe_ms: None,
+            rlm_cpus: rlm_cpus.clone(),
+            server_cpus: server_cpus.clone(),
         })
     };
     let probe = crate::speed::SpeedProbe::start(Duration::from_secs(1));
     let result = run();
     let speed = probe.finish();
     let outcome = rlm.map(Inline::stop).transpose()?;
+    drop(pinned);
     let mut s = result?;
     s.machine_probe_ms = (!speed.samples_ms.is_empty()).then_some(speed.median_ms);
     s.transaction_lines = outcome.as_ref().and_then(|o| o.records.as_ref()).map(|r| count_lines(&r.transactions));
@@ -449,6 +491,7 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, offloads: Offloads, out: 
             children.push(spawn_in(&srv, "iperf3", &["-s", "-B", FARM_ADDR, "-p", &IPERF_PORT.to_string()], &out.join("iperf3-server.log"))?);
             wait_listen(&srv, IPERF_PORT)
         })();
+        let servers: Vec<u32> = children.iter().map(|c| c.id()).collect();
         let run = started.and_then(|()| {
             // One second of the web's bulk first, unmeasured: the first download of a run was
             // the slowest of its samples whatever the arm (2.3-2.4 Gbit/s against 4-5 later).
@@ -457,7 +500,7 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, offloads: Offloads, out: 
             for round in 0..rounds {
                 for arm in order(arms, round) {
                     let i = arms.iter().position(|a| *a == arm).expect("one of the arms");
-                    samples[i].push(sample(&plan, round, arm, sample_s, out)?);
+                    samples[i].push(sample(&plan, round, arm, sample_s, out, &servers)?);
                 }
             }
             Ok(samples)
@@ -466,11 +509,12 @@ pub fn run(prefix: &str, rounds: usize, sample_s: u32, offloads: Offloads, out: 
             stop_child(c);
         }
         let mut by_arm: Vec<ThroughputArm> = run?.into_iter().map(arm_of).collect();
-        // Every arm with rlm against the plain bridge, if it ran.
+        // Every arm with rlm against the plain bridge, if it ran; not the own-core arms, whose
+        // load had one core fewer than the plain bridge's.
         if let Some(p) = arms.iter().position(|a| *a == Arm::PlainBridge) {
             let plain = by_arm[p].clone();
             for (t, arm) in by_arm.iter_mut().zip(arms) {
-                if *arm != Arm::PlainBridge {
+                if *arm != Arm::PlainBridge && !arm.own_core() {
                     t.added_latency_p50_us = Some(t.connect_p50_us - plain.connect_p50_us);
                     t.added_latency_p99_us = Some(t.connect_p99_us - plain.connect_p99_us);
                     t.first_added_p50_us = Some(t.first_connect_p50_us - plain.first_connect_p50_us);

@@ -659,7 +659,7 @@ fn drop_low_arm(info: &Info, attach: &str, extra: &[&str]) -> RlmArm {
     .map(String::from)
     .collect();
     extra_args.extend(extra.iter().map(|a| a.to_string()));
-    RlmArm { rules, extra_args, records: false, count_maps: false }
+    RlmArm { rules, extra_args, records: false, count_maps: false, cpus: None }
 }
 
 /// How the tests that run both attachments have rlm treat the SYNs the kernel has no verdict
@@ -782,7 +782,8 @@ fn fail_open_when_rlm_dies(tag: &str, attach: &str) {
         }
         assert!(died.elapsed() < Duration::from_secs(1), "rlm's leftovers still drop after {:?}: {r:?}", died.elapsed());
     }
-    let plain = RlmArm { rules: CLASSES.into(), extra_args: vec!["--ebpf-attach".into(), attach.into()], records: false, count_maps: false };
+    let plain =
+        RlmArm { rules: CLASSES.into(), extra_args: vec!["--ebpf-attach".into(), attach.into()], records: false, count_maps: false, cpus: None };
     let rlm = Inline::start(&ns, &plain, &dir, Duration::from_secs(10)).expect("rlm run starts after a crash");
     let now = installed(&ns);
     assert!(!now.qdisc, "the leftover qdisc is gone though this run does not shape: {now:?}");
@@ -981,7 +982,7 @@ fn with_offloads_on_rlm_measures_every_body_by_its_length_on_the_wire() {
     std::fs::create_dir_all(&dir).unwrap();
     let (tx, pv) = (dir.join("tx.jsonl"), dir.join("pv.jsonl"));
     let extra_args = vec!["--transactions".into(), tx.display().to_string(), "--pageviews".into(), pv.display().to_string()];
-    let arm = RlmArm { rules: CLASSES.into(), extra_args, records: false, count_maps: false };
+    let arm = RlmArm { rules: CLASSES.into(), extra_args, records: false, count_maps: false, cpus: None };
     let rlm = Inline::start(&info.namespaces.appliance, &arm, &dir, Duration::from_secs(10)).expect("rlm run starts");
     const FETCHES: usize = 200;
     const PAGES: usize = 5;
