@@ -333,10 +333,14 @@ pub struct Sample {
     /// The machine's speed probe during the sample ([`crate::speed`]): its median (ms). The
     /// arms alternate so that a drift weighs on each alike; this says whether there was one.
     pub machine_probe_ms: Option<f64>,
-    /// The CPUs rlm's main thread might run on during the sample, read from the kernel.
+    /// The CPUs rlm's tasks (its threads and its guard) might run on, all of them together,
+    /// read from the kernel after the sample's load.
     pub rlm_cpus: Option<Vec<usize>>,
-    /// The CPUs the servers' tasks (nginx's, iperf3's) might run on, all of them together.
+    /// The same for the servers' tasks (nginx's, iperf3's).
     pub server_cpus: Option<Vec<usize>>,
+    /// The CPUs of the lab thread that started the sample's load (wrk, iperf3's client, the
+    /// connects' threads inherit them), read after it.
+    pub load_cpus: Option<Vec<usize>>,
 }
 
 /// An arm's samples and their medians.

@@ -150,7 +150,9 @@ mod tests {
             return;
         };
         // A child that spawns a grandchild: both are pinned, and freed again.
-        let mut child = std::process::Command::new("sh").args(["-c", "sleep 30 & wait"]).spawn().unwrap();
+        use std::os::unix::process::CommandExt;
+        // In a process group of its own, killed whole at the end.
+        let mut child = std::process::Command::new("sh").args(["-c", "sleep 30 & wait"]).process_group(0).spawn().unwrap();
         let pid = child.id();
         let tasks = || loop {
             let t = tasks_of_tree(pid);
@@ -177,7 +179,8 @@ mod tests {
         // Freed: every task may use every CPU again.
         let after: Vec<usize> = tasks().iter().map(|t| of_task(*t).map_or(0, |l| parse_list(&l).len())).collect();
         assert!(after.iter().all(|n| *n == cpus.len()), "{after:?}");
-        let _ = child.kill();
+        // SAFETY: kill(2) on the process group of our own child.
+        unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
         let _ = child.wait();
     }
 }

@@ -60,7 +60,7 @@ IF RT.HIGH > 0.0s AND IP.SRC == 10.6.*.* THEN DROP SYN\n\
 IF IP.SRC == 10.4.*.* THEN LIMIT SYN 1000000/s BURST 100000\n";
 
 /// The arms of the experiment, in their order in the first round.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Arm {
     PlainBridge,
     /// rlm without records.
@@ -98,6 +98,7 @@ impl Arm {
     /// How rlm runs in this arm, if it does (an own-core arm: on the last CPU this process may
     /// use, [`crate::cpus::split`]; call it while the lab may use every CPU).
     fn rlm(self) -> Option<RlmArm> {
+        // With one CPU there is no split: `sample` refuses an own-core arm before this.
         let cpus = self.own_core().then(|| crate::cpus::split(&crate::cpus::allowed()).map(|(appliance, _)| appliance).unwrap_or_default());
         let rlm = RlmArm { rules: RULES.into(), cpus, ..RlmArm::default() };
         match self {
@@ -122,11 +123,23 @@ impl Arm {
     }
 }
 
+/// The pairs whose two arms the records' cost compares: rlm without and with its records.
+const RECORD_PAIRS: [(Arm, Arm); 2] = [(Arm::Rlm, Arm::RlmRecords), (Arm::RlmOwnCore, Arm::RlmRecordsOwnCore)];
+
 /// The order of the arms in round `round`: rotated one place each round (with two arms: ABBA),
-/// so that a load that rises or falls through the run falls on every arm alike.
+/// so that a load that rises or falls through the run falls on every arm alike; and in odd
+/// rounds the two arms of each of [`RECORD_PAIRS`] swapped, which the rotation alone keeps side
+/// by side in one order (the one without records always first, after the same arm).
 fn order(arms: &[Arm], round: usize) -> Vec<Arm> {
     let mut v = arms.to_vec();
     v.rotate_left(round % arms.len().max(1));
+    if round % 2 == 1 {
+        for (a, b) in RECORD_PAIRS {
+            if let (Some(i), Some(j)) = (v.iter().position(|x| *x == a), v.iter().position(|x| *x == b)) {
+                v.swap(i, j);
+            }
+        }
+    }
     v
 }
 
@@ -292,25 +305,25 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path, server
     let src = crate::topology::client_addr(true, 0);
     let sdir = dir.join(arm.name()).join(format!("round-{round}"));
     std::fs::create_dir_all(&sdir)?;
-    let spec = arm.rlm();
     // An own-core arm: this thread (and so every load it starts, and its samplers) and the
-    // servers on the load's CPUs for the sample; rlm on the other (its spec's).
-    let pinned = if arm.own_core() {
-        let (_, load) = crate::cpus::split(&crate::cpus::allowed())?;
-        Some(crate::cpus::LoadPinned::new(&load, servers)?)
-    } else {
-        None
-    };
+    // servers on the load's CPUs for the sample; rlm on the other (its spec's, taken before).
+    let load = if arm.own_core() { Some(crate::cpus::split(&crate::cpus::allowed())?.1) } else { None };
+    let spec = arm.rlm();
+    let pinned = load.map(|load| crate::cpus::LoadPinned::new(&load, servers)).transpose()?;
     let rlm = spec.map(|a| Inline::start(&plan.ns("app"), &a, &sdir, Duration::from_secs(10))).transpose()?;
-    // Where rlm and the servers ran, read from the kernel (an own-core arm's are disjoint).
-    let cpus_of = |pid: u32| crate::cpus::of_task(pid as i32).map(|l| crate::cpus::parse_list(&l));
-    let rlm_cpus = rlm.as_ref().and_then(|r| cpus_of(r.pid));
-    let server_cpus = servers.iter().flat_map(|p| crate::cpus::tasks_of_tree(*p)).filter_map(|t| cpus_of(t as u32)).reduce(|mut a, b| {
-        a.extend(b);
-        a.sort_unstable();
-        a.dedup();
-        a
-    });
+    // Where rlm (every task of it), the servers and the load ran, read from the kernel after the
+    // load (an own-core arm's rlm shares none of its CPUs with the others).
+    let rlm_pid = rlm.as_ref().map(|r| r.pid);
+    let cpus_of_trees = |pids: &[u32]| -> Option<Vec<usize>> {
+        pids.iter().flat_map(|p| crate::cpus::tasks_of_tree(*p)).filter_map(|t| crate::cpus::of_task(t).map(|l| crate::cpus::parse_list(&l))).reduce(
+            |mut a, b| {
+                a.extend(b);
+                a.sort_unstable();
+                a.dedup();
+                a
+            },
+        )
+    };
     let run = || -> Result<Sample> {
         let (mut bulk_runs_gbps, mut retr) = (Vec::new(), 0);
         for run in 0..sample_s {
@@ -339,6 +352,10 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path, server
         // Every client address but the one above: new to this sample's rlm.
         let fresh = (1..=FIRST_CONNECTS).map(|i| crate::topology::client_addr(true, i)).collect();
         let (first, first_failed) = connects_from(&cli, fresh)?;
+        let (rlm_cpus, server_cpus) = (rlm_pid.and_then(|p| cpus_of_trees(&[p])), cpus_of_trees(servers));
+        // The thread that started every load of the sample (wrk, iperf3, the connects'
+        // threads): they inherited its CPUs.
+        let load_cpus = Some(crate::cpus::allowed());
         Ok(Sample {
             round,
             bulk_gbps: median(&bulk_runs_gbps),
@@ -358,8 +375,9 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path, server
             rlm: None,
             transaction_lines: None,
             machine_probe_ms: None,
-            rlm_cpus: rlm_cpus.clone(),
-            server_cpus: server_cpus.clone(),
+            rlm_cpus,
+            server_cpus,
+            load_cpus,
         })
     };
     let probe = crate::speed::SpeedProbe::start(Duration::from_secs(1));
@@ -590,6 +608,28 @@ pub fn table(arms: &[ArmResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_arm_turns_first_and_each_records_pair_alternates() {
+        let arms = Arm::of_run(false);
+        let rounds: Vec<Vec<Arm>> = (0..5).map(|r| order(&arms, r)).collect();
+        for (r, o) in rounds.iter().enumerate() {
+            assert_eq!(o.len(), arms.len(), "round {r}: {o:?}");
+            assert!(arms.iter().all(|a| o.contains(a)), "round {r}: {o:?}");
+        }
+        // The first arm turns (the swap can make one pair's arm first twice).
+        let firsts: std::collections::HashSet<Arm> = rounds.iter().map(|o| o[0]).collect();
+        assert!(firsts.len() >= 4, "{rounds:?}");
+        // Each pair's arm without records first in three rounds of five, the other in two.
+        for (a, b) in RECORD_PAIRS {
+            let a_first = rounds.iter().filter(|o| o.iter().position(|x| *x == a) < o.iter().position(|x| *x == b)).count();
+            assert!((2..=3).contains(&a_first), "{a:?} before {b:?} in {a_first} of 5 rounds: {rounds:?}");
+        }
+        // The quick run's two arms: ABBA.
+        let quick = Arm::of_run(true);
+        assert_eq!(order(&quick, 1), vec![quick[1], quick[0]]);
+        assert_eq!(order(&quick, 2), quick);
+    }
 
     #[test]
     fn the_table_lists_every_sample_with_the_machines_probe() {

@@ -157,17 +157,7 @@ impl Experiment for Throughput {
                 num(&p["first_connect_p99_us"])
             ),
         ));
-        // Under that load rlm still measured every request (rlm's count of HTTP transactions
-        // against wrk's count of requests, sample by sample).
-        for s in w["samples"].as_array().into_iter().flatten() {
-            let (req, got) = (num(&s["requests"]), num(&s["rlm"]["transactions"]));
-            v.push((
-                req > 0.0 && got >= 0.97 * req,
-                format!("throughput: round {} rlm measured {got:.0} transactions for wrk's {req:.0} requests (at least 97%)", s["round"]),
-            ));
-        }
-        let clean = w["rlm_clean_exits"].as_u64().unwrap_or(0) as usize;
-        v.push((clean == nw && nw > 0, format!("throughput: rlm exited cleanly after {clean} of {nw} samples")));
+        measured_checks(v, "rlm", &with);
         records_checks(v, &records["throughput"]);
         if !quick {
             // What the records cost the data path: rlm on a core of its own, as on a real box,
@@ -175,6 +165,7 @@ impl Experiment for Throughput {
             // its cores (the arms above).
             let (own, own_records) = (arm_in(tp, "rlm-own-core"), arm_in(tp, "rlm-records-own-core"));
             own_core_checks(v, &own["throughput"], &own_records["throughput"]);
+            measured_checks(v, "rlm-records-own-core", &own_records);
             records_checks(v, &own_records["throughput"]);
             records_cost(v, &own_records["throughput"], &own["throughput"], true);
             records_cost(v, &records["throughput"], w, false);
@@ -182,26 +173,45 @@ impl Experiment for Throughput {
     }
 }
 
-/// The own-core arms ran as they say: in every sample rlm's CPUs and the servers', read from
-/// the kernel, are known and disjoint (and so are the samples, five at least).
+/// Under the load an arm's rlm still measured every request (its count of HTTP transactions
+/// against wrk's count of requests, sample by sample) and exited cleanly after each sample.
+fn measured_checks(v: &mut Vec<(bool, String)>, name: &str, arm: &Value) {
+    let samples = arm["throughput"]["samples"].as_array().map_or(&[][..], |a| a.as_slice());
+    for s in samples {
+        let (req, got) = (num(&s["requests"]), num(&s["rlm"]["transactions"]));
+        v.push((
+            req > 0.0 && got >= 0.97 * req,
+            format!("throughput: round {} {name} measured {got:.0} transactions for wrk's {req:.0} requests (at least 97%)", s["round"]),
+        ));
+    }
+    let (clean, n) = (arm["throughput"]["rlm_clean_exits"].as_u64().unwrap_or(0) as usize, samples.len());
+    v.push((clean == n && n > 0, format!("throughput: {name} exited cleanly after {clean} of {n} samples")));
+}
+
+/// The own-core arms ran as they say: in every sample rlm's CPUs, the servers' and the load's,
+/// read from the kernel after the load, are known, and rlm's are none of the others' (and
+/// there are ten samples at least).
 fn own_core_checks(v: &mut Vec<(bool, String)>, own: &Value, own_records: &Value) {
     let list = |c: &Value| c.as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).collect::<Vec<_>>()).unwrap_or_default();
     let samples: Vec<&Value> = [own, own_records].iter().flat_map(|a| a["samples"].as_array().into_iter().flatten()).collect();
+    let cpus = |s: &Value| (list(&s["rlm_cpus"]), list(&s["server_cpus"]), list(&s["load_cpus"]));
     let bad: Vec<String> = samples
         .iter()
         .filter_map(|s| {
-            let (r, l) = (list(&s["rlm_cpus"]), list(&s["server_cpus"]));
-            (r.is_empty() || l.is_empty() || r.iter().any(|c| l.contains(c))).then(|| format!("round {}: rlm on {r:?}, servers on {l:?}", s["round"]))
+            let (r, srv, l) = cpus(s);
+            (r.is_empty() || srv.is_empty() || l.is_empty() || r.iter().any(|c| srv.contains(c) || l.contains(c)))
+                .then(|| format!("round {}: rlm on {r:?}, servers on {srv:?}, load on {l:?}", s["round"]))
         })
         .collect();
-    let first = samples.first().map(|s| (list(&s["rlm_cpus"]), list(&s["server_cpus"]))).unwrap_or_default();
+    let first = samples.first().map(|s| cpus(s)).unwrap_or_default();
     v.push((
         samples.len() >= 10 && bad.is_empty(),
         format!(
-            "throughput: in all {} own-core samples rlm ran on CPUs of its own ({:?}), the servers on the others ({:?}){}",
+            "throughput: in all {} own-core samples rlm ran on CPUs of its own ({:?}), the servers ({:?}) and the load ({:?}) on the others{}",
             samples.len(),
             first.0,
             first.1,
+            first.2,
             if bad.is_empty() { String::new() } else { format!(" (but {})", bad.join("; ")) }
         ),
     ));
@@ -302,7 +312,7 @@ mod tests {
         let v = (0..5)
             .map(|i| {
                 serde_json::json!({"round": i, "requests": 100, "bulk_gbps": bulk[i], "web_bulk_gbps": bulk[i], "conn_per_s": conn[i], "transaction_lines": 100,
-                    "rlm_cpus": [1], "server_cpus": [0],
+                    "rlm_cpus": [1], "server_cpus": [0], "load_cpus": [0],
                     "rlm": {"transactions": 100, "records": {"counts": {"transactions": {"written": 100, "dropped": 0}}}}})
             })
             .collect();
@@ -313,10 +323,10 @@ mod tests {
     fn result(quick: bool, plain: (Vec<Value>, f64, f64), rlm: (Vec<Value>, f64, f64)) -> Value {
         serde_json::json!({"quick": quick, "arms": [
             {"name": "plain-bridge", "throughput": {"samples": plain.0, "bulk_gbps": plain.1, "web_bulk_gbps": plain.1, "conn_per_s": plain.2}},
-            {"name": "rlm", "rlm_clean_exits": 5, "throughput": {"samples": rlm.0, "bulk_gbps": rlm.1, "web_bulk_gbps": rlm.1, "conn_per_s": rlm.2}},
-            {"name": "rlm-records", "rlm_clean_exits": 5, "throughput": {"samples": rlm.0, "bulk_gbps": rlm.1, "web_bulk_gbps": rlm.1, "conn_per_s": rlm.2}},
-            {"name": "rlm-own-core", "rlm_clean_exits": 5, "throughput": {"samples": rlm.0, "bulk_gbps": rlm.1, "web_bulk_gbps": rlm.1, "conn_per_s": rlm.2}},
-            {"name": "rlm-records-own-core", "rlm_clean_exits": 5, "throughput": {"samples": rlm.0, "bulk_gbps": rlm.1, "web_bulk_gbps": rlm.1, "conn_per_s": rlm.2}}]})
+            {"name": "rlm", "throughput": {"rlm_clean_exits": 5, "samples": rlm.0, "bulk_gbps": rlm.1, "web_bulk_gbps": rlm.1, "conn_per_s": rlm.2}},
+            {"name": "rlm-records", "throughput": {"rlm_clean_exits": 5, "samples": rlm.0, "bulk_gbps": rlm.1, "web_bulk_gbps": rlm.1, "conn_per_s": rlm.2}},
+            {"name": "rlm-own-core", "throughput": {"rlm_clean_exits": 5, "samples": rlm.0, "bulk_gbps": rlm.1, "web_bulk_gbps": rlm.1, "conn_per_s": rlm.2}},
+            {"name": "rlm-records-own-core", "throughput": {"rlm_clean_exits": 5, "samples": rlm.0, "bulk_gbps": rlm.1, "web_bulk_gbps": rlm.1, "conn_per_s": rlm.2}}]})
     }
 
     /// Every sample alike: the median and the second best are the same figure.
@@ -479,7 +489,7 @@ mod tests {
         assert!(!verdict(&r, "throughput: rlm writing its records on a core of its own reached 7500 connections/s, 100.0% of rlm's without records 7500 (medians of the runs pooled; lower in 0 of 0 rounds"));
         // The own-core arms ran where they say, else the run fails: rlm's CPUs unknown in one
         // sample, or shared with the servers in another.
-        let own = "throughput: in all 10 own-core samples rlm ran on CPUs of its own ([1]), the servers on the others ([0])";
+        let own = "throughput: in all 10 own-core samples rlm ran on CPUs of its own ([1]), the servers ([0]) and the load ([0]) on the others";
         assert!(verdict(&even(false, 2.6, 7500.0), own));
         let mut r = even(false, 2.6, 7500.0);
         r["arms"][3]["throughput"]["samples"][1]["rlm_cpus"] = Value::Null;
@@ -487,6 +497,18 @@ mod tests {
         let mut r = even(false, 2.6, 7500.0);
         r["arms"][4]["throughput"]["samples"][4]["server_cpus"] = serde_json::json!([0, 1]);
         assert!(!verdict(&r, "throughput: in all 10 own-core samples"));
+        // The load left on rlm's CPU (its thread not pinned) fails too.
+        let mut r = even(false, 2.6, 7500.0);
+        r["arms"][3]["throughput"]["samples"][2]["load_cpus"] = serde_json::json!([0, 1]);
+        assert!(!verdict(&r, "throughput: in all 10 own-core samples"));
+        // The own-core records arm measured every request and exited cleanly, as rlm's did.
+        let mut r = even(false, 2.6, 7500.0);
+        assert!(verdict(&r, "throughput: round 3 rlm-records-own-core measured 100 transactions"));
+        assert!(verdict(&r, "throughput: rlm-records-own-core exited cleanly after 5 of 5 samples"));
+        r["arms"][4]["throughput"]["samples"][3]["rlm"]["transactions"] = serde_json::json!(90);
+        r["arms"][4]["throughput"]["rlm_clean_exits"] = serde_json::json!(4);
+        assert!(!verdict(&r, "throughput: round 3 rlm-records-own-core measured 90 transactions"));
+        assert!(!verdict(&r, "throughput: rlm-records-own-core exited cleanly after 4 of 5 samples"));
         let mut r = even(false, 2.6, 7500.0);
         r["arms"][4]["throughput"]["samples"] = Value::Null;
         assert!(!verdict(&r, "throughput: in all 5 own-core samples"));
