@@ -49,14 +49,8 @@ pub fn set(tid: i32, cpus: &[usize]) -> io::Result<()> {
 /// Every task (thread) of process `pid` and of its descendants, from /proc.
 pub fn tasks_of_tree(pid: u32) -> Vec<i32> {
     let mut parents = std::collections::HashMap::<u32, Vec<u32>>::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
-        // The field after the command (which may hold spaces and parentheses): state, ppid.
-        let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)).and_then(|v| v.parse::<u32>().ok());
-        if let Some(pp) = ppid {
-            parents.entry(pp).or_default().push(p);
-        }
+    for (p, _, ppid) in crate::inline::processes() {
+        parents.entry(ppid).or_default().push(p);
     }
     let (mut procs, mut todo) = (Vec::new(), vec![pid]);
     while let Some(p) = todo.pop() {
@@ -106,9 +100,9 @@ impl Drop for LoadPinned {
 }
 
 /// The CPUs task `tid` may use, from /proc (its Cpus_allowed_list, such as "0-1,3").
-pub fn of_task(tid: i32) -> Option<String> {
+pub fn of_task(tid: i32) -> Option<Vec<usize>> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_string())
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(parse_list)
 }
 
 /// The CPUs of a list such as /proc's "0-1,3" (empty if it does not parse).
@@ -166,7 +160,7 @@ mod tests {
         let (me, them) = std::thread::spawn(move || {
             let guard = LoadPinned::new(&load, &[pid]).unwrap();
             let me = allowed();
-            let them: Vec<Option<String>> = tasks_of_tree(pid).iter().map(|t| of_task(*t)).collect();
+            let them: Vec<Option<Vec<usize>>> = tasks_of_tree(pid).iter().map(|t| of_task(*t)).collect();
             drop(guard);
             (me, them)
         })
@@ -175,9 +169,9 @@ mod tests {
         let load = split(&cpus).unwrap().1;
         assert_eq!(me, load);
         assert_eq!(them.len(), before.len());
-        assert!(them.iter().all(|c| c.as_deref().map(parse_list).as_ref() == Some(&load)), "{them:?} not {load:?}");
+        assert!(them.iter().all(|c| c.as_ref() == Some(&load)), "{them:?} not {load:?}");
         // Freed: every task may use every CPU again.
-        let after: Vec<usize> = tasks().iter().map(|t| of_task(*t).map_or(0, |l| parse_list(&l).len())).collect();
+        let after: Vec<usize> = tasks().iter().map(|t| of_task(*t).map_or(0, |l| l.len())).collect();
         assert!(after.iter().all(|n| *n == cpus.len()), "{after:?}");
         // SAFETY: kill(2) on the process group of our own child.
         unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };

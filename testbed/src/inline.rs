@@ -722,12 +722,20 @@ fn alive(pid: u32) -> bool {
 
 /// The guard process of rlm `pid`: its child named `rlm-guard`.
 pub fn guard_of(pid: u32) -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|&p| {
-        std::fs::read_to_string(format!("/proc/{p}/stat")).ok().is_some_and(|stat| {
-            let Some((head, rest)) = stat.rsplit_once(')') else { return false };
-            let ppid = rest.split_whitespace().nth(1).and_then(|v| v.parse::<u32>().ok());
-            head.ends_with("(rlm-guard") && ppid == Some(pid)
-        })
+    processes().find(|(_, comm, ppid)| comm == "rlm-guard" && *ppid == pid).map(|(p, _, _)| p)
+}
+
+/// Every process now: (pid, command name, parent's pid), from /proc/PID/stat.
+pub fn processes() -> impl Iterator<Item = (u32, String, u32)> {
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|e| {
+        let p = e.file_name().to_str()?.parse::<u32>().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        // The command sits in parentheses and may hold spaces and parentheses itself; after it:
+        // state, ppid.
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_string();
+        let ppid = rest.split_whitespace().nth(1)?.parse::<u32>().ok()?;
+        Some((p, comm, ppid))
     })
 }
 
@@ -895,6 +903,22 @@ pub mod prom {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_process_table_names_a_child_and_its_parent() {
+        // A child whose name holds a space and a parenthesis, as /proc/PID/stat allows.
+        let dir = std::env::temp_dir().join(format!("rlm-proc-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("a (b");
+        std::fs::copy("/bin/sleep", &exe).unwrap();
+        let mut child = Command::new(&exe).arg("30").spawn().unwrap();
+        let me = std::process::id();
+        let found = processes().find(|(p, _, _)| *p == child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(found, Some((child.id(), "a (b".to_string(), me)));
+    }
 
     #[test]
     fn injection_counters_from_status() {

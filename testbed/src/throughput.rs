@@ -95,12 +95,9 @@ impl Arm {
         matches!(self, Arm::RlmOwnCore | Arm::RlmRecordsOwnCore)
     }
 
-    /// How rlm runs in this arm, if it does (an own-core arm: on the last CPU this process may
-    /// use, [`crate::cpus::split`]; call it while the lab may use every CPU).
+    /// How rlm runs in this arm, if it does (an own-core arm's CPUs are set by [`sample`]).
     fn rlm(self) -> Option<RlmArm> {
-        // With one CPU there is no split: `sample` refuses an own-core arm before this.
-        let cpus = self.own_core().then(|| crate::cpus::split(&crate::cpus::allowed()).map(|(appliance, _)| appliance).unwrap_or_default());
-        let rlm = RlmArm { rules: RULES.into(), cpus, ..RlmArm::default() };
+        let rlm = RlmArm { rules: RULES.into(), ..RlmArm::default() };
         match self {
             Arm::PlainBridge => None,
             Arm::Rlm => Some(RlmArm { records: false, ..rlm }),
@@ -305,24 +302,22 @@ fn sample(plan: &Plan, round: usize, arm: Arm, sample_s: u32, dir: &Path, server
     let src = crate::topology::client_addr(true, 0);
     let sdir = dir.join(arm.name()).join(format!("round-{round}"));
     std::fs::create_dir_all(&sdir)?;
-    // An own-core arm: this thread (and so every load it starts, and its samplers) and the
-    // servers on the load's CPUs for the sample; rlm on the other (its spec's, taken before).
-    let load = if arm.own_core() { Some(crate::cpus::split(&crate::cpus::allowed())?.1) } else { None };
-    let spec = arm.rlm();
-    let pinned = load.map(|load| crate::cpus::LoadPinned::new(&load, servers)).transpose()?;
+    // An own-core arm: rlm on the last CPU; this thread (and so every load it starts, and its
+    // samplers) and the servers on the others for the sample.
+    let split = if arm.own_core() { Some(crate::cpus::split(&crate::cpus::allowed())?) } else { None };
+    let spec = arm.rlm().map(|a| RlmArm { cpus: split.as_ref().map(|(appliance, _)| appliance.clone()), ..a });
+    let pinned = split.map(|(_, load)| crate::cpus::LoadPinned::new(&load, servers)).transpose()?;
     let rlm = spec.map(|a| Inline::start(&plan.ns("app"), &a, &sdir, Duration::from_secs(10))).transpose()?;
     // Where rlm (every task of it), the servers and the load ran, read from the kernel after the
     // load (an own-core arm's rlm shares none of its CPUs with the others).
     let rlm_pid = rlm.as_ref().map(|r| r.pid);
     let cpus_of_trees = |pids: &[u32]| -> Option<Vec<usize>> {
-        pids.iter().flat_map(|p| crate::cpus::tasks_of_tree(*p)).filter_map(|t| crate::cpus::of_task(t).map(|l| crate::cpus::parse_list(&l))).reduce(
-            |mut a, b| {
-                a.extend(b);
-                a.sort_unstable();
-                a.dedup();
-                a
-            },
-        )
+        pids.iter().flat_map(|p| crate::cpus::tasks_of_tree(*p)).filter_map(crate::cpus::of_task).reduce(|mut a, b| {
+            a.extend(b);
+            a.sort_unstable();
+            a.dedup();
+            a
+        })
     };
     let run = || -> Result<Sample> {
         let (mut bulk_runs_gbps, mut retr) = (Vec::new(), 0);
