@@ -731,6 +731,32 @@ fn a_retransmission_the_client_reports_as_received_twice_does_not_extend_the_pag
     }
 }
 
+#[test]
+fn a_burst_reported_received_twice_in_any_order_or_grown_backwards_does_not_extend_the_pageview() {
+    // The last two segments resent in one burst (`later_first`: the last one resent first, so
+    // the burst's start moves back), and the client's D-SACKs of them in either order
+    // (`last_first`): once both are reported, the burst was spurious whatever the order.
+    for (i, (later_first, last_first)) in [(false, true), (true, false), (true, true)].into_iter().enumerate() {
+        let mut r = Run::new();
+        let mut c = TcpConv::new(&format!("10.4.0.{}:40001", 30 + i), "10.9.0.1:80");
+        handshake(&mut r, &mut c, 0);
+        r.feed(80, c.client_data(&get("/p", "")));
+        let segs = c.server_data(&html_response(&"x".repeat(4000)));
+        r.feed_all(100, segs.clone());
+        let n = segs.len();
+        let (a, b) = if later_first { (n - 1, n - 2) } else { (n - 2, n - 1) };
+        r.feed(400, segs[a].clone());
+        r.feed(401, segs[b].clone());
+        let (len1, len2) = ((segs[n - 2].len() - 54) as u32, (segs[n - 1].len() - 54) as u32);
+        let (d1, d2) = (c.client_dsack(len2, len1), c.client_dsack(0, len2));
+        let (x, y) = if last_first { (d2, d1) } else { (d1, d2) };
+        r.feed(480, x);
+        r.feed(481, y);
+        r.finish(5_000);
+        assert!(approx(r.pv[0].rt_s, 0.100 + 0.080, 1e-6), "later_first {later_first}, last_first {last_first}: rt {}", r.pv[0].rt_s);
+    }
+}
+
 fn rules(text: &str) -> rules::RuleSet {
     rules::compile("test.rlm", text).unwrap_or_else(|d| panic!("{d}"))
 }

@@ -15,6 +15,7 @@ use ahash::{AHashMap, AHashSet};
 use crate::flow::ConnId;
 use crate::http::EmbedKind;
 use crate::time::Timestamp;
+use crate::wire::{seq_lt, seq_span};
 
 /// A connection of an open pageview, with its handshake as seen at the appliance.
 #[derive(Clone, Debug)]
@@ -54,9 +55,48 @@ pub(super) struct Resent {
     /// The transaction's end before the burst, and the end the burst's last segment gave it.
     pub(super) before: Timestamp,
     pub(super) moved_to: Timestamp,
-    /// The part of `seq`..`end` the client's D-SACKs reported received twice (one run from
-    /// `seq`; the burst was spurious once it reaches `end`).
-    pub(super) twice_to: u32,
+    /// The parts of `seq`..`end` the client's D-SACKs reported received twice (the burst was
+    /// spurious once they cover it).
+    pub(super) twice: Twice,
+}
+
+/// The runs of sequence numbers a client's D-SACKs reported received twice, in whatever order
+/// the reports came: up to four runs apart, merged as reports join them. A report that would
+/// make a fifth is not kept (the burst then stays, as if it had not come).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Twice {
+    runs: [(u32, u32); 4],
+    n: u8,
+}
+
+impl Twice {
+    /// The client reported `seq` to `end` received twice.
+    pub(super) fn add(&mut self, seq: u32, end: u32) {
+        let (mut run, mut runs, mut n) = ((seq, end), self.runs, self.n as usize);
+        let mut i = 0;
+        while i < n {
+            let (a, b) = runs[i];
+            if !seq_lt(b, run.0) && !seq_lt(run.1, a) {
+                // It overlaps or touches run i: one run (the runs kept touch none of each other,
+                // so the grown run reaches no run it did not reach before); then look at the run
+                // moved into i's place.
+                run = seq_span(run, (a, b));
+                runs[i] = runs[n - 1];
+                n -= 1;
+            } else {
+                i += 1;
+            }
+        }
+        if n < runs.len() {
+            runs[n] = run;
+            (self.runs, self.n) = (runs, n as u8 + 1);
+        }
+    }
+
+    /// Every byte of `seq` to `end` was reported received twice.
+    pub(super) fn covers(&self, seq: u32, end: u32) -> bool {
+        self.runs[..self.n as usize].iter().any(|&(a, b)| !seq_lt(seq, a) && !seq_lt(b, end))
+    }
 }
 
 impl PvConn {
@@ -392,5 +432,34 @@ impl Acts {
         self.embeds_blanked += other.embeds_blanked;
         self.embeds_rewritten += other.embeds_rewritten;
         self.requests_rejected += other.requests_rejected;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Twice;
+
+    #[test]
+    fn reports_received_twice_merge_in_any_order_and_across_the_wrap() {
+        // Three blocks reported last first: covered once the middle one joins them.
+        let mut t = Twice::default();
+        t.add(300, 400);
+        t.add(100, 200);
+        assert!(!t.covers(100, 400));
+        t.add(200, 300);
+        assert!(t.covers(100, 400) && t.covers(150, 350) && !t.covers(99, 400));
+        // Across the sequence numbers' wrap.
+        let mut t = Twice::default();
+        t.add(10, 50);
+        t.add(u32::MAX - 20, 10);
+        assert!(t.covers(u32::MAX - 20, 50));
+        // Four runs apart are kept; a fifth apart is not, one that joins them still is.
+        let mut t = Twice::default();
+        for k in 0..5u32 {
+            t.add(k * 100, k * 100 + 10);
+        }
+        assert!(t.covers(300, 310) && !t.covers(400, 410));
+        t.add(10, 300);
+        assert!(t.covers(0, 310));
     }
 }

@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::open::{Expected, OpenPv, PvConn, PvTxn, Resent};
+use super::open::{Expected, OpenPv, PvConn, PvTxn, Resent, Twice};
 use super::urls::{request_url, simple_request_key, url_key};
 use super::Pageviews;
 use crate::flow::ConnId;
@@ -449,13 +449,13 @@ impl Pageviews {
                 let burst = (c.rtt / 4).max(Duration::from_millis(1));
                 c.resent = match (c.resent.filter(|r| r.txn == last && now.saturating_since(r.moved_to) <= burst), before) {
                     (Some(r), _) => {
+                        // What was reported received twice stays so as the burst grows, even
+                        // backwards.
                         let (seq, end) = seq_span((r.seq, r.end), (seq, end));
-                        // What was reported received twice runs from the burst's first byte.
-                        let twice_to = if seq == r.seq { r.twice_to } else { seq };
-                        Some(Resent { seq, end, moved_to: now, twice_to, ..r })
+                        Some(Resent { seq, end, moved_to: now, ..r })
                     }
                     // A new burst after the transaction ended (its end before it kept).
-                    (None, Some(before)) => Some(Resent { txn: last, seq, end, before, moved_to: now, twice_to: seq }),
+                    (None, Some(before)) => Some(Resent { txn: last, seq, end, before, moved_to: now, twice: Twice::default() }),
                     // One while its response was still coming: that end is the response's own.
                     (None, None) => None,
                 };
@@ -465,7 +465,7 @@ impl Pageviews {
     }
 
     /// The client reported, with a D-SACK, that it received the server's bytes `seq` to `end`
-    /// twice. Once such reports cover the latest burst of retransmissions that moved the end of
+    /// twice. Once such reports, in any order, cover the latest burst of retransmissions that moved the end of
     /// the connection's latest transaction (and nothing moved it since), that burst was spurious
     /// (an acknowledgement was lost or late: the client had those bytes from an earlier copy)
     /// and the end goes back to what it was before it. A report only counts inside the burst (a
@@ -484,11 +484,8 @@ impl Pageviews {
         if !inside || c.last_responded != Some(r.txn) {
             return;
         }
-        // The run reported from the burst's first byte grows by a block that starts within it.
-        if !seq_lt(r.twice_to, seq) && seq_lt(r.twice_to, end) {
-            r.twice_to = end;
-        }
-        if r.twice_to != r.end {
+        r.twice.add(seq, end);
+        if !r.twice.covers(r.seq, r.end) {
             return;
         }
         let r = p.conns[ci].resent.take().expect("just seen");
