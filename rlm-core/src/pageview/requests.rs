@@ -465,10 +465,11 @@ impl Pageviews {
     }
 
     /// The client reported, with a D-SACK, that it received the server's bytes `seq` to `end`
-    /// twice. Once such reports, in any order, cover the latest burst of retransmissions that moved the end of
-    /// the connection's latest transaction (and nothing moved it since), that burst was spurious
-    /// (an acknowledgement was lost or late: the client had those bytes from an earlier copy)
-    /// and the end goes back to what it was before it. A report only counts inside the burst (a
+    /// twice. Once such reports, in any order (`open::Twice`), cover the latest burst of
+    /// retransmissions that moved the end of the connection's latest transaction (and nothing
+    /// moved it since), that burst was spurious (an acknowledgement was lost or late: the client
+    /// had those bytes from an earlier copy) and the end goes back to what it was before it. A
+    /// report only counts inside the burst (a
     /// block wider than what was resent is not a D-SACK of it), and one of part of it leaves the
     /// end: the rest may have been resent because it was lost. An earlier burst stays: a D-SACK
     /// tells of one copy received twice, not which earlier copy arrived. The lab's WAN made 8
